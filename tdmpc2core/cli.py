@@ -1,0 +1,49 @@
+"""The ``tdmpc2`` command: one sub-command per pipeline stage.
+
+Each stage lives in its own module under :mod:`tdmpc2core.stages` and exposes
+``add_arguments(parser)`` and ``run(args) -> int``. Stages read files and write files
+atomically; see ``docs/artifacts.md`` for the formats.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# sub-command -> (module under tdmpc2core.stages, one-line help)
+STAGES = {
+    "train-single": ("train_single", "train single-task TD-MPC2 seeds (vmapped) on one task"),
+    "figures": ("figures", "learning-curve figures per task, beside the published curves"),
+    "tables": ("tables", "the paper's single-task tables and aggregate scores"),
+    "report": ("report", "render results/report.html (self-contained)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tdmpc2", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    for name, (module, help_text) in STAGES.items():
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(_module=module)
+        try:
+            mod = importlib.import_module(f"tdmpc2core.stages.{module}")
+        except ModuleNotFoundError as exc:  # a stage not built yet
+            if exc.name != f"tdmpc2core.stages.{module}":
+                raise
+            p.set_defaults(_missing=True)
+            continue
+        mod.add_arguments(p)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_missing", False):
+        parser.error(f"stage {args.stage!r} is not available in this version")
+    mod = importlib.import_module(f"tdmpc2core.stages.{args._module}")
+    return int(mod.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
