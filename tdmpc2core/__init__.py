@@ -1,0 +1,19 @@
+"""tdmpc2core: faithful JAX/Flax/Optax TD-MPC2 (Hansen, Su, Wang, ICLR 2024).
+
+The single-task agent reproduces the paper-era official code (nicklashansen/tdmpc2 at
+5f6fade); ``docs/deviations.md`` lists every departure. Importing this package is cheap:
+environment suites are imported when an environment is made.
+"""
+from .config import MODEL_SIZES, TDMPC2Config
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
+    if name in ("TDMPC2", "TerminationError"):
+        from . import agent
+        return getattr(agent, name)
+    raise AttributeError(name)
+
+
+__all__ = ["TDMPC2", "TDMPC2Config", "MODEL_SIZES", "TerminationError", "__version__"]

@@ -1,0 +1,143 @@
+"""Hyperparameters of TD-MPC2, their paper defaults, model-size presets and derived values.
+
+Source: ``spec/tdmpc2.md`` §1 (the official ``config.yaml`` at commit 5f6fade and
+``common/__init__.py::MODEL_SIZE``). Every default below is the paper's.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+# spec §1.2: preset -> widths (single-task values; latent 768 for size 19 except mt30's 512)
+MODEL_SIZES: dict[int, dict[str, int]] = {
+    1: dict(enc_dim=256, mlp_dim=384, latent_dim=128, num_enc_layers=2, num_q=2),
+    5: dict(enc_dim=256, mlp_dim=512, latent_dim=512, num_enc_layers=2, num_q=5),
+    19: dict(enc_dim=1024, mlp_dim=1024, latent_dim=768, num_enc_layers=3, num_q=5),
+    48: dict(enc_dim=1792, mlp_dim=1792, latent_dim=768, num_enc_layers=4, num_q=5),
+    317: dict(enc_dim=4096, mlp_dim=4096, latent_dim=1376, num_enc_layers=5, num_q=8),
+}
+WIDTH_KEYS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q")
+
+
+@dataclasses.dataclass(frozen=True)
+class TDMPC2Config:
+    """Every hyperparameter of the agent (hashable: used as a static argument of jit).
+
+    Names follow the official config.yaml (``lr`` is ``learning_rate``). Widths left as
+    None are filled from the ``model_size`` preset by :func:`resolve_config`.
+    """
+
+    # architecture (spec §1.1, §1.2, §3)
+    model_size: int = 5
+    enc_dim: Optional[int] = None
+    mlp_dim: Optional[int] = None
+    latent_dim: Optional[int] = None
+    num_enc_layers: Optional[int] = None
+    num_q: Optional[int] = None
+    simnorm_dim: int = 8
+    num_bins: int = 101
+    vmin: float = -10.0
+    vmax: float = 10.0
+    dropout: float = 0.01
+    # training (spec §1.1, §5)
+    horizon: int = 3
+    batch_size: int = 256
+    rho: float = 0.5
+    consistency_coef: float = 20.0
+    reward_coef: float = 0.1
+    value_coef: float = 0.1
+    learning_rate: float = 3e-4
+    enc_lr_scale: float = 0.3
+    grad_clip_norm: float = 20.0
+    pi_eps: float = 1e-5
+    tau: float = 0.01
+    entropy_coef: float = 1e-4
+    log_std_min: float = -10.0
+    log_std_max: float = 2.0
+    buffer_size: int = 1_000_000
+    seed_steps: Optional[int] = None
+    gamma: Optional[float] = None
+    discount_denom: float = 5.0
+    discount_min: float = 0.95
+    discount_max: float = 0.995
+    # planner (spec §1.1, §6)
+    mpc: bool = True
+    iterations: int = 6
+    num_samples: int = 512
+    num_elites: int = 64
+    num_pi_trajs: int = 24
+    min_std: float = 0.05
+    max_std: float = 2.0
+    temperature: float = 0.5
+    # episodic mode (spec §11; eece801) -- not part of the paper-era agent
+    episodic: bool = False
+    termination_coef: float = 1.0
+    # 5f6fade quirk (spec §5.4): include the previous (clipped) policy gradient in the
+    # world-model clip norm. True reproduces 5f6fade; False is eece801+ behaviour.
+    stale_pi_grad_in_clip: bool = True
+
+    # ---- derived helpers (valid after resolve_config) ----
+    @property
+    def bin_size(self) -> float:
+        return (self.vmax - self.vmin) / (self.num_bins - 1)
+
+
+def discount_from_episode_length(T: int, denom: float = 5.0, lo: float = 0.95, hi: float = 0.995) -> float:
+    """gamma = clip((T/denom - 1) / (T/denom), lo, hi) (spec §1.3); T in agent steps."""
+    frac = T / denom
+    return float(min(max((frac - 1.0) / frac, lo), hi))
+
+
+def seed_steps_from_episode_length(T: int) -> int:
+    """seed_steps = max(1000, 5 T) agent steps (spec §1.3)."""
+    return int(max(1000, 5 * T))
+
+
+def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int) -> TDMPC2Config:
+    """Fill preset widths, gamma, seed_steps and the planner iterations (spec §1.2, §1.3).
+
+    Args:
+      cfg: the user's configuration; None widths come from ``MODEL_SIZES[cfg.model_size]``,
+        explicit widths override the preset.
+      episode_length: T in agent steps.
+      action_dim: A; the planner runs ``iterations + 2`` when A >= 20.
+
+    Raises:
+      ValueError: unknown model_size, or values the architecture cannot take.
+    """
+    if cfg.model_size not in MODEL_SIZES:
+        raise ValueError(f"model_size={cfg.model_size!r} is not a preset; accepted: {sorted(MODEL_SIZES)}")
+    preset = MODEL_SIZES[cfg.model_size]
+    widths = {k: (getattr(cfg, k) if getattr(cfg, k) is not None else preset[k]) for k in WIDTH_KEYS}
+    if widths["latent_dim"] % cfg.simnorm_dim:
+        raise ValueError(f"latent_dim={widths['latent_dim']} must be divisible by simnorm_dim={cfg.simnorm_dim}")
+    if widths["num_q"] < 2:
+        raise ValueError(f"num_q={widths['num_q']} must be at least 2 (a random pair is drawn, spec §4.6)")
+    if cfg.num_elites > cfg.num_samples:
+        raise ValueError(f"num_elites={cfg.num_elites} exceeds num_samples={cfg.num_samples}")
+    if cfg.num_pi_trajs >= cfg.num_samples:
+        raise ValueError(f"num_pi_trajs={cfg.num_pi_trajs} must be below num_samples={cfg.num_samples}")
+    if cfg.horizon < 1:
+        raise ValueError(f"horizon={cfg.horizon} must be >= 1")
+    if episode_length < cfg.horizon + 1 and not cfg.episodic:
+        raise ValueError(f"episode length T={episode_length} agent steps is shorter than horizon + 1 = {cfg.horizon + 1}")
+    gamma = cfg.gamma if cfg.gamma is not None else discount_from_episode_length(
+        episode_length, cfg.discount_denom, cfg.discount_min, cfg.discount_max)
+    seed_steps = cfg.seed_steps if cfg.seed_steps is not None else seed_steps_from_episode_length(episode_length)
+    iterations = cfg.iterations + (2 if action_dim >= 20 else 0)
+    return dataclasses.replace(cfg, **widths, gamma=float(gamma), seed_steps=int(seed_steps), iterations=iterations)
+
+
+def config_from_kwargs(**kwargs) -> TDMPC2Config:
+    """A TDMPC2Config from keyword arguments, refusing unknown names with the accepted list."""
+    fields = {f.name for f in dataclasses.fields(TDMPC2Config)}
+    unknown = sorted(set(kwargs) - fields)
+    if unknown:
+        raise TypeError(f"unknown TD-MPC2 hyperparameter(s) {unknown}; accepted: {sorted(fields)}")
+    return TDMPC2Config(**kwargs)
+
+
+__all__ = [
+    "MODEL_SIZES", "TDMPC2Config", "resolve_config", "config_from_kwargs",
+    "discount_from_episode_length", "seed_steps_from_episode_length",
+]

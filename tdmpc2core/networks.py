@@ -1,0 +1,119 @@
+"""Flax modules of the TD-MPC2 world model (spec §3).
+
+Every module is a single network; the world model is a dict of their parameters
+(``encoder``, ``dynamics``, ``reward``, ``qs`` (stacked over the K ensemble members on
+axis 0), ``pi``, and ``termination`` in the episodic mode). :mod:`tdmpc2core.world_model`
+applies them. Keeping the Q members stacked lets a call evaluate only the random pair it
+needs (exactly the same numbers as evaluating all K and selecting two).
+
+Initialisation (spec §3.7, 5f6fade): every Linear weight ~ N(0, 0.02^2) (PyTorch's
+trunc_normal with absolute bounds +-2 is practically untruncated at std 0.02), biases 0,
+LayerNorm scale 1 / bias 0 (epsilon 1e-5), and the last Linear weight of the reward head
+and of every Q member zero.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from .math import mish, simnorm
+
+#: Matmul precision of every Dense layer: full float32 (no silent TF32/bf16 on GPUs; spec §12.19).
+MATMUL_PRECISION = jax.lax.Precision.HIGHEST
+LN_EPS = 1e-5
+weight_init = nn.initializers.normal(stddev=0.02)
+
+
+class NormedLinear(nn.Module):
+    """Linear -> [Dropout] -> LayerNorm -> activation ('mish' or 'simnorm') (spec §3.1)."""
+
+    features: int
+    act: str = "mish"
+    dropout: float = 0.0
+    simnorm_dim: int = 8
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = True):
+        x = nn.Dense(self.features, kernel_init=weight_init, bias_init=nn.initializers.zeros,
+                     precision=MATMUL_PRECISION)(x)
+        if self.dropout > 0:
+            x = nn.Dropout(rate=self.dropout)(x, deterministic=deterministic)
+        x = nn.LayerNorm(epsilon=LN_EPS)(x)
+        if self.act == "mish":
+            return mish(x)
+        if self.act == "simnorm":
+            return simnorm(x, self.simnorm_dim)
+        raise ValueError(f"unknown activation {self.act!r}")
+
+
+class MLP(nn.Module):
+    """mlp(in, hidden, out) of the official code (spec §3.1).
+
+    Hidden layers are NormedLinear with Mish, dropout only in the first one. The output
+    layer is a plain Linear (``out_act=None``; zero weight if ``zero_out``) or a
+    NormedLinear with ``out_act`` ('simnorm' for encoder and dynamics).
+    """
+
+    hidden: Sequence[int]
+    out: int
+    out_act: Optional[str] = None
+    dropout: float = 0.0
+    zero_out: bool = False
+    simnorm_dim: int = 8
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = True):
+        for i, h in enumerate(self.hidden):
+            x = NormedLinear(h, "mish", self.dropout if i == 0 else 0.0, self.simnorm_dim)(x, deterministic)
+        if self.out_act is None:
+            kinit = nn.initializers.zeros if self.zero_out else weight_init
+            return nn.Dense(self.out, kernel_init=kinit, bias_init=nn.initializers.zeros,
+                            precision=MATMUL_PRECISION)(x)
+        return NormedLinear(self.out, self.out_act, 0.0, self.simnorm_dim)(x, deterministic)
+
+
+def build_modules(cfg, obs_dim: int, action_dim: int, task_dim: int = 0) -> dict[str, nn.Module]:
+    """The world model's networks for a resolved config (spec §3.2 table).
+
+    Inputs (concatenated in this order): encoder obs ⊕ e; dynamics, reward, Q: z ⊕ e ⊕ a;
+    pi, termination: z ⊕ e, where e is the task embedding (task_dim 0 for single-task).
+    """
+    mlp2 = (cfg.mlp_dim, cfg.mlp_dim)
+    enc_hidden = (cfg.enc_dim,) * max(cfg.num_enc_layers - 1, 1)
+    mods = {
+        "encoder": MLP(enc_hidden, cfg.latent_dim, out_act="simnorm", simnorm_dim=cfg.simnorm_dim),
+        "dynamics": MLP(mlp2, cfg.latent_dim, out_act="simnorm", simnorm_dim=cfg.simnorm_dim),
+        "reward": MLP(mlp2, cfg.num_bins, zero_out=True),
+        "pi": MLP(mlp2, 2 * action_dim),
+        "q": MLP(mlp2, cfg.num_bins, dropout=cfg.dropout, zero_out=True),
+    }
+    if cfg.episodic:
+        mods["termination"] = MLP(mlp2, 1)
+    return mods
+
+
+def init_params(modules: dict, key, obs_dim: int, action_dim: int, latent_dim: int, num_q: int,
+                task_dim: int = 0) -> dict:
+    """Initial parameters: {'encoder','dynamics','reward','pi','qs'(stacked K),['termination']}."""
+    keys = jax.random.split(key, 6)
+    o = jnp.zeros((1, obs_dim + task_dim), jnp.float32)
+    za = jnp.zeros((1, latent_dim + task_dim + action_dim), jnp.float32)
+    z = jnp.zeros((1, latent_dim + task_dim), jnp.float32)
+    params = {
+        "encoder": modules["encoder"].init(keys[0], o)["params"],
+        "dynamics": modules["dynamics"].init(keys[1], za)["params"],
+        "reward": modules["reward"].init(keys[2], za)["params"],
+        "pi": modules["pi"].init(keys[3], z)["params"],
+        "qs": jax.vmap(lambda k: modules["q"].init(k, za)["params"])(jax.random.split(keys[4], num_q)),
+    }
+    if "termination" in modules:
+        params["termination"] = modules["termination"].init(keys[5], z)["params"]
+    return params
+
+
+def count_params(tree) -> int:
+    """Number of scalars in a parameter tree."""
+    return int(sum(x.size for x in jax.tree_util.tree_leaves(tree)))

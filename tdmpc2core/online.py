@@ -1,0 +1,213 @@
+"""The single-task online loop (spec §8) as jitted programs over seeds.
+
+A *tick* is one agent step of each of the ``n_envs`` environments in lockstep:
+
+1. if the episodes ended at the previous tick (or none has started), the finished episodes
+   are added to the replay and the environments reset (the reference's order: an episode
+   enters the buffer at the top of the iteration after it ended);
+2. each env acts: uniform random actions while ``agent_steps <= seed_steps`` (the
+   reference's ``step > seed_steps`` test), else the MPPI planner;
+3. the envs step (action repeat inside the env adapter) and the row (o_{t+1}, a_t, r_t) is
+   written;
+4. updates: none before ``seed_steps``; at the first tick with ``agent_steps >= seed_steps``
+   the burst of ``seed_steps`` updates (spec §8, §12.14); afterwards ``n_envs`` per tick.
+
+``agent_steps`` here is the count before the tick (the reference's ``step``). A chunk runs a
+dynamic number of ticks of one phase inside a ``lax.fori_loop`` (one compilation per phase,
+whatever the chunk length), vmapped over seeds; the host only acts between chunks
+(evaluation, logging, checkpoints).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from . import replay as rp
+from .planner import act_with_policy, plan
+from .update import AgentState, update
+
+METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss",
+               "grad_norm", "pi_grad_norm", "pi_scale")
+
+
+class RunState(NamedTuple):
+    """Everything a single-task run carries between ticks (one seed)."""
+
+    agent: AgentState
+    replay: rp.Replay
+    env_state: object            # [n_envs] env states
+    obs: jnp.ndarray             # [n_envs, obs_dim] current observations
+    prev_mean: jnp.ndarray       # [n_envs, H, A] planner warm start
+    ep_t: jnp.ndarray            # [n_envs] int32 agent steps into the current episode
+    ep_return: jnp.ndarray       # [n_envs] f32 return of the current episode so far
+    done: jnp.ndarray            # [n_envs] bool: episode ended at the last tick
+    active: jnp.ndarray          # bool: an episode is in progress (False before the first reset)
+    key: jnp.ndarray
+    metrics: dict                # last update's scalar metrics
+    finished_return_sum: jnp.ndarray   # f32, episodes finished since the last host read
+    finished_count: jnp.ndarray        # int32
+    terminations: jnp.ndarray          # int32, env terminations seen (all time)
+    nonfinite: jnp.ndarray             # int32, non-finite observations or rewards (all time)
+
+
+def zero_metrics():
+    return {k: jnp.zeros((), jnp.float32) for k in METRIC_KEYS}
+
+
+def init_run_state(agent, agent_state: AgentState, key, run_agent_steps: int) -> RunState:
+    """A run before its first tick (one seed)."""
+    env, cfg = agent.env, agent.cfg
+    n, T = agent.n_envs, agent.episode_length
+    k_env, key = jax.random.split(key)
+    env_state, obs = jax.vmap(env.reset)(jax.random.split(k_env, n))
+    replay = rp.init_replay(rp.capacity_episodes(cfg.buffer_size, run_agent_steps, T), n, T,
+                            env.spec.obs_dim, env.spec.action_dim)
+    return RunState(
+        agent=agent_state, replay=replay, env_state=env_state, obs=obs,
+        prev_mean=jnp.zeros((n, cfg.horizon, env.spec.action_dim), jnp.float32),
+        ep_t=jnp.zeros((n,), jnp.int32), ep_return=jnp.zeros((n,), jnp.float32),
+        done=jnp.ones((n,), bool), active=jnp.zeros((), bool), key=key, metrics=zero_metrics(),
+        finished_return_sum=jnp.zeros((), jnp.float32), finished_count=jnp.zeros((), jnp.int32),
+        terminations=jnp.zeros((), jnp.int32), nonfinite=jnp.zeros((), jnp.int32))
+
+
+def _reset(agent, rs: RunState, key) -> RunState:
+    n = agent.n_envs
+    env_state, obs = jax.vmap(agent.env.reset)(jax.random.split(key, n))
+    replay = rp.start_episodes(rs.replay, obs, rs.active)
+    finished = jnp.where(rs.active, n, 0).astype(jnp.int32)
+    return rs._replace(
+        replay=replay, env_state=env_state, obs=obs,
+        finished_return_sum=rs.finished_return_sum + jnp.where(rs.active, jnp.sum(rs.ep_return), 0.0),
+        finished_count=rs.finished_count + finished,
+        ep_t=jnp.zeros_like(rs.ep_t), ep_return=jnp.zeros_like(rs.ep_return),
+        done=jnp.zeros_like(rs.done), active=jnp.ones((), bool))
+
+
+def _updates(agent, rs: RunState, n_updates: int, key) -> RunState:
+    cfg = agent.cfg
+
+    def body(carry, k):
+        st, _ = carry
+        k_s, k_u = jax.random.split(k)
+        batch = rp.sample(rs.replay, k_s, cfg.batch_size, cfg.horizon)
+        st, m = update(agent.wm, st, batch, agent.gamma, k_u)
+        return (st, {k2: m[k2] for k2 in METRIC_KEYS}), None
+
+    (st, metrics), _ = jax.lax.scan(body, (rs.agent, rs.metrics), jax.random.split(key, n_updates))
+    return rs._replace(agent=st, metrics=metrics)
+
+
+def tick(agent, rs: RunState, tick_index, *, random_action, plan_action, n_updates: int) -> RunState:
+    """One lockstep tick (module docstring). ``tick_index`` is unbatched (same for all seeds);
+    ``random_action`` / ``plan_action`` are traced unbatched booleans or static bools."""
+    env, cfg = agent.env, agent.cfg
+    n, T, A = agent.n_envs, agent.episode_length, env.spec.action_dim
+    key, k_reset, k_rand, k_plan, k_step, k_upd = jax.random.split(rs.key, 6)
+    rs = rs._replace(key=key)
+    # 1. episodes end together at T (terminations are refused in this mode), so the reset
+    # predicate depends on the tick alone and stays a real branch under the seed vmap.
+    rs = jax.lax.cond((tick_index % T) == 0, lambda r: _reset(agent, r, k_reset), lambda r: r, rs)
+    t0 = rs.ep_t == 0
+
+    # 2. act
+    def random_actions(_):
+        return jax.random.uniform(k_rand, (n, A), jnp.float32, -1.0, 1.0), rs.prev_mean
+
+    def planned_actions(_):
+        keys = jax.random.split(k_plan, n)
+        if cfg.mpc:
+            return jax.vmap(lambda o, m, f, k: plan(agent.wm, rs.agent.params, o, m, f, False, agent.gamma, k))(
+                rs.obs, rs.prev_mean, t0, keys)
+        a = jax.vmap(lambda o, k: act_with_policy(agent.wm, rs.agent.params, o, False, k))(rs.obs, keys)
+        return a, rs.prev_mean
+
+    if random_action is True:
+        action, prev_mean = random_actions(None)
+    elif plan_action is True:
+        action, prev_mean = planned_actions(None)
+    else:
+        action, prev_mean = jax.lax.cond(random_action, random_actions, planned_actions, None)
+
+    # 3. env step and replay row
+    env_state, out = jax.vmap(env.step)(rs.env_state, action, jax.random.split(k_step, n))
+    finite = jnp.all(jnp.isfinite(out.obs), axis=-1) & jnp.isfinite(out.reward)
+    replay = rp.write_step(rs.replay, rs.ep_t + 1, out.obs, action, out.reward, out.terminated)
+    rs = rs._replace(
+        replay=replay, env_state=env_state, obs=out.obs, prev_mean=prev_mean,
+        ep_t=rs.ep_t + 1, ep_return=rs.ep_return + out.reward,
+        done=out.terminated | out.truncated,
+        terminations=rs.terminations + jnp.sum(out.terminated).astype(jnp.int32),
+        nonfinite=rs.nonfinite + jnp.sum(~finite).astype(jnp.int32))
+
+    # 4. updates
+    if n_updates > 0:
+        rs = _updates(agent, rs, n_updates, k_upd)
+    return rs
+
+
+def make_chunk_fn(agent, phase: str):
+    """A jitted function (states [seeds, ...], start_tick, n_ticks) -> states for a phase.
+
+    phase: 'seed' (random actions, no updates), 'burst' (one tick: the seed_steps burst),
+    'train' (planner, n_envs updates per tick).
+    """
+    cfg, n = agent.cfg, agent.n_envs
+
+    def single(rs, start, n_ticks):
+        if phase == "seed":
+            body = lambda i, r: tick(agent, r, start + i, random_action=True, plan_action=False, n_updates=0)
+        elif phase == "burst":
+            # the burst tick acts randomly iff its agent_steps <= seed_steps (spec §8)
+            rand = start * n <= cfg.seed_steps
+            body = lambda i, r: tick(agent, r, start + i, random_action=rand, plan_action=~rand,
+                                     n_updates=cfg.seed_steps)
+        elif phase == "train":
+            body = lambda i, r: tick(agent, r, start + i, random_action=False, plan_action=True, n_updates=n)
+        else:
+            raise ValueError(phase)
+        return jax.lax.fori_loop(0, n_ticks, body, rs)
+
+    return jax.jit(jax.vmap(single, in_axes=(0, None, None)), donate_argnums=(0,))
+
+
+def make_eval_fn(agent, num_episodes: int):
+    """A jitted function (params [seeds, ...], keys [seeds, 2]) -> (returns, lengths) [seeds, E].
+
+    Each of ``num_episodes`` episodes starts from a fresh initial state of its own key and
+    runs T agent steps with the planner in eval mode (no exploration noise; the elite is
+    still drawn at random, spec §6.5), t0 on the first step (spec §7). An episode that
+    terminates stops accumulating reward.
+    """
+    env, cfg = agent.env, agent.cfg
+    T, A, H = agent.episode_length, env.spec.action_dim, cfg.horizon
+
+    def one_episode(params, key):
+        k_reset, k_loop = jax.random.split(key)
+        state, obs = env.reset(k_reset)
+
+        def body(carry, inp):
+            state, obs, mean, ret, length, alive = carry
+            t, k = inp
+            k_act, k_step = jax.random.split(k)
+            if cfg.mpc:
+                a, mean = plan(agent.wm, params, obs, mean, t == 0, True, agent.gamma, k_act)
+            else:
+                a = act_with_policy(agent.wm, params, obs, True, k_act)
+            state, out = env.step(state, a, k_step)
+            ret = ret + alive * out.reward
+            length = length + alive.astype(jnp.int32)
+            alive = alive * (1.0 - out.terminated.astype(jnp.float32))
+            return (state, out.obs, mean, ret, length, alive), None
+
+        init = (state, obs, jnp.zeros((H, A), jnp.float32), jnp.zeros((), jnp.float32),
+                jnp.zeros((), jnp.int32), jnp.ones((), jnp.float32))
+        (_, _, _, ret, length, _), _ = jax.lax.scan(body, init, (jnp.arange(T), jax.random.split(k_loop, T)))
+        return ret, length
+
+    def per_seed(params, key):
+        return jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))
+
+    return jax.jit(jax.vmap(per_seed))

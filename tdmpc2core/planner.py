@@ -1,0 +1,113 @@
+"""MPPI planning in latent space (spec §6), for one observation.
+
+:func:`plan` is pure and jittable; vmap it over environments and seeds. The warm start
+(``prev_mean``) is carried by the caller between environment steps.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from . import math as tm
+from .world_model import WorldModel
+
+
+def estimate_value(wm: WorldModel, params, z, actions, gamma, key, e=None):
+    """G = sum_t gamma^t r_t + gamma^H Q_avg(z_H, pi(z_H)) for each sequence (spec §6.4b).
+
+    z [N, L]; actions [H, N, A]. One random Q pair per call; no dropout. Returns [N].
+    With cfg.episodic, reward and value stop after a predicted termination (spec §11.4).
+    """
+    cfg = wm.cfg
+    H = actions.shape[0]
+    k_pi, k_pair = jax.random.split(key)
+    G = jnp.zeros(z.shape[0], jnp.float32)
+    discount = 1.0
+    alive = jnp.ones(z.shape[0], jnp.float32)
+    for t in range(H):
+        r = tm.two_hot_inv(wm.reward(params, z, actions[t], e), cfg.vmin, cfg.vmax)
+        z = wm.next(params, z, actions[t], e)
+        G = G + discount * alive * r
+        discount = discount * gamma
+        if cfg.episodic:
+            term = (jax.nn.sigmoid(wm.termination_logit(params, z, e)[..., 0]) > 0.5).astype(jnp.float32)
+            alive = alive * (1.0 - term)
+    _, a_pi, _, _ = wm.pi(params["pi"], z, k_pi, e)
+    q = wm.q_pair(params["qs"], z, a_pi, k_pair, "avg", e)
+    return G + discount * alive * q
+
+
+def policy_trajectories(wm: WorldModel, params, z, key, e=None):
+    """num_pi_trajs action sequences [H, P, A] sampled from the policy prior (spec §6.2)."""
+    cfg = wm.cfg
+    P, H = cfg.num_pi_trajs, cfg.horizon
+    _z = jnp.broadcast_to(z, (P, z.shape[-1]))
+    keys = jax.random.split(key, H)
+    acts = []
+    for t in range(H - 1):
+        _, a, _, _ = wm.pi(params["pi"], _z, keys[t], e)
+        acts.append(a)
+        _z = wm.next(params, _z, a, e)
+    _, a, _, _ = wm.pi(params["pi"], _z, keys[H - 1], e)
+    acts.append(a)
+    return jnp.stack(acts)
+
+
+def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key, e=None, mask=None):
+    """One MPPI plan from one observation (spec §6, 5f6fade).
+
+    Args:
+      obs: [obs_dim]; prev_mean: [H, A], the previous call's final mean (warm start);
+      t0: bool scalar, first step of an episode (no warm start); eval_mode: static bool,
+      no exploration noise when True (the elite is still drawn at random, spec §12.10).
+    Returns:
+      (action [A] in [-1, 1], mean [H, A] to pass as the next prev_mean).
+    """
+    cfg = wm.cfg
+    H, A = cfg.horizon, wm.action_dim
+    N, P, E = cfg.num_samples, cfg.num_pi_trajs, cfg.num_elites
+    k_pi, k_loop, k_elite, k_noise = jax.random.split(key, 4)
+    z = wm.encode(params, obs[None], e)  # [1, L]
+    zN = jnp.broadcast_to(z, (N, z.shape[-1]))
+    eN = None if e is None else jnp.broadcast_to(e, (N, e.shape[-1]))
+
+    shifted = jnp.concatenate([prev_mean[1:], jnp.zeros((1, A), prev_mean.dtype)], axis=0)
+    mean = jnp.where(t0, jnp.zeros((H, A), jnp.float32), shifted)
+    std = jnp.full((H, A), cfg.max_std, jnp.float32)
+    pi_actions = policy_trajectories(wm, params, z, k_pi, None if e is None else e[None]) if P > 0 else None
+
+    def iteration(carry, k):
+        mean, std, _, _ = carry
+        k_samp, k_val = jax.random.split(k)
+        noise = jax.random.normal(k_samp, (H, N - P, A), jnp.float32)
+        sampled = jnp.clip(mean[:, None] + std[:, None] * noise, -1.0, 1.0)
+        actions = sampled if P == 0 else jnp.concatenate([pi_actions, sampled], axis=1)
+        if mask is not None:
+            actions = actions * mask
+        value = jnp.nan_to_num(estimate_value(wm, params, zN, actions, gamma, k_val, eN), nan=0.0)
+        elite_value, elite_idx = jax.lax.top_k(value, E)
+        elite_actions = actions[:, elite_idx]  # [H, E, A]
+        score = jnp.exp(cfg.temperature * (elite_value - jnp.max(elite_value)))
+        score = score / jnp.sum(score)
+        denom = jnp.sum(score) + 1e-9
+        mean = jnp.sum(score[None, :, None] * elite_actions, axis=1) / denom
+        std = jnp.sqrt(jnp.sum(score[None, :, None] * jnp.square(elite_actions - mean[:, None]), axis=1) / denom)
+        std = jnp.clip(std, cfg.min_std, cfg.max_std)
+        if mask is not None:
+            mean, std = mean * mask, std * mask
+        return (mean, std, score, elite_actions), None
+
+    init = (mean, std, jnp.zeros((E,), jnp.float32), jnp.zeros((H, E, A), jnp.float32))
+    (mean, std, score, elite_actions), _ = jax.lax.scan(iteration, init, jax.random.split(k_loop, cfg.iterations))
+    choice = jax.random.categorical(k_elite, jnp.log(score))
+    a = elite_actions[0, choice]
+    if not eval_mode:
+        a = a + std[0] * jax.random.normal(k_noise, (A,), jnp.float32)
+    return jnp.clip(a, -1.0, 1.0), mean
+
+
+def act_with_policy(wm: WorldModel, params, obs, eval_mode: bool, key, e=None):
+    """``mpc=False``: the policy prior's mean action in eval mode, a sample otherwise (spec §6.6)."""
+    z = wm.encode(params, obs[None], e)
+    mean, sample, _, _ = wm.pi(params["pi"], z, key, e)
+    return (mean if eval_mode else sample)[0]

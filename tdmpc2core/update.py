@@ -1,0 +1,205 @@
+"""One TD-MPC2 update: a world-model step, a policy step and the target-Q update (spec §5).
+
+:func:`update` is a pure function of the agent state and a batch; it is jitted as part of
+the training program (never alone per step).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from . import math as tm
+from .world_model import WorldModel
+
+WM_KEYS = ("encoder", "dynamics", "reward", "qs", "termination", "task_emb")
+
+
+class AgentState(NamedTuple):
+    """Learned state of one agent (one seed).
+
+    params: {'encoder','dynamics','reward','qs','pi',['termination']} (networks.init_params);
+    target_qs: the target Q ensemble (a copy of params['qs'], spec §3.4);
+    wm_opt_state / pi_opt_state: Adam states of the two optimizers (spec §5.3);
+    pi_scale: the running scale S (spec §4.7); pi_grad_sq: squared norm of the previous
+    (clipped) policy gradient, kept for the 5f6fade clip quirk (spec §5.4);
+    updates: gradient updates done (int32).
+    """
+
+    params: dict
+    target_qs: dict
+    wm_opt_state: object
+    pi_opt_state: object
+    pi_scale: jnp.ndarray
+    pi_grad_sq: jnp.ndarray
+    updates: jnp.ndarray
+
+
+class Batch(NamedTuple):
+    """Sub-trajectories of H+1 rows, time-major (spec §5.1).
+
+    obs [H+1, B, obs_dim]; action [H, B, A]; reward [H, B]; terminated [H, B] (0/1 float);
+    task [B] int32 (multi-task) or None.
+    """
+
+    obs: jnp.ndarray
+    action: jnp.ndarray
+    reward: jnp.ndarray
+    terminated: jnp.ndarray
+    task: Optional[jnp.ndarray] = None
+
+
+def wm_subtrees(params: dict) -> dict:
+    return {k: v for k, v in params.items() if k in WM_KEYS}
+
+
+def make_optimizers(cfg):
+    """(world-model Adam with the encoder at lr * enc_lr_scale, policy Adam with eps 1e-5).
+
+    Gradient clipping is applied before these (:func:`clip_grads`), exactly as PyTorch's
+    clip_grad_norm_ (spec §5.3).
+    """
+    def label(tree):
+        return {k: jax.tree_util.tree_map(lambda _: "encoder" if k == "encoder" else "rest", v)
+                for k, v in tree.items()}
+
+    wm = optax.multi_transform(
+        {"encoder": optax.adam(cfg.learning_rate * cfg.enc_lr_scale, b1=0.9, b2=0.999, eps=1e-8),
+         "rest": optax.adam(cfg.learning_rate, b1=0.9, b2=0.999, eps=1e-8)},
+        label)
+    pi = optax.adam(cfg.learning_rate, b1=0.9, b2=0.999, eps=cfg.pi_eps)
+    return wm, pi
+
+
+def global_sq_norm(tree):
+    return sum(jnp.sum(jnp.square(x)) for x in jax.tree_util.tree_leaves(tree))
+
+
+def clip_coef(sq_norm, max_norm: float):
+    """PyTorch clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied only if < 1."""
+    return jnp.minimum(max_norm / (jnp.sqrt(sq_norm) + 1e-6), 1.0)
+
+
+def init_agent_state(wm: WorldModel, key) -> AgentState:
+    params = wm.init(key)
+    wm_tx, pi_tx = make_optimizers(wm.cfg)
+    return AgentState(
+        params=params,
+        target_qs=jax.tree_util.tree_map(jnp.copy, params["qs"]),
+        wm_opt_state=wm_tx.init(wm_subtrees(params)),
+        pi_opt_state=pi_tx.init(params["pi"]),
+        pi_scale=jnp.ones((), jnp.float32),
+        pi_grad_sq=jnp.zeros((), jnp.float32),
+        updates=jnp.zeros((), jnp.int32),
+    )
+
+
+def td_targets(wm: WorldModel, params, target_qs, batch: Batch, gamma, key, e_next=None):
+    """td_t = r_t + gamma (1 - d_t) min(Q'_i, Q'_j)(enc(o_{t+1}), pi(enc(o_{t+1}))) (spec §5.2.1).
+
+    Online encoder, a sampled (not mean) policy action, the target ensemble without dropout.
+    gamma is a scalar or [B]. Returns (td [H, B], next_z [H, B, L]), both without gradient.
+    """
+    k_pi, k_pair = jax.random.split(key)
+    next_z = wm.encode(params, batch.obs[1:], e_next)
+    _, a_next, _, _ = wm.pi(params["pi"], next_z, k_pi, e_next)
+    q = wm.q_pair(target_qs, next_z, a_next, k_pair, "min", e_next)
+    # paper-era agent: no termination in the target (spec §5.2); episodic mode: 1 - d_t (§11.4)
+    not_done = (1.0 - batch.terminated) if wm.cfg.episodic else 1.0
+    td = batch.reward + gamma * not_done * q
+    return jax.lax.stop_gradient(td), jax.lax.stop_gradient(next_z)
+
+
+def world_model_loss(wm: WorldModel, wm_params, pi_params, batch: Batch, td, next_z, dropout_key):
+    """20 L_cons + 0.1 L_rew + 0.1 L_val (+ coef L_term when episodic) (spec §5.2.3-5).
+
+    Consistency /H, reward /H, value /(H K), rho^t inside, not normalised by sum rho^t.
+    Returns (loss, (zs [H+1, B, L], metrics)).
+    """
+    cfg = wm.cfg
+    params = dict(wm_params, pi=pi_params)
+    H = batch.action.shape[0]
+    rho = cfg.rho ** jnp.arange(H, dtype=jnp.float32)
+    z = wm.encode(params, batch.obs[0])
+    zs = [z]
+    cons = 0.0
+    for t in range(H):
+        z = wm.next(params, z, batch.action[t])
+        cons = cons + rho[t] * jnp.mean(jnp.square(z - next_z[t]))
+        zs.append(z)
+    zs = jnp.stack(zs)
+    _zs = zs[:-1]
+    q_logits = wm.q_all(params["qs"], _zs, batch.action, dropout_key=dropout_key)  # [K, H, B, N]
+    r_logits = wm.reward(params, _zs, batch.action)  # [H, B, N]
+    rew_ce = tm.soft_ce(r_logits, batch.reward, cfg.vmin, cfg.vmax).mean(axis=-1)  # [H]
+    val_ce = tm.soft_ce(q_logits, td[None], cfg.vmin, cfg.vmax).mean(axis=-1)  # [K, H]
+    K = q_logits.shape[0]
+    cons_loss = cons / H
+    rew_loss = jnp.sum(rho * rew_ce) / H
+    val_loss = jnp.sum(rho[None] * val_ce) / (H * K)
+    total = cfg.consistency_coef * cons_loss + cfg.reward_coef * rew_loss + cfg.value_coef * val_loss
+    metrics = {"consistency_loss": cons_loss, "reward_loss": rew_loss, "value_loss": val_loss}
+    if cfg.episodic:
+        logits = wm.termination_logit(params, zs[1:])[..., 0]  # [H, B]
+        term = optax.sigmoid_binary_cross_entropy(logits, batch.terminated).mean()
+        total = total + cfg.termination_coef * term
+        metrics["termination_loss"] = term
+    metrics["total_loss"] = total
+    return total, (zs, metrics)
+
+
+def policy_loss(wm: WorldModel, pi_params, qs_params, zs, pi_scale, key):
+    """L_pi = mean_t rho^t mean_B[alpha log pi - Q_avg / S] on detached latents (spec §5.2.7).
+
+    Q: average of a random online pair with dropout, Q params frozen; S updated from the
+    t = 0 values first. Returns (loss, (new_scale, metrics)).
+    """
+    cfg = wm.cfg
+    k_pi, k_pair, k_drop = jax.random.split(key, 3)
+    _, a, log_pi, _ = wm.pi(pi_params, zs, k_pi)
+    q = wm.q_pair(jax.lax.stop_gradient(qs_params), zs, a, k_pair, "avg", dropout_key=k_drop)  # [H+1, B]
+    new_scale = tm.running_scale_update(pi_scale, q[0][:, None], cfg.tau)
+    q = q / jax.lax.stop_gradient(new_scale)
+    rho = cfg.rho ** jnp.arange(zs.shape[0], dtype=jnp.float32)
+    per_t = jnp.mean(cfg.entropy_coef * log_pi[..., 0] - q, axis=-1)  # [H+1]
+    loss = jnp.mean(per_t * rho)
+    return loss, (new_scale, {"pi_loss": loss, "pi_entropy_term": jnp.mean(log_pi)})
+
+
+def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key):
+    """One update: targets, world-model step, policy step, target Qs (spec §5.2 order).
+
+    Returns (new_state, metrics) with scalar metrics (losses, grad norms, pi_scale).
+    """
+    cfg = wm.cfg
+    wm_tx, pi_tx = make_optimizers(cfg)
+    k_td, k_drop, k_pi = jax.random.split(key, 3)
+    params = state.params
+    td, next_z = td_targets(wm, params, state.target_qs, batch, gamma, k_td)
+
+    wm_params = wm_subtrees(params)
+    (_, (zs, metrics)), g = jax.value_and_grad(world_model_loss, argnums=1, has_aux=True)(
+        wm, wm_params, params["pi"], batch, td, next_z, k_drop)
+    g_sq = global_sq_norm(g)
+    clip_sq = g_sq + (state.pi_grad_sq if cfg.stale_pi_grad_in_clip else 0.0)
+    coef = clip_coef(clip_sq, cfg.grad_clip_norm)
+    g = jax.tree_util.tree_map(lambda x: x * coef, g)
+    upd, wm_opt_state = wm_tx.update(g, state.wm_opt_state, wm_params)
+    wm_params = optax.apply_updates(wm_params, upd)
+
+    (_, (new_scale, pmetrics)), gp = jax.value_and_grad(policy_loss, argnums=1, has_aux=True)(
+        wm, params["pi"], wm_params["qs"], jax.lax.stop_gradient(zs), state.pi_scale, k_pi)
+    gp_sq = global_sq_norm(gp)
+    pcoef = clip_coef(gp_sq, cfg.grad_clip_norm)
+    gp = jax.tree_util.tree_map(lambda x: x * pcoef, gp)
+    upd, pi_opt_state = pi_tx.update(gp, state.pi_opt_state, params["pi"])
+    pi_params = optax.apply_updates(params["pi"], upd)
+
+    target_qs = jax.tree_util.tree_map(lambda t, o: t + cfg.tau * (o - t), state.target_qs, wm_params["qs"])
+    new_params = dict(wm_params, pi=pi_params)
+    metrics = dict(metrics, **pmetrics, grad_norm=jnp.sqrt(g_sq), pi_grad_norm=jnp.sqrt(gp_sq), pi_scale=new_scale)
+    new_state = AgentState(new_params, target_qs, wm_opt_state, pi_opt_state, new_scale,
+                           gp_sq * jnp.square(pcoef), state.updates + 1)
+    return new_state, metrics

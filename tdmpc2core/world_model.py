@@ -1,0 +1,109 @@
+"""The world model's calls (spec §3-§4): encode, next, reward, pi, Q (all / min / avg of a
+random pair), termination.
+
+``WorldModel`` holds the Flax modules (static, hashable through the config); parameters
+are passed explicitly. Shapes: any leading batch dims ``[...]``; z is ``[..., latent_dim]``,
+a is ``[..., action_dim]`` in [-1, 1]. ``e`` is the task embedding ``[..., task_dim]`` (None
+for single-task) and ``mask`` the task's action mask ``[..., action_dim]`` (None: all dims).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from . import math as tm
+from .networks import build_modules, init_params
+
+
+def _cat(*xs):
+    return jnp.concatenate([x for x in xs if x is not None], axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorldModel:
+    """Applies the TD-MPC2 networks for a resolved :class:`~tdmpc2core.config.TDMPC2Config`."""
+
+    cfg: object
+    obs_dim: int
+    action_dim: int
+    task_dim: int = 0
+
+    @property
+    def modules(self):
+        return build_modules(self.cfg, self.obs_dim, self.action_dim, self.task_dim)
+
+    def init(self, key) -> dict:
+        c = self.cfg
+        return init_params(self.modules, key, self.obs_dim, self.action_dim, c.latent_dim, c.num_q, self.task_dim)
+
+    # ---- model calls -------------------------------------------------------------
+    def encode(self, params, obs, e=None):
+        """obs [..., obs_dim] -> z [..., latent] (LayerNorm then SimNorm; spec §3.2)."""
+        return self.modules["encoder"].apply({"params": params["encoder"]}, _cat(obs, e))
+
+    def next(self, params, z, a, e=None):
+        """Latent dynamics d(z, a) -> z' (spec §3.2)."""
+        return self.modules["dynamics"].apply({"params": params["dynamics"]}, _cat(z, e, a))
+
+    def reward(self, params, z, a, e=None):
+        """Reward logits [..., num_bins] (decode with two_hot_inv)."""
+        return self.modules["reward"].apply({"params": params["reward"]}, _cat(z, e, a))
+
+    def termination_logit(self, params, z, e=None):
+        """Termination logit [..., 1] (episodic mode only; spec §11.2)."""
+        return self.modules["termination"].apply({"params": params["termination"]}, _cat(z, e))
+
+    def pi(self, pi_params, z, key, e=None, mask=None):
+        """Policy prior (spec §4.5, 5f6fade).
+
+        Returns (mean_action, sampled_action, log_pi, log_std) with actions
+        [..., A] = tanh(mu) and tanh(mu + eps * sigma), log_pi [..., 1] the paper-era scaled
+        log-probability (Gaussian part x number of active dims, squash correction unscaled).
+        """
+        out = self.modules["pi"].apply({"params": pi_params}, _cat(z, e))
+        mu, raw = jnp.split(out, 2, axis=-1)
+        log_std = tm.squash_log_std(raw, self.cfg.log_std_min, self.cfg.log_std_max)
+        eps = jax.random.normal(key, mu.shape, mu.dtype)
+        size = None
+        if mask is not None:
+            mu, log_std, eps = mu * mask, log_std * mask, eps * mask
+            size = jnp.sum(mask, axis=-1, keepdims=True)
+        log_pi = tm.gaussian_logprob_5f6fade(eps, log_std, size)
+        u = mu + eps * jnp.exp(log_std)
+        mean, sample = jnp.tanh(mu), jnp.tanh(u)
+        log_pi = log_pi - tm.squash_correction(sample)
+        return mean, sample, log_pi, log_std
+
+    def _q_members(self, qs_params, z, a, e=None, dropout_key=None):
+        """Logits [k, ..., num_bins] of the members stacked in qs_params (axis 0)."""
+        x = _cat(z, e, a)
+        qmod = self.modules["q"]
+        k = jax.tree_util.tree_leaves(qs_params)[0].shape[0]
+        if dropout_key is None:
+            return jax.vmap(lambda p: qmod.apply({"params": p}, x, deterministic=True))(qs_params)
+        keys = jax.random.split(dropout_key, k)  # a different dropout mask per member (spec §3.3)
+        return jax.vmap(lambda p, kk: qmod.apply({"params": p}, x, deterministic=False, rngs={"dropout": kk}))(
+            qs_params, keys)
+
+    def q_all(self, qs_params, z, a, e=None, dropout_key=None):
+        """Logits of all K members [K, ..., num_bins]; dropout on iff dropout_key is given."""
+        return self._q_members(qs_params, z, a, e, dropout_key)
+
+    def q_pair(self, qs_params, z, a, key, reduce: str, e=None, dropout_key=None):
+        """min or avg of two distinct random members, decoded to scalars [...] (spec §4.6).
+
+        One pair is drawn per call and shared by the whole batch. Only the two chosen
+        members are evaluated: the same numbers as evaluating all K and selecting them.
+        """
+        K = jax.tree_util.tree_leaves(qs_params)[0].shape[0]
+        idx = jax.random.choice(key, K, (2,), replace=False)
+        pair = jax.tree_util.tree_map(lambda p: p[idx], qs_params)
+        q = tm.two_hot_inv(self._q_members(pair, z, a, e, dropout_key), self.cfg.vmin, self.cfg.vmax)
+        if reduce == "min":
+            return jnp.minimum(q[0], q[1])
+        if reduce == "avg":
+            return 0.5 * (q[0] + q[1])
+        raise ValueError(f"reduce must be 'min' or 'avg', got {reduce!r}")
