@@ -1,0 +1,282 @@
+"""Suite-independent part of the environment interface.
+
+Every environment is seen by the agent through :class:`Env`: pure JAX ``reset`` and
+``step`` functions (jittable, vmappable, usable inside ``lax.scan``) with
+
+* actions in the agent's units ``[-1, 1]``, mapped linearly onto the env's own bounds;
+* action repeat done here (the same env action for ``action_repeat`` simulator steps,
+  rewards summed, sub-steps after a termination masked out);
+* a time limit kept here, counted in agent steps (``truncated``), separate from true
+  terminal states (``terminated``);
+* no auto-reset: ``step`` always returns the true next observation.
+
+Units: an *agent step* is one call of :meth:`Env.step`; a *simulator step* is one step of
+the wrapped suite's own environment (one gymnax ``step_env``, one Brax ``env.step``, one
+Playground ``env.step``, i.e. one control step of ``ctrl_dt`` seconds). One agent step is
+``action_repeat`` simulator steps.
+
+Suite adapters subclass :class:`Env` and implement ``_raw_reset`` / ``_raw_step``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+SUITES = ("gymnax", "brax", "playground")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """Static description of a wrapped environment (hashable).
+
+    Attributes:
+        env_id: the id given to :func:`make_env`.
+        suite: ``"gymnax"``, ``"brax"`` or ``"playground"``.
+        obs_dim: length of the flat float32 observation.
+        action_dim: length of the action vector.
+        action_low, action_high: the env's own action bounds (length ``action_dim``);
+            agent actions in ``[-1, 1]`` are mapped linearly onto them.
+        action_repeat: simulator steps per agent step.
+        episode_length: T, the time limit in AGENT steps.
+        sim_episode_length: simulator steps per full episode (``T * action_repeat``).
+        backend: Playground physics implementation (``"jax"`` = MJX, ``"warp"``);
+            ``None`` for the other suites.
+        can_terminate: whether the env can end an episode before the time limit.
+    """
+
+    env_id: str
+    suite: str
+    obs_dim: int
+    action_dim: int
+    action_low: tuple[float, ...]
+    action_high: tuple[float, ...]
+    action_repeat: int
+    episode_length: int
+    sim_episode_length: int
+    backend: str | None
+    can_terminate: bool
+
+
+class StepOut(NamedTuple):
+    """Result of one agent step (leading batch axes added by vmap, if any).
+
+    Attributes:
+        obs: f32[obs_dim], the true next observation (also at episode end).
+        reward: f32[], sum of the simulator rewards over the action repeat.
+        terminated: bool[], a true terminal state was reached (never the time limit).
+        truncated: bool[], the agent-step counter reached T (the time limit).
+    """
+
+    obs: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+
+
+class EnvState(NamedTuple):
+    """Pytree carried between agent steps.
+
+    Attributes:
+        inner: the wrapped suite's own state (a pytree; treat as opaque).
+        t: i32[], agent steps taken since the last reset.
+    """
+
+    inner: Any
+    t: jax.Array
+
+
+def _is_plain_array(x) -> bool:
+    return not jax.dtypes.issubdtype(jnp.asarray(x).dtype, jax.dtypes.extended)
+
+
+def canonicalize(tree):
+    """Turn every leaf into a strongly typed jax array (python scalars and weak types
+    would otherwise change the carry type of a ``scan`` between iterations)."""
+
+    def f(x):
+        x = jnp.asarray(x)
+        if not _is_plain_array(x):
+            return x
+        return jax.lax.convert_element_type(x, x.dtype)
+
+    return jax.tree.map(f, tree)
+
+
+def cast_like(new, old):
+    """Cast each leaf of ``new`` to the (strong) dtype of the matching leaf of ``old``."""
+
+    def f(n, o):
+        n = jnp.asarray(n)
+        if not _is_plain_array(n):
+            return n
+        return jax.lax.convert_element_type(n, jnp.asarray(o).dtype)
+
+    return jax.tree.map(f, new, old)
+
+
+def fresh_dicts(state):
+    """Shallow-copy the ``metrics`` / ``info`` dicts of a Brax/Playground state.
+
+    Some Brax and Playground envs update ``state.metrics`` in place inside ``step``;
+    copying first keeps our ``step`` free of side effects on the caller's state.
+    """
+    updates = {
+        name: dict(getattr(state, name))
+        for name in ("metrics", "info")
+        if isinstance(getattr(state, name, None), dict)
+    }
+    return state.replace(**updates) if updates else state
+
+
+def bounds_tuple(x) -> tuple[float, ...]:
+    """Action bounds as a tuple of Python floats, each the shortest decimal that
+    round-trips through float32 (so a float32 0.1 is recorded as 0.1, not 0.10000000149)."""
+    return tuple(float(str(np.float32(v))) if np.isfinite(v) else float(v)
+                 for v in np.asarray(x, np.float32).reshape(-1))
+
+
+def check_repeat_and_length(action_repeat: int, episode_length: int, *, check_length: bool):
+    """Validate ``action_repeat`` (and, if asked, ``episode_length``).
+
+    Raises:
+        ValueError: ``action_repeat`` is not an int >= 1; or (``check_length``)
+            ``episode_length`` is not a positive int divisible by ``action_repeat``.
+    """
+    if isinstance(action_repeat, bool) or not isinstance(action_repeat, int) or action_repeat < 1:
+        raise ValueError(f"action_repeat must be an integer >= 1, got {action_repeat!r}")
+    if check_length:
+        if isinstance(episode_length, bool) or not isinstance(episode_length, int) or episode_length < 1:
+            raise ValueError(
+                f"episode_length must be a positive integer (simulator steps), got {episode_length!r}"
+            )
+        if episode_length % action_repeat != 0:
+            raise ValueError(
+                f"episode_length={episode_length} (simulator steps) is not divisible by "
+                f"action_repeat={action_repeat}; the time limit T = episode_length // "
+                f"action_repeat agent steps must cover exactly episode_length simulator steps"
+            )
+
+
+class Env:
+    """Pure-JAX environment with agent-unit actions, action repeat and a time limit.
+
+    Hashable and comparable by ``(type, spec, params token)``, so an ``Env`` can be a
+    static argument of ``jax.jit`` or be closed over. ``reset`` and ``step`` are pure
+    functions of their arguments (no Python side effects), safe under ``jit``, ``vmap``
+    and ``lax.scan``.
+
+    Subclasses set ``self.spec`` and implement:
+
+    * ``_raw_reset(key) -> (inner, obs)``
+    * ``_raw_step(inner, env_action, key) -> (inner, obs, reward, terminated)``:
+      one simulator step with an action already in the env's own units.
+    """
+
+    spec: EnvSpec
+    _token: Any = None  # hashable summary of user-supplied env params (None = defaults)
+
+    # ----------------------------------------------------------------- identity
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.spec, self._token))
+
+    def __eq__(self, other) -> bool:
+        return (
+            type(self) is type(other)
+            and self.spec == other.spec
+            and self._token == other._token
+        )
+
+    def __repr__(self) -> str:
+        s = self.spec
+        return (
+            f"{type(self).__name__}({s.env_id!r}, suite={s.suite!r}, obs_dim={s.obs_dim}, "
+            f"action_dim={s.action_dim}, action_repeat={s.action_repeat}, T={s.episode_length}"
+            + (f", backend={s.backend!r}" if s.backend is not None else "")
+            + ")"
+        )
+
+    # ------------------------------------------------------------ to implement
+    def _raw_reset(self, key):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _raw_step(self, inner, env_action, key):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ public
+    def reset(self, key: jax.Array) -> tuple[EnvState, jax.Array]:
+        """Start an episode.
+
+        Args:
+            key: a PRNG key.
+        Returns:
+            ``(env_state, obs)`` with ``obs`` f32[obs_dim] and ``env_state.t == 0``.
+        """
+        inner, obs = self._raw_reset(key)
+        inner = canonicalize(inner)
+        obs = self._flat_obs(obs)
+        return EnvState(inner=inner, t=jnp.zeros((), jnp.int32)), obs
+
+    def scale_action(self, action: jax.Array) -> jax.Array:
+        """Map an agent action f32[action_dim] in [-1, 1] (clipped first) onto the env's
+        bounds: ``low + (a + 1) / 2 * (high - low)``."""
+        a = jnp.clip(jnp.asarray(action, jnp.float32).reshape(self.spec.action_dim), -1.0, 1.0)
+        low = jnp.asarray(self.spec.action_low, jnp.float32)
+        high = jnp.asarray(self.spec.action_high, jnp.float32)
+        return low + (a + 1.0) * 0.5 * (high - low)
+
+    def step(self, env_state: EnvState, action: jax.Array, key: jax.Array) -> tuple[EnvState, StepOut]:
+        """Take one agent step (``action_repeat`` simulator steps with the same action).
+
+        Args:
+            env_state: from :meth:`reset` or a previous :meth:`step`.
+            action: f32[action_dim] in agent units [-1, 1] (values outside are clipped).
+            key: a PRNG key (split over the simulator steps; suites whose step is
+                deterministic ignore it).
+        Returns:
+            ``(env_state, StepOut(obs, reward, terminated, truncated))``. The reward is the
+            sum over the simulator steps taken; once a sub-step terminates, the remaining
+            sub-steps change neither the state, the observation nor the reward.
+            ``truncated`` is True when the agent-step counter reaches T. There is no
+            auto-reset: the caller resets when ``terminated | truncated``.
+        """
+        env_action = self.scale_action(action)
+        repeat = self.spec.action_repeat
+        if repeat == 1:
+            inner, obs, reward, term = self._raw_step(env_state.inner, env_action, key)
+            inner = cast_like(inner, env_state.inner)
+            obs = self._flat_obs(obs)
+            reward = jnp.asarray(reward, jnp.float32).reshape(())
+            term = jnp.asarray(term).astype(bool).reshape(())
+        else:
+
+            def body(carry, k):
+                inner, obs, rsum, done = carry
+                n_inner, n_obs, r, term = self._raw_step(inner, env_action, k)
+                n_inner = cast_like(n_inner, inner)
+                inner = jax.tree.map(lambda n, o: jnp.where(done, o, n), n_inner, inner)
+                obs = jnp.where(done, obs, self._flat_obs(n_obs))
+                rsum = rsum + jnp.where(done, 0.0, jnp.asarray(r, jnp.float32).reshape(()))
+                done = done | jnp.asarray(term).astype(bool).reshape(())
+                return (inner, obs, rsum, done), None
+
+            init = (
+                env_state.inner,
+                jnp.zeros((self.spec.obs_dim,), jnp.float32),  # replaced at sub-step 0
+                jnp.zeros((), jnp.float32),
+                jnp.zeros((), bool),
+            )
+            (inner, obs, reward, term), _ = jax.lax.scan(
+                body, init, jax.random.split(key, repeat)
+            )
+        t = env_state.t + 1
+        truncated = t >= self.spec.episode_length
+        return EnvState(inner=inner, t=t), StepOut(obs, reward, term, truncated)
+
+    # ----------------------------------------------------------------- helpers
+    def _flat_obs(self, obs) -> jax.Array:
+        return jnp.asarray(obs, jnp.float32).reshape(self.spec.obs_dim)

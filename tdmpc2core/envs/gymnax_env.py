@@ -1,0 +1,175 @@
+"""gymnax adapter (gymnax 1.0.1).
+
+Only gymnax environments with a continuous (Box) action space are accepted; the id tables
+below were read off gymnax 1.0.1 (``gymnax.registered_envs`` and each env's
+``action_space``) and are checked against the installed gymnax by the tests. They are
+static so that dispatching an id needs no import (and so that ``MNISTBandit-bsuite``,
+which downloads MNIST when constructed, is never built just to look at its action space).
+
+Semantics:
+
+* One simulator step is one ``env.step_env`` call (gymnax's step without its auto-reset).
+* The time limit is the env's ``params.max_steps_in_episode`` (in simulator steps);
+  T = ``max_steps_in_episode // action_repeat`` agent steps. ``make_env``'s
+  ``episode_length`` argument is ignored for gymnax.
+* ``step_env`` never applies gymnax's time limit (only ``Environment.step`` does, via
+  ``is_truncated``). ``terminated`` is ``env.is_terminal(state, params')`` with
+  ``params'.max_steps_in_episode`` set huge, so the time limit cannot leak into it even
+  in gymnax versions whose ``is_terminal`` folds it in (1.0.1's does not).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+from tdmpc2core.envs.base import Env, EnvSpec, bounds_tuple as _bounds
+
+# Continuous-action ids in gymnax 1.0.1 -> whether the env has a true terminal state.
+GYMNAX_CONTINUOUS: dict[str, bool] = {
+    "Pendulum-v1": False,
+    "MountainCarContinuous-v0": True,  # goal reached
+    "PointRobot-misc": False,
+    "Reacher-misc": False,
+    "Swimmer-misc": False,
+}
+
+# Discrete-action ids in gymnax 1.0.1 (rejected: TD-MPC2 needs continuous actions).
+GYMNAX_DISCRETE: tuple[str, ...] = (
+    "CartPole-v1",
+    "Acrobot-v1",
+    "MountainCar-v0",
+    "Asterix-MinAtar",
+    "Breakout-MinAtar",
+    "Freeway-MinAtar",
+    "Seaquest-MinAtar",
+    "SpaceInvaders-MinAtar",
+    "Catch-bsuite",
+    "DeepSea-bsuite",
+    "MemoryChain-bsuite",
+    "UmbrellaChain-bsuite",
+    "DiscountingChain-bsuite",
+    "MNISTBandit-bsuite",
+    "SimpleBandit-bsuite",
+    "FourRooms-misc",
+    "MetaMaze-misc",
+    "BernoulliBandit-misc",
+    "GaussianBandit-misc",
+    "Pong-misc",
+    "FrozenLake-misc",
+)
+
+_NO_LIMIT = 2**30  # max_steps_in_episode used only to compute `terminated`
+
+
+def discrete_error(env_id: str) -> ValueError:
+    return ValueError(
+        f"gymnax env {env_id!r} has a discrete action space; TD-MPC2 needs continuous "
+        f"actions. Accepted continuous gymnax ids: {sorted(GYMNAX_CONTINUOUS)}"
+    )
+
+
+class GymnaxEnv(Env):
+    """A continuous-action gymnax environment behind the :class:`Env` interface.
+
+    Args:
+        env_id: one of ``GYMNAX_CONTINUOUS``.
+        action_repeat: simulator steps per agent step (>= 1).
+        env_params: ``None`` (the env's ``default_params``), an instance of the env's
+            ``EnvParams``, or a dict of fields to replace in the default params.
+
+    Raises:
+        ValueError: discrete-action id, unknown id, bad ``env_params``, or a time limit
+            shorter than ``action_repeat``.
+    """
+
+    def __init__(self, env_id: str, *, action_repeat: int = 1, env_params=None):
+        if env_id in GYMNAX_DISCRETE:
+            raise discrete_error(env_id)
+        if env_id not in GYMNAX_CONTINUOUS:
+            raise ValueError(
+                f"unknown gymnax id {env_id!r}; accepted: {sorted(GYMNAX_CONTINUOUS)}"
+            )
+        import gymnax  # lazy: pulls in gymnasium and matplotlib
+
+        env, default_params = gymnax.make(env_id)
+        if env_params is None:
+            params = default_params
+            token = None
+        elif isinstance(env_params, dict):
+            try:
+                params = default_params.replace(**env_params)
+            except TypeError as e:
+                raise ValueError(
+                    f"bad env_params for {env_id!r}: {e}; fields: "
+                    f"{sorted(f.name for f in dataclasses.fields(default_params))}"
+                ) from None
+            token = repr(params)
+        elif isinstance(env_params, type(default_params)):
+            params = env_params
+            token = repr(params)
+        else:
+            raise ValueError(
+                f"env_params for {env_id!r} must be None, a dict of fields, or a "
+                f"{type(default_params).__name__}; got {type(env_params).__name__}"
+            )
+
+        space = env.action_space(params)
+        if type(space).__name__ != "Box":  # belt and braces; the tables say Box
+            raise discrete_error(env_id)
+        shape = tuple(space.shape)
+        action_dim = math.prod(shape)
+        low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), (action_dim,))
+        high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), (action_dim,))
+
+        max_steps = int(params.max_steps_in_episode)
+        T = max_steps // action_repeat
+        if T < 1:
+            raise ValueError(
+                f"{env_id!r}: max_steps_in_episode={max_steps} is shorter than "
+                f"action_repeat={action_repeat}"
+            )
+
+        self._env = env
+        self._params = params
+        self._params_no_limit = params.replace(max_steps_in_episode=_NO_LIMIT)
+        self._action_shape = shape
+        self._token = token
+        obs_shape = jax.eval_shape(lambda k: env.reset_env(k, params)[0], jax.random.PRNGKey(0))
+        obs_dim = math.prod(obs_shape.shape)
+        self.spec = EnvSpec(
+            env_id=env_id,
+            suite="gymnax",
+            obs_dim=obs_dim,
+            action_dim=action_dim,
+            action_low=_bounds(low),
+            action_high=_bounds(high),
+            action_repeat=action_repeat,
+            episode_length=T,
+            sim_episode_length=T * action_repeat,
+            backend=None,
+            can_terminate=GYMNAX_CONTINUOUS[env_id],
+        )
+
+    @property
+    def gymnax_env(self):
+        """The underlying gymnax environment object."""
+        return self._env
+
+    @property
+    def gymnax_params(self):
+        """The gymnax ``EnvParams`` in use."""
+        return self._params
+
+    def _raw_reset(self, key):
+        obs, state = self._env.reset_env(key, self._params)
+        return state, obs
+
+    def _raw_step(self, inner, env_action, key):
+        action = env_action.reshape(self._action_shape)
+        obs, state, reward, _done, _info = self._env.step_env(key, inner, action, self._params)
+        terminated = self._env.is_terminal(state, self._params_no_limit)
+        return state, obs, reward, terminated

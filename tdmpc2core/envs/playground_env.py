@@ -1,0 +1,163 @@
+"""MuJoCo Playground DM Control suite adapter (playground 0.2.0).
+
+Loaded with ``registry.load(name, config_overrides={"impl": backend, "action_repeat": 1,
+"episode_length": <huge>})``. The raw Playground env neither repeats actions nor ends
+episodes by time itself (those config keys are read only by Playground's training
+wrappers), but both are pinned anyway so that nothing downstream can apply them twice; the
+wrapper here does the action repeat and the time limit. ``ctrl_dt`` / ``sim_dt`` are left
+alone: one simulator step here is one Playground control step (``ctrl_dt`` seconds, i.e.
+``ctrl_dt / sim_dt`` MuJoCo steps), the unit of DMC's 1000-step episodes.
+
+Termination: the DMC tasks never terminate. Their ``state.done`` only flags a NaN in
+``qpos``/``qvel`` (a physics blow-up), which the caller detects as a non-finite
+observation, so ``terminated`` is always False and ``spec.can_terminate`` is False.
+
+Backend: ``"jax"`` (MJX) by default on every platform; Playground's own default
+(``"warp"``) was slow on CPU and is untested under vmap inside ``lax.scan``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tdmpc2core.envs.base import Env, EnvSpec, bounds_tuple as _bounds, fresh_dicts
+
+DEFAULT_BACKEND = "jax"
+
+# playground 0.2.0: mujoco_playground.registry.dm_control_suite.ALL_ENVS (checked by tests).
+PLAYGROUND_DMC_ENVS: tuple[str, ...] = (
+    "AcrobotSwingup",
+    "AcrobotSwingupSparse",
+    "BallInCup",
+    "CartpoleBalance",
+    "CartpoleBalanceSparse",
+    "CartpoleSwingup",
+    "CartpoleSwingupSparse",
+    "CheetahRun",
+    "FingerSpin",
+    "FingerTurnEasy",
+    "FingerTurnHard",
+    "FishSwim",
+    "HopperHop",
+    "HopperStand",
+    "HumanoidStand",
+    "HumanoidWalk",
+    "HumanoidRun",
+    "PendulumSwingup",
+    "PointMass",
+    "ReacherEasy",
+    "ReacherHard",
+    "SwimmerSwimmer6",
+    "WalkerRun",
+    "WalkerStand",
+    "WalkerWalk",
+)
+
+_NEVER = 10**9  # Playground episode_length: never reached
+_RESERVED = ("impl", "action_repeat", "episode_length")
+
+
+class PlaygroundEnv(Env):
+    """A MuJoCo Playground DM Control task behind the :class:`Env` interface.
+
+    Args:
+        env_id: a name in ``PLAYGROUND_DMC_ENVS``.
+        action_repeat: simulator (control) steps per agent step.
+        episode_length: simulator steps per episode; T = episode_length // action_repeat.
+        env_params: ``None`` or a dict of extra Playground ``config_overrides`` (e.g.
+            ``{"ctrl_dt": 0.02}``); it may not set ``impl``, ``action_repeat``,
+            ``episode_length`` (use the ``backend`` / ``make_env`` arguments) nor enable
+            vision.
+        backend: physics implementation, ``"jax"`` (MJX, default) or ``"warp"``.
+
+    Raises:
+        ValueError: unknown name, bad ``env_params`` / ``backend``, or a non-flat
+            observation.
+    """
+
+    def __init__(self, env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
+                 env_params=None, backend: str | None = None):
+        if env_id not in PLAYGROUND_DMC_ENVS:
+            raise ValueError(
+                f"unknown Playground DM Control env {env_id!r}; accepted: "
+                f"{list(PLAYGROUND_DMC_ENVS)}"
+            )
+        backend = DEFAULT_BACKEND if backend is None else backend
+        if not isinstance(backend, str) or not backend:
+            raise ValueError(f"backend must be a string such as 'jax' or 'warp', got {backend!r}")
+        if env_params is not None and not isinstance(env_params, dict):
+            raise ValueError(
+                f"env_params for Playground must be None or a dict of config overrides, got "
+                f"{type(env_params).__name__}"
+            )
+        extra = dict(env_params or {})
+        bad = [k for k in extra if k in _RESERVED]
+        if bad:
+            raise ValueError(
+                f"env_params may not override {bad}: the wrapper owns action repeat and the "
+                f"time limit, and the physics impl is chosen with backend="
+            )
+        if extra.get("vision"):
+            raise ValueError("vision observations are not supported (state observations only)")
+
+        from mujoco_playground import registry  # lazy: ~5 s
+
+        default_cfg = registry.get_default_config(env_id)
+        overrides = {"impl": backend}
+        if "action_repeat" in default_cfg:
+            overrides["action_repeat"] = 1
+        if "episode_length" in default_cfg:
+            overrides["episode_length"] = _NEVER
+        overrides.update(extra)
+        try:
+            env = registry.load(env_id, config_overrides=overrides)
+        except (KeyError, AttributeError, TypeError) as e:
+            raise ValueError(f"bad env_params for Playground env {env_id!r}: {e}") from None
+
+        obs = jax.eval_shape(env.reset, jax.random.PRNGKey(0)).obs
+        if not hasattr(obs, "shape") or len(obs.shape) != 1:
+            raise ValueError(f"Playground env {env_id!r} has a non-flat observation")
+        action_dim = int(env.action_size)
+
+        mj = env.mj_model
+        low = np.full((action_dim,), -1.0, np.float32)
+        high = np.full((action_dim,), 1.0, np.float32)
+        if mj.nu == action_dim:
+            limited = np.asarray(mj.actuator_ctrllimited, bool).reshape(-1)
+            rng = np.asarray(mj.actuator_ctrlrange, np.float32).reshape(-1, 2)
+            low = np.where(limited, rng[:, 0], low)
+            high = np.where(limited, rng[:, 1], high)
+
+        T = episode_length // action_repeat
+        self._env = env
+        self._token = None if not extra else repr(sorted(extra.items()))
+        self.spec = EnvSpec(
+            env_id=env_id,
+            suite="playground",
+            obs_dim=int(obs.shape[0]),
+            action_dim=action_dim,
+            action_low=_bounds(low),
+            action_high=_bounds(high),
+            action_repeat=action_repeat,
+            episode_length=T,
+            sim_episode_length=T * action_repeat,
+            backend=backend,
+            can_terminate=False,
+        )
+
+    @property
+    def playground_env(self):
+        """The underlying Playground environment."""
+        return self._env
+
+    def _raw_reset(self, key):
+        state = self._env.reset(key)
+        return state, state.obs
+
+    def _raw_step(self, inner, env_action, key):
+        del key  # Playground keeps its own rng in state.info
+        state = self._env.step(fresh_dicts(inner), env_action)
+        # DMC `done` only flags NaN physics; see module docstring.
+        return state, state.obs, state.reward, jnp.zeros((), bool)
