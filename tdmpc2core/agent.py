@@ -144,10 +144,10 @@ class TDMPC2:
         return np.asarray(ret), np.asarray(length)
 
     # ---- training --------------------------------------------------------------
-    def _chunk(self, phase):
-        if phase not in self._chunk_fns:
-            self._chunk_fns[phase] = online.make_chunk_fn(self, phase)
-        return self._chunk_fns[phase]
+    def _chunk(self):
+        if "chunk" not in self._chunk_fns:
+            self._chunk_fns["chunk"] = online.make_chunk_fn(self)
+        return self._chunk_fns["chunk"]
 
     def schedule(self, n_timesteps: int, eval_every: Optional[int]):
         """Host plan of the run: a list of (phase, start_tick, n_ticks, evaluate_after)."""
@@ -214,7 +214,7 @@ class TDMPC2:
             do_eval(0)
         for phase, start, n_ticks, evaluate_after in plan_:
             t0 = time.perf_counter()
-            state = self._chunk(phase)(state, jnp.int32(start), jnp.int32(n_ticks))
+            state = self._chunk()(state, jnp.int32(start), jnp.int32(n_ticks))
             jax.block_until_ready(state)
             dt = time.perf_counter() - t0
             agent_steps = (start + n_ticks) * self.n_envs

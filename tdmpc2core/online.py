@@ -13,8 +13,8 @@ A *tick* is one agent step of each of the ``n_envs`` environments in lockstep:
    the burst of ``seed_steps`` updates (spec §8, §12.14); afterwards ``n_envs`` per tick.
 
 ``agent_steps`` here is the count before the tick (the reference's ``step``). A chunk runs a
-dynamic number of ticks of one phase inside a ``lax.fori_loop`` (one compilation per phase,
-whatever the chunk length), vmapped over seeds; the host only acts between chunks
+dynamic number of ticks inside a ``lax.fori_loop`` (one compiled program for the whole run,
+whatever the chunk length or phase), vmapped over seeds; the host only acts between chunks
 (evaluation, logging, checkpoints).
 """
 from __future__ import annotations
@@ -86,33 +86,35 @@ def _reset(agent, rs: RunState, key) -> RunState:
         done=jnp.zeros_like(rs.done), active=jnp.ones((), bool))
 
 
-def _updates(agent, rs: RunState, n_updates: int, key) -> RunState:
+def _updates(agent, rs: RunState, n_updates, key) -> RunState:
+    """``n_updates`` (traced, unbatched) updates on batches sampled from the committed episodes."""
     cfg = agent.cfg
 
-    def body(carry, k):
+    def body(j, carry):
         st, _ = carry
-        k_s, k_u = jax.random.split(k)
+        k_s, k_u = jax.random.split(jax.random.fold_in(key, j))
         batch = rp.sample(rs.replay, k_s, cfg.batch_size, cfg.horizon)
         st, m = update(agent.wm, st, batch, agent.gamma, k_u)
-        return (st, {k2: m[k2] for k2 in METRIC_KEYS}), None
+        return st, {k2: m[k2] for k2 in METRIC_KEYS}
 
-    (st, metrics), _ = jax.lax.scan(body, (rs.agent, rs.metrics), jax.random.split(key, n_updates))
+    st, metrics = jax.lax.fori_loop(0, n_updates, body, (rs.agent, rs.metrics))
     return rs._replace(agent=st, metrics=metrics)
 
 
-def tick(agent, rs: RunState, tick_index, *, random_action, plan_action, n_updates: int) -> RunState:
-    """One lockstep tick (module docstring). ``tick_index`` is unbatched (same for all seeds);
-    ``random_action`` / ``plan_action`` are traced unbatched booleans or static bools."""
+def tick(agent, rs: RunState, tick_index) -> RunState:
+    """One lockstep tick (module docstring) of one seed. ``tick_index`` is unbatched (the same
+    for every seed), so the phase tests below stay real branches under the seed vmap."""
     env, cfg = agent.env, agent.cfg
     n, T, A = agent.n_envs, agent.episode_length, env.spec.action_dim
     key, k_reset, k_rand, k_plan, k_step, k_upd = jax.random.split(rs.key, 6)
     rs = rs._replace(key=key)
+    steps_before = tick_index * n  # the reference's `step`
     # 1. episodes end together at T (terminations are refused in this mode), so the reset
-    # predicate depends on the tick alone and stays a real branch under the seed vmap.
+    # predicate depends on the tick alone.
     rs = jax.lax.cond((tick_index % T) == 0, lambda r: _reset(agent, r, k_reset), lambda r: r, rs)
     t0 = rs.ep_t == 0
 
-    # 2. act
+    # 2. act: uniform random while step <= seed_steps (spec §8), else plan
     def random_actions(_):
         return jax.random.uniform(k_rand, (n, A), jnp.float32, -1.0, 1.0), rs.prev_mean
 
@@ -124,12 +126,7 @@ def tick(agent, rs: RunState, tick_index, *, random_action, plan_action, n_updat
         a = jax.vmap(lambda o, k: act_with_policy(agent.wm, rs.agent.params, o, False, k))(rs.obs, keys)
         return a, rs.prev_mean
 
-    if random_action is True:
-        action, prev_mean = random_actions(None)
-    elif plan_action is True:
-        action, prev_mean = planned_actions(None)
-    else:
-        action, prev_mean = jax.lax.cond(random_action, random_actions, planned_actions, None)
+    action, prev_mean = jax.lax.cond(steps_before <= cfg.seed_steps, random_actions, planned_actions, None)
 
     # 3. env step and replay row
     env_state, out = jax.vmap(env.step)(rs.env_state, action, jax.random.split(k_step, n))
@@ -142,33 +139,21 @@ def tick(agent, rs: RunState, tick_index, *, random_action, plan_action, n_updat
         terminations=rs.terminations + jnp.sum(out.terminated).astype(jnp.int32),
         nonfinite=rs.nonfinite + jnp.sum(~finite).astype(jnp.int32))
 
-    # 4. updates
-    if n_updates > 0:
-        rs = _updates(agent, rs, n_updates, k_upd)
-    return rs
+    # 4. updates: none before seed_steps, the burst of seed_steps at the first tick with
+    # step >= seed_steps, then n_envs per tick (spec §5.5, §8)
+    burst_tick = -(-cfg.seed_steps // n)
+    n_updates = jnp.where(tick_index < burst_tick, 0, jnp.where(tick_index == burst_tick, cfg.seed_steps, n))
+    return _updates(agent, rs, n_updates, k_upd)
 
 
-def make_chunk_fn(agent, phase: str):
-    """A jitted function (states [seeds, ...], start_tick, n_ticks) -> states for a phase.
+def make_chunk_fn(agent):
+    """One jitted program (states [seeds, ...], start_tick, n_ticks) -> states.
 
-    phase: 'seed' (random actions, no updates), 'burst' (one tick: the seed_steps burst),
-    'train' (planner, n_envs updates per tick).
+    Runs ticks start_tick .. start_tick + n_ticks - 1 of every seed (vmapped); the tick
+    count is dynamic, so every chunk of a run uses the same compiled program.
     """
-    cfg, n = agent.cfg, agent.n_envs
-
     def single(rs, start, n_ticks):
-        if phase == "seed":
-            body = lambda i, r: tick(agent, r, start + i, random_action=True, plan_action=False, n_updates=0)
-        elif phase == "burst":
-            # the burst tick acts randomly iff its agent_steps <= seed_steps (spec §8)
-            rand = start * n <= cfg.seed_steps
-            body = lambda i, r: tick(agent, r, start + i, random_action=rand, plan_action=~rand,
-                                     n_updates=cfg.seed_steps)
-        elif phase == "train":
-            body = lambda i, r: tick(agent, r, start + i, random_action=False, plan_action=True, n_updates=n)
-        else:
-            raise ValueError(phase)
-        return jax.lax.fori_loop(0, n_ticks, body, rs)
+        return jax.lax.fori_loop(0, n_ticks, lambda i, r: tick(agent, r, start + i), rs)
 
     return jax.jit(jax.vmap(single, in_axes=(0, None, None)), donate_argnums=(0,))
 

@@ -65,11 +65,13 @@ def make_optimizers(cfg):
         return {k: jax.tree_util.tree_map(lambda _: "encoder" if k == "encoder" else "rest", v)
                 for k, v in tree.items()}
 
+    # optax.flatten runs Adam on one concatenated vector per group: elementwise the same
+    # arithmetic as per-leaf Adam, with a handful of ops instead of several per leaf.
     wm = optax.multi_transform(
-        {"encoder": optax.adam(cfg.learning_rate * cfg.enc_lr_scale, b1=0.9, b2=0.999, eps=1e-8),
-         "rest": optax.adam(cfg.learning_rate, b1=0.9, b2=0.999, eps=1e-8)},
+        {"encoder": optax.flatten(optax.adam(cfg.learning_rate * cfg.enc_lr_scale, b1=0.9, b2=0.999, eps=1e-8)),
+         "rest": optax.flatten(optax.adam(cfg.learning_rate, b1=0.9, b2=0.999, eps=1e-8))},
         label)
-    pi = optax.adam(cfg.learning_rate, b1=0.9, b2=0.999, eps=cfg.pi_eps)
+    pi = optax.flatten(optax.adam(cfg.learning_rate, b1=0.9, b2=0.999, eps=cfg.pi_eps))
     return wm, pi
 
 
