@@ -1,0 +1,127 @@
+"""Speed benchmark: updates/s, planning latency, agent steps/s and achieved GFLOP/s.
+
+GFLOP/s are counted as the official algorithm's FLOPs (tdmpc2core/flops.py), so exact
+savings (evaluating only the random Q pair) show as a higher figure. Runs unchanged on a GPU.
+
+    python benchmarks/speed.py                 # demo config + model_size 1 and 5, paper planner
+    python benchmarks/speed.py --only demo --json out.json
+
+Each figure is measured after compilation (compile time reported separately), as the median
+of --repeats timed calls.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import yaml
+
+from tdmpc2core import flops
+from tdmpc2core.agent import TDMPC2
+from tdmpc2core.planner import plan
+from tdmpc2core.update import Batch, init_agent_state, update
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def demo_agent_kwargs() -> dict:
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    return dict(cfg.get("defaults", {}).get("agent", {}))
+
+
+def timed(fn, repeats):
+    out = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(fn())
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+def bench(name, env_id, agent_kwargs, *, repeats, n_updates, n_ticks, train_seeds=1):
+    agent = TDMPC2(env_id, **agent_kwargs)
+    cfg, wm = agent.cfg, agent.wm
+    O, A = agent.spec.obs_dim, agent.spec.action_dim
+    st = init_agent_state(wm, jax.random.PRNGKey(0))
+    B, H = cfg.batch_size, cfg.horizon
+    rng = np.random.default_rng(0)
+    batch = Batch(jnp.asarray(rng.normal(size=(H + 1, B, O)), jnp.float32),
+                  jnp.asarray(rng.uniform(-1, 1, size=(H, B, A)), jnp.float32),
+                  jnp.asarray(rng.normal(size=(H, B)), jnp.float32), jnp.zeros((H, B), jnp.float32))
+
+    def many_updates(s, k):
+        return jax.lax.scan(lambda s, k: (update(wm, s, batch, agent.gamma, k)[0], None), s,
+                            jax.random.split(k, n_updates))[0]
+
+    upd = jax.jit(many_updates)
+    t = time.perf_counter(); jax.block_until_ready(upd(st, jax.random.PRNGKey(1))); upd_compile = time.perf_counter() - t
+    dt_upd = timed(lambda: upd(st, jax.random.PRNGKey(2)), repeats) / n_updates
+
+    p = jax.jit(lambda params, k: plan(wm, params, jnp.zeros(O, jnp.float32), jnp.zeros((H, A), jnp.float32),
+                                       jnp.asarray(False), False, agent.gamma, k))
+    t = time.perf_counter(); jax.block_until_ready(p(st.params, jax.random.PRNGKey(0))); plan_compile = time.perf_counter() - t
+    dt_plan = timed(lambda: p(st.params, jax.random.PRNGKey(3)), repeats)
+
+    # whole training ticks (plan + env step + update) after the seed phase
+    seeds = list(range(train_seeds))
+    state = agent.init(seeds, 10 * agent.episode_length)
+    chunk = agent._chunk()
+    T = agent.episode_length
+    burst_tick = -(-agent.seed_steps // agent.n_envs)
+    # one random episode per env fills the replay (ticks 0..T); then jump past the burst to a
+    # tick in the same phase of the episode (tick % T == 1) to time training ticks alone
+    state = chunk(state, jnp.int32(0), jnp.int32(T + 1))
+    start = (burst_tick // T + 1) * T + 1
+    t = time.perf_counter(); state = chunk(state, jnp.int32(start), jnp.int32(1)); jax.block_until_ready(state)
+    tick_first = time.perf_counter() - t
+    t = time.perf_counter(); state = chunk(state, jnp.int32(start + 1), jnp.int32(n_ticks)); jax.block_until_ready(state)
+    dt_tick = (time.perf_counter() - t) / n_ticks
+    steps_per_s = agent.n_envs * train_seeds / dt_tick
+
+    f_upd = flops.update_flops(cfg, O, A)
+    f_plan = flops.plan_flops(cfg, O, A)
+    res = {
+        "name": name, "env_id": env_id, "agent_kwargs": agent_kwargs, "obs_dim": O, "action_dim": A,
+        "batch_size": B, "num_samples": cfg.num_samples, "iterations": cfg.iterations,
+        "backend": jax.default_backend(), "device": jax.devices()[0].device_kind,
+        "updates_per_s": 1.0 / dt_upd, "update_ms": dt_upd * 1e3,
+        "update_gflops_counted": f_upd / 1e9, "update_gflop_per_s": f_upd / dt_upd / 1e9,
+        "plan_ms": dt_plan * 1e3, "plan_gflops_counted": f_plan / 1e9, "plan_gflop_per_s": f_plan / dt_plan / 1e9,
+        "train_agent_steps_per_s": steps_per_s, "train_seeds": train_seeds,
+        "train_gflop_per_s": (f_upd + f_plan) * steps_per_s / 1e9,
+        "compile_s": {"updates": upd_compile, "plan": plan_compile, "train_chunk_first_tick": tick_first},
+    }
+    print(f"{name:>12}: {res['updates_per_s']:7.2f} updates/s ({res['update_gflop_per_s']:6.1f} GFLOP/s), "
+          f"plan {res['plan_ms']:7.1f} ms ({res['plan_gflop_per_s']:6.1f} GFLOP/s), "
+          f"train {steps_per_s:7.1f} agent steps/s ({res['train_gflop_per_s']:6.1f} GFLOP/s)", flush=True)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=["demo", "size1", "size5"], nargs="*")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    paper_planner = dict(batch_size=256)  # every planner setting at its paper default
+    cases = {
+        "demo": ("Pendulum-v1", demo_agent_kwargs(), dict(n_updates=50, n_ticks=100, train_seeds=2)),
+        "size1": ("Pendulum-v1", dict(model_size=1, **paper_planner), dict(n_updates=10, n_ticks=10)),
+        "size5": ("Pendulum-v1", dict(model_size=5, **paper_planner), dict(n_updates=5, n_ticks=5)),
+    }
+    results = []
+    for name in args.only or list(cases):
+        env_id, kw, sizes = cases[name]
+        results.append(bench(name, env_id, kw, repeats=args.repeats, **sizes))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
