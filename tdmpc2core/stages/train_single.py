@@ -78,9 +78,14 @@ def run(args) -> int:
             compile_s["total"] += rec["chunk_seconds"]  # upper bound: the first chunk of a phase compiles
         rows.append(rec)
         done = rec["agent_steps"]
-        rate = rec["agent_steps_per_s"]
-        left = (n_timesteps - done) / rate if rate > 0 else float("nan")
-        msg = f"{done}/{n_timesteps} agent steps ({rec['phase']}), {rate:.1f} agent steps/s, ~{left:.0f} s left"
+        if rec["phase"] == "burst":
+            msg = (f"{done}/{n_timesteps} agent steps: seed-phase burst of {agent.seed_steps} updates "
+                   f"took {rec['chunk_seconds']:.0f} s")
+        else:
+            rate = rec["agent_steps_per_s"]
+            left = (n_timesteps - done) / rate if rate > 0 else float("nan")
+            msg = (f"{done}/{n_timesteps} agent steps ({rec['phase']}), {rate:.1f} agent steps/s, "
+                   f"~{left:.0f} s left at this rate")
         if "eval_return" in rec:
             msg += ", eval return " + " ".join(f"{x:.1f}" for x in np.atleast_1d(rec["eval_return"]))
         log(msg)
