@@ -1,0 +1,592 @@
+"""Tables and aggregate scores of single-task runs beside the published curves.
+
+Pure pandas / numpy / rliable: no Snakemake, no JAX, no plotting. The stages
+``tdmpc2 tables``, ``tdmpc2 figures`` and ``tdmpc2 report`` call these functions; a test
+calls them on hand-made evaluation files.
+
+Conventions (docs/pipeline.md, "What the tables mean"):
+
+* A seed's score at an evaluation is the mean return over that evaluation's episodes.
+* Over seeds we give the mean, the population standard deviation (``ddof=0``, as the
+  published file's ``sd_return``) and the min / max.
+* Table steps are agent steps (the paper's tables use agent steps; the published curves
+  have one point every 50,000 agent steps). A run is compared with the published curve
+  only at an agent step where it has an evaluation at exactly that step.
+* "Inside the band" means the mean over our seeds lies in the published TD-MPC2 mean
+  plus or minus one published sd, bounds included.
+* The normalized score of a DMControl return is return / 10 (DMC returns lie in
+  [0, 1000], so scores lie in [0, 100]); aggregates (mean and IQM over runs x tasks) use
+  it, with stratified-bootstrap 95% confidence intervals from rliable (runs resampled
+  within each task).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import published as pub
+
+#: Agent steps at which the paper's single-task tables are read (as far as a run goes).
+TABLE_STEPS: tuple[int, ...] = (50_000, 100_000, 500_000, 1_000_000, 2_000_000)
+#: DMControl return -> normalized score (0..100).
+SCORE_DIVISOR = 10.0
+#: Columns of eval.parquet (docs/artifacts.md) and their dtypes' kinds.
+EVAL_COLUMNS = {
+    "task": "O", "seed": "i", "eval_index": "i", "agent_steps": "i", "env_frames": "i",
+    "episode": "i", "return": "f", "length": "i",
+}
+BASELINES = ("tdmpc", "sac", "dreamerv3")
+
+
+# --------------------------------------------------------------------------- reading
+def read_evals(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """Concatenate ``eval.parquet`` files, checking their columns.
+
+    Raises:
+      FileNotFoundError: a path that does not exist.
+      ValueError: a file without the columns of docs/artifacts.md (the file and the
+        missing columns are named).
+    """
+    frames = []
+    for path in paths:
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"evaluation file {path} does not exist")
+        df = pd.read_parquet(path)
+        missing = [c for c in EVAL_COLUMNS if c not in df.columns]
+        if missing:
+            raise ValueError(f"{path}: not an eval.parquet of docs/artifacts.md; missing columns "
+                             f"{missing} (has {list(df.columns)})")
+        frames.append(df[list(EVAL_COLUMNS)])
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="object" if k == "O" else ("int64" if k == "i" else "float64"))
+                             for c, k in EVAL_COLUMNS.items()})
+    out = pd.concat(frames, ignore_index=True)
+    for c, kind in EVAL_COLUMNS.items():
+        if kind == "i":
+            out[c] = out[c].astype("int64")
+        elif kind == "f":
+            out[c] = out[c].astype("float64")
+        else:
+            out[c] = out[c].astype(str)
+    return out
+
+
+def read_metrics(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """Concatenate ``metrics.parquet`` files (all columns kept)."""
+    frames = [pd.read_parquet(os.fspath(p)) for p in paths]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def seed_scores(evals: pd.DataFrame) -> pd.DataFrame:
+    """One row per (task, seed, evaluation): the mean return over its episodes.
+
+    Columns: task, seed, eval_index, agent_steps, env_frames, return, episodes.
+    """
+    keys = ["task", "seed", "eval_index", "agent_steps", "env_frames"]
+    if evals.empty:
+        return pd.DataFrame(columns=keys + ["return", "episodes"])
+    g = evals.groupby(keys, sort=True)["return"]
+    out = g.agg(["mean", "size"]).reset_index().rename(columns={"mean": "return", "size": "episodes"})
+    return out
+
+
+def over_seeds(scores: pd.DataFrame) -> pd.DataFrame:
+    """Mean, population sd (ddof=0), min and max over seeds at each evaluation step.
+
+    Columns: task, agent_steps, env_frames, n_seeds, mean, sd, min, max.
+    """
+    cols = ["task", "agent_steps", "env_frames", "n_seeds", "mean", "sd", "min", "max"]
+    if scores.empty:
+        return pd.DataFrame(columns=cols)
+    g = scores.groupby(["task", "agent_steps", "env_frames"], sort=True)["return"]
+    out = g.agg(n_seeds="size", mean="mean", sd=lambda x: float(np.std(x, ddof=0)),
+                min="min", max="max").reset_index()
+    return out[cols]
+
+
+# --------------------------------------------------------------------------- tables
+def _fmt_int(n) -> str:
+    return f"{int(n):,}"
+
+
+def _pub_at(curves: pd.DataFrame, step: int) -> tuple[float, float]:
+    row = curves[curves["agent_steps"] == step]
+    if row.empty:
+        return (math.nan, math.nan)
+    return float(row["mean_return"].iloc[0]), float(row["sd_return"].iloc[0])
+
+
+def table_steps_for(published_task: str, steps: Sequence[int] = TABLE_STEPS) -> list[int]:
+    """The table steps of a task: ``steps`` where the published TD-MPC2 curve has a point,
+    plus the curve's last point (7,000,000 agent steps for the humanoid and dog tasks)."""
+    curve = pub.curve(published_task, "tdmpc2")
+    have = set(int(s) for s in curve["agent_steps"])
+    out = sorted({int(s) for s in steps if int(s) in have} | {int(curve["agent_steps"].max())})
+    return out
+
+
+SINGLE_TASK_COLUMNS = [
+    "task", "published_task", "agent_steps", "env_frames", "n_seeds", "mean", "sd", "min", "max",
+    "tdmpc2_mean", "tdmpc2_sd", "band_low", "band_high", "band",
+    "tdmpc_mean", "tdmpc_sd", "sac_mean", "sac_sd", "dreamerv3_mean", "dreamerv3_sd", "note",
+]
+
+
+def single_task_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
+                      steps: Sequence[int] = TABLE_STEPS) -> pd.DataFrame:
+    """The paper's single-task table: ours beside the published curves at the table steps.
+
+    Args:
+      scores: :func:`seed_scores` of every task's runs.
+      tasks: task name -> settings with at least ``published`` (dm_control name or None)
+        and optionally ``action_repeat``.
+      steps: agent steps to read (default :data:`TABLE_STEPS`; the published curve's last
+        point is added for each task).
+
+    Returns:
+      One row per (task, table step the run reaches), columns
+      :data:`SINGLE_TASK_COLUMNS`. ``band`` is ``inside`` / ``outside`` (our mean against
+      the published TD-MPC2 mean +- 1 sd) or empty where nothing is compared, and ``note``
+      says why: ``no published curve``, ``no step in common with the published curve``
+      (the run ends before the first table step), ``no evaluation at exactly N agent
+      steps``, or ``no evaluations found``.
+    """
+    summary = over_seeds(scores)
+    rows = []
+
+    def row(task, published_task, **kw):
+        r = {c: math.nan for c in SINGLE_TASK_COLUMNS}
+        r.update(task=task, published_task=published_task or "", band="", note="")
+        r.update(kw)
+        rows.append(r)
+
+    for task, settings in tasks.items():
+        published_task = settings.get("published")
+        ours = summary[summary["task"] == task]
+        if ours.empty:
+            row(task, published_task, note="no evaluations found")
+            continue
+        if not published_task:
+            row(task, published_task, note="no published curve")
+            continue
+        curves = {m: pub.curve(published_task, m) for m in pub.METHODS}
+        candidates = table_steps_for(published_task, steps)
+        run_last = int(ours["agent_steps"].max())
+        reached = [s for s in candidates if s <= run_last]
+        if not reached:
+            row(task, published_task,
+                note=(f"no step in common with the published curve: the run's evaluations end at "
+                      f"{_fmt_int(run_last)} agent steps, the first table step is "
+                      f"{_fmt_int(candidates[0])}"))
+            continue
+        ar = settings.get("action_repeat")
+        ar_note = ""
+        if ar is not None and int(ar) != pub.PUBLISHED_ACTION_REPEAT:
+            ar_note = (f"action repeat {ar} differs from the published {pub.PUBLISHED_ACTION_REPEAT}; "
+                       f"compared at equal agent steps")
+        for step in reached:
+            at = ours[ours["agent_steps"] == step]
+            if at.empty:
+                nearest = int(ours["agent_steps"].iloc[(ours["agent_steps"] - step).abs().argmin()])
+                row(task, published_task, agent_steps=step,
+                    note=(f"no evaluation at exactly {_fmt_int(step)} agent steps (nearest: "
+                          f"{_fmt_int(nearest)}); not compared"))
+                continue
+            a = at.iloc[0]
+            m, sd = _pub_at(curves["tdmpc2"], step)
+            lo, hi = m - sd, m + sd
+            band = "inside" if lo <= float(a["mean"]) <= hi else "outside"
+            extra = {}
+            for b in BASELINES:
+                bm, bsd = _pub_at(curves[b], step)
+                extra[f"{b}_mean"], extra[f"{b}_sd"] = bm, bsd
+            row(task, published_task, agent_steps=step, env_frames=int(a["env_frames"]),
+                n_seeds=int(a["n_seeds"]), mean=float(a["mean"]), sd=float(a["sd"]),
+                min=float(a["min"]), max=float(a["max"]), tdmpc2_mean=m, tdmpc2_sd=sd,
+                band_low=lo, band_high=hi, band=band, note=ar_note, **extra)
+    out = pd.DataFrame(rows, columns=SINGLE_TASK_COLUMNS)
+    out["agent_steps"] = out["agent_steps"].astype("Int64")
+    out["env_frames"] = out["env_frames"].astype("Int64")
+    out["n_seeds"] = out["n_seeds"].astype("Int64")
+    return out
+
+
+# --------------------------------------------------------------------------- aggregates
+def iqm(values) -> float:
+    """Interquartile mean: the mean of the middle 50% (scipy's 25% trimmed mean), over all
+    entries (runs x tasks), as rliable's ``aggregate_iqm``."""
+    from scipy.stats import trim_mean
+
+    return float(trim_mean(np.asarray(values, dtype=float), proportiontocut=0.25, axis=None))
+
+
+def _agg(x: np.ndarray) -> np.ndarray:
+    """(mean over tasks of the per-task mean over runs, IQM over runs x tasks)."""
+    return np.array([float(np.mean(np.mean(x, axis=0))), iqm(x)])
+
+
+def _numpy_stratified_bootstrap(matrix: np.ndarray, reps: int, seed: int, size: float) -> np.ndarray:
+    """Percentile CIs of :func:`_agg`, resampling runs with replacement within each task."""
+    rng = np.random.default_rng(seed)
+    n_runs, n_tasks = matrix.shape
+    stats = np.empty((reps, 2))
+    cols = np.arange(n_tasks)[None, :]
+    for i in range(reps):
+        idx = rng.integers(0, n_runs, size=(n_runs, n_tasks))
+        stats[i] = _agg(matrix[idx, cols])
+    q = (1 - size) / 2
+    return np.quantile(stats, [q, 1 - q], axis=0)
+
+
+def interval_estimates(matrix: np.ndarray, reps: int = 2_000, seed: int = 0,
+                       size: float = 0.95) -> tuple[np.ndarray, np.ndarray, str]:
+    """Point estimates and CIs of (mean, IQM) of a (runs x tasks) score matrix.
+
+    Uses ``rliable.library.get_interval_estimates`` (stratified bootstrap, percentile
+    method); if rliable cannot be imported, an equivalent numpy stratified bootstrap.
+
+    Returns:
+      (points of shape (2,), intervals of shape (2, 2) as [[lo_mean, lo_iqm], [hi_mean, hi_iqm]],
+      a sentence naming the method used).
+    """
+    matrix = np.asarray(matrix, dtype=float)
+    if matrix.ndim != 2 or matrix.size == 0:
+        raise ValueError(f"score matrix must be 2-D (runs x tasks) and non-empty, got shape {matrix.shape}")
+    try:
+        from rliable import library as rly
+    except Exception as exc:  # noqa: BLE001 - any import failure (arch / pandas mismatch) falls back
+        ci = _numpy_stratified_bootstrap(matrix, reps, seed, size)
+        return _agg(matrix), ci, (f"numpy stratified bootstrap, percentile, {reps} reps "
+                                  f"(rliable unavailable: {type(exc).__name__}: {exc})")
+    import warnings
+
+    with warnings.catch_warnings():  # arch 7 deprecates the random_state rliable 1.2 passes
+        warnings.simplefilter("ignore", FutureWarning)
+        points, intervals = rly.get_interval_estimates(
+            {"ours": matrix}, _agg, method="percentile", reps=reps, confidence_interval_size=size,
+            random_state=np.random.RandomState(seed))
+    return np.asarray(points["ours"]), np.asarray(intervals["ours"]), \
+        f"rliable stratified bootstrap, percentile, {reps} reps"
+
+
+AGGREGATE_COLUMNS = [
+    "step", "agent_steps", "n_tasks", "n_seeds", "mean_score", "mean_score_ci_low", "mean_score_ci_high",
+    "iqm_score", "iqm_score_ci_low", "iqm_score_ci_high", "mean_return",
+    "published_mean_score", "published_mean_return", "tasks", "method", "note",
+]
+
+
+def aggregate_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
+                    steps: Sequence[int] = TABLE_STEPS, reps: int = 2_000, seed: int = 0) -> pd.DataFrame:
+    """Aggregates over the tasks with a published curve, at each table step and at the end.
+
+    A step of ``steps`` gets a row when at least one run reaches it. At that step, the tasks included are those with a published curve having
+    a point at that step and with our evaluation at exactly that step; the runs are the
+    seeds every included task has there. The ``final`` row takes each task's last
+    evaluation, with the published value at the same agent step where the curve has one.
+
+    Columns :data:`AGGREGATE_COLUMNS`; scores are normalized (return / 10), ``mean_return``
+    and ``published_mean_return`` are raw returns averaged over the included tasks (as the
+    paper reports them); ``published_*`` is the published TD-MPC2 mean over the same tasks.
+    """
+    rows = []
+    with_pub = {t: s["published"] for t, s in tasks.items() if s.get("published")}
+
+    def add(label, agent_steps, per_task: dict, pub_vals: dict, note=""):
+        # per_task: task -> Series indexed by seed
+        r = {c: math.nan for c in AGGREGATE_COLUMNS}
+        r.update(step=label, agent_steps=agent_steps, n_tasks=len(per_task), tasks=", ".join(per_task),
+                 method="", note=note)
+        if not per_task:
+            r.update(n_seeds=0, note=note or "no task has an evaluation at exactly this step")
+            rows.append(r)
+            return
+        common = sorted(set.intersection(*(set(s.index) for s in per_task.values())))
+        if not common:
+            r.update(n_seeds=0, note="the included tasks share no seed")
+            rows.append(r)
+            return
+        dropped = sorted(set().union(*(set(s.index) for s in per_task.values())) - set(common))
+        matrix = np.array([[per_task[t][s] for t in per_task] for s in common], dtype=float)
+        points, ci, method = interval_estimates(matrix / SCORE_DIVISOR, reps=reps, seed=seed)
+        r.update(n_seeds=len(common), mean_score=points[0], iqm_score=points[1],
+                 mean_score_ci_low=ci[0, 0], mean_score_ci_high=ci[1, 0],
+                 iqm_score_ci_low=ci[0, 1], iqm_score_ci_high=ci[1, 1],
+                 mean_return=float(matrix.mean(axis=0).mean()), method=method)
+        if pub_vals and len(pub_vals) == len(per_task) and all(np.isfinite(v) for v in pub_vals.values()):
+            pm = float(np.mean(list(pub_vals.values())))
+            r.update(published_mean_return=pm, published_mean_score=pm / SCORE_DIVISOR)
+        elif note == "":
+            lacking = [t for t in per_task if not np.isfinite(pub_vals.get(t, math.nan))]
+            r["note"] = "published curve has no point at this step for: " + ", ".join(lacking)
+        if dropped:
+            r["note"] = (r["note"] + "; " if r["note"] else "") + f"seeds left out (not in every task): {dropped}"
+        rows.append(r)
+
+    reach = {t: int(scores.loc[scores["task"] == t, "agent_steps"].max())
+             for t in with_pub if (scores["task"] == t).any()}
+    for step in steps:
+        if not any(last >= step for last in reach.values()):
+            continue  # beyond every run: not a row ("as far as our runs go")
+        per_task, pub_vals = {}, {}
+        for task, ptask in with_pub.items():
+            curve = pub.curve(ptask, "tdmpc2")
+            if step not in set(curve["agent_steps"]):
+                continue
+            at = scores[(scores["task"] == task) & (scores["agent_steps"] == step)]
+            if at.empty:
+                continue
+            per_task[task] = at.set_index("seed")["return"]
+            pub_vals[task] = _pub_at(curve, step)[0]
+        add(str(step), step, per_task, pub_vals)
+
+    per_task, pub_vals = {}, {}
+    for task, ptask in with_pub.items():
+        s = scores[scores["task"] == task]
+        if s.empty:
+            continue
+        last = s.sort_values("eval_index").groupby("seed").tail(1)
+        per_task[task] = last.set_index("seed")["return"]
+        final_step = int(last["agent_steps"].max())
+        pub_vals[task] = _pub_at(pub.curve(ptask, "tdmpc2"), final_step)[0]
+    add("final", pd.NA, per_task, pub_vals)
+    out = pd.DataFrame(rows, columns=AGGREGATE_COLUMNS)
+    out["agent_steps"] = out["agent_steps"].astype("Int64")
+    out["n_tasks"] = out["n_tasks"].astype("Int64")
+    out["n_seeds"] = out["n_seeds"].astype("Int64")
+    return out
+
+
+# --------------------------------------------------------------------------- final-score check
+FINAL_COLUMNS = [
+    "task", "final_agent_steps", "n_seeds", "mean", "worst_seed", "seed_returns",
+    "mean_min", "mean_max", "seed_min", "mean_ok", "seeds_ok", "result", "note",
+]
+
+
+def final_score_check(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
+                      seeds: Optional[Sequence[int]] = None) -> pd.DataFrame:
+    """Each task's final evaluation against its ``expected`` range: pass / fail.
+
+    A seed's final score is the mean return of its last evaluation. The task passes when
+    the mean over seeds is >= ``mean_min`` and <= ``mean_max`` and every seed is >=
+    ``seed_min`` (absent keys are not checked), and every seed in ``seeds`` has a run.
+    A task without ``expected`` gets ``no expectation``. Columns :data:`FINAL_COLUMNS`.
+    """
+    rows = []
+    for task, settings in tasks.items():
+        exp = settings.get("expected") or {}
+        mean_min, mean_max, seed_min = exp.get("mean_min"), exp.get("mean_max"), exp.get("seed_min")
+        s = scores[scores["task"] == task]
+        r = {c: math.nan for c in FINAL_COLUMNS}
+        r.update(task=task, seed_returns="", mean_ok="", seeds_ok="", note="",
+                 mean_min=mean_min if mean_min is not None else math.nan,
+                 mean_max=mean_max if mean_max is not None else math.nan,
+                 seed_min=seed_min if seed_min is not None else math.nan)
+        notes = []
+        if s.empty:
+            r.update(n_seeds=0, result="fail" if exp else "no expectation", note="no evaluations found")
+            rows.append(r)
+            continue
+        last = s.sort_values("eval_index").groupby("seed").tail(1).sort_values("seed")
+        vals = last.set_index("seed")["return"]
+        final_step = int(last["agent_steps"].max())
+        short = last[last["agent_steps"] < final_step]
+        if not short.empty:
+            notes.append("seeds ending before the others: " + ", ".join(
+                f"{int(x.seed)} at {_fmt_int(x.agent_steps)}" for x in short.itertuples()))
+        planned = settings.get("agent_steps")
+        if planned is not None and final_step != int(planned):
+            notes.append(f"last evaluation at {_fmt_int(final_step)} of {_fmt_int(planned)} agent steps")
+        missing = sorted(set(int(x) for x in seeds) - set(int(x) for x in vals.index)) if seeds is not None else []
+        if missing:
+            notes.append(f"missing seeds: {missing}")
+        mean = float(vals.mean())
+        worst = float(vals.min())
+        mean_ok = (mean_min is None or mean >= mean_min) and (mean_max is None or mean <= mean_max)
+        seeds_ok = seed_min is None or bool((vals >= seed_min).all())
+        if not exp:
+            result = "no expectation"
+        else:
+            result = "pass" if (mean_ok and seeds_ok and not missing) else "fail"
+        r.update(final_agent_steps=final_step, n_seeds=len(vals), mean=mean, worst_seed=worst,
+                 seed_returns="; ".join(f"{int(k)}: {v:.1f}" for k, v in vals.items()),
+                 mean_ok=("yes" if mean_ok else "no") if (mean_min is not None or mean_max is not None) else "",
+                 seeds_ok=("yes" if seeds_ok else "no") if seed_min is not None else "",
+                 result=result, note="; ".join(notes))
+        rows.append(r)
+    out = pd.DataFrame(rows, columns=FINAL_COLUMNS)
+    out["final_agent_steps"] = out["final_agent_steps"].astype("Int64")
+    out["n_seeds"] = out["n_seeds"].astype("Int64")
+    return out
+
+
+def expected_range_text(exp: Optional[Mapping]) -> str:
+    """Human text of an expected range, e.g. ``mean in [700, 900], every seed >= 400``."""
+    if not exp:
+        return "none"
+    parts = []
+    lo, hi = exp.get("mean_min"), exp.get("mean_max")
+    if lo is not None and hi is not None:
+        parts.append(f"mean in [{lo:g}, {hi:g}]")
+    elif lo is not None:
+        parts.append(f"mean >= {lo:g}")
+    elif hi is not None:
+        parts.append(f"mean <= {hi:g}")
+    if exp.get("seed_min") is not None:
+        parts.append(f"every seed >= {exp['seed_min']:g}")
+    return ", ".join(parts) or "none"
+
+
+# --------------------------------------------------------------------------- runtimes
+def read_benchmarks(root: str | os.PathLike) -> pd.DataFrame:
+    """Every Snakemake ``benchmark:`` file under ``root`` (one row each).
+
+    Columns: job (path below root without ``.tsv``), s (wall seconds), max_rss (MB),
+    cpu_time (s); NaN where a column is absent. The last row of a file is used (repeated
+    benchmarks append rows).
+    """
+    rows = []
+    root = os.fspath(root)
+    if os.path.isdir(root):
+        for dirpath, _, files in os.walk(root):
+            for f in sorted(files):
+                if not f.endswith(".tsv"):
+                    continue
+                path = os.path.join(dirpath, f)
+                try:
+                    df = pd.read_csv(path, sep="\t")
+                except Exception:  # noqa: BLE001 - an unreadable file is shown as such
+                    rows.append({"job": os.path.relpath(path, root)[:-4], "s": math.nan,
+                                 "max_rss": math.nan, "cpu_time": math.nan})
+                    continue
+                last = df.iloc[-1] if len(df) else {}
+                rows.append({"job": os.path.relpath(path, root)[:-4],
+                             "s": float(last.get("s", math.nan)),
+                             "max_rss": pd.to_numeric(last.get("max_rss", math.nan), errors="coerce"),
+                             "cpu_time": pd.to_numeric(last.get("cpu_time", math.nan), errors="coerce")})
+    return pd.DataFrame(rows, columns=["job", "s", "max_rss", "cpu_time"]).sort_values("job").reset_index(drop=True)
+
+
+def flatten(d: Mapping, prefix: str = "") -> dict:
+    """A nested mapping as {"a.b.c": value} (lists kept as values)."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def find_value(flat: Mapping, *names: str):
+    """The value of the first key of ``flat`` whose last dotted part is one of ``names``."""
+    for name in names:
+        for k, v in flat.items():
+            if k == name or k.endswith("." + name):
+                return v
+    return None
+
+
+def read_run_info(path: str | os.PathLike) -> dict:
+    """A run.json as a flat dict (see :func:`flatten`); {} if it does not exist."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as fh:
+        return flatten(json.load(fh))
+
+
+# --------------------------------------------------------------------------- markdown
+def _cell(v, digits: int = 1) -> str:
+    if v is None or v is pd.NA:
+        return ""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return ""
+        return f"{v:,.{digits}f}"
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(df: pd.DataFrame, columns: Optional[Sequence[str]] = None,
+                   headers: Optional[Sequence[str]] = None, digits: int = 1) -> str:
+    """A GitHub-flavoured Markdown table of ``df`` (numbers with ``digits`` decimals)."""
+    columns = list(columns or df.columns)
+    headers = list(headers or columns)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    for _, r in df.iterrows():
+        lines.append("| " + " | ".join(_cell(r[c], digits) for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def mean_sd_text(mean, sd, digits: int = 1) -> str:
+    """``mean ± sd`` or an empty string where mean is NaN."""
+    if mean is None or mean is pd.NA or (isinstance(mean, float) and math.isnan(mean)):
+        return ""
+    if sd is None or sd is pd.NA or (isinstance(sd, float) and math.isnan(sd)):
+        return f"{mean:,.{digits}f}"
+    return f"{mean:,.{digits}f} ± {sd:,.{digits}f}"
+
+
+__all__ = [
+    "TABLE_STEPS", "SCORE_DIVISOR", "EVAL_COLUMNS", "read_evals", "read_metrics", "seed_scores",
+    "over_seeds", "table_steps_for", "single_task_table", "iqm", "interval_estimates",
+    "aggregate_table", "final_score_check", "expected_range_text", "read_benchmarks", "flatten",
+    "find_value", "read_run_info", "markdown_table", "mean_sd_text",
+    "SINGLE_TASK_COLUMNS", "AGGREGATE_COLUMNS", "FINAL_COLUMNS",
+]
+
+
+# --------------------------------------------------------------------------- files
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder, then rename."""
+    import tempfile
+
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp creates 0o600
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load_run_config(path: str | os.PathLike) -> dict:
+    """The resolved pipeline configuration (``results/resolved_config.yaml``, written by the
+    Snakefile's ``resolve_config`` rule): ``protocol``, ``label``, ``seeds`` and ``tasks``
+    (task name -> merged settings, with ``published`` and ``expected``).
+
+    Raises:
+      ValueError: the file lacks ``tasks`` (a mapping) or ``seeds`` (a list), naming the file.
+    """
+    import yaml
+
+    path = os.fspath(path)
+    with open(path) as fh:
+        cfg = yaml.safe_load(fh) or {}
+    if not isinstance(cfg.get("tasks"), dict) or not cfg["tasks"]:
+        raise ValueError(f"{path}: expected a non-empty mapping 'tasks' (task name -> settings)")
+    if not isinstance(cfg.get("seeds"), list) or not cfg["seeds"]:
+        raise ValueError(f"{path}: expected a non-empty list 'seeds'")
+    return cfg
+
+
+def run_dir(runs: str | os.PathLike, task: str, seed: int) -> str:
+    """``{runs}/{task}/seed{seed}`` (docs/artifacts.md)."""
+    return os.path.join(os.fspath(runs), task, f"seed{int(seed)}")

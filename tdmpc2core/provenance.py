@@ -1,0 +1,84 @@
+"""Where results came from: package versions, git commit, platform.
+
+Cheap by default: package versions come from installed metadata (nothing is imported);
+JAX is imported only by :func:`platform_info` with ``include_jax=True``.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib import metadata
+from typing import Iterable, Optional
+
+#: Distributions whose versions the report shows (distribution names as pip knows them).
+PACKAGES = (
+    "tdmpc2core", "jax", "jaxlib", "flax", "optax", "gymnax", "brax", "mujoco", "mujoco-mjx",
+    "playground", "snakemake", "numpy", "pandas", "pyarrow", "rliable", "matplotlib",
+)
+
+
+def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, Optional[str]]:
+    """{distribution: version or None if not installed}."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_info(path: str | os.PathLike = ".") -> dict:
+    """{"commit": sha or None, "dirty": bool or None, "describe": str or None} of the git work
+    tree containing ``path`` (None values outside a git work tree or without git). ``dirty``
+    is True when tracked files differ from the commit or untracked files (not ignored) exist."""
+    def git(*args) -> Optional[str]:
+        try:
+            res = subprocess.run(["git", *args], cwd=os.fspath(path), capture_output=True,
+                                 text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return res.stdout.strip() if res.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None, "describe": None}
+    status = git("status", "--porcelain")  # untracked, not ignored files count as changes
+    return {"commit": commit, "dirty": bool(status) if status is not None else None,
+            "describe": git("describe", "--always", "--dirty")}
+
+
+def platform_info(include_jax: bool = False) -> dict:
+    """OS, Python, CPU count (usable by this process), and with ``include_jax`` the JAX
+    backend, device kind and device count, and the default matmul precision."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count()
+    info = {
+        "system": platform.platform(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "cpu_usable": usable,
+    }
+    if include_jax:
+        try:
+            import jax
+
+            devices = jax.devices()
+            info.update(jax_backend=jax.default_backend(), device_kind=devices[0].device_kind,
+                        device_count=len(devices),
+                        jax_default_matmul_precision=str(jax.config.jax_default_matmul_precision))
+        except Exception as exc:  # noqa: BLE001 - reported, not fatal
+            info["jax_error"] = f"{type(exc).__name__}: {exc}"
+    return info
+
+
+def collect(path: str | os.PathLike = ".", include_jax: bool = False) -> dict:
+    """Everything above in one dict: {"packages", "git", "platform"}."""
+    return {"packages": package_versions(), "git": git_info(path), "platform": platform_info(include_jax)}
+
+
+__all__ = ["PACKAGES", "package_versions", "git_info", "platform_info", "collect"]

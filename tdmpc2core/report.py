@@ -1,0 +1,253 @@
+"""Render ``results/report.html``: one self-contained HTML file.
+
+Figures are embedded (PNG as base64 ``data:`` URIs, SVG inline), the style sheet is
+inline, and nothing links outside the file. :func:`render_report` takes plain data (no
+file reading); ``tdmpc2core.stages.report`` gathers it from the pipeline's files.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import math
+from typing import Iterable, Mapping, Optional, Sequence
+
+import pandas as pd
+
+CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0 auto;max-width:1200px;
+padding:1em 2em;color:#222;line-height:1.45}
+h1{margin-bottom:.2em} h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}
+.banner{padding:.8em 1.2em;border-radius:6px;font-size:1.15em;margin:1em 0}
+.banner.demo{background:#fff3cd;border:2px solid #e0a800}
+.banner.paper{background:#d4edda;border:2px solid #28a745}
+table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.88em}
+th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
+th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.pass td.result{background:#d4edda;font-weight:bold} tr.fail td.result{background:#f8d7da;font-weight:bold}
+td.inside{background:#d4edda} td.outside{background:#f8d7da}
+.fig{margin:.5em 0 1.5em} .fig img,.fig svg{max-width:100%;height:auto}
+pre{background:#f7f7f7;border:1px solid #ddd;padding:.8em;overflow-x:auto;font-size:.85em}
+.muted{color:#666;font-size:.9em} .summary{font-size:1.05em}
+nav a{margin-right:1em}
+"""
+
+
+def esc(x) -> str:
+    """HTML-escaped text of a value ('' for None / NaN / NA)."""
+    if x is None or x is pd.NA:
+        return ""
+    if isinstance(x, float) and math.isnan(x):
+        return ""
+    return html.escape(str(x))
+
+
+def num(x, digits: int = 1) -> str:
+    """A number with thousands separators ('' for missing)."""
+    if x is None or x is pd.NA:
+        return ""
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return esc(x)
+    if math.isnan(f):
+        return ""
+    if f.is_integer() and digits == 0:
+        return f"{int(f):,}"
+    return f"{f:,.{digits}f}"
+
+
+def html_table(headers: Sequence[str], rows: Iterable[Sequence], row_classes: Optional[Sequence[str]] = None,
+               cell_classes: Optional[Sequence[Sequence[str]]] = None) -> str:
+    """A table; cells are pre-escaped HTML strings (use :func:`esc` / :func:`num`)."""
+    out = ["<table>", "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>"]
+    for i, r in enumerate(rows):
+        cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
+        cells = []
+        for j, c in enumerate(r):
+            cc = cell_classes[i][j] if cell_classes and cell_classes[i][j] else ""
+            cells.append(f'<td class="{cc}">{c}</td>' if cc else f"<td>{c}</td>")
+        out.append(f"<tr{cls}>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def embed_image(data: bytes | str, kind: str, alt: str) -> str:
+    """An ``<img>`` with a base64 PNG data URI, or inline SVG text."""
+    if kind == "svg":
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        start = text.find("<svg")
+        return text[start:] if start >= 0 else text
+    b64 = base64.b64encode(data if isinstance(data, bytes) else data.encode()).decode("ascii")
+    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{b64}">'
+
+
+def _mean_sd(m, s) -> str:
+    if m is None or m is pd.NA or (isinstance(m, float) and math.isnan(m)):
+        return ""
+    if s is None or s is pd.NA or (isinstance(s, float) and math.isnan(s)):
+        return num(m)
+    return f"{num(m)} ± {num(s)}"
+
+
+def final_section(final: pd.DataFrame, expected_text: Mapping[str, str]) -> str:
+    rows, classes, cells = [], [], []
+    for r in final.itertuples(index=False):
+        res = str(r.result)
+        rows.append([esc(r.task), num(r.final_agent_steps, 0), num(r.mean), esc(r.seed_returns),
+                     esc(expected_text.get(r.task, "")), esc(res.upper() if res in ("pass", "fail") else res),
+                     esc(r.note)])
+        classes.append(res if res in ("pass", "fail") else "")
+        cells.append(["", "num", "num", "", "", "result", ""])
+    n_pass = int((final["result"] == "pass").sum())
+    n_fail = int((final["result"] == "fail").sum())
+    n_none = int((final["result"] == "no expectation").sum())
+    head = (f'<p class="summary"><b>{n_pass} pass, {n_fail} fail</b>'
+            + (f", {n_none} without an expected range" if n_none else "") + ".</p>")
+    return head + html_table(["Task", "Final agent steps", "Mean over seeds", "Per seed (seed: return)",
+                              "Expected", "Result", "Note"], rows, classes, cells)
+
+
+def single_task_section(single: pd.DataFrame) -> str:
+    rows, cells = [], []
+    for r in single.itertuples(index=False):
+        ours = "" if pd.isna(r.mean) else f"{_mean_sd(r.mean, r.sd)} (n={int(r.n_seeds)})"
+        rng = "" if pd.isna(r.min) else f"{num(r.min)} – {num(r.max)}"
+        rows.append([esc(r.task), esc(r.published_task), num(r.agent_steps, 0), num(r.env_frames, 0), ours, rng,
+                     _mean_sd(r.tdmpc2_mean, r.tdmpc2_sd), esc(r.band),
+                     _mean_sd(r.tdmpc_mean, r.tdmpc_sd), _mean_sd(r.sac_mean, r.sac_sd),
+                     _mean_sd(r.dreamerv3_mean, r.dreamerv3_sd), esc(r.note)])
+        cells.append(["", "", "num", "num", "num", "num", "num", esc(r.band), "num", "num", "num", ""])
+    return html_table(["Task", "Published task", "Agent steps", "Our env frames", "Ours: mean ± sd",
+                       "Ours: min – max", "TD-MPC2 published", "Band (±1 sd)", "TD-MPC", "SAC",
+                       "DreamerV3", "Note"], rows, cell_classes=cells)
+
+
+def aggregate_section(agg: pd.DataFrame) -> str:
+    rows, cells = [], []
+    for r in agg.itertuples(index=False):
+        def ci(p, lo, hi):
+            return "" if pd.isna(p) else f"{num(p)} [{num(lo)}, {num(hi)}]"
+        step = num(r.step, 0) if str(r.step).isdigit() else esc(r.step)
+        rows.append([step, num(r.n_tasks, 0), num(r.n_seeds, 0),
+                     ci(r.mean_score, r.mean_score_ci_low, r.mean_score_ci_high),
+                     ci(r.iqm_score, r.iqm_score_ci_low, r.iqm_score_ci_high),
+                     num(r.published_mean_score), num(r.mean_return), num(r.published_mean_return),
+                     esc(r.note)])
+        cells.append(["", "num", "num", "num", "num", "num", "num", "num", ""])
+    method = next((m for m in agg["method"] if isinstance(m, str) and m), "no bootstrap was run")
+    return (html_table(["Agent steps", "Tasks", "Seeds", "Mean score [95% CI]", "IQM score [95% CI]",
+                        "TD-MPC2 published mean score", "Ours: mean return", "TD-MPC2 published mean return",
+                        "Note"], rows, cell_classes=cells)
+            + f'<p class="muted">Confidence intervals: {esc(method)}.</p>')
+
+
+def kv_table(d: Mapping, key_header: str = "Key", value_header: str = "Value", none_text: str = "unknown") -> str:
+    return html_table([key_header, value_header],
+                      [[esc(k), esc(none_text if v is None else v)] for k, v in d.items()])
+
+
+def render_report(ctx: Mapping) -> str:
+    """The report's HTML from plain data.
+
+    ``ctx`` keys: ``protocol``, ``label``, ``is_paper`` (bool), ``generated`` (str),
+    ``final`` / ``single`` / ``aggregate`` (DataFrames of :mod:`tdmpc2core.analysis`),
+    ``expected_text`` (task -> text), ``figures`` (list of (task, subtitle, [(alt, kind,
+    data)])), ``overview`` ((kind, data) or None), ``runtimes`` (DataFrame with columns
+    job, wall_s, max_rss_mb, cpu_time_s), ``runs`` (DataFrame: one row per run.json with
+    task, seed, backend, device_kind, matmul_precision, compile_time_s, wall_time_s),
+    ``packages`` / ``run_packages`` (dicts), ``git`` (dict), ``platform`` (dict),
+    ``config_yaml`` (str), ``notes`` (list of str).
+    """
+    is_paper = bool(ctx.get("is_paper"))
+    banner_cls = "paper" if is_paper else "demo"
+    protocol_text = ("the paper's protocol" if is_paper else "NOT the paper's protocol")
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>TD-MPC2 reproduction report: {esc(ctx.get('protocol'))}</title>",
+        f"<style>{CSS}</style></head><body>",
+        "<h1>TD-MPC2 reproduction report</h1>",
+        f'<div class="banner {banner_cls}"><b>{esc(ctx.get("label"))}</b><br>'
+        f'Protocol <code>{esc(ctx.get("protocol"))}</code>: {protocol_text}.</div>',
+        f'<p class="muted">Generated {esc(ctx.get("generated"))}. Paper: Hansen, Su, Wang, '
+        "TD-MPC2: Scalable, Robust World Models for Continuous Control (ICLR 2024). Published "
+        "curves: the official repository's results folder (nicklashansen/tdmpc2). The DMC tasks "
+        "here run on MuJoCo Playground, whose physics differ from dm_control's: comparisons are "
+        "approximate.</p>",
+        '<nav><a href="#final">Final scores</a><a href="#single">Single-task table</a>'
+        '<a href="#aggregate">Aggregates</a><a href="#figures">Figures</a><a href="#runtime">Runtime</a>'
+        '<a href="#provenance">Provenance</a><a href="#config">Configuration</a></nav>',
+    ]
+    for note in ctx.get("notes") or []:
+        parts.append(f'<p class="muted">{esc(note)}</p>')
+    parts += ['<h2 id="final">Final score against the expected range</h2>',
+              "<p>Each task's last evaluation: a seed's score is the mean return over that evaluation's "
+              "episodes; the task passes when the mean over seeds lies in the expected range and every "
+              "seed reaches the per-seed minimum.</p>",
+              final_section(ctx["final"], ctx.get("expected_text", {}))]
+    parts += ['<h2 id="single">Single-task results beside the published curves</h2>',
+              "<p>At exactly these agent steps (the paper's tables use agent steps; the published curves "
+              "have a point every 50,000). Ours: mean ± population sd over seeds, and the lowest – highest "
+              "seed. Published: mean ± population sd over the paper's seeds. Band: our mean inside or "
+              "outside the published TD-MPC2 mean ± 1 sd. A task without an evaluation at a published "
+              "step is not compared; the note says so.</p>",
+              single_task_section(ctx["single"])]
+    parts += ['<h2 id="aggregate">Aggregate scores</h2>',
+              "<p>Over the tasks with a published curve. Normalized score = DMControl return / 10 "
+              "(0–100); mean over tasks of the mean over seeds, and the interquartile mean (IQM) over "
+              "all seed × task scores. The paper reports raw returns averaged over tasks: the return "
+              "columns.</p>",
+              aggregate_section(ctx["aggregate"])]
+    parts.append('<h2 id="figures">Learning curves</h2>')
+    parts.append("<p>x: env frames (agent steps × action repeat), as the paper's figures. Ours: mean over "
+                 "seeds, shaded between the lowest and the highest seed. Published TD-MPC2: mean, shaded "
+                 "± 1 sd.</p>")
+    if ctx.get("overview"):
+        kind, data = ctx["overview"]
+        parts.append(f'<div class="fig"><h3>All tasks</h3>{embed_image(data, kind, "overview")}</div>')
+    for task, subtitle, images in ctx.get("figures", []):
+        parts.append(f'<h3 id="fig-{esc(task)}">{esc(task)} <span class="muted">{esc(subtitle)}</span></h3>')
+        for alt, kind, data in images:
+            parts.append(f'<div class="fig">{embed_image(data, kind, alt)}</div>')
+
+    parts.append('<h2 id="runtime">Runtime</h2>')
+    runs = ctx.get("runs")
+    if runs is not None and not runs.empty:
+        parts.append("<p>From each run's run.json (the training process; compile and wall time as it "
+                     "records them).</p>")
+        parts.append(html_table(
+            ["Task", "Seed", "JAX backend", "Device", "Matmul precision", "Compile time (s)", "Wall time (s)"],
+            [[esc(r.task), esc(r.seed), esc(r.backend), esc(r.device_kind), esc(r.matmul_precision),
+              num(r.compile_time_s), num(r.wall_time_s)] for r in runs.itertuples(index=False)]))
+    rt = ctx.get("runtimes")
+    if rt is not None and not rt.empty:
+        parts.append("<p>From Snakemake's <code>benchmark:</code> files, one per job (wall seconds, "
+                     "peak resident memory, CPU seconds).</p>")
+        parts.append(html_table(["Job", "Wall time (s)", "Max RSS (MB)", "CPU time (s)"],
+                                [[esc(r.job), num(r.wall_s), num(r.max_rss_mb), num(r.cpu_time_s)]
+                                 for r in rt.itertuples(index=False)]))
+        parts.append(f'<p class="muted">Total over jobs: {num(rt["wall_s"].sum())} s.</p>')
+
+    parts.append('<h2 id="provenance">Provenance</h2>')
+    git = ctx.get("git") or {}
+    commit = git.get("commit") or "unknown (not a git work tree)"
+    dirty = git.get("dirty")
+    parts.append(f"<p>Git commit: <code>{esc(commit)}</code>"
+                 + ("" if dirty is None else (" <b>with uncommitted changes (dirty)</b>" if dirty else " (clean)"))
+                 + "</p>")
+    parts.append("<h3>Package versions (report environment)</h3>" + kv_table(ctx.get("packages") or {},
+                                                                            "Package", "Version", "not installed"))
+    if ctx.get("run_packages"):
+        parts.append("<h3>Package versions recorded by the training runs</h3>"
+                     + kv_table(ctx["run_packages"], "Package", "Version", "not installed"))
+    if ctx.get("run_provenance"):
+        parts.append("<h3>Provenance recorded by the training runs (first run)</h3>"
+                     + kv_table(ctx["run_provenance"]))
+    parts.append("<h3>Platform (report machine)</h3>" + kv_table(ctx.get("platform") or {}))
+    parts.append('<h2 id="config">Configuration used</h2>')
+    parts.append(f"<pre>{esc(ctx.get('config_yaml', ''))}</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+__all__ = ["render_report", "html_table", "embed_image", "esc", "num", "CSS"]

@@ -1,0 +1,149 @@
+"""``tdmpc2 report``: render ``results/report.html`` (self-contained) from the pipeline's files.
+
+Reads the resolved configuration, the tables (``tdmpc2 tables``), the figures
+(``tdmpc2 figures``), every run's ``run.json`` and the Snakemake ``benchmark:`` files, and
+writes one HTML file with the figures embedded::
+
+    tdmpc2 report --config results/resolved_config.yaml --runs results/single \\
+        --tables results/tables --figures results/figures --benchmarks benchmarks/runs \\
+        --out results/report.html
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="resolved configuration (results/resolved_config.yaml)")
+    parser.add_argument("--runs", default="results/single", help="folder of single-task runs")
+    parser.add_argument("--tables", default="results/tables", help="folder written by `tdmpc2 tables`")
+    parser.add_argument("--figures", default="results/figures", help="folder written by `tdmpc2 figures`")
+    parser.add_argument("--benchmarks", default="benchmarks/runs", help="Snakemake benchmark files (optional)")
+    parser.add_argument("--repo", default=".", help="git work tree whose commit is reported")
+    parser.add_argument("--no-jax", action="store_true", help="do not import JAX for the report machine's platform")
+    parser.add_argument("--out", default="results/report.html", help="the HTML file to write")
+
+
+_RUN_KEYS = {
+    "backend": ("jax_backend", "default_backend", "platform.backend", "provenance.backend"),
+    "device_kind": ("device_kind",),
+    "matmul_precision": ("matmul_precision", "jax_default_matmul_precision", "default_matmul_precision"),
+    "compile_time_s": ("compile_seconds_upper_bound", "compile_seconds", "compile_time_s", "compile_time"),
+    "wall_time_s": ("wall_seconds", "total_wall_time_s", "wall_time_s", "wall_time"),
+}
+# run.json keys shown under "Provenance recorded by the training runs" (first run)
+_PROVENANCE_WORDS = ("provenance", "platform", "git", "commit", "precision", "device", "compile", "wall",
+                     "jax_backend", "default_backend", "hostname", "python")
+
+
+def _run_rows(cfg, runs_dir):
+    import pandas as pd
+
+    from .. import analysis as A
+
+    rows, first, missing = [], None, []
+    for task in cfg["tasks"]:
+        for seed in cfg["seeds"]:
+            path = os.path.join(A.run_dir(runs_dir, task, seed), "run.json")
+            flat = A.read_run_info(path)
+            if not flat:
+                missing.append(path)
+                continue
+            first = first or flat
+            row = {"task": task, "seed": seed}
+            for col, names in _RUN_KEYS.items():
+                v = A.find_value(flat, *names)
+                row[col] = "not recorded" if v is None and col in ("backend", "device_kind", "matmul_precision") else v
+            rows.append(row)
+    cols = ["task", "seed"] + list(_RUN_KEYS)
+    return pd.DataFrame(rows, columns=cols), first or {}, missing
+
+
+def _run_packages(flat: dict) -> dict:
+    out = {}
+    for k, v in flat.items():
+        parts = k.split(".")
+        if any(p in ("packages", "versions", "package_versions") for p in parts[:-1]):
+            out[parts[-1]] = v
+    return out
+
+
+def _read_image(path):
+    kind = "svg" if path.endswith(".svg") else "png"
+    with open(path, "rb") as fh:
+        return kind, fh.read()
+
+
+def run(args) -> int:
+    import pandas as pd
+
+    from .. import analysis as A
+    from .. import provenance as PV
+    from .. import report as R
+
+    cfg = A.load_run_config(args.config)
+    with open(args.config) as fh:
+        config_yaml = fh.read()
+    tasks = cfg["tasks"]
+
+    def table(name):
+        path = os.path.join(args.tables, f"{name}.csv")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} does not exist: run `tdmpc2 tables` first")
+        return pd.read_csv(path, keep_default_na=True)
+
+    final, single, agg = table("final_scores"), table("single_task"), table("aggregate")
+    for df in (final, single, agg):
+        for c in df.columns:
+            if df[c].dtype == object:
+                df[c] = df[c].fillna("")
+
+    figures = []
+    for task, settings in tasks.items():
+        images = []
+        for suffix, alt in (("eval", "evaluation return"), ("train", "training curves")):
+            for ext in ("png", "svg"):
+                p = os.path.join(args.figures, f"{task}_{suffix}.{ext}")
+                if os.path.exists(p):
+                    images.append((f"{task}: {alt}",) + _read_image(p))
+                    break
+        sub = settings.get("env_id", "")
+        if settings.get("published"):
+            sub += f" · published: {settings['published']}"
+        figures.append((task, sub, images))
+    overview = None
+    for ext in ("png", "svg"):
+        p = os.path.join(args.figures, f"overview.{ext}")
+        if os.path.exists(p):
+            overview = _read_image(p)
+            break
+
+    runs, first, missing = _run_rows(cfg, args.runs)
+    bench = A.read_benchmarks(args.benchmarks).rename(
+        columns={"s": "wall_s", "max_rss": "max_rss_mb", "cpu_time": "cpu_time_s"})
+    notes = []
+    if missing:
+        notes.append(f"{len(missing)} run.json file(s) missing (incomplete runs): " + ", ".join(missing[:5])
+                     + (" ..." if len(missing) > 5 else ""))
+    run_prov = {k: v for k, v in first.items()
+                if any(w in k.lower() for w in _PROVENANCE_WORDS)
+                and not k.startswith(("agent", "config.", "spec.", "provenance.packages."))}
+    ctx = {
+        "protocol": cfg.get("protocol", "?"),
+        "label": cfg.get("label", ""),
+        "is_paper": cfg.get("protocol") == "paper",
+        "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "final": final, "single": single, "aggregate": agg,
+        "expected_text": {t: A.expected_range_text(s.get("expected")) for t, s in tasks.items()},
+        "figures": figures, "overview": overview,
+        "runs": runs, "runtimes": bench,
+        "packages": PV.package_versions(), "run_packages": _run_packages(first),
+        "run_provenance": run_prov,
+        "git": PV.git_info(args.repo), "platform": PV.platform_info(include_jax=not args.no_jax),
+        "config_yaml": config_yaml, "notes": notes,
+    }
+    A.write_text_atomic(args.out, R.render_report(ctx))
+    print(f"tdmpc2 report: {args.out} ({os.path.getsize(args.out) / 1e3:.0f} kB)")
+    return 0

@@ -1,0 +1,127 @@
+"""``tdmpc2 tables``: the paper's single-task tables, aggregate scores and the final-score check.
+
+Reads ``{runs}/{task}/seed{seed}/eval.parquet`` for every task and seed of the resolved
+configuration and writes, under ``--outdir`` (CSV and Markdown each):
+
+* ``single_task``: per task, ours (mean, population sd, min, max over seeds) at the table
+  agent steps beside the published TD-MPC2 mean and sd (inside / outside mean +- 1 sd)
+  and the published TD-MPC, SAC and DreamerV3 means and sds where published;
+* ``aggregate``: mean and IQM of the normalized score (return / 10) over the tasks with a
+  published curve, with stratified-bootstrap 95% CIs (rliable), and the published
+  TD-MPC2 mean over the same tasks;
+* ``final_scores``: each task's final evaluation against its ``expected`` range.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+DEFAULT_STEPS = (50_000, 100_000, 500_000, 1_000_000, 2_000_000)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True,
+                        help="resolved configuration (results/resolved_config.yaml)")
+    parser.add_argument("--runs", default="results/single",
+                        help="folder of single-task runs: RUNS/TASK/seedSEED/eval.parquet")
+    parser.add_argument("--outdir", default="results/tables", help="where the tables go")
+    parser.add_argument("--steps", type=int, nargs="+", default=list(DEFAULT_STEPS),
+                        help="agent steps of the single-task table (default: %(default)s; each "
+                             "task's last published step is added)")
+    parser.add_argument("--bootstrap-reps", type=int, default=None,
+                        help="bootstrap replications (default: the config's bootstrap_reps, else 2000)")
+    parser.add_argument("--bootstrap-seed", type=int, default=0)
+
+
+def _single_task_md(df, label: str) -> str:
+    from .. import analysis as A
+
+    import pandas as pd
+
+    view = df.copy()
+    view["ours"] = ["" if pd.isna(m) else f"{A.mean_sd_text(m, s)} (n={int(n)})"
+                    for m, s, n in zip(view["mean"], view["sd"], view["n_seeds"])]
+    view["ours_range"] = ["" if pd.isna(lo) else f"{lo:,.1f} – {hi:,.1f}"
+                          for lo, hi in zip(view["min"], view["max"])]
+    for m in ("tdmpc2", "tdmpc", "sac", "dreamerv3"):
+        view[m] = [A.mean_sd_text(a, b) for a, b in zip(view[f"{m}_mean"], view[f"{m}_sd"])]
+    cols = ["task", "agent_steps", "ours", "ours_range", "tdmpc2", "band", "tdmpc", "sac", "dreamerv3", "note"]
+    heads = ["Task", "Agent steps", "Ours: mean ± sd", "Ours: min – max", "TD-MPC2 (published)",
+             "Band", "TD-MPC", "SAC", "DreamerV3", "Note"]
+    return (f"# Single-task results beside the published curves\n\n{label}\n\n"
+            "Returns at exactly the listed agent steps. Ours: mean over seeds of each seed's mean "
+            "evaluation return, ± the population sd over seeds, and the lowest – highest seed. "
+            "Published: mean ± population sd over the paper's seeds. Band: our mean inside or "
+            "outside the published TD-MPC2 mean ± 1 sd (bounds included). Playground's physics "
+            "differ from dm_control's: the comparison is approximate.\n\n"
+            + A.markdown_table(view, cols, heads))
+
+
+def _aggregate_md(df, label: str) -> str:
+    from .. import analysis as A
+
+    view = df.copy()
+    view["mean_ci"] = [f"{a:.1f} [{b:.1f}, {c:.1f}]" if a == a else "" for a, b, c in
+                       zip(view["mean_score"], view["mean_score_ci_low"], view["mean_score_ci_high"])]
+    view["iqm_ci"] = [f"{a:.1f} [{b:.1f}, {c:.1f}]" if a == a else "" for a, b, c in
+                      zip(view["iqm_score"], view["iqm_score_ci_low"], view["iqm_score_ci_high"])]
+    cols = ["step", "n_tasks", "n_seeds", "mean_ci", "iqm_ci", "published_mean_score", "mean_return",
+            "published_mean_return", "note"]
+    heads = ["Agent steps", "Tasks", "Seeds", "Mean score [95% CI]", "IQM score [95% CI]",
+             "TD-MPC2 published mean score", "Ours: mean return", "TD-MPC2 published mean return", "Note"]
+    method = next((m for m in df["method"] if m), "")
+    return (f"# Aggregate scores over the tasks with a published curve\n\n{label}\n\n"
+            "Normalized score = DMControl return / 10 (0–100). Mean: mean over tasks of the mean "
+            "over seeds; IQM: interquartile mean over all seed x task scores. 95% confidence "
+            f"intervals: {method or 'stratified bootstrap'} (seeds resampled within each task). "
+            "Published: the TD-MPC2 mean over the same tasks (the paper reports raw returns "
+            "averaged over tasks: the return columns). `final`: each task's last evaluation.\n\n"
+            + A.markdown_table(view, cols, heads))
+
+
+def _final_md(df, tasks, label: str) -> str:
+    from .. import analysis as A
+
+    view = df.copy()
+    view["expected"] = [A.expected_range_text(tasks[t].get("expected")) for t in view["task"]]
+    view["result"] = [r.upper() if r in ("pass", "fail") else r for r in view["result"]]
+    cols = ["task", "final_agent_steps", "mean", "seed_returns", "expected", "result", "note"]
+    heads = ["Task", "Final agent steps", "Mean over seeds", "Per seed", "Expected", "Result", "Note"]
+    return (f"# Final-score check\n\n{label}\n\n"
+            "Each task's last evaluation (mean return over its episodes per seed) against the "
+            "task's expected range from the configuration.\n\n" + A.markdown_table(view, cols, heads))
+
+
+def run(args) -> int:
+    from .. import analysis as A
+
+    cfg = A.load_run_config(args.config)
+    tasks = cfg["tasks"]
+    seeds = [int(s) for s in cfg["seeds"]]
+    label = f"Protocol: **{cfg.get('protocol', '?')}**. {cfg.get('label', '')}".strip()
+    paths, missing = [], []
+    for task in tasks:
+        for seed in seeds:
+            p = os.path.join(A.run_dir(args.runs, task, seed), "eval.parquet")
+            (paths if os.path.exists(p) else missing).append(p)
+    for p in missing:
+        print(f"tdmpc2 tables: warning: {p} does not exist; that seed counts as missing", file=sys.stderr)
+    scores = A.seed_scores(A.read_evals(paths))
+    reps = args.bootstrap_reps or int(cfg.get("bootstrap_reps", 2000))
+
+    single = A.single_task_table(scores, tasks, steps=args.steps)
+    agg = A.aggregate_table(scores, tasks, steps=args.steps, reps=reps, seed=args.bootstrap_seed)
+    final = A.final_score_check(scores, tasks, seeds)
+
+    out = args.outdir
+    A.write_text_atomic(os.path.join(out, "single_task.csv"), single.to_csv(index=False))
+    A.write_text_atomic(os.path.join(out, "single_task.md"), _single_task_md(single, label))
+    A.write_text_atomic(os.path.join(out, "aggregate.csv"), agg.to_csv(index=False))
+    A.write_text_atomic(os.path.join(out, "aggregate.md"), _aggregate_md(agg, label))
+    A.write_text_atomic(os.path.join(out, "final_scores.csv"), final.to_csv(index=False))
+    A.write_text_atomic(os.path.join(out, "final_scores.md"), _final_md(final, tasks, label))
+    n_fail = int((final["result"] == "fail").sum())
+    print(f"tdmpc2 tables: {len(tasks)} tasks, {len(seeds)} seeds; final-score check: "
+          f"{int((final['result'] == 'pass').sum())} pass, {n_fail} fail; tables in {out}")
+    return 0

@@ -1,0 +1,271 @@
+"""Tables, aggregates and the final-score check on hand-made evaluation files.
+
+Every expected number below is computed by hand from the synthetic returns (or read from
+the packaged published curves, whose values are quoted in comments).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from tdmpc2core import analysis as A
+from tdmpc2core import published as P
+
+
+# --------------------------------------------------------------------------- helpers
+def write_eval(root, task, seed, returns_by_step, action_repeat=2):
+    """eval.parquet of docs/artifacts.md: {agent_steps: [episode returns]} for one seed."""
+    rows = []
+    for i, (step, rets) in enumerate(sorted(returns_by_step.items())):
+        for e, r in enumerate(rets):
+            rows.append({"task": task, "seed": seed, "eval_index": i, "agent_steps": step,
+                         "env_frames": step * action_repeat, "episode": e, "return": float(r), "length": 500})
+    d = os.path.join(root, task, f"seed{seed}")
+    os.makedirs(d, exist_ok=True)
+    df = pd.DataFrame(rows).astype({"seed": "int64", "eval_index": "int64", "agent_steps": "int64",
+                                    "env_frames": "int64", "episode": "int64", "length": "int64"})
+    path = os.path.join(d, "eval.parquet")
+    df.to_parquet(path)
+    return path
+
+
+def write_metrics(root, task, seed, last_step, action_repeat=2):
+    steps = list(range(0, last_step + 1, max(last_step // 10, 1)))
+    df = pd.DataFrame({"task": task, "seed": seed, "agent_steps": steps,
+                       "env_frames": [s * action_repeat for s in steps], "updates": steps,
+                       "wall_time_s": [s / 100 for s in steps], "agent_steps_per_s": 100.0,
+                       "total_loss": [1.0 / (1 + s) for s in steps],
+                       "train_return": [float(s) if i % 2 else math.nan for i, s in enumerate(steps)]})
+    df.to_parquet(os.path.join(root, task, f"seed{seed}", "metrics.parquet"))
+
+
+def scores_of(root, paths):
+    return A.seed_scores(A.read_evals(paths))
+
+
+# --------------------------------------------------------------------------- published
+def test_published_curves_and_name_map():
+    assert len(P.PLAYGROUND_TO_DMC) == 22
+    assert set(P.PLAYGROUND_TO_DMC.values()) <= set(P.published_tasks())
+    assert P.dmc_name("BallInCup") == "cup-catch"
+    assert P.dmc_name("Pendulum-v1") is None
+    c = P.curve("walker-walk")
+    assert c.loc[c["agent_steps"] == 50_000, "mean_return"].item() == pytest.approx(961.90)
+    assert (c["env_steps"] == 2 * c["agent_steps"]).all()
+    assert P.final_point("humanoid-run")["agent_steps"] == 7_000_000
+    with pytest.raises(KeyError, match="no published curve"):
+        P.curve("not-a-task")
+
+
+# --------------------------------------------------------------------------- single-task table
+def test_values_at_published_steps_and_band_marks(tmp_path):
+    # walker-walk published TD-MPC2: 961.90 +- 10.22 at 50k, 973.43 +- 3.66 at 100k agent steps
+    p0 = write_eval(tmp_path, "walker", 0, {0: [30, 40], 50_000: [950, 960], 100_000: [900, 900], 150_000: [990, 990]})
+    p1 = write_eval(tmp_path, "walker", 1, {0: [50, 60], 50_000: [960, 970], 100_000: [920, 940], 150_000: [990, 990]})
+    scores = scores_of(tmp_path, [p0, p1])
+    table = A.single_task_table(scores, {"walker": {"published": "walker-walk", "action_repeat": 2}})
+    assert list(table["agent_steps"]) == [50_000, 100_000]  # 150k is no table step; 500k is beyond the run
+    r50, r100 = table.iloc[0], table.iloc[1]
+    # seeds 955 and 965: mean 960, population sd 5
+    assert (r50["mean"], r50["sd"], r50["min"], r50["max"], r50["n_seeds"]) == (960.0, 5.0, 955.0, 965.0, 2)
+    assert r50["tdmpc2_mean"] == pytest.approx(961.90) and r50["tdmpc2_sd"] == pytest.approx(10.22)
+    assert r50["band_low"] == pytest.approx(951.68) and r50["band_high"] == pytest.approx(972.12)
+    assert r50["band"] == "inside"
+    assert r50["env_frames"] == 100_000
+    assert r50["sac_mean"] == pytest.approx(708.17) and r50["dreamerv3_mean"] == pytest.approx(630.13)
+    # seeds 900 and 930: mean 915 (sd 15), outside 973.43 +- 3.66
+    assert (r100["mean"], r100["sd"]) == (915.0, 15.0)
+    assert r100["band"] == "outside"
+    assert r50["note"] == "" and r100["note"] == ""
+
+
+def test_no_step_in_common_and_no_published_curve(tmp_path):
+    p = write_eval(tmp_path, "cartpole-balance", 0, {s: [500.0] for s in range(0, 10_001, 1000)})
+    q = write_eval(tmp_path, "pendulum", 0, {0: [-1200.0], 6000: [-150.0]}, action_repeat=1)
+    scores = scores_of(tmp_path, [p, q])
+    table = A.single_task_table(scores, {
+        "cartpole-balance": {"published": "cartpole-balance", "action_repeat": 2},
+        "pendulum": {"published": None, "action_repeat": 1},
+    })
+    assert len(table) == 2
+    cb = table[table["task"] == "cartpole-balance"].iloc[0]
+    assert cb["note"].startswith("no step in common with the published curve")
+    assert "10,000 agent steps" in cb["note"] and "50,000" in cb["note"]
+    assert cb["band"] == "" and math.isnan(cb["mean"]) and math.isnan(cb["tdmpc2_mean"])
+    pe = table[table["task"] == "pendulum"].iloc[0]
+    assert pe["note"] == "no published curve" and pe["band"] == ""
+
+
+def test_no_evaluation_at_exactly_the_published_step(tmp_path):
+    p = write_eval(tmp_path, "cheetah", 0, {0: [0.0], 40_000: [400.0], 90_000: [600.0], 120_000: [650.0]})
+    table = A.single_task_table(scores_of(tmp_path, [p]), {"cheetah": {"published": "cheetah-run"}})
+    assert list(table["agent_steps"]) == [50_000, 100_000]
+    assert table.iloc[0]["note"] == "no evaluation at exactly 50,000 agent steps (nearest: 40,000); not compared"
+    assert table.iloc[1]["note"].startswith("no evaluation at exactly 100,000 agent steps (nearest: 90,000)")
+    assert (table["band"] == "").all() and table["mean"].isna().all()
+
+
+def test_action_repeat_other_than_published_is_noted(tmp_path):
+    p = write_eval(tmp_path, "w", 0, {0: [0.0], 50_000: [960.0]}, action_repeat=4)
+    table = A.single_task_table(scores_of(tmp_path, [p]), {"w": {"published": "walker-walk", "action_repeat": 4}})
+    assert table.iloc[0]["band"] == "inside"
+    assert "action repeat 4 differs from the published 2" in table.iloc[0]["note"]
+
+
+def test_humanoid_table_includes_the_last_published_point():
+    assert A.table_steps_for("humanoid-run") == [50_000, 100_000, 500_000, 1_000_000, 2_000_000, 7_000_000]
+    assert A.table_steps_for("walker-walk") == [50_000, 100_000, 500_000, 1_000_000, 2_000_000]
+
+
+# --------------------------------------------------------------------------- final-score check
+def test_final_score_check_pass_and_fail(tmp_path):
+    paths = [
+        write_eval(tmp_path, "ok", 0, {0: [0], 1000: [800, 900]}),        # 850
+        write_eval(tmp_path, "ok", 1, {0: [0], 1000: [700, 700]}),        # 700 -> mean 775
+        write_eval(tmp_path, "lowmean", 0, {0: [0], 1000: [600]}),
+        write_eval(tmp_path, "lowmean", 1, {0: [0], 1000: [700]}),        # mean 650 < 700
+        write_eval(tmp_path, "badseed", 0, {0: [0], 1000: [990]}),
+        write_eval(tmp_path, "badseed", 1, {0: [0], 1000: [390]}),        # mean 690 >= 600, seed 390 < 400
+        write_eval(tmp_path, "toohigh", 0, {0: [0], 1000: [999]}),        # 999 > mean_max 990
+        write_eval(tmp_path, "noexp", 0, {0: [0], 1000: [1.0]}),
+        write_eval(tmp_path, "missing", 0, {0: [0], 1000: [900]}),        # seed 1 absent
+    ]
+    tasks = {
+        "ok": {"expected": {"mean_min": 700, "seed_min": 400}, "agent_steps": 1000},
+        "lowmean": {"expected": {"mean_min": 700}},
+        "badseed": {"expected": {"mean_min": 600, "seed_min": 400}},
+        "toohigh": {"expected": {"mean_min": 900, "mean_max": 990}},
+        "noexp": {"expected": None},
+        "missing": {"expected": {"mean_min": 100}},
+    }
+    out = A.final_score_check(scores_of(tmp_path, paths), tasks, seeds=[0, 1]).set_index("task")
+    assert out.loc["ok", "result"] == "pass" and out.loc["ok", "mean"] == 775.0
+    assert out.loc["ok", "worst_seed"] == 700.0 and out.loc["ok", "seed_returns"] == "0: 850.0; 1: 700.0"
+    assert out.loc["ok", "final_agent_steps"] == 1000 and out.loc["ok", "note"] == ""
+    assert out.loc["lowmean", "result"] == "fail" and out.loc["lowmean", "mean_ok"] == "no"
+    assert out.loc["badseed", "result"] == "fail"
+    assert (out.loc["badseed", "mean_ok"], out.loc["badseed", "seeds_ok"]) == ("yes", "no")
+    assert out.loc["toohigh", "result"] == "fail"
+    assert out.loc["noexp", "result"] == "no expectation"
+    assert out.loc["missing", "result"] == "fail" and "missing seeds: [1]" in out.loc["missing", "note"]
+    assert A.expected_range_text({"mean_min": 700, "seed_min": 400}) == "mean >= 700, every seed >= 400"
+    assert A.expected_range_text({"mean_min": 1.5, "mean_max": 2}) == "mean in [1.5, 2]"
+
+
+# --------------------------------------------------------------------------- aggregates
+def test_iqm_hand_computed():
+    # 8 values: the 25% trimmed mean drops 2 at each end -> mean(3, 4, 5, 6) = 4.5
+    assert A.iqm([1, 2, 3, 4, 5, 6, 7, 80]) == pytest.approx(4.5)
+    assert A.iqm(np.array([[1, 3, 5, 7], [2, 4, 6, 80]])) == pytest.approx(4.5)
+
+
+def _four_task_runs(tmp_path):
+    # returns at 100k agent steps, seeds (0, 1): scores (return / 10) 1..7 and 80
+    runs = {"walker": ("walker-walk", (10, 20)), "cheetah": ("cheetah-run", (30, 40)),
+            "finger": ("finger-spin", (50, 60)), "reacher": ("reacher-easy", (70, 800))}
+    paths, tasks = [], {}
+    for task, (ptask, (a, b)) in runs.items():
+        paths.append(write_eval(tmp_path, task, 0, {0: [0.0], 100_000: [a]}))
+        paths.append(write_eval(tmp_path, task, 1, {0: [0.0], 100_000: [b]}))
+        tasks[task] = {"published": ptask}
+    tasks["pendulum"] = {"published": None}  # excluded from aggregates
+    paths.append(write_eval(tmp_path, "pendulum", 0, {0: [-1000.0], 100_000: [-100.0]}, action_repeat=1))
+    return scores_of(tmp_path, paths), tasks
+
+
+def test_aggregate_mean_and_iqm_hand_computed(tmp_path):
+    scores, tasks = _four_task_runs(tmp_path)
+    agg = A.aggregate_table(scores, tasks, reps=500, seed=1)
+    assert list(agg["step"]) == ["50000", "100000", "final"]  # 500k+ is beyond every run
+    r = agg[agg["step"] == "100000"].iloc[0]
+    assert (r["n_tasks"], r["n_seeds"]) == (4, 2)
+    assert r["tasks"] == "walker, cheetah, finger, reacher"
+    # per-task means 1.5, 3.5, 5.5, 43.5 -> 13.5; IQM of (1, 2, 3, 4, 5, 6, 7, 80) = 4.5
+    assert r["mean_score"] == pytest.approx(13.5)
+    assert r["iqm_score"] == pytest.approx(4.5)
+    assert r["mean_return"] == pytest.approx(135.0)
+    assert r["mean_score_ci_low"] <= r["mean_score"] <= r["mean_score_ci_high"]
+    assert r["iqm_score_ci_low"] <= r["iqm_score"] <= r["iqm_score_ci_high"]
+    assert r["mean_score_ci_low"] < r["mean_score_ci_high"]
+    # published TD-MPC2 at 100k: 973.43, 614.40, 974.40, 976.23 -> 884.615
+    assert r["published_mean_return"] == pytest.approx(884.615)
+    assert r["published_mean_score"] == pytest.approx(88.4615)
+    assert r["method"].startswith("rliable")
+    r50 = agg[agg["step"] == "50000"].iloc[0]
+    assert r50["n_tasks"] == 0 and "no task has an evaluation at exactly this step" in r50["note"]
+    final = agg[agg["step"] == "final"].iloc[0]
+    assert final["mean_score"] == pytest.approx(13.5)  # the last evaluation is the 100k one
+    assert final["published_mean_return"] == pytest.approx(884.615)
+
+
+def test_bootstrap_falls_back_to_numpy_without_rliable(monkeypatch):
+    monkeypatch.setitem(sys.modules, "rliable", None)  # import rliable -> ImportError
+    m = np.array([[1.0, 3, 5, 7], [2, 4, 6, 80]])
+    points, ci, method = A.interval_estimates(m, reps=300, seed=0)
+    assert method.startswith("numpy stratified bootstrap") and "rliable unavailable" in method
+    assert points == pytest.approx([13.5, 4.5])
+    assert ci.shape == (2, 2) and (ci[0] <= points).all() and (points <= ci[1]).all()
+
+
+def test_bad_eval_file_is_named(tmp_path):
+    path = tmp_path / "eval.parquet"
+    pd.DataFrame({"task": ["x"], "seed": [0]}).to_parquet(path)
+    with pytest.raises(ValueError, match=re.escape(str(path)) + ".*missing columns"):
+        A.read_evals([path])
+
+
+# --------------------------------------------------------------------------- stages end to end
+def test_tables_figures_report_stages(tmp_path, monkeypatch):
+    from tdmpc2core import cli
+
+    runs = tmp_path / "results" / "single"
+    for seed in (0, 1):
+        write_eval(runs, "pendulum", seed, {s: [-1200 + s / 6 + seed] for s in range(0, 6001, 1000)}, 1)
+        write_metrics(runs, "pendulum", seed, 6000, 1)
+        write_eval(runs, "cartpole-balance", seed, {s: [200 + s / 15 + seed] for s in range(0, 10001, 1000)})
+        write_metrics(runs, "cartpole-balance", seed, 10000)
+        for task in ("pendulum", "cartpole-balance"):
+            with open(runs / task / f"seed{seed}" / "run.json", "w") as fh:
+                json.dump({"seed": seed, "provenance": {"matmul_precision": "highest", "wall_time_s": 12.5,
+                                                        "platform": {"jax_backend": "cpu", "device_kind": "cpu"}}}, fh)
+    cfg = {"protocol": "demo", "label": "Demo at laptop scale: NOT the paper's protocol", "seeds": [0, 1],
+           "bootstrap_reps": 200,
+           "tasks": {"pendulum": {"env_id": "Pendulum-v1", "action_repeat": 1, "agent_steps": 6000,
+                                  "published": None, "expected": {"mean_min": -400, "seed_min": -800}},
+                     "cartpole-balance": {"env_id": "CartpoleBalance", "action_repeat": 2, "agent_steps": 10000,
+                                          "published": "cartpole-balance", "expected": {"mean_min": 900}}}}
+    (tmp_path / "results" / "resolved_config.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["tables", "--config", "results/resolved_config.yaml"]) == 0
+    final = pd.read_csv("results/tables/final_scores.csv").set_index("task")
+    assert final.loc["pendulum", "result"] == "pass"          # -199.5 >= -400, seeds >= -800
+    assert final.loc["cartpole-balance", "result"] == "fail"  # 867.2 < 900
+    md = open("results/tables/single_task.md").read()
+    assert "no step in common with the published curve" in md and "no published curve" in md
+    for task, pub in (("pendulum", "none"), ("cartpole-balance", "cartpole-balance")):
+        rc = cli.main(["figures", "--task", task, "--published", pub,
+                       "--eval", *[f"results/single/{task}/seed{s}/eval.parquet" for s in (0, 1)],
+                       "--metrics", *[f"results/single/{task}/seed{s}/metrics.parquet" for s in (0, 1)],
+                       "--out-eval", f"results/figures/{task}_eval.png",
+                       "--out-train", f"results/figures/{task}_train.png"])
+        assert rc == 0
+        assert open(f"results/figures/{task}_eval.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert cli.main(["figures", "--config", "results/resolved_config.yaml",
+                     "--overview", "results/figures/overview.png"]) == 0
+    assert cli.main(["report", "--config", "results/resolved_config.yaml", "--no-jax"]) == 0
+    html = open("results/report.html", encoding="utf-8").read()
+    assert "Demo at laptop scale: NOT the paper&#x27;s protocol" in html
+    assert html.count("data:image/png;base64,") == 5  # 2 tasks x 2 figures + overview
+    assert not re.search(r'(src|href)="(?!#|data:)', html)  # nothing outside the file
+    assert "<td class=\"result\">FAIL</td>" in html and "<td class=\"result\">PASS</td>" in html
+    assert "highest" in html  # matmul precision from run.json
+    assert "jax</td><td>" in html  # package versions
+    assert "Git commit" in html and "cartpole-balance" in html

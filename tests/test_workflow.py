@@ -1,0 +1,309 @@
+"""The Snakemake workflow: dry runs of the demo and paper configurations, validation, and
+runs in a temporary copy of the workflow (with a stand-in trainer, and with the real one).
+
+Each test copies Snakefile, config.yaml, workflow/ and envs/ into tmp_path and runs
+Snakemake there, so nothing in the checkout's results/ is read or written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from tdmpc2core import published as P
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = "workflow/configs/paper-dmc.yaml"
+HAVE_TRAIN_SINGLE = (ROOT / "tdmpc2core" / "stages" / "train_single.py").exists()
+
+
+def copy_workflow(dest: Path) -> Path:
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy2(ROOT / name, dest / name)
+    for name in ("workflow", "envs"):
+        shutil.copytree(ROOT / name, dest / name)
+    return dest
+
+
+def snakemake(cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def ok(res: subprocess.CompletedProcess) -> str:
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-6000:]
+    return out
+
+
+def job_stats(out: str) -> dict[str, int]:
+    """The first "Job stats" table of Snakemake's output as {rule: count}."""
+    block = out.split("Job stats:", 1)[1]
+    stats = {}
+    for line in block.splitlines()[3:]:
+        m = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+        if not m:
+            break
+        stats[m.group(1)] = int(m.group(2))
+    return stats
+
+
+def planned_jobs(out: str) -> list[tuple[str, str]]:
+    """(rule, task wildcard or '') of every job a dry run prints."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \S+:)", out):
+        m = re.match(r"(?:local)?rule (\S+):", block.strip())
+        if m:
+            w = re.search(r"wildcards: task=(\S+)", block)
+            jobs.append((m.group(1), w.group(1) if w else ""))
+    return jobs
+
+
+def shell_specs(out: str) -> dict[str, tuple[dict, str]]:
+    """task -> (spec JSON, seeds) of the train-single commands printed by `snakemake -n -p`."""
+    specs = {}
+    for m in re.finditer(r"train-single --task (\S+) --spec '([^']*)' --seeds ([\d ]+?) --outdir", out):
+        specs[m.group(1)] = (json.loads(m.group(2)), m.group(3))
+    return specs
+
+
+# --------------------------------------------------------------------------- dry runs
+def test_default_dry_run(tmp_path):
+    out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "2"))
+    stats = job_stats(out)
+    # 2 tasks x 2 seeds, one job per seed (seeds_per_job 1)
+    assert stats == {"resolve_config": 1, "train_single_seeds_0": 2, "train_single_seeds_1": 2,
+                     "figure_overview": 1, "figures_task": 2, "tables": 1, "report": 1, "all": 1, "total": 11}
+    specs = shell_specs(out)
+    assert set(specs) == {"pendulum", "cartpole-balance"}
+    cb, _ = specs["cartpole-balance"]
+    assert cb["action_repeat"] == 2 and cb["agent_steps"] == 10000 and cb["env_id"] == "CartpoleBalance"
+    assert cb["agent"]["model_size"] == 1 and set(cb) == {"env_id", "action_repeat", "episode_length",
+                                                           "agent_steps", "eval_every", "eval_episodes", "agent"}
+    assert "PJRT_NPROC=1" in out and "JAX_COMPILATION_CACHE_DIR=.jax_cache" in out
+
+
+def test_paper_dry_run_has_22_tasks_and_no_demo_leak(tmp_path):
+    out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "4", "--configfile", PAPER))
+    stats = job_stats(out)
+    # 22 tasks x 1 job of 3 vmapped seeds; one figure job per task
+    assert stats == {"resolve_config": 1, "train_single_seeds_0_1_2": 22, "figure_overview": 1,
+                     "figures_task": 22, "tables": 1, "report": 1, "all": 1, "total": 49}
+    specs = shell_specs(out)
+    assert set(specs) == set(P.PLAYGROUND_TO_DMC.values())
+    tasks_in_dag = {t for _, t in planned_jobs(out) if t}
+    assert tasks_in_dag == set(P.PLAYGROUND_TO_DMC.values())
+    assert "pendulum" not in tasks_in_dag and "Pendulum-v1" not in out
+    for task, (spec, seeds) in specs.items():
+        assert seeds == "0 1 2"
+        assert spec["agent"] == {"model_size": 5}, task  # nothing of the demo's agent merged in
+        assert (spec["action_repeat"], spec["episode_length"]) == (2, 1000)
+        assert (spec["eval_every"], spec["eval_episodes"]) == (50_000, 10)
+        assert spec["agent_steps"] == (7_000_000 if task.startswith("humanoid") else 2_000_000), task
+        assert P.PLAYGROUND_TO_DMC[spec["env_id"]] == task
+    assert re.search(r"resources: .*gpu=1", out)
+
+
+def test_paper_config_is_self_contained():
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    paper = yaml.safe_load((ROOT / PAPER).read_text())
+    demo = yaml.safe_load((ROOT / "config.yaml").read_text())
+    jsonschema.Draft202012Validator(schema).validate(paper)  # valid on its own
+    # every top-level key of config.yaml is set by the paper config (no scalar leaks) ...
+    assert set(demo) <= set(paper)
+    # ... and its protocol block is one config.yaml does not have (no task or setting merges)
+    assert paper["protocol"] not in demo["protocols"] and set(paper["protocols"]) == {paper["protocol"]}
+    block = paper["protocols"]["paper"]
+    assert block["defaults"]["agent"] == {"model_size": 5}
+    assert block["defaults"]["resources"]["gpu"] == 1
+    # expected: the published band at the last published point, rounded outwards to 0.1
+    for task, t in block["tasks"].items():
+        fp = P.final_point(task)
+        lo, hi = fp["mean_return"] - fp["sd_return"], fp["mean_return"] + fp["sd_return"]
+        assert lo - 0.1 <= t["expected"]["mean_min"] <= lo + 1e-9, task
+        assert hi - 1e-9 <= t["expected"]["mean_max"] <= hi + 0.1, task
+        assert t.get("agent_steps", block["defaults"]["agent_steps"]) == fp["agent_steps"], task
+
+
+# --------------------------------------------------------------------------- validation
+def test_unknown_config_keys_are_refused(tmp_path):
+    wf = copy_workflow(tmp_path)
+    res = snakemake(wf, "-n", "--config", "bogus=1")
+    assert res.returncode != 0
+    assert "Additional properties are not allowed ('bogus' was unexpected)" in res.stdout + res.stderr
+
+    (wf / "typo.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent_step: 5\n")
+    res = snakemake(wf, "-n", "--configfile", "typo.yaml")
+    assert res.returncode != 0
+    assert "('agent_step' was unexpected)" in res.stdout + res.stderr
+
+    (wf / "agent.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent: {num_sample: 5}\n")
+    res = snakemake(wf, "-n", "--configfile", "agent.yaml")
+    assert res.returncode != 0
+    assert "unknown agent setting(s) ['num_sample']" in res.stdout + res.stderr
+
+    res = snakemake(wf, "-n", "--config", "protocol=nope")
+    assert res.returncode != 0
+    assert "protocol 'nope' has no entry under 'protocols'" in res.stdout + res.stderr
+
+
+# --------------------------------------------------------------------------- runs
+STAND_IN_TRAINER = '''
+"""Test stand-in for `tdmpc2 train-single`: writes the files of docs/artifacts.md without
+training (returns rise linearly with the agent steps)."""
+import json, os
+import pandas as pd
+
+
+def add_arguments(p):
+    p.add_argument("--task", required=True)
+    p.add_argument("--spec", required=True)
+    p.add_argument("--seeds", type=int, nargs="+", required=True)
+    p.add_argument("--outdir", required=True)
+
+
+def run(args):
+    spec = json.loads(args.spec)
+    ar, n, every = spec["action_repeat"], spec["agent_steps"], spec["eval_every"]
+    steps = sorted(set(range(0, n + 1, every)) | {n})
+    for seed in args.seeds:
+        d = os.path.join(args.outdir, f"seed{seed}")
+        os.makedirs(d, exist_ok=True)
+        lo, hi = (-1200.0, -150.0) if spec["env_id"] == "Pendulum-v1" else (100.0, 900.0)
+        rows = [dict(task=args.task, seed=seed, eval_index=i, agent_steps=s, env_frames=s * ar, episode=e,
+                     length=200, **{"return": lo + (hi - lo) * s / n + 5 * seed + e})
+                for i, s in enumerate(steps) for e in range(spec["eval_episodes"])]
+        pd.DataFrame(rows).to_parquet(os.path.join(d, "eval.parquet"))
+        pd.DataFrame(dict(task=args.task, seed=seed, agent_steps=steps, env_frames=[s * ar for s in steps],
+                          total_loss=[1.0 / (1 + s) for s in steps],
+                          train_return=[lo + (hi - lo) * s / n for s in steps])).to_parquet(
+            os.path.join(d, "metrics.parquet"))
+        with open(os.path.join(d, "run.json"), "w") as fh:
+            json.dump({"task": args.task, "seed": seed, "spec": spec, "pid": os.getpid(),
+                       "provenance": {"matmul_precision": "highest", "wall_time_s": 1.0,
+                                      "threads": os.environ.get("PJRT_NPROC"),
+                                      "cache": os.environ.get("JAX_COMPILATION_CACHE_DIR")}}, fh)
+    return 0
+'''
+
+
+def test_pipeline_with_stand_in_trainer(tmp_path):
+    """The whole DAG with a stand-in training stage (a copy of the package whose
+    train_single writes synthetic runs); then the rerun plans of docs/pipeline.md."""
+    wf = copy_workflow(tmp_path)
+    # `python -m tdmpc2core.cli` runs from the work dir first: a copy there shadows the install
+    shutil.copytree(ROOT / "tdmpc2core", wf / "tdmpc2core", ignore=shutil.ignore_patterns("__pycache__"))
+    (wf / "tdmpc2core" / "stages" / "train_single.py").write_text(STAND_IN_TRAINER)
+    (wf / "small.yaml").write_text("bootstrap_reps: 200\n")
+
+    out = ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
+    assert "11 of 11 steps (100%) done" in out
+    html = (wf / "results" / "report.html").read_text(encoding="utf-8")
+    assert "Demo at laptop scale: NOT the paper&#x27;s protocol" in html
+    assert html.count("data:image/png;base64,") == 5
+    assert not re.search(r'(src|href)="(?!#|data:)', html)
+    assert "train_single/pendulum/seeds_0" in html  # runtimes from the benchmark files
+    for task in ("pendulum", "cartpole-balance"):
+        for seed in (0, 1):
+            run = json.loads((wf / "results/single" / task / f"seed{seed}" / "run.json").read_text())
+            assert run["provenance"]["threads"] == "1" and run["provenance"]["cache"] == ".jax_cache"
+            assert (wf / "benchmarks/runs/train_single" / task / f"seeds_{seed}.tsv").exists()
+            assert (wf / "logs/train_single" / task / f"seeds_{seed}.log").exists()
+    final = (wf / "results/tables/final_scores.csv").read_text()
+    assert final.count(",pass,") == 2  # pendulum -147.5 >= -400; cartpole-balance 907.5 >= 700
+
+    assert "Nothing to be done" in ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+
+    # rerun one seed: exactly its training job, then what depends on it
+    out = ok(snakemake(wf, "-n", "--cores", "all", "--configfile", "small.yaml",
+                       "--forcerun", "results/single/pendulum/seed1/eval.parquet"))
+    trains = [j for j in planned_jobs(out) if j[0].startswith("train_single")]
+    assert trains == [("train_single_seeds_1", "pendulum")]
+    assert job_stats(out) == {"train_single_seeds_1": 1, "figure_overview": 1, "figures_task": 1,
+                              "tables": 1, "report": 1, "all": 1, "total": 6}
+
+    # changing one task's settings reruns that task's training only
+    (wf / "change.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent_steps: 3000\n")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml", "change.yaml"))
+    trains = sorted(j for j in planned_jobs(out) if j[0].startswith("train_single"))
+    assert trains == [("train_single_seeds_0", "pendulum"), ("train_single_seeds_1", "pendulum")]
+
+    # changing threads or the cache folder reruns no training
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml", "--config", "threads_per_job=2",
+                       "jax_cache_dir=/tmp/elsewhere"))
+    assert not [j for j in planned_jobs(out) if j[0].startswith("train_single")]
+
+    # Snakemake's own report of the outputs flagged with report()
+    ok(snakemake(wf, "--report", "smk-report.zip", "--configfile", "small.yaml"))
+    assert (wf / "smk-report.zip").stat().st_size > 10_000
+
+
+TINY = """\
+protocol: tiny
+seeds: [0]
+seeds_per_job: 1
+threads_per_job: 1
+jax_cache_dir: {cache}
+bootstrap_reps: 200
+protocols:
+  tiny:
+    label: "Tiny test run: NOT the paper's protocol"
+    defaults:
+      action_repeat: 1
+      episode_length: 1000
+      agent_steps: 500
+      eval_every: 250
+      eval_episodes: 1
+      agent: {{model_size: 1, num_samples: 32, num_elites: 4, num_pi_trajs: 2, iterations: 1,
+              batch_size: 32, seed_steps: 200}}
+      resources: {{gpu: 0, runtime: 30, mem_mb: 4000}}
+    tasks:
+      pendulum:
+        env_id: Pendulum-v1
+        published: null
+        expected: null
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_TRAIN_SINGLE,
+                    reason="tdmpc2core/stages/train_single.py (the lead's train-single stage) does not exist yet")
+def test_real_tiny_run_produces_report(tmp_path):
+    wf = copy_workflow(tmp_path)
+    # the checkout's (git-ignored) compilation cache: compiling this run takes minutes on a
+    # small CPU the first time, seconds afterwards
+    (wf / "tiny.yaml").write_text(TINY.format(cache=json.dumps(str(ROOT / ".jax_cache"))))
+    ok(snakemake(wf, "--cores", "2", "--configfile", "tiny.yaml", timeout=900))
+    html = (wf / "results" / "report.html").read_text(encoding="utf-8")
+    assert "Tiny test run" in html and "data:image/png;base64," in html
+    assert "HIGHEST" in html  # the runs' matmul precision, from run.json
+    assert "train_single/pendulum/seeds_0" in html  # the training job's benchmark
+    assert (wf / "results/single/pendulum/seed0/run.json").exists()
+    assert (wf / "results/tables/final_scores.csv").exists()
+
+
+def test_slurm_profile_and_conda_env():
+    from snakemake.cli import get_argument_parser
+
+    profile = yaml.safe_load((ROOT / "workflow/profiles/slurm/config.yaml").read_text())
+    options = {s for a in get_argument_parser()._actions for s in a.option_strings}
+    unknown = [k for k in profile if f"--{k}" not in options]
+    assert not unknown, f"not snakemake options: {unknown}"
+    assert profile["executor"] == "slurm"
+    res = profile["default-resources"]
+    assert res["gpu"] >= 1 and isinstance(res["runtime"], int) and isinstance(res["mem_mb"], int)
+    assert profile["rerun-incomplete"] is True and profile["retries"] >= 1 and profile["latency-wait"] > 0
+    # a workflow/profiles/default/ would be loaded silently on every run
+    assert not (ROOT / "workflow/profiles/default").exists()
+    env = yaml.safe_load((ROOT / "envs/tdmpc2.yaml").read_text())
+    pip = [d for d in env["dependencies"] if isinstance(d, dict)][0]["pip"]
+    assert "-e .." in pip

@@ -1,0 +1,138 @@
+# Shared definitions: the selected protocol, the merged task settings, seed groups, paths.
+# No rules here; the rule files include what they need from these names.
+
+import copy
+import json
+import re
+import shlex
+import sys
+
+import yaml
+from snakemake.exceptions import WorkflowError
+
+RUNS = "results/single"
+FIGURES = "results/figures"
+TABLES = "results/tables"
+RESOLVED = "results/resolved_config.yaml"
+BENCHMARKS = "benchmarks/runs"
+JAX_CACHE = config["jax_cache_dir"]
+RUN_FILES = ["eval.parquet", "metrics.parquet", "run.json"]
+# the keys of one task that the training stage receives (docs/artifacts.md, "Task settings"),
+# and the optional ones it also accepts (passed only when set)
+SPEC_KEYS = ["env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes", "agent"]
+OPTIONAL_SPEC_KEYS = ["n_envs", "backend"]
+
+# ---- the protocol -------------------------------------------------------------------
+PROTOCOL_NAME = config["protocol"]
+if PROTOCOL_NAME not in config["protocols"]:
+    raise WorkflowError(
+        f"config: protocol {PROTOCOL_NAME!r} has no entry under 'protocols' "
+        f"(have: {sorted(config['protocols'])}); add protocols: {{{PROTOCOL_NAME}: {{label: ..., tasks: ...}}}}"
+    )
+PROTOCOL = config["protocols"][PROTOCOL_NAME]
+
+
+def _merge_task(name, defaults, task):
+    """defaults, then the task's keys; `agent` and `resources` merge key by key."""
+    out = copy.deepcopy(defaults)
+    for key, value in task.items():
+        if key in ("agent", "resources") and isinstance(value, dict):
+            out[key] = {**out.get(key, {}), **value}
+        else:
+            out[key] = copy.deepcopy(value)
+    missing = [k for k in SPEC_KEYS if k not in out]
+    if missing:
+        raise WorkflowError(
+            f"config: task {name!r} of protocol {PROTOCOL_NAME!r} lacks {missing}; set them under "
+            f"protocols.{PROTOCOL_NAME}.defaults or under the task"
+        )
+    out.setdefault("published", None)
+    out.setdefault("expected", None)
+    return out
+
+
+TASKS = {name: _merge_task(name, PROTOCOL.get("defaults", {}), t) for name, t in PROTOCOL["tasks"].items()}
+
+
+def _check_agent_keys():
+    """Refuse agent keys that tdmpc2core.TDMPC2 would refuse, before any job starts."""
+    try:
+        import dataclasses
+        from tdmpc2core.config import TDMPC2Config
+    except Exception:  # the package is not importable here (e.g. only in a conda env): the job checks
+        return
+    accepted = {f.name for f in dataclasses.fields(TDMPC2Config)}
+    for name, t in TASKS.items():
+        unknown = sorted(set(t["agent"]) - accepted)
+        if unknown:
+            raise WorkflowError(
+                f"config: task {name!r} of protocol {PROTOCOL_NAME!r}: unknown agent setting(s) {unknown}; "
+                f"accepted: {sorted(accepted)}"
+            )
+
+
+_check_agent_keys()
+
+# ---- seeds ---------------------------------------------------------------------------
+SEEDS = [int(s) for s in config["seeds"]]
+SEEDS_PER_JOB = int(config["seeds_per_job"])
+SEED_GROUPS = [tuple(SEEDS[i : i + SEEDS_PER_JOB]) for i in range(0, len(SEEDS), SEEDS_PER_JOB)]
+
+
+def seed_tag(group):
+    """seeds_0_1_2: the name of a seed group in rule names, logs and benchmarks."""
+    return "seeds_" + "_".join(str(s) for s in group)
+
+
+# ---- what the stages receive -----------------------------------------------------------
+def task_spec(task):
+    """The merged settings of one task, as the JSON the training stage receives."""
+    t = TASKS[task]
+    spec = {k: t[k] for k in SPEC_KEYS}
+    spec.update({k: t[k] for k in OPTIONAL_SPEC_KEYS if t.get(k) is not None})
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+def run_files(task, name):
+    """One file of every seed's run of a task: results/single/{task}/seed{s}/{name}."""
+    return [f"{RUNS}/{task}/seed{s}/{name}" for s in SEEDS]
+
+
+def all_run_files(name):
+    return [p for t in TASKS for p in run_files(t, name)]
+
+
+RESOLVED_CONFIG = {
+    "protocol": PROTOCOL_NAME,
+    "label": PROTOCOL["label"],
+    "seeds": SEEDS,
+    "seeds_per_job": SEEDS_PER_JOB,
+    "threads_per_job": int(config["threads_per_job"]),
+    "jax_cache_dir": config["jax_cache_dir"],
+    "bootstrap_reps": int(config["bootstrap_reps"]),
+    "tasks": TASKS,
+}
+RESOLVED_YAML = (
+    "# The configuration this run used (protocol selected, task settings merged with the defaults).\n"
+    "# Written by the Snakefile's resolve_config rule; read by `tdmpc2 tables/figures/report`.\n"
+    + yaml.safe_dump(RESOLVED_CONFIG, sort_keys=False, default_flow_style=False)
+)
+
+# ---- how rules call the stages ----------------------------------------------------------
+# TDMPC2 (and JAX_CACHE) are used in shell commands as globals, not params, on purpose: a
+# params value is a rerun trigger, and moving the virtualenv or the cache must not retrain.
+# With --use-conda the env of envs/tdmpc2.yaml provides `tdmpc2`; otherwise the Python that
+# runs Snakemake (the project's virtualenv) runs the CLI module, whether or not its bin/ is on PATH.
+_USE_CONDA = False
+try:
+    from snakemake_interface_executor_plugins.settings import DeploymentMethod
+
+    _USE_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+except Exception:
+    pass
+TDMPC2 = "tdmpc2" if _USE_CONDA else f"{shlex.quote(sys.executable)} -m tdmpc2core.cli"
+CONDA_ENV = "../../envs/tdmpc2.yaml"  # relative to workflow/rules/
+
+
+wildcard_constraints:
+    task="|".join(re.escape(t) for t in TASKS),

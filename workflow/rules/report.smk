@@ -1,0 +1,32 @@
+# The report: results/report.html, one self-contained file.
+
+
+rule report:
+    """Tables, figures, final-score check, configuration, provenance and runtimes in one HTML file."""
+    input:
+        config=RESOLVED,
+        tables=rules.tables.output,
+        figures=expand(f"{FIGURES}/{{task}}_{{kind}}.png", task=list(TASKS), kind=["eval", "train"]),
+        overview=f"{FIGURES}/overview.png",
+        runs=all_run_files("run.json"),
+    output:
+        report(
+            "results/report.html",
+            caption="../report/report_html.rst",
+            category="Report",
+            labels={"file": "report.html"},
+        ),
+    params:
+        runs=RUNS,
+        tables=TABLES,
+        figures=FIGURES,
+        benchmarks=BENCHMARKS,
+    log:
+        "logs/report.log",
+    benchmark:
+        f"{BENCHMARKS}/report.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "{TDMPC2} report --config {input.config:q} --runs {params.runs:q} --tables {params.tables:q} "
+        "--figures {params.figures:q} --benchmarks {params.benchmarks:q} --out {output:q} > {log:q} 2>&1"

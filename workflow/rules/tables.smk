@@ -1,0 +1,41 @@
+# Tables: the paper's single-task table, aggregate scores, and the final-score check.
+
+
+rule tables:
+    """CSV and Markdown tables under results/tables/."""
+    input:
+        config=RESOLVED,
+        eval=all_run_files("eval.parquet"),
+    output:
+        single=report(
+            f"{TABLES}/single_task.csv",
+            caption="../report/table_single_task.rst",
+            category="Tables",
+            labels={"table": "single-task"},
+        ),
+        single_md=f"{TABLES}/single_task.md",
+        aggregate=report(
+            f"{TABLES}/aggregate.csv",
+            caption="../report/table_aggregate.rst",
+            category="Tables",
+            labels={"table": "aggregate"},
+        ),
+        aggregate_md=f"{TABLES}/aggregate.md",
+        final=report(
+            f"{TABLES}/final_scores.csv",
+            caption="../report/table_final_scores.rst",
+            category="Tables",
+            labels={"table": "final-score check"},
+        ),
+        final_md=f"{TABLES}/final_scores.md",
+    params:
+        runs=RUNS,
+        outdir=TABLES,
+    log:
+        "logs/tables.log",
+    benchmark:
+        f"{BENCHMARKS}/tables.tsv"
+    conda:
+        CONDA_ENV
+    shell:
+        "{TDMPC2} tables --config {input.config:q} --runs {params.runs:q} --outdir {params.outdir:q} > {log:q} 2>&1"

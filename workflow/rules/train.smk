@@ -1,0 +1,38 @@
+# Training: one job per (task, seed group). A group holds `seeds_per_job` seeds that train
+# vmapped in one program; each seed still gets its own folder results/single/{task}/seed{s}/
+# (docs/artifacts.md). One rule per seed group, named train_single_seeds_<s1>_<s2>...
+
+
+for _group in SEED_GROUPS:
+
+    rule:
+        name:
+            f"train_single_{seed_tag(_group)}"
+        output:
+            [f"{RUNS}/{{task}}/seed{s}/{f}" for s in _group for f in RUN_FILES],
+        params:
+            # the merged settings of the task: a change reruns that task's jobs only (the
+            # cache folder, threads and resources are not params: changing them reruns nothing)
+            spec=lambda wc: task_spec(wc.task),
+            seeds=" ".join(str(s) for s in _group),
+            outdir=lambda wc: f"{RUNS}/{wc.task}",
+        log:
+            f"logs/train_single/{{task}}/{seed_tag(_group)}.log",
+        benchmark:
+            f"{BENCHMARKS}/train_single/{{task}}/{seed_tag(_group)}.tsv"
+        threads: config["threads_per_job"]
+        resources:
+            gpu=lambda wc: TASKS[wc.task]["resources"]["gpu"],
+            runtime=lambda wc: TASKS[wc.task]["resources"]["runtime"],
+            mem_mb=lambda wc: TASKS[wc.task]["resources"]["mem_mb"],
+        conda:
+            CONDA_ENV
+        shell:
+            # PJRT_NPROC sizes the thread pool of JAX's CPU client (XLA reads it before the
+            # core count), OMP_NUM_THREADS that of oneDNN/OpenMP kernels; with one thread,
+            # XLA's Eigen kernels run single-threaded as well.
+            "export PJRT_NPROC={threads} OMP_NUM_THREADS={threads} "
+            "JAX_COMPILATION_CACHE_DIR={JAX_CACHE:q}; "
+            'if [ {threads} -eq 1 ]; then export XLA_FLAGS="${{XLA_FLAGS:-}} --xla_cpu_multi_thread_eigen=false"; fi; '
+            "{TDMPC2} train-single --task {wildcards.task:q} --spec {params.spec:q} "
+            "--seeds {params.seeds} --outdir {params.outdir:q} > {log:q} 2>&1"
