@@ -1,0 +1,374 @@
+"""World-model networks (spec §3): parameter counts, initialisation, LayerNorm epsilon,
+architecture (numpy forward), Q-pair reductions and dropout placement."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tdmpc2core import math as tm
+from tdmpc2core.config import MODEL_SIZES, TDMPC2Config, resolve_config
+from tdmpc2core.networks import MLP, NormedLinear, count_params
+from tdmpc2core.world_model import WorldModel
+
+OBS, ACT = 24, 6  # walker-like state task (spec §1.2 single-task column)
+
+
+# --------------------------------------------------------------------- helpers
+def expected_param_count(obs, A, enc_dim, mlp_dim, latent_dim, num_enc_layers, num_q, num_bins=101):
+    """Count from the layer widths of spec §3.2 (Linear in*out+out, LayerNorm 2*out)."""
+    def linear(i, o):
+        return i * o + o
+
+    def normed(i, o):
+        return linear(i, o) + 2 * o
+
+    enc, prev = 0, obs
+    for _ in range(max(num_enc_layers - 1, 1)):
+        enc += normed(prev, enc_dim)
+        prev = enc_dim
+    enc += normed(prev, latent_dim)
+    za = latent_dim + A
+    dyn = normed(za, mlp_dim) + normed(mlp_dim, mlp_dim) + normed(mlp_dim, latent_dim)
+    rew = normed(za, mlp_dim) + normed(mlp_dim, mlp_dim) + linear(mlp_dim, num_bins)
+    pi = normed(latent_dim, mlp_dim) + normed(mlp_dim, mlp_dim) + linear(mlp_dim, 2 * A)
+    q = num_q * (normed(za, mlp_dim) + normed(mlp_dim, mlp_dim) + linear(mlp_dim, num_bins))
+    return enc + dyn + rew + pi + q
+
+
+def make_wm(obs=OBS, A=ACT, T=500, **kw):
+    cfg = resolve_config(TDMPC2Config(**kw), episode_length=T, action_dim=A)
+    return WorldModel(cfg, obs, A)
+
+
+def np_mish(x):
+    return x * np.tanh(np.logaddexp(0.0, x))
+
+
+def np_simnorm(x, g=8):
+    s = x.reshape(*x.shape[:-1], -1, g)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)).reshape(x.shape)
+
+
+def np_layernorm(h, scale, bias, eps=1e-5):
+    mu = h.mean(-1, keepdims=True)
+    var = ((h - mu) ** 2).mean(-1, keepdims=True)
+    return (h - mu) / np.sqrt(var + eps) * scale + bias
+
+
+def np_mlp(p, x, out_act=None):
+    """float64 forward of networks.MLP from its parameter dict (spec §3.1)."""
+    p = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), p)
+    n = len([k for k in p if k.startswith("NormedLinear_")])
+    n_hidden = n if out_act is None else n - 1
+    for i in range(n):
+        q = p[f"NormedLinear_{i}"]
+        h = x @ q["Dense_0"]["kernel"] + q["Dense_0"]["bias"]
+        h = np_layernorm(h, q["LayerNorm_0"]["scale"], q["LayerNorm_0"]["bias"])
+        x = np_mish(h) if i < n_hidden else np_simnorm(h)
+    if out_act is None:
+        x = x @ p["Dense_0"]["kernel"] + p["Dense_0"]["bias"]
+    return x
+
+
+def random_params(wm, seed, scale=0.3):
+    """Parameters with the init's structure and random (non-zero) values everywhere, so
+    the zero-init heads give non-trivial outputs (numpy RNG: no XLA compile needed)."""
+    shapes = jax.eval_shape(wm.init, jax.random.PRNGKey(0))
+    rng = np.random.default_rng(seed)
+    return jax.tree_util.tree_map(
+        lambda s: jnp.asarray(rng.standard_normal(s.shape) * scale + (1.0 if len(s.shape) == 1 else 0.0),
+                              jnp.float32), shapes)
+
+
+@pytest.fixture(scope="module")
+def real_params():
+    """Initialised parameters of presets 1, 5, 19 (state task obs 24, A 6)."""
+    out = {}
+    for size in (1, 5, 19):
+        wm = make_wm(model_size=size)
+        out[size] = (wm, jax.jit(wm.init)(jax.random.PRNGKey(size)))
+    return out
+
+
+# ------------------------------------------------------------- parameter counts
+@pytest.mark.parametrize("size", [1, 5, 19])
+def test_param_count_of_built_presets(real_params, size):
+    wm, params = real_params[size]
+    w = MODEL_SIZES[size]
+    assert count_params(params) == expected_param_count(OBS, ACT, **w)
+
+
+@pytest.mark.parametrize("size", [48, 317])
+def test_param_count_of_big_presets_via_eval_shape(size):
+    wm = make_wm(model_size=size)
+    shapes = jax.eval_shape(wm.init, jax.random.PRNGKey(0))
+    n = sum(math.prod(s.shape) for s in jax.tree_util.tree_leaves(shapes))
+    assert n == expected_param_count(OBS, ACT, **MODEL_SIZES[size])
+    assert jax.tree_util.tree_leaves(shapes)[0].dtype == jnp.float32
+
+
+def test_param_counts_match_spec_figures(real_params):
+    # spec §1.2: 5M single-task walker (obs 24, A 6) = 4.96 M; the Q ensemble ~2.9 M of it
+    wm, params = real_params[5]
+    n = count_params(params)
+    assert n == 4_960_618
+    assert round(n / 1e6, 2) == 4.96
+    assert round(count_params(params["qs"]) / 1e6, 1) == 2.9
+    # dog (obs 223, A 38): 5.16 M
+    assert round(expected_param_count(223, 38, **MODEL_SIZES[5]) / 1e6, 2) == 5.16
+    dog = make_wm(obs=223, A=38, model_size=5)
+    shapes = jax.eval_shape(dog.init, jax.random.PRNGKey(0))
+    assert sum(math.prod(s.shape) for s in jax.tree_util.tree_leaves(shapes)) == expected_param_count(
+        223, 38, **MODEL_SIZES[5])
+    # presets differ in num_q: 2 for size 1, 8 for size 317
+    assert jax.tree_util.tree_leaves(real_params[1][1]["qs"])[0].shape[0] == 2
+    big = jax.eval_shape(make_wm(model_size=317).init, jax.random.PRNGKey(0))
+    assert jax.tree_util.tree_leaves(big["qs"])[0].shape[0] == 8
+    # the encoder of preset 19 has num_enc_layers - 1 = 2 hidden layers + the output layer
+    assert sorted(real_params[19][1]["encoder"]) == ["NormedLinear_0", "NormedLinear_1", "NormedLinear_2"]
+
+
+# ------------------------------------------------------------------ initialisation
+def _dense_kernels(tree, prefix=""):
+    out = {}
+    for k, v in tree.items():
+        name = f"{prefix}/{k}"
+        if isinstance(v, dict):
+            if "kernel" in v:
+                out[name] = (v["kernel"], v["bias"])
+            else:
+                out.update(_dense_kernels(v, name))
+    return out
+
+
+def test_linear_init_normal_002_zero_bias(real_params):
+    wm, params = real_params[5]
+    dense = _dense_kernels(params)
+    zero_heads = {"/reward/Dense_0", "/qs/Dense_0"}
+    assert zero_heads <= set(dense)
+    checked = 0
+    for name, (k, b) in dense.items():
+        k, b = np.asarray(k), np.asarray(b)
+        assert np.all(b == 0.0), name
+        if name in zero_heads:
+            assert np.all(k == 0.0), name  # spec §3.7 zero init of reward and Q heads
+            continue
+        assert np.any(k != 0.0), name
+        if k.size >= 50_000:
+            checked += 1
+            assert abs(k.std() - 0.02) < 0.02 * 0.02, (name, k.std())
+            assert abs(k.mean()) < 5e-4, name
+            # untruncated: |w| > 2 sigma happens (~4.6%); truncated_normal(0.02) never exceeds 0.04
+            frac = np.mean(np.abs(k) > 0.04)
+            assert 0.03 < frac < 0.065, (name, frac)
+    assert checked >= 8
+    # the policy head is not zeroed (spec §3.7)
+    assert np.asarray(params["pi"]["Dense_0"]["kernel"]).std() > 0.015
+    # Q members are initialised independently
+    q0 = np.asarray(params["qs"]["NormedLinear_0"]["Dense_0"]["kernel"])
+    assert q0.shape[0] == 5 and not np.allclose(q0[0], q0[1])
+
+
+def test_layernorm_params_init(real_params):
+    wm, params = real_params[1]
+    n = 0
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        names = [getattr(p, "key", None) for p in path]
+        if "LayerNorm_0" in names:
+            n += 1
+            expected = 1.0 if names[-1] == "scale" else 0.0
+            assert np.all(np.asarray(leaf) == expected), names
+    assert n > 20
+
+
+def test_zero_init_heads_predict_exactly_zero(real_params):
+    wm, params = real_params[1]
+    rng = np.random.default_rng(7)
+
+    @jax.jit
+    def run(params):
+        k3 = jax.random.PRNGKey(7)
+        z = tm.simnorm(jnp.asarray(rng.standard_normal((32, wm.cfg.latent_dim)) * 3.0, jnp.float32))
+        a = jnp.asarray(rng.uniform(-1.0, 1.0, (32, ACT)), jnp.float32)
+        r_logits = wm.reward(params, z, a)
+        return (r_logits, wm.q_all(params["qs"], z, a), tm.two_hot_inv(r_logits, -10.0, 10.0),
+                wm.q_pair(params["qs"], z, a, k3, "avg"), wm.q_pair(params["qs"], z, a, k3, "min"))
+
+    r_logits, q_logits, r, q, qmin = (np.asarray(v) for v in run(params))
+    assert r_logits.shape == (32, 101) and q_logits.shape == (2, 32, 101)
+    assert np.max(np.abs(r_logits)) == 0.0
+    assert np.max(np.abs(q_logits)) == 0.0
+    # symexp(mean of the bins) = 0 (float32 linspace puts bin 50 at -3e-7: |v| < 1e-6)
+    for v in (r, q, qmin):
+        assert np.all(np.abs(v) < 1e-6) and np.all(v == v[0])
+
+
+# ----------------------------------------------------------- LayerNorm epsilon 1e-5
+def test_layernorm_epsilon_is_1e5():
+    mod = NormedLinear(8, "mish")
+    p = mod.init(jax.random.PRNGKey(0), jnp.zeros((1, 8)))["params"]
+    p = jax.tree_util.tree_map(lambda x: x, p)
+    p["Dense_0"]["kernel"] = jnp.eye(8, dtype=jnp.float32)
+    x = np.array([[1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 1.5, -1.5]]) * 1e-3  # variance 1.875e-6
+    got = np.asarray(mod.apply({"params": p}, jnp.asarray(x, jnp.float32)), np.float64)
+    ones, zeros = np.ones(8), np.zeros(8)
+    ref5 = np_mish(np_layernorm(x, ones, zeros, 1e-5))
+    ref6 = np_mish(np_layernorm(x, ones, zeros, 1e-6))
+    np.testing.assert_allclose(got, ref5, rtol=1e-4, atol=1e-6)
+    assert np.max(np.abs(ref5 - ref6)) > 0.1
+    assert np.max(np.abs(got - ref6)) > 0.1
+
+
+# ----------------------------------------------------- architecture (numpy forward)
+def test_modules_match_numpy_forward():
+    wm = make_wm(obs=5, A=3, model_size=1, mlp_dim=24, latent_dim=16, enc_dim=20, num_q=3)
+    key = jax.random.PRNGKey(5)
+
+    params = random_params(wm, 1, scale=0.2)
+    rng = np.random.default_rng(2)
+    obs = jnp.asarray(rng.standard_normal((6, 5)) * 2.0, jnp.float32)
+    a = jnp.asarray(rng.uniform(-1, 1, (6, 3)), jnp.float32)
+
+    @jax.jit
+    def run(params, obs, a):
+        z = wm.encode(params, obs)
+        return (params, obs, a, z, wm.next(params, z, a), wm.reward(params, z, a),
+                wm.q_all(params["qs"], z, a), wm.pi(params["pi"], z, key))
+
+    params, obs, a, z, nxt, rew, q_all, pi_out = jax.tree_util.tree_map(
+        lambda x: np.asarray(x, np.float64), run(params, obs, a))
+    z_ref = np_mlp(params["encoder"], obs, "simnorm")
+    np.testing.assert_allclose(z, z_ref, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(z.reshape(6, 2, 8).sum(-1), 1.0, atol=1e-5)  # SimNorm output
+    za = np.concatenate([z, a], -1)  # order: z, (task), a
+    np.testing.assert_allclose(nxt, np_mlp(params["dynamics"], za, "simnorm"), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(rew, np_mlp(params["reward"], za), rtol=1e-4, atol=1e-5)
+    assert q_all.shape == (3, 6, 101)
+    for m in range(3):
+        pm = jax.tree_util.tree_map(lambda x: x[m], params["qs"])
+        np.testing.assert_allclose(q_all[m], np_mlp(pm, za), rtol=1e-4, atol=1e-5)
+
+    # policy prior (spec §4.5, 5f6fade log-prob) with the noise eps = N(key)
+    mean, sample, log_pi, log_std = pi_out
+    out = np_mlp(params["pi"], z)
+    mu, raw = out[:, :3], out[:, 3:]
+    ls = -10.0 + 0.5 * 12.0 * (np.tanh(raw) + 1.0)
+    eps = np.asarray(jax.random.normal(key, (6, 3)), np.float64)
+    u = mu + eps * np.exp(ls)
+    # squash correction from the returned (float32) action: near |a| = 1 the float32
+    # rounding of tanh dominates 1 - a^2, as in the float32 reference code
+    lp = 3 * (np.sum(-0.5 * eps ** 2 - ls, -1) - 0.5 * math.log(2 * math.pi)) \
+        - np.sum(np.log(np.maximum(0.0, 1.0 - sample ** 2) + 1e-6), -1)
+    np.testing.assert_allclose(log_std, ls, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(mean, np.tanh(mu), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sample, np.tanh(u), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(log_pi[:, 0], lp, rtol=1e-3, atol=1e-3)
+
+
+# ---------------------------------------------------------------------- Q pairs
+@pytest.fixture(scope="module")
+def q5():
+    wm = make_wm(obs=4, A=2, model_size=1, mlp_dim=16, latent_dim=16, enc_dim=16, num_q=5, dropout=0.3)
+
+    params = random_params(wm, 4, scale=0.3)
+    rng = np.random.default_rng(9)
+    z = jnp.asarray(np_simnorm(rng.standard_normal((10, 16)) * 2.0), jnp.float32)
+    a = jnp.asarray(rng.uniform(-1, 1, (10, 2)), jnp.float32)
+    return wm, params, z, a
+
+
+def test_q_pair_min_avg_equal_selected_members_of_q_all(q5):
+    wm, params, z, a = q5
+    keys = jax.random.split(jax.random.PRNGKey(100), 12)
+
+    @jax.jit
+    def run(params, z, a, keys):
+        decoded = tm.two_hot_inv(wm.q_all(params["qs"], z, a), -10.0, 10.0)  # [5, 10]
+        qmin = jax.vmap(lambda k: wm.q_pair(params["qs"], z, a, k, "min"))(keys)
+        qavg = jax.vmap(lambda k: wm.q_pair(params["qs"], z, a, k, "avg"))(keys)
+        return decoded, qmin, qavg
+
+    decoded, qmin, qavg = (np.asarray(v) for v in run(params, z, a, keys))
+    assert np.ptp(decoded, axis=0).min() > 1e-3  # members disagree, so the pair matters
+    pairs = set()
+    for s, key in enumerate(keys):
+        i, j = (int(v) for v in jax.random.choice(key, 5, (2,), replace=False))
+        assert i != j
+        pairs.add(frozenset((i, j)))
+        np.testing.assert_allclose(qmin[s], np.minimum(decoded[i], decoded[j]), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(qavg[s], 0.5 * (decoded[i] + decoded[j]), rtol=1e-5, atol=1e-6)
+    assert len(pairs) >= 4
+    with pytest.raises(ValueError):
+        wm.q_pair(params["qs"], z, a, jax.random.PRNGKey(0), "max")
+
+
+# ---------------------------------------------------------------------- dropout
+def _record_calls(fn):
+    calls = []
+
+    def interceptor(f, args, kwargs, ctx):
+        calls.append((type(ctx.module).__name__, tuple(ctx.module.scope.path)))
+        return f(*args, **kwargs)
+
+    with nn.intercept_methods(interceptor):
+        out = fn()
+    return out, calls
+
+
+def test_dropout_only_in_first_q_layer_before_layernorm(q5):
+    wm, params, z, a = q5
+    mods = wm.modules
+    za = jnp.concatenate([z, a], -1)
+    p0 = jax.tree_util.tree_map(lambda x: x[0], params["qs"])
+    _, calls = _record_calls(lambda: mods["q"].apply({"params": p0}, za, deterministic=False,
+                                                     rngs={"dropout": jax.random.PRNGKey(0)}))
+    drops = [c for c in calls if c[0] == "Dropout"]
+    assert drops == [("Dropout", ("NormedLinear_0", "Dropout_0"))]
+    order = [c[1] for c in calls if c[1][:1] == ("NormedLinear_0",) and len(c[1]) == 2]
+    assert order == [("NormedLinear_0", "Dense_0"), ("NormedLinear_0", "Dropout_0"),
+                     ("NormedLinear_0", "LayerNorm_0")]
+    # no other network has a dropout layer
+    z1, a1 = z[:2], a[:2]
+    for name, x in [("encoder", jnp.zeros((2, 4))), ("dynamics", jnp.concatenate([z1, a1], -1)),
+                    ("reward", jnp.concatenate([z1, a1], -1)), ("pi", z1)]:
+        _, calls = _record_calls(lambda: mods[name].apply({"params": params[name]}, x, deterministic=False,
+                                                          rngs={"dropout": jax.random.PRNGKey(0)}))
+        assert not [c for c in calls if c[0] == "Dropout"], name
+
+
+def test_dropout_needs_a_key_and_masks_differ_per_member(q5):
+    wm, params, z, a = q5
+    qs = params["qs"]
+    wm0 = dataclasses.replace(wm, cfg=dataclasses.replace(wm.cfg, dropout=0.0))
+    k, k2, kp = jax.random.PRNGKey(11), jax.random.PRNGKey(12), jax.random.PRNGKey(1)
+
+    @jax.jit
+    def run(qs, z, a):
+        same = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x[:1], x.shape), qs)
+        return dict(
+            det1=wm.q_all(qs, z, a), det2=wm.q_all(qs, z, a), det0=wm0.q_all(qs, z, a),
+            d1=wm.q_all(qs, z, a, dropout_key=k), d1b=wm.q_all(qs, z, a, dropout_key=k),
+            d2=wm.q_all(qs, z, a, dropout_key=k2),
+            pair_drop=wm.q_pair(qs, z, a, kp, "avg", dropout_key=k), pair=wm.q_pair(qs, z, a, kp, "avg"),
+            same_drop=wm.q_all(same, z, a, dropout_key=k), same=wm.q_all(same, z, a))
+
+    r = {n: np.asarray(v) for n, v in run(qs, z, a).items()}
+    np.testing.assert_array_equal(r["det1"], r["det2"])
+    # without a key the model equals the same model built with dropout = 0
+    np.testing.assert_allclose(r["det0"], r["det1"], rtol=1e-6, atol=1e-6)
+    # with a key: stochastic, reproducible per key
+    np.testing.assert_array_equal(r["d1"], r["d1b"])
+    assert np.max(np.abs(r["d1"] - r["det1"])) > 1e-3
+    assert np.max(np.abs(r["d1"] - r["d2"])) > 1e-3
+    # q_pair with a dropout key is stochastic, without it is not
+    assert np.max(np.abs(r["pair_drop"] - r["pair"])) > 1e-4
+    # identical members get different masks (spec §3.3 randomness='different')
+    np.testing.assert_array_equal(r["same"][0], r["same"][1])
+    assert np.max(np.abs(r["same_drop"][0] - r["same_drop"][1])) > 1e-3
