@@ -81,6 +81,13 @@ class TDMPC2:
         self.cfg = resolve_config(user_cfg, episode_length=self.episode_length, action_dim=self.spec.action_dim)
         self.gamma = float(self.cfg.gamma)
         self.seed_steps = int(self.cfg.seed_steps)
+        if -(-self.seed_steps // self.n_envs) < self.episode_length:
+            # the burst of updates at seed_steps needs a complete episode in the replay
+            raise ValueError(
+                f"seed_steps={self.seed_steps} is too small: with n_envs={self.n_envs} the first episode "
+                f"(T={self.episode_length} agent steps) ends at tick {self.episode_length}, after the "
+                f"seed-phase burst of updates; use seed_steps >= {self.episode_length * self.n_envs} "
+                f"(default: max(1000, 5 T) = {max(1000, 5 * self.episode_length)})")
         self.wm = WorldModel(self.cfg, self.spec.obs_dim, self.spec.action_dim)
         self._chunk_fns: dict = {}
         self._eval_fns: dict = {}
