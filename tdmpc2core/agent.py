@@ -20,7 +20,7 @@ import numpy as np
 
 from . import online
 from .config import TDMPC2Config, resolve_config
-from .envs import make_env
+from .envs import Env, make_env
 from .planner import act_with_policy, plan
 from .update import init_agent_state
 from .world_model import WorldModel
@@ -35,7 +35,9 @@ class TDMPC2:
 
     Args:
       env_id: gymnax id (``Pendulum-v1``), Brax name (``inverted_pendulum``) or Playground DM
-        Control name (``CartpoleBalance``); see :func:`tdmpc2core.envs.list_env_ids`.
+        Control name (``CartpoleBalance``); see :func:`tdmpc2core.envs.list_env_ids`. Or a
+        prebuilt :class:`tdmpc2core.envs.Env` (a custom task; its spec fixes T and the action
+        repeat, and the other env arguments are ignored).
       n_envs: environments in lockstep; the planner plans for each, and each tick runs
         ``n_envs`` updates (the reference uses 1; docs/deviations.md O2).
       episode_length: simulator steps per episode (Brax, Playground); T = episode_length /
@@ -66,10 +68,14 @@ class TDMPC2:
             raise TypeError(f"TDMPC2: unknown hyperparameter(s) {unknown}; accepted: {sorted(fields)}")
         if int(n_envs) < 1:
             raise ValueError(f"n_envs={n_envs!r} must be >= 1")
-        self.env_id = env_id
         self.n_envs = int(n_envs)
-        self.env = make_env(env_id, action_repeat=action_repeat, episode_length=episode_length,
-                            env_params=env_params, backend=backend)
+        if isinstance(env_id, Env):  # a prebuilt environment (e.g. a custom task)
+            self.env = env_id
+            self.env_id = env_id.spec.env_id
+        else:
+            self.env_id = env_id
+            self.env = make_env(env_id, action_repeat=action_repeat, episode_length=episode_length,
+                                env_params=env_params, backend=backend)
         self.spec = self.env.spec
         self.episode_length = int(self.spec.episode_length)  # T, agent steps
         self.action_repeat = int(self.spec.action_repeat)
