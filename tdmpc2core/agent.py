@@ -118,11 +118,14 @@ class TDMPC2:
         seeds = np.atleast_1d(np.asarray(seed, dtype=np.int64))
         keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
 
-        def one(key):
-            k_params, k_run = jax.random.split(key)
-            return online.init_run_state(self, init_agent_state(self.wm, k_params), k_run, run_agent_steps)
+        fn = self._chunk_fns.get(("init", run_agent_steps))
+        if fn is None:
+            def one(key):
+                k_params, k_run = jax.random.split(key)
+                return online.init_run_state(self, init_agent_state(self.wm, k_params), k_run, run_agent_steps)
 
-        return jax.jit(jax.vmap(one))(keys)
+            fn = self._chunk_fns[("init", run_agent_steps)] = jax.jit(jax.vmap(one))
+        return fn(keys)
 
     # ---- acting ----------------------------------------------------------------
     def act(self, params, obs, t0, eval_mode: bool, key, prev_mean=None):
