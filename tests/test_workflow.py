@@ -80,9 +80,9 @@ def shell_specs(out: str) -> dict[str, tuple[dict, str]]:
 def test_default_dry_run(tmp_path):
     out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "2"))
     stats = job_stats(out)
-    # 2 tasks x 2 seeds, one job per seed (seeds_per_job 1)
-    assert stats == {"resolve_config": 1, "train_single_seeds_0": 2, "train_single_seeds_1": 2,
-                     "figure_overview": 1, "figures_task": 2, "tables": 1, "report": 1, "all": 1, "total": 11}
+    # 2 tasks x 2 seeds, the demo's seeds_per_job 2: one vmapped job per task
+    assert stats == {"resolve_config": 1, "train_single_seeds_0_1": 2,
+                     "figure_overview": 1, "figures_task": 2, "tables": 1, "report": 1, "all": 1, "total": 9}
     specs = shell_specs(out)
     assert set(specs) == {"pendulum", "cartpole-balance"}
     cb, _ = specs["cartpole-balance"]
@@ -203,7 +203,8 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     # `python -m tdmpc2core.cli` runs from the work dir first: a copy there shadows the install
     shutil.copytree(ROOT / "tdmpc2core", wf / "tdmpc2core", ignore=shutil.ignore_patterns("__pycache__"))
     (wf / "tdmpc2core" / "stages" / "train_single.py").write_text(STAND_IN_TRAINER)
-    (wf / "small.yaml").write_text("bootstrap_reps: 200\n")
+    # one job per seed, the layout that lets one seed rerun alone (docs/pipeline.md)
+    (wf / "small.yaml").write_text("bootstrap_reps: 200\nseeds_per_job: 1\n")
 
     out = ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
     assert "11 of 11 steps (100%) done" in out
