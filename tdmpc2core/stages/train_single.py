@@ -83,9 +83,9 @@ def run(args) -> int:
                    f"took {rec['chunk_seconds']:.0f} s")
         else:
             rate = rec["agent_steps_per_s"]
-            left = (n_timesteps - done) / rate if rate > 0 else float("nan")
-            msg = (f"{done}/{n_timesteps} agent steps ({rec['phase']}), {rate:.1f} agent steps/s, "
-                   f"~{left:.0f} s left at this rate")
+            msg = f"{done}/{n_timesteps} agent steps ({rec['phase']}), {rate:.1f} agent steps/s"
+            if rec["phase"] == "train":  # seed-phase ticks (random actions, no updates) are far faster
+                msg += f", ~{(n_timesteps - done) / max(rate, 1e-9):.0f} s left at this rate"
         if "eval_return" in rec:
             msg += ", eval return " + " ".join(f"{x:.1f}" for x in np.atleast_1d(rec["eval_return"]))
         log(msg)
