@@ -32,7 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def demo_agent_kwargs() -> dict:
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
-    return dict(cfg.get("defaults", {}).get("agent", {}))
+    agent = cfg["protocols"][cfg["protocol"]]["defaults"].get("agent")
+    if not agent:
+        raise KeyError("config.yaml: protocols[protocol].defaults.agent is missing or empty")
+    return dict(agent)
 
 
 def timed(fn, repeats):
