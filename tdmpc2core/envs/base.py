@@ -61,6 +61,18 @@ class EnvSpec:
     backend: str | None
     can_terminate: bool
 
+    @classmethod
+    def from_bounds(cls, env_id: str, suite: str, obs_dim: int, low, high, *, action_repeat: int,
+                    episode_length: int, backend: str | None = None, can_terminate: bool = False):
+        """A spec whose action_dim, bounds and sim_episode_length follow from ``low``/``high``
+        (array-likes of the env's bounds) and T = ``episode_length`` agent steps."""
+        low, high = bounds_tuple(low), bounds_tuple(high)
+        return cls(env_id=env_id, suite=suite, obs_dim=int(obs_dim), action_dim=len(low),
+                   action_low=low, action_high=high, action_repeat=int(action_repeat),
+                   episode_length=int(episode_length),
+                   sim_episode_length=int(episode_length) * int(action_repeat),
+                   backend=backend, can_terminate=bool(can_terminate))
+
 
 class StepOut(NamedTuple):
     """Result of one agent step (leading batch axes added by vmap, if any).

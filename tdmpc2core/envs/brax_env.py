@@ -19,7 +19,7 @@ import inspect
 import jax
 import numpy as np
 
-from tdmpc2core.envs.base import Env, EnvSpec, bounds_tuple as _bounds, fresh_dicts
+from tdmpc2core.envs.base import Env, EnvSpec, fresh_dicts
 
 # Brax 0.14.2 registry names with a flat observation -> whether the env can terminate
 # before the time limit (with default constructor arguments). 'fast' (a unit-test env with
@@ -100,19 +100,10 @@ class BraxEnv(Env):
         T = episode_length // action_repeat
         self._env = env
         self._token = None if not kwargs else repr(sorted(kwargs.items()))
-        self.spec = EnvSpec(
-            env_id=env_id,
-            suite="brax",
-            obs_dim=int(obs_size),
-            action_dim=action_dim,
-            action_low=_bounds(low),
-            action_high=_bounds(high),
-            action_repeat=action_repeat,
-            episode_length=T,
-            sim_episode_length=T * action_repeat,
-            backend=None,
-            can_terminate=can_terminate,
-        )
+        self.spec = EnvSpec.from_bounds(
+            env_id, "brax", int(obs_size), low, high,
+            action_repeat=action_repeat, episode_length=T,
+            backend=None, can_terminate=can_terminate)
 
     @property
     def brax_env(self):

@@ -26,7 +26,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from tdmpc2core.envs.base import Env, EnvSpec, bounds_tuple as _bounds
+from tdmpc2core.envs.base import Env, EnvSpec
 
 # Continuous-action ids in gymnax 1.0.1 -> whether the env has a true terminal state.
 GYMNAX_CONTINUOUS: dict[str, bool] = {
@@ -140,19 +140,10 @@ class GymnaxEnv(Env):
         self._token = token
         obs_shape = jax.eval_shape(lambda k: env.reset_env(k, params)[0], jax.random.PRNGKey(0))
         obs_dim = math.prod(obs_shape.shape)
-        self.spec = EnvSpec(
-            env_id=env_id,
-            suite="gymnax",
-            obs_dim=obs_dim,
-            action_dim=action_dim,
-            action_low=_bounds(low),
-            action_high=_bounds(high),
-            action_repeat=action_repeat,
-            episode_length=T,
-            sim_episode_length=T * action_repeat,
-            backend=None,
-            can_terminate=GYMNAX_CONTINUOUS[env_id],
-        )
+        self.spec = EnvSpec.from_bounds(
+            env_id, "gymnax", obs_dim, low, high,
+            action_repeat=action_repeat, episode_length=T,
+            backend=None, can_terminate=GYMNAX_CONTINUOUS[env_id])
 
     @property
     def gymnax_env(self):

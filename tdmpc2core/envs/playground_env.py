@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tdmpc2core.envs.base import Env, EnvSpec, bounds_tuple as _bounds, fresh_dicts
+from tdmpc2core.envs.base import Env, EnvSpec, fresh_dicts
 
 DEFAULT_BACKEND = "jax"
 
@@ -133,19 +133,10 @@ class PlaygroundEnv(Env):
         T = episode_length // action_repeat
         self._env = env
         self._token = None if not extra else repr(sorted(extra.items()))
-        self.spec = EnvSpec(
-            env_id=env_id,
-            suite="playground",
-            obs_dim=int(obs.shape[0]),
-            action_dim=action_dim,
-            action_low=_bounds(low),
-            action_high=_bounds(high),
-            action_repeat=action_repeat,
-            episode_length=T,
-            sim_episode_length=T * action_repeat,
-            backend=backend,
-            can_terminate=False,
-        )
+        self.spec = EnvSpec.from_bounds(
+            env_id, "playground", int(obs.shape[0]), low, high,
+            action_repeat=action_repeat, episode_length=T,
+            backend=backend, can_terminate=False)
 
     @property
     def playground_env(self):
