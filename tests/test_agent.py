@@ -2,6 +2,8 @@
 determinism, seeds vmapped vs alone, seed-phase actions, terminations, argument errors."""
 from __future__ import annotations
 
+import hashlib
+
 import jax
 import numpy as np
 import pytest
@@ -165,3 +167,64 @@ def test_seed_steps_shorter_than_an_episode_is_refused():
     with pytest.raises(ValueError, match="seed_steps"):
         TDMPC2("Pendulum-v1", seed_steps=100, **TINY)  # T = 200
     assert TDMPC2("Pendulum-v1", seed_steps=200, **TINY).seed_steps == 200
+
+
+# ------------------------------------------- non-episodic numbers pinned bit for bit
+# Recorded at commit e4a5fff (before the episodic mode existed) with jax/jaxlib 0.10.2,
+# flax 0.12.8, optax 0.2.8 on the project's CPU (x86-64): sha256 prefixes of every leaf of
+# the final agent state (parameters, target Qs, both Adam states, S, the stale-gradient
+# norm, the update count) and of the replay arrays, plus exact floats. The episodic mode
+# must leave non-episodic runs bit-identical. XLA's CPU code may round differently on
+# another jaxlib or another CPU family, hence the version guard.
+BASELINE_VERSIONS = ("0.10.2", "0.10.2")
+BASELINE = {
+    1: dict(agent="e4b58bddefedc343", replay="060be1dd1fe87ca4",
+            pi_kernel_sum=[0.06597654293000232, 0.054997476618154906], updates=[259, 259]),
+    2: dict(agent="9206fe3c70ee321c", replay="df6a22a5781d6811",
+            pi_kernel_sum=[-0.4909480599453673, 0.03441472153645009], updates=[418, 418],
+            eval_returns=[[[-1618.657470703125, -1019.6524047851562], [-1195.46826171875, -1314.8651123046875]],
+                          [[-1532.35302734375, -1567.054931640625], [-1464.4071044921875, -1348.5107421875]]]),
+}
+
+
+def digest(tree) -> str:
+    h = hashlib.sha256()
+    for x in jax.tree_util.tree_leaves(tree):
+        a = np.ascontiguousarray(np.asarray(x))
+        h.update(str(a.dtype).encode())
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def fingerprint(state):
+    r = state.replay
+    kernel = np.asarray(state.agent.params["pi"]["Dense_0"]["kernel"], np.float64)
+    return dict(agent=digest(state.agent), replay=digest([r.obs, r.action, r.reward, r.terminated]),
+                pi_kernel_sum=[float(k.sum()) for k in kernel],
+                updates=[int(u) for u in np.asarray(state.agent.updates)])
+
+
+def require_baseline_versions():
+    import jaxlib
+    if (jax.__version__, jaxlib.__version__) != BASELINE_VERSIONS or jax.default_backend() != "cpu":
+        pytest.skip(f"baseline recorded with jax/jaxlib {BASELINE_VERSIONS} on CPU")
+
+
+@pytest.mark.slow
+def test_non_episodic_run_bit_identical_to_recorded_n_envs_1(runs):
+    require_baseline_versions()
+    _, get = runs
+    assert fingerprint(get([0, 1])) == BASELINE[1]
+
+
+@pytest.mark.slow
+def test_non_episodic_run_bit_identical_to_recorded_n_envs_2():
+    require_baseline_versions()
+    agent = TDMPC2("Pendulum-v1", n_envs=2, seed_steps=400, **TINY)
+    state, hist = agent.train(seed=[0, 1], n_timesteps=420, eval_every=420, eval_episodes=2)
+    expected = dict(BASELINE[2])
+    returns = expected.pop("eval_returns")
+    assert fingerprint(state) == expected
+    assert np.asarray(hist["eval_returns"], np.float64).tolist() == returns
+    assert np.all(np.asarray(hist["eval_lengths"]) == 200)
