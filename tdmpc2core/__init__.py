@@ -10,10 +10,11 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
-    if name in ("TDMPC2", "TerminationError"):
+    if name in ("TDMPC2", "TerminationError", "NoSampleableEpisodeError"):
         from . import agent
         return getattr(agent, name)
     raise AttributeError(name)
 
 
-__all__ = ["TDMPC2", "TDMPC2Config", "MODEL_SIZES", "TerminationError", "__version__"]
+__all__ = ["TDMPC2", "TDMPC2Config", "MODEL_SIZES", "TerminationError", "NoSampleableEpisodeError",
+           "__version__"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from typing import Callable, Optional, Sequence, Union
 
 import jax
@@ -30,8 +31,37 @@ class TerminationError(ValueError):
     """A non-episodic agent met an environment termination."""
 
 
+class NoSampleableEpisodeError(ValueError):
+    """Episodic mode: a run ended with scheduled updates that never ran, because the replay
+    held no episode of at least horizon + 1 rows to sample a slice from (spec §9).
+
+    Raised by :meth:`TDMPC2.train` after its last chunk; ``state`` and ``history`` hold what
+    the run produced.
+    """
+
+    def __init__(self, message, state=None, history=None):
+        super().__init__(message)
+        self.state = state
+        self.history = history
+
+
 class TDMPC2:
     """Single-task online TD-MPC2 (spec §1-§9) on gymnax, Brax or MuJoCo Playground.
+
+    Two modes:
+
+    * ``episodic=False`` (default): the paper-era agent (official 5f6fade). It bootstraps
+      through every episode end, which is right for tasks that never terminate (DMC); it
+      refuses a terminating task with :class:`TerminationError`. Episodes have the fixed
+      length T and all environments reset together.
+    * ``episodic=True``: the later official code's episodic mode (spec §11; eece801 with the
+      38b31a5 fix). A termination head (mlp of the latent to one logit, §11.2) is built and
+      trained with the binary cross-entropy of §11.3 on the predicted latents, weighted by
+      ``termination_coef`` (default 1); TD targets drop the bootstrap at each step's own
+      terminal flag (``r_t + gamma (1 - d_t) Q``, §11.4); the planner stops accumulating
+      reward and value after a predicted termination (sigmoid > 0.5, §11.4). Episodes have
+      variable lengths (at most T); each environment resets on its own when its episode
+      ends; the replay is a ring of rows (docs/deviations.md R1, R3).
 
     Args:
       env_id: gymnax id (``Pendulum-v1``), Brax name (``inverted_pendulum``) or Playground DM
@@ -54,8 +84,15 @@ class TDMPC2:
     Derived (spec §1.3): ``gamma`` = clip((T/5 - 1)/(T/5), 0.95, 0.995), ``seed_steps`` =
     max(1000, 5 T) agent steps, planner ``iterations`` + 2 when the action dim is >= 20.
 
+    Units: ``n_timesteps``, ``seed_steps``, ``eval_every`` and every ``agent_steps`` count
+    agent steps (transitions: one per environment per tick), never replay rows (the replay
+    also stores one reset row per episode). ``buffer_size`` counts agent steps in the
+    non-episodic mode (reset rows on top) and rows, reset rows included, in the episodic
+    mode (the reference's unit; at least T + 1).
+
     Raises:
-      ValueError: unknown env id, discrete actions, an episode shorter than horizon + 1.
+      ValueError: unknown env id, discrete actions, an episode shorter than horizon + 1
+        (non-episodic), seed_steps shorter than the first episode (non-episodic).
       TypeError: an unknown hyperparameter name.
     """
 
@@ -80,14 +117,13 @@ class TDMPC2:
         self.episode_length = int(self.spec.episode_length)  # T, agent steps
         self.action_repeat = int(self.spec.action_repeat)
         user_cfg = TDMPC2Config(model_size=model_size, **hyperparameters)
-        if user_cfg.episodic:
-            raise NotImplementedError(
-                "episodic=True (the later official code's termination head, spec §11) is not "
-                "implemented yet; use a non-terminating task or episodic=False")
         self.cfg = resolve_config(user_cfg, episode_length=self.episode_length, action_dim=self.spec.action_dim)
         self.gamma = float(self.cfg.gamma)
         self.seed_steps = int(self.cfg.seed_steps)
-        if -(-self.seed_steps // self.n_envs) < self.episode_length:
+        self.episodic = bool(self.cfg.episodic)
+        # episodic mode: episodes may end before T, and updates wait for a sampleable episode
+        # (docs/deviations.md R3), so no static check applies there
+        if not self.episodic and -(-self.seed_steps // self.n_envs) < self.episode_length:
             # the burst of updates at seed_steps needs a complete episode in the replay
             raise ValueError(
                 f"seed_steps={self.seed_steps} is too small: with n_envs={self.n_envs} the first episode "
@@ -192,7 +228,9 @@ class TDMPC2:
 
         Args:
           seed: one int or several; several run in one jitted, vmapped program.
-          n_timesteps: agent steps per seed (env frames = agent steps x action repeat).
+          n_timesteps: agent steps per seed (transitions, one per environment per tick; env
+            frames = agent steps x action repeat). Not replay rows: the replay also holds one
+            reset row per episode, so an episodic run of short episodes stores more rows.
           eval_every: agent steps between evaluations (also at step 0 and at the end);
             None: no evaluation.
           eval_episodes: episodes per evaluation.
@@ -207,6 +245,11 @@ class TDMPC2:
         Raises:
           TerminationError: the env terminated (non-episodic agent), at the first chunk
             boundary after it, naming the env and the count.
+          NoSampleableEpisodeError: (episodic) after the last chunk, when scheduled updates
+            never ran because no episode of at least horizon + 1 rows was ever held (every
+            episode terminated too early); names the env, the longest episode and H.
+            (Updates wait for such an episode, with a warning, instead of failing at the
+            burst: docs/deviations.md R3.)
           FloatingPointError: non-finite observations or rewards from the env.
         """
         seeds = [int(s) for s in np.atleast_1d(np.asarray(seed))]
@@ -225,6 +268,7 @@ class TDMPC2:
             history["eval_lengths"].append(lens)
             return rets
 
+        warned_waiting = False
         t_start = time.perf_counter()
         if eval_at_start:
             do_eval(0)
@@ -239,8 +283,13 @@ class TDMPC2:
                    "updates": np.asarray(state.agent.updates), "chunk_seconds": dt,
                    "wall_time_s": time.perf_counter() - t_start,
                    "agent_steps_per_s": n_ticks * self.n_envs / max(dt, 1e-9)}
-            for k in online.METRIC_KEYS:
+            for k in online.metric_keys(self.cfg):
                 rec[k] = np.asarray(state.metrics[k])
+            if self.episodic:
+                rec["pending_updates"] = np.asarray(state.pending_updates)
+                if phase != "seed" and rec["pending_updates"].max() > 0 and not warned_waiting:
+                    warned_waiting = True
+                    warnings.warn(self._waiting_message(state, agent_steps, seeds), RuntimeWarning, stacklevel=2)
             cnt = np.asarray(state.finished_count)
             rec["train_return"] = np.where(cnt > 0, np.asarray(state.finished_return_sum) / np.maximum(cnt, 1), np.nan)
             state = state._replace(finished_return_sum=jnp.zeros_like(state.finished_return_sum),
@@ -254,7 +303,27 @@ class TDMPC2:
         history = {k: (np.asarray(v) if k != "chunks" else v) for k, v in history.items()}
         if len(history["eval_returns"]):
             history["eval_return"] = history["eval_returns"].mean(axis=-1)
+        if self.episodic and int(np.max(np.asarray(state.pending_updates))) > 0:
+            raise NoSampleableEpisodeError(self._waiting_message(state, int(n_timesteps), seeds, final=True),
+                                           state=state, history=history)
         return state, history
+
+    def _waiting_message(self, state, agent_steps, seeds, final=False):
+        H = self.cfg.horizon
+        pending = np.asarray(state.pending_updates)
+        longest = np.asarray(state.replay.longest)
+        which = [s for s, p in zip(seeds, pending) if p > 0]
+        longest_txt = ", ".join(f"seed {s}: {int(l)}" for s, l, p in zip(seeds, longest, pending) if p > 0)
+        head = (f"{self.env_id}: by agent step {agent_steps} the replay held no episode of at least "
+                f"horizon + 1 = {H + 1} rows (H = {H} agent steps plus the reset row) for seed(s) {which}; "
+                f"longest complete episode (agent steps): {longest_txt}. TD-MPC2 trains on slices of "
+                f"H + 1 rows inside one episode (spec §9), so ")
+        if final:
+            return (head + f"{int(pending.max())} scheduled update(s) never ran. Every episode ended "
+                    "too early (or none ended): use a shorter horizon, more agent steps or a longer "
+                    "seed phase, or check why the task terminates so soon.")
+        return head + (f"{int(pending.max())} scheduled update(s) are waiting and will run at the first "
+                       "tick that has such an episode (docs/deviations.md R3).")
 
     def _check_run(self, state, agent_steps):
         term = int(np.max(np.asarray(state.terminations)))

@@ -12,7 +12,18 @@ A *tick* is one agent step of each of the ``n_envs`` environments in lockstep:
 4. updates: none before ``seed_steps``; at the first tick with ``agent_steps >= seed_steps``
    the burst of ``seed_steps`` updates (spec §8, §12.14); afterwards ``n_envs`` per tick.
 
-``agent_steps`` here is the count before the tick (the reference's ``step``). A chunk runs a
+``agent_steps`` here is the count before the tick (the reference's ``step``).
+
+Episodic mode (``cfg.episodic``, spec §11; :func:`tick_episodic`): episodes have variable
+lengths and each environment restarts on its own when its episode ends (terminated, or
+truncated at T): at the top of the next tick its episode is committed to the
+:class:`~tdmpc2core.replay.EpisodicReplay` (env order) and it resets. The phases stay in
+agent steps (a tick is still ``n_envs`` agent steps). An update needs an episode of at least
+H + 1 rows to sample from; until one exists, the scheduled updates (the burst included)
+wait and run at the first tick that has one (docs/deviations.md R3; the reference crashes
+in its sampler). ``pending_updates`` counts them.
+
+A chunk runs a
 dynamic number of ticks inside a ``lax.fori_loop`` (one compiled program for the whole run,
 whatever the chunk length or phase), vmapped over seeds; the host only acts between chunks
 (evaluation, logging, checkpoints).
@@ -50,10 +61,17 @@ class RunState(NamedTuple):
     finished_count: jnp.ndarray        # int32
     terminations: jnp.ndarray          # int32, env terminations seen (all time)
     nonfinite: jnp.ndarray             # int32, non-finite observations or rewards (all time)
+    pending_updates: jnp.ndarray       # int32, episodic mode: scheduled updates waiting for
+    #                                    an episode of >= H + 1 rows (always 0 otherwise)
 
 
-def zero_metrics():
-    return {k: jnp.zeros((), jnp.float32) for k in METRIC_KEYS}
+def metric_keys(cfg) -> tuple:
+    """The update metrics a run reports: METRIC_KEYS, plus ``termination_loss`` when episodic."""
+    return METRIC_KEYS + (("termination_loss",) if cfg.episodic else ())
+
+
+def zero_metrics(cfg=None):
+    return {k: jnp.zeros((), jnp.float32) for k in (METRIC_KEYS if cfg is None else metric_keys(cfg))}
 
 
 def init_run_state(agent, agent_state: AgentState, key, run_agent_steps: int) -> RunState:
@@ -62,15 +80,20 @@ def init_run_state(agent, agent_state: AgentState, key, run_agent_steps: int) ->
     n, T = agent.n_envs, agent.episode_length
     k_env, key = jax.random.split(key)
     env_state, obs = jax.vmap(env.reset)(jax.random.split(k_env, n))
-    replay = rp.init_replay(rp.capacity_episodes(cfg.buffer_size, run_agent_steps, T), n, T,
-                            env.spec.obs_dim, env.spec.action_dim)
+    if cfg.episodic:
+        replay = rp.init_episodic_replay(rp.capacity_rows(cfg.buffer_size, run_agent_steps, T), n, T,
+                                         env.spec.obs_dim, env.spec.action_dim)
+    else:
+        replay = rp.init_replay(rp.capacity_episodes(cfg.buffer_size, run_agent_steps, T), n, T,
+                                env.spec.obs_dim, env.spec.action_dim)
     return RunState(
         agent=agent_state, replay=replay, env_state=env_state, obs=obs,
         prev_mean=jnp.zeros((n, cfg.horizon, env.spec.action_dim), jnp.float32),
         ep_t=jnp.zeros((n,), jnp.int32), ep_return=jnp.zeros((n,), jnp.float32),
-        done=jnp.ones((n,), bool), active=jnp.zeros((), bool), key=key, metrics=zero_metrics(),
+        done=jnp.ones((n,), bool), active=jnp.zeros((), bool), key=key, metrics=zero_metrics(cfg),
         finished_return_sum=jnp.zeros((), jnp.float32), finished_count=jnp.zeros((), jnp.int32),
-        terminations=jnp.zeros((), jnp.int32), nonfinite=jnp.zeros((), jnp.int32))
+        terminations=jnp.zeros((), jnp.int32), nonfinite=jnp.zeros((), jnp.int32),
+        pending_updates=jnp.zeros((), jnp.int32))
 
 
 def _reset(agent, rs: RunState, key) -> RunState:
@@ -104,6 +127,8 @@ def _updates(agent, rs: RunState, n_updates, key) -> RunState:
 def tick(agent, rs: RunState, tick_index) -> RunState:
     """One lockstep tick (module docstring) of one seed. ``tick_index`` is unbatched (the same
     for every seed), so the phase tests below stay real branches under the seed vmap."""
+    if agent.cfg.episodic:
+        return tick_episodic(agent, rs, tick_index)
     env, cfg = agent.env, agent.cfg
     n, T, A = agent.n_envs, agent.episode_length, env.spec.action_dim
     key, k_reset, k_rand, k_plan, k_step, k_upd = jax.random.split(rs.key, 6)
@@ -146,6 +171,97 @@ def tick(agent, rs: RunState, tick_index) -> RunState:
     return _updates(agent, rs, n_updates, k_upd)
 
 
+def _act(agent, rs: RunState, steps_before, t0, k_rand, k_plan):
+    """Uniform random actions while ``steps_before <= seed_steps`` (spec §8), else the planner
+    (or the policy prior with ``mpc=False``). Returns (actions [n, A], prev_mean [n, H, A])."""
+    cfg, n, A = agent.cfg, agent.n_envs, agent.env.spec.action_dim
+
+    def random_actions(_):
+        return jax.random.uniform(k_rand, (n, A), jnp.float32, -1.0, 1.0), rs.prev_mean
+
+    def planned_actions(_):
+        keys = jax.random.split(k_plan, n)
+        if cfg.mpc:
+            return jax.vmap(lambda o, m, f, k: plan(agent.wm, rs.agent.params, o, m, f, False, agent.gamma, k))(
+                rs.obs, rs.prev_mean, t0, keys)
+        a = jax.vmap(lambda o, k: act_with_policy(agent.wm, rs.agent.params, o, False, k))(rs.obs, keys)
+        return a, rs.prev_mean
+
+    return jax.lax.cond(steps_before <= cfg.seed_steps, random_actions, planned_actions, None)
+
+
+def _where_env(mask, new, old):
+    """Per-env select over pytrees whose leaves have a leading [n_envs] axis."""
+    return jax.tree_util.tree_map(
+        lambda a, b: jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b), new, old)
+
+
+def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
+    """One tick of the episodic mode (module docstring; spec §8, §11) of one seed.
+
+    1. every env whose episode ended at the last tick commits it to the replay (env order)
+       and resets (envs that have not started yet reset too);
+    2. act (random while agent_steps <= seed_steps, else plan), step, stage the row;
+    3. updates: the schedule's count (0 before the burst tick, ``seed_steps`` at it,
+       ``n_envs`` after) is added to ``pending_updates``; all pending updates run when the
+       replay holds an episode of at least H + 1 rows, else they keep waiting.
+    """
+    env, cfg = agent.env, agent.cfg
+    n = agent.n_envs
+    key, k_reset, k_rand, k_plan, k_step, k_upd = jax.random.split(rs.key, 6)
+    steps_before = tick_index * n
+
+    # 1. commit finished episodes, restart those envs
+    ending = rs.done & rs.active
+    reset_state, reset_obs = jax.vmap(env.reset)(jax.random.split(k_reset, n))
+    restart = rs.done
+    replay = rp.commit_and_restart(rs.replay, ending, rs.ep_t, restart, reset_obs, cfg.horizon + 1)
+    rs = rs._replace(
+        key=key, replay=replay,
+        env_state=_where_env(restart, reset_state, rs.env_state),
+        obs=jnp.where(restart[:, None], reset_obs, rs.obs),
+        finished_return_sum=rs.finished_return_sum + jnp.sum(jnp.where(ending, rs.ep_return, 0.0)),
+        finished_count=rs.finished_count + jnp.sum(ending).astype(jnp.int32),
+        ep_t=jnp.where(restart, 0, rs.ep_t), ep_return=jnp.where(restart, 0.0, rs.ep_return),
+        done=jnp.zeros_like(rs.done), active=jnp.ones((), bool))
+
+    # 2. act, step, stage the row (o_{t+1}, a_t, r_t, d_t)
+    action, prev_mean = _act(agent, rs, steps_before, rs.ep_t == 0, k_rand, k_plan)
+    env_state, out = jax.vmap(env.step)(rs.env_state, action, jax.random.split(k_step, n))
+    finite = jnp.all(jnp.isfinite(out.obs), axis=-1) & jnp.isfinite(out.reward)
+    replay = rp.stage_step(rs.replay, rs.ep_t + 1, out.obs, action, out.reward, out.terminated)
+    rs = rs._replace(
+        replay=replay, env_state=env_state, obs=out.obs, prev_mean=prev_mean,
+        ep_t=rs.ep_t + 1, ep_return=rs.ep_return + out.reward,
+        done=out.terminated | out.truncated,
+        terminations=rs.terminations + jnp.sum(out.terminated).astype(jnp.int32),
+        nonfinite=rs.nonfinite + jnp.sum(~finite).astype(jnp.int32))
+
+    # 3. updates (spec §5.5, §8), waiting while nothing can be sampled
+    burst_tick = -(-cfg.seed_steps // n)
+    scheduled = jnp.where(tick_index < burst_tick, 0, jnp.where(tick_index == burst_tick, cfg.seed_steps, n))
+    pending = rs.pending_updates + scheduled.astype(jnp.int32)
+    can_sample = rp.num_sampleable(rs.replay) > 0
+    n_updates = jnp.where(can_sample, pending, 0)
+    rs = rs._replace(pending_updates=pending - n_updates)
+    return _updates_episodic(agent, rs, n_updates, k_upd)
+
+
+def _updates_episodic(agent, rs: RunState, n_updates, key) -> RunState:
+    """``n_updates`` (traced; per seed under the vmap) updates on batches of the episodic replay."""
+    cfg = agent.cfg
+
+    def body(j, carry):
+        st, _ = carry
+        k_s, k_u = jax.random.split(jax.random.fold_in(key, j))
+        batch = rp.sample_episodic(rs.replay, k_s, cfg.batch_size, cfg.horizon)
+        st, m = update(agent.wm, st, batch, agent.gamma, k_u)
+        return st, {k2: m[k2] for k2 in metric_keys(cfg)}
+
+    st, metrics = jax.lax.fori_loop(0, n_updates, body, (rs.agent, rs.metrics))
+    return rs._replace(agent=st, metrics=metrics)
+
+
 def make_chunk_fn(agent):
     """One jitted program (states [seeds, ...], start_tick, n_ticks) -> states.
 
@@ -164,7 +280,9 @@ def make_eval_fn(agent, num_episodes: int):
     Each of ``num_episodes`` episodes starts from a fresh initial state of its own key and
     runs T agent steps with the planner in eval mode (no exploration noise; the elite is
     still drawn at random, spec §6.5), t0 on the first step (spec §7). An episode that
-    terminates stops accumulating reward.
+    terminates stops accumulating reward: its return sums the rewards up to and including
+    the terminal step, and its length counts the agent steps up to and including it (T
+    when it never terminates).
     """
     env, cfg = agent.env, agent.cfg
     T, A, H = agent.episode_length, env.spec.action_dim, cfg.horizon
@@ -182,7 +300,8 @@ def make_eval_fn(agent, num_episodes: int):
             else:
                 a = act_with_policy(agent.wm, params, obs, True, k_act)
             state, out = env.step(state, a, k_step)
-            ret = ret + alive * out.reward
+            # where, not alive * reward: an env stepped past its terminal state may return NaN
+            ret = ret + jnp.where(alive > 0, out.reward, 0.0)
             length = length + alive.astype(jnp.int32)
             alive = alive * (1.0 - out.terminated.astype(jnp.float32))
             return (state, out.obs, mean, ret, length, alive), None

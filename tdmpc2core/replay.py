@@ -1,6 +1,12 @@
-"""Episode replay as JAX arrays, and slice sampling (spec §9).
+"""Episode replays as JAX arrays, and slice sampling (spec §9).
 
-Layout: a ring of ``num_slots`` episode slots, each holding one episode's ``T + 1`` rows
+Two layouts share the sampling rule and :func:`committed_episodes`:
+
+* :class:`Replay` (fixed-length episodes, the paper-era agent): described below.
+* :class:`EpisodicReplay` (``episodic=True``, variable-length episodes, spec §11): a ring of
+  rows sized in rows, with an episode table; see its docstring.
+
+Fixed-length layout: a ring of ``num_slots`` episode slots, each holding one episode's ``T + 1`` rows
 (row 0 is the reset row: the initial observation, NaN action and reward, as the reference
 stores it; row t+1 holds o_{t+1}, a_t, r_t). ``buffer_size`` counts agent steps
 (transitions): the ring keeps ``capacity_episodes = ceil(min(buffer_size, run length) / T)``
@@ -16,7 +22,7 @@ H + 1 consecutive rows; slices never cross episodes.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -125,12 +131,14 @@ def sample(replay: Replay, key, batch_size: int, horizon: int) -> Batch:
     )
 
 
-def committed_episodes(replay: Replay):
+def committed_episodes(replay: Union[Replay, "EpisodicReplay"]):
     """The complete episodes one seed's replay holds, oldest first, on the host.
 
     ``replay`` is one seed's replay (no seed axis; jax or numpy arrays). Episodes come in the
-    order they were collected: rounds of ``n_envs`` episodes in order, env order within a
-    round; the episodes in progress are not included.
+    order they were collected: for the fixed-length :class:`Replay`, rounds of ``n_envs``
+    episodes in order, env order within a round; for the :class:`EpisodicReplay`, the order
+    in which the episodes ended (ties: env index). The episodes in progress are not included.
+    An episode that terminated has ``terminated`` True on its last row only.
 
     Returns:
       (episodes, evicted): ``episodes`` a list of dicts of numpy arrays, one per episode,
@@ -140,6 +148,8 @@ def committed_episodes(replay: Replay):
     """
     import numpy as np
 
+    if isinstance(replay, EpisodicReplay):
+        return _committed_episodes_episodic(replay)
     host = jax.tree_util.tree_map(np.asarray, replay)
     S = host.obs.shape[0]
     n_envs = host.env_slot.shape[0]
@@ -157,3 +167,234 @@ def committed_episodes(replay: Replay):
             "terminated": np.nan_to_num(term, nan=0.0) > 0.5,
         })
     return episodes, committed - held
+
+
+# ======================================================================================
+# Variable-length episodes (episodic mode, spec §11)
+# ======================================================================================
+class EpisodicReplay(NamedTuple):
+    """Replay of variable-length episodes (one seed): a ring of rows plus an episode table.
+
+    Rows: the reference's layout (spec §9): one row per environment step, the reset row of
+    each episode included (o_0, NaN action, reward and terminated); row t+1 holds o_{t+1},
+    a_t, r_t, d_t (d_t = 1.0 on a terminal step, else 0.0). The ring holds ``R`` rows
+    (:func:`capacity_rows`: ``max(min(buffer_size, run length), T + 1)``, reset rows
+    included, as the reference's ``min(buffer_size, steps)`` rows). Rows are addressed by an
+    absolute row counter; the row of absolute index ``i`` lives at ring position ``i % R``.
+
+    Episodes enter the ring when complete (the reference adds an episode when it ends),
+    copied from the per-env staging area where the episode in progress is written; an
+    episode's rows are contiguous in absolute index. An episode is held while all its rows
+    are: when the ring wraps, the oldest episodes are evicted whole (docs/deviations.md R1;
+    the reference shortens the oldest instead).
+
+    Episode table (a ring of ``E = R // 2 + 1`` entries, the most episodes R rows can hold
+    plus one, indexed by the episode's commit number ``k % E``): ``ep_start`` (absolute row
+    of its reset row), ``ep_rows`` (rows, = agent steps + 1) and ``ep_elig_before`` (how many
+    earlier committed episodes had at least ``H + 1`` rows, i.e. could be sampled).
+
+    Staging (per env, ``T + 1`` rows): ``stage_*``; rows above the env's current step are
+    stale and never read.
+    """
+
+    obs: jnp.ndarray            # [R, obs_dim] f32
+    action: jnp.ndarray         # [R, A] f32 (NaN in reset rows)
+    reward: jnp.ndarray         # [R] f32 (NaN in reset rows)
+    terminated: jnp.ndarray     # [R] f32 (NaN in reset rows)
+    ep_start: jnp.ndarray       # [E] int32 absolute row of the episode's reset row
+    ep_rows: jnp.ndarray        # [E] int32 rows of the episode (agent steps + 1)
+    ep_elig_before: jnp.ndarray  # [E] int32 sampleable episodes committed before it
+    rows_written: jnp.ndarray   # int32 absolute rows committed so far
+    committed: jnp.ndarray      # int32 episodes committed so far
+    sampleable: jnp.ndarray     # int32 committed episodes with >= H + 1 rows so far
+    longest: jnp.ndarray        # int32 agent steps of the longest committed episode
+    stage_obs: jnp.ndarray      # [n_envs, T+1, obs_dim] f32, the episodes in progress
+    stage_action: jnp.ndarray   # [n_envs, T+1, A] f32
+    stage_reward: jnp.ndarray   # [n_envs, T+1] f32
+    stage_terminated: jnp.ndarray  # [n_envs, T+1] f32
+
+
+def capacity_rows(buffer_size: int, run_agent_steps: int, T: int) -> int:
+    """Rows of the episodic ring: ``max(min(buffer_size, run length), T + 1)``.
+
+    ``buffer_size`` counts rows here, reset rows included (the reference's unit, spec §1.3:
+    ``min(buffer_size, steps)`` rows); at least one whole episode of ``T + 1`` rows fits.
+    """
+    return max(min(int(buffer_size), max(int(run_agent_steps), 1)), T + 1)
+
+
+def init_episodic_replay(capacity: int, n_envs: int, T: int, obs_dim: int, action_dim: int) -> EpisodicReplay:
+    """An empty :class:`EpisodicReplay` of ``capacity`` rows (``>= T + 1``) and ``n_envs``
+    staging areas of ``T + 1`` rows."""
+    if capacity < T + 1:
+        raise ValueError(f"capacity={capacity} rows cannot hold one episode of T + 1 = {T + 1} rows")
+    R, E = int(capacity), int(capacity) // 2 + 1
+    z = lambda: jnp.zeros((), jnp.int32)
+    return EpisodicReplay(
+        obs=jnp.zeros((R, obs_dim), jnp.float32),
+        action=jnp.full((R, action_dim), jnp.nan, jnp.float32),
+        reward=jnp.full((R,), jnp.nan, jnp.float32),
+        terminated=jnp.full((R,), jnp.nan, jnp.float32),
+        ep_start=jnp.zeros((E,), jnp.int32), ep_rows=jnp.zeros((E,), jnp.int32),
+        ep_elig_before=jnp.zeros((E,), jnp.int32),
+        rows_written=z(), committed=z(), sampleable=z(), longest=z(),
+        stage_obs=jnp.zeros((n_envs, T + 1, obs_dim), jnp.float32),
+        stage_action=jnp.full((n_envs, T + 1, action_dim), jnp.nan, jnp.float32),
+        stage_reward=jnp.full((n_envs, T + 1), jnp.nan, jnp.float32),
+        stage_terminated=jnp.full((n_envs, T + 1), jnp.nan, jnp.float32),
+    )
+
+
+def commit_and_restart(replay: EpisodicReplay, ending, steps, restart, obs0, min_rows: int) -> EpisodicReplay:
+    """Commit the episodes of the envs in ``ending`` and start new ones in ``restart``.
+
+    Args:
+      ending: [n_envs] bool, envs whose episode (``steps`` [n_envs] agent steps, so
+        ``steps + 1`` staged rows) is complete; committed in env order.
+      restart: [n_envs] bool, envs that start an episode whose reset observation is
+        ``obs0`` [n_envs, obs_dim] (staging row 0; NaN action, reward, terminated).
+      min_rows: H + 1, the rows a slice needs (episodes with fewer are never sampled).
+
+    Writes are unconditional scatters whose masked-out rows write back what is there (no
+    data-dependent branch: under the seed vmap a branch would copy the whole ring).
+    """
+    R = replay.obs.shape[0]
+    E = replay.ep_start.shape[0]
+    n_envs, T1 = replay.stage_obs.shape[:2]
+    j = jnp.arange(T1, dtype=jnp.int32)
+
+    def commit_one(e, r: EpisodicReplay) -> EpisodicReplay:
+        end = ending[e]
+        L = jnp.where(end, steps[e] + 1, 0).astype(jnp.int32)
+        idx = (r.rows_written + j) % R
+        w = j < L
+
+        def put(ring, stage):
+            keep = ring[idx]
+            mask = w.reshape((T1,) + (1,) * (stage.ndim - 1))
+            return ring.at[idx].set(jnp.where(mask, stage, keep))
+
+        k = r.committed % E
+        put_k = lambda tab, v: tab.at[k].set(jnp.where(end, v, tab[k]))
+        return r._replace(
+            obs=put(r.obs, r.stage_obs[e]), action=put(r.action, r.stage_action[e]),
+            reward=put(r.reward, r.stage_reward[e]), terminated=put(r.terminated, r.stage_terminated[e]),
+            ep_start=put_k(r.ep_start, r.rows_written), ep_rows=put_k(r.ep_rows, L),
+            ep_elig_before=put_k(r.ep_elig_before, r.sampleable),
+            rows_written=r.rows_written + L,
+            committed=r.committed + end.astype(jnp.int32),
+            sampleable=r.sampleable + (end & (L >= min_rows)).astype(jnp.int32),
+            longest=jnp.maximum(r.longest, jnp.where(end, steps[e], 0)).astype(jnp.int32),
+        )
+
+    replay = jax.lax.fori_loop(0, n_envs, commit_one, replay)
+    nan_a = jnp.full(replay.stage_action.shape[::2], jnp.nan, jnp.float32)  # [n_envs, A]
+    r0 = restart[:, None]
+    return replay._replace(
+        stage_obs=replay.stage_obs.at[:, 0].set(jnp.where(r0, obs0, replay.stage_obs[:, 0])),
+        stage_action=replay.stage_action.at[:, 0].set(jnp.where(r0, nan_a, replay.stage_action[:, 0])),
+        stage_reward=replay.stage_reward.at[:, 0].set(jnp.where(restart, jnp.nan, replay.stage_reward[:, 0])),
+        stage_terminated=replay.stage_terminated.at[:, 0].set(
+            jnp.where(restart, jnp.nan, replay.stage_terminated[:, 0])),
+    )
+
+
+def stage_step(replay: EpisodicReplay, row, obs, action, reward, terminated) -> EpisodicReplay:
+    """Write staging row ``row`` [n_envs] (= t + 1) of each env: o_{t+1}, a_t, r_t, d_t."""
+    e = jnp.arange(replay.stage_obs.shape[0])
+    return replay._replace(
+        stage_obs=replay.stage_obs.at[e, row].set(obs),
+        stage_action=replay.stage_action.at[e, row].set(action),
+        stage_reward=replay.stage_reward.at[e, row].set(reward),
+        stage_terminated=replay.stage_terminated.at[e, row].set(terminated.astype(jnp.float32)),
+    )
+
+
+def _first_true(pred, lo, hi, n_iter: int):
+    """Smallest k in [lo, hi) with ``pred(k)`` for a monotone (False..True) predicate; hi if
+    none. Elementwise over array ``lo``/``hi``; ``n_iter`` >= log2(hi - lo) + 1 (static)."""
+    def body(_, c):
+        lo, hi = c
+        mid = (lo + hi) // 2
+        p = pred(mid)
+        active = lo < hi
+        return jnp.where(active & ~p, mid + 1, lo), jnp.where(active & p, mid, hi)
+
+    return jax.lax.fori_loop(0, n_iter, body, (lo, hi))[0]
+
+
+def _search_iters(E: int) -> int:
+    return int(math.ceil(math.log2(E + 1))) + 1
+
+
+def first_held(replay: EpisodicReplay):
+    """Commit number of the oldest episode the ring still holds whole (= ``committed`` if none)."""
+    R = replay.obs.shape[0]
+    E = replay.ep_start.shape[0]
+    c = replay.committed
+    lo = jnp.maximum(c - E, 0)
+    oldest_row = replay.rows_written - R
+    return _first_true(lambda k: replay.ep_start[k % E] >= oldest_row, lo, c, _search_iters(E))
+
+
+def num_sampleable(replay: EpisodicReplay):
+    """Held episodes with at least H + 1 rows (the ones :func:`sample_episodic` draws from)."""
+    E = replay.ep_start.shape[0]
+    first = first_held(replay)
+    lo = jnp.where(first < replay.committed, replay.ep_elig_before[first % E], replay.sampleable)
+    return replay.sampleable - lo
+
+
+def sample_episodic(replay: EpisodicReplay, key, batch_size: int, horizon: int) -> Batch:
+    """B slices of H+1 rows from held episodes of at least H+1 rows, time-major (spec §9).
+
+    torchrl's SliceSampler with ``strict_length``: B episodes drawn uniformly with
+    replacement over the held episodes that have at least H+1 rows, then a start uniformly
+    in [0, rows - (H+1)]; H+1 consecutive rows; slices never cross episodes. Returns
+    Batch(obs [H+1, B, O], action [H, B, A], reward [H, B], terminated [H, B]). The caller
+    must not use the batch when :func:`num_sampleable` is 0 (it would be garbage).
+    """
+    R = replay.obs.shape[0]
+    E = replay.ep_start.shape[0]
+    k_ep, k_start = jax.random.split(key)
+    first = first_held(replay)
+    lo = jnp.where(first < replay.committed, replay.ep_elig_before[first % E], replay.sampleable)
+    n = replay.sampleable - lo
+    u = lo + jax.random.randint(k_ep, (batch_size,), 0, jnp.maximum(n, 1))  # the u-th sampleable episode
+    # the episode k with ep_elig_before[k] <= u < ep_elig_before[k + 1]: the last k whose
+    # count of earlier sampleable episodes is <= u (that one is sampleable itself)
+    firsts = jnp.full((batch_size,), first, jnp.int32)
+    ends = jnp.full((batch_size,), replay.committed, jnp.int32)
+    k = _first_true(lambda m: replay.ep_elig_before[m % E] > u, firsts, ends, _search_iters(E)) - 1
+    slot = k % E
+    rows = replay.ep_rows[slot]
+    start = jax.random.randint(k_start, (batch_size,), 0, jnp.maximum(rows - horizon, 1))
+    idx = (replay.ep_start[slot][:, None] + start[:, None] + jnp.arange(horizon + 1)[None]) % R  # [B, H+1]
+    return Batch(
+        obs=jnp.swapaxes(replay.obs[idx], 0, 1),
+        action=jnp.swapaxes(replay.action[idx[:, 1:]], 0, 1),
+        reward=jnp.swapaxes(replay.reward[idx[:, 1:]], 0, 1),
+        terminated=jnp.swapaxes(replay.terminated[idx[:, 1:]], 0, 1),
+    )
+
+
+def _committed_episodes_episodic(replay: EpisodicReplay):
+    import numpy as np
+
+    host = jax.tree_util.tree_map(np.asarray, replay)
+    R = host.obs.shape[0]
+    E = host.ep_start.shape[0]
+    committed, written = int(host.committed), int(host.rows_written)
+    first = max(committed - E, 0)
+    while first < committed and int(host.ep_start[first % E]) < written - R:
+        first += 1
+    episodes = []
+    for k in range(first, committed):
+        idx = (int(host.ep_start[k % E]) + np.arange(int(host.ep_rows[k % E]))) % R
+        episodes.append({
+            "obs": host.obs[idx].copy(),
+            "action": host.action[idx].copy(),
+            "reward": host.reward[idx].copy(),
+            "terminated": np.nan_to_num(host.terminated[idx], nan=0.0) > 0.5,
+        })
+    return episodes, committed - len(episodes)

@@ -1,0 +1,170 @@
+"""Episodic mode (spec §11, official eece801 + the 38b31a5 fix): per-step termination in the
+TD targets, the termination head and its loss, the planner's alive mask, the replay of
+variable-length episodes, and end-to-end runs on terminating tasks (a custom probe, Brax
+inverted_pendulum and hopper, gymnax MountainCarContinuous-v0).
+
+The non-episodic agent's numbers are pinned bit for bit in tests/test_agent.py
+(``test_non_episodic_run_bit_identical_to_recorded_*``).
+"""
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from tdmpc2core import replay as rp
+from tdmpc2core.config import TDMPC2Config, resolve_config
+from tdmpc2core.planner import estimate_value
+from tdmpc2core.update import Batch, td_targets, world_model_loss, wm_subtrees
+from tdmpc2core.world_model import WorldModel
+
+OBS, ACT, H = 5, 2, 3
+BASE = dict(model_size=1, mlp_dim=16, latent_dim=16, enc_dim=16, num_q=2, horizon=H, dropout=0.0)
+
+
+def make_wm(**kw):
+    cfg = resolve_config(TDMPC2Config(**dict(BASE, **kw)), episode_length=10, action_dim=ACT)
+    return WorldModel(cfg, OBS, ACT)
+
+
+def random_params(wm, seed, scale=0.3):
+    shapes = jax.eval_shape(wm.init, jax.random.PRNGKey(0))
+    rng = np.random.default_rng(seed)
+    return jax.tree_util.tree_map(
+        lambda s: jnp.asarray(rng.standard_normal(s.shape) * scale + (1.0 if len(s.shape) == 1 else 0.0),
+                              jnp.float32), shapes)
+
+
+# ================================================================ TD targets (§11.4)
+def hand_batch(terminated, B=2, seed=0):
+    rng = np.random.default_rng(seed)
+    return Batch(obs=jnp.asarray(rng.standard_normal((H + 1, B, OBS)), jnp.float32),
+                 action=jnp.asarray(rng.uniform(-1, 1, (H, B, ACT)), jnp.float32),
+                 reward=jnp.ones((H, B), jnp.float32),                       # rewards [1, 1, 1]
+                 terminated=jnp.asarray(np.broadcast_to(np.asarray(terminated, np.float32)[:, None], (H, B))))
+
+
+def test_td_targets_use_each_steps_own_termination_flag():
+    wm = make_wm(episodic=True)
+    params = random_params(wm, 0)
+    target_qs = random_params(wm, 1)["qs"]  # non-zero Q, so a bootstrap is visible
+    gamma, key = 0.9, jax.random.PRNGKey(3)
+    f = jax.jit(td_targets, static_argnums=0)
+    td_term, _ = f(wm, params, target_qs, hand_batch([0, 0, 1]), gamma, key)
+    td_none, _ = f(wm, params, target_qs, hand_batch([0, 0, 0]), gamma, key)
+    td_term, td_none = np.asarray(td_term), np.asarray(td_none)
+    q = (td_none - 1.0) / gamma  # the bootstrap values Q_min(z'_{t+1}, a'_{t+1})
+    assert np.abs(q).min() > 0.05, "the bootstrap must be non-zero for the test to mean anything"
+    # only the last step drops its bootstrap: td = [1 + g q_0, 1 + g q_1, 1]
+    np.testing.assert_array_equal(td_term[2], np.ones_like(td_term[2]))
+    np.testing.assert_array_equal(td_term[:2], td_none[:2])
+    # ... which the known bug (the slice's last flag applied to every step) would not give
+    assert np.all(np.abs(td_term[:2] - 1.0) > 0.04)
+    # the non-episodic (paper-era) agent bootstraps through every step whatever the flags
+    wm_pe = make_wm()
+    p_pe = {k: v for k, v in params.items() if k != "termination"}
+    td_pe, _ = f(wm_pe, p_pe, target_qs, hand_batch([0, 0, 1]), gamma, key)
+    np.testing.assert_array_equal(np.asarray(td_pe), td_none)
+
+
+# ============================================================ termination head (§11.2-3)
+def test_termination_head_only_when_episodic_and_not_zero_initialised():
+    p_ep = make_wm(episodic=True).init(jax.random.PRNGKey(0))
+    p_pe = make_wm().init(jax.random.PRNGKey(0))
+    assert "termination" in p_ep and "termination" not in p_pe
+    out = p_ep["termination"]["Dense_0"]["kernel"]
+    assert out.shape == (16, 1) and float(jnp.abs(out).max()) > 0.0  # plain Linear, standard init
+    # the other modules are initialised exactly as in the non-episodic agent
+    for k in p_pe:
+        for x, y in zip(jax.tree_util.tree_leaves(p_pe[k]), jax.tree_util.tree_leaves(p_ep[k])):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_termination_loss_is_bce_on_predicted_latents_weighted_by_coef():
+    coef = 2.5
+    wm = make_wm(episodic=True, termination_coef=coef)
+    wm_pe = make_wm()
+    params = random_params(wm, 5)
+    term = np.zeros((H, 4), np.float32)
+    term[2, 1] = term[1, 3] = 1.0
+    batch = hand_batch([0, 0, 0], B=4, seed=6)._replace(terminated=jnp.asarray(term))
+    rng = np.random.default_rng(7)
+    td = jnp.asarray(rng.uniform(-2, 5, (H, 4)), jnp.float32)
+    next_z = jax.nn.softmax(jnp.asarray(rng.standard_normal((H, 4, 2, 8)), jnp.float32), -1).reshape(H, 4, 16)
+    f = jax.jit(world_model_loss, static_argnums=0)
+    loss, (zs, m) = f(wm, wm_subtrees(params), params["pi"], batch, td, next_z, None)
+    p_pe = {k: v for k, v in params.items() if k != "termination"}
+    loss_pe, (zs_pe, m_pe) = f(wm_pe, wm_subtrees(p_pe), p_pe["pi"], batch, td, next_z, None)
+    # by hand: mean over H x B of BCE(sigmoid(logit(z_{t+1})), d_t), on the predicted z_1..z_H
+    logits = np.asarray(wm.termination_logit(params, zs[1:])[..., 0], np.float64)
+    p = 1.0 / (1.0 + np.exp(-logits))
+    bce = -(term * np.log(p) + (1 - term) * np.log(1 - p)).mean()
+    np.testing.assert_allclose(float(m["termination_loss"]), bce, rtol=1e-5)
+    np.testing.assert_allclose(float(loss), float(loss_pe) + coef * bce, rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(zs), np.asarray(zs_pe))
+    assert "termination_loss" not in m_pe and bce > 0.05
+    # the gradient reaches the dynamics through the predicted latents (§11.3)
+    g = jax.grad(lambda wp: f(wm, wp, params["pi"], batch, td, next_z, None)[0])(wm_subtrees(params))
+    g_pe = jax.grad(lambda wp: f(wm_pe, wp, p_pe["pi"], batch, td, next_z, None)[0])(wm_subtrees(p_pe))
+    d = jax.tree_util.tree_map(lambda a, b: float(jnp.abs(a - b).max()), g["dynamics"], g_pe["dynamics"])
+    assert max(jax.tree_util.tree_leaves(d)) > 1e-6
+
+
+# ================================================================ planner (§11.4)
+def test_planner_stops_reward_and_value_after_a_predicted_termination():
+    wm = make_wm(episodic=True)
+    params = random_params(wm, 11)
+    N = 8
+    rng = np.random.default_rng(12)
+    z = jax.nn.softmax(jnp.asarray(rng.standard_normal((N, 2, 8)), jnp.float32), -1).reshape(N, 16)
+    actions = jnp.asarray(rng.uniform(-1, 1, (H, N, ACT)), jnp.float32)
+    key, gamma = jax.random.PRNGKey(13), 0.9
+
+    def with_term_bias(b):
+        t = params["termination"]
+        return dict(params, termination=dict(t, Dense_0={"kernel": jnp.zeros_like(t["Dense_0"]["kernel"]),
+                                                         "bias": jnp.full((1,), b, jnp.float32)}))
+
+    G = jax.jit(lambda p: estimate_value(wm, p, z, actions, gamma, key))
+
+    @jax.jit
+    def pieces(p):
+        rs, zz, zs = [], z, []
+        for t in range(H):
+            rs.append(wm.reward(p, zz, actions[t]))
+            zz = wm.next(p, zz, actions[t])
+            zs.append(zz)
+        _, api, _, _ = wm.pi(p["pi"], zz, jax.random.split(key)[0])
+        return jnp.stack(rs), wm.q_all(p["qs"], zz, api), jnp.stack(zs)
+
+    r_logits, q_logits, zs = pieces(params)
+    bins = np.linspace(-10, 10, 101)
+
+    def dec(l):
+        l = np.asarray(l, np.float64)
+        e = np.exp(l - l.max(-1, keepdims=True))
+        s = (e / e.sum(-1, keepdims=True)) @ bins
+        return np.sign(s) * np.expm1(np.abs(s))
+
+    # shift the head's output bias so that about half of the predictions say "terminated"
+    logits = np.asarray(wm.termination_logit(params, zs)[..., 0])
+    t = params["termination"]
+    params = dict(params, termination=dict(t, Dense_0=dict(t["Dense_0"],
+                                                          bias=t["Dense_0"]["bias"] - np.median(logits))))
+    r, q = dec(r_logits), dec(q_logits).mean(0)
+    full = sum(gamma ** t * r[t] for t in range(H)) + gamma ** H * q
+    # never terminates (logit -20): the non-episodic value
+    np.testing.assert_allclose(np.asarray(G(with_term_bias(-20.0))), full, rtol=1e-4, atol=1e-4)
+    # always terminates after the first step: only r_0 counts (no later reward, no value)
+    np.testing.assert_allclose(np.asarray(G(with_term_bias(20.0))), r[0], rtol=1e-4, atol=1e-4)
+    # the trained head's own predictions: terminated after step t masks steps t+1.. and Q
+    dead = np.asarray(jax.nn.sigmoid(wm.termination_logit(params, zs)[..., 0]) > 0.5, np.float64)  # [H, N]
+    alive = np.concatenate([np.ones((1, N)), np.cumprod(1 - dead, axis=0)])  # alive before step t
+    expected = sum(gamma ** t * alive[t] * r[t] for t in range(H)) + gamma ** H * alive[H] * q
+    np.testing.assert_allclose(np.asarray(G(params)), expected, rtol=1e-4, atol=1e-4)
+    assert 0 < alive[H].sum() < N, "some samples must terminate, others not, for the test to mean anything"
+    assert np.abs(full - r[0]).min() > 1e-3
