@@ -168,3 +168,159 @@ def test_planner_stops_reward_and_value_after_a_predicted_termination():
     np.testing.assert_allclose(np.asarray(G(params)), expected, rtol=1e-4, atol=1e-4)
     assert 0 < alive[H].sum() < N, "some samples must terminate, others not, for the test to mean anything"
     assert np.abs(full - r[0]).min() > 1e-3
+
+
+# ====================================================== replay of variable-length episodes
+T_R, N_ENVS = 8, 2
+MIN_ROWS = H + 1
+# agent steps of each env's successive episodes; T_R = 8 steps means truncated, fewer terminated
+LENGTHS = {0: [5, 2, 8, 3, 6, 1, 4, 8, 2, 5], 1: [8, 1, 4, 7, 3, 2, 6, 5, 8, 3]}
+
+_commit = jax.jit(rp.commit_and_restart, static_argnums=5)
+_stage = jax.jit(rp.stage_step)
+
+
+def simulate(capacity, lengths=LENGTHS, n_ticks=None):
+    """Drive an EpisodicReplay as the online loop does (commit + restart at the top of a tick,
+    then one staged step per env). Observations carry (episode id, step); action a_t =
+    (id + 0.5, t); reward r_t = 100 id + t. Returns (replay, expected committed episodes in
+    order: (id, steps, terminated))."""
+    rng = np.random.default_rng(0)
+    replay = rp.init_episodic_replay(capacity, N_ENVS, T_R, OBS, ACT)
+    queue = {e: list(v) for e, v in lengths.items()}
+    ep_id, ep_len, t = np.zeros(N_ENVS, int), np.zeros(N_ENVS, int), np.zeros(N_ENVS, int)
+    done, active = np.ones(N_ENVS, bool), False
+    next_id, expected = 0, []
+    n_ticks = n_ticks or max(sum(v) for v in lengths.values()) + 1
+    for _ in range(n_ticks):
+        ending = done & active
+        for e in range(N_ENVS):  # commit order: env index within a tick
+            if ending[e]:
+                expected.append((int(ep_id[e]), int(t[e]), bool(t[e] < T_R)))
+        obs0 = np.zeros((N_ENVS, OBS), np.float32)
+        stop = any(done[e] and not queue[e] for e in range(N_ENVS))
+        steps = t.copy()
+        for e in range(N_ENVS):
+            if done[e] and not stop:
+                ep_id[e], ep_len[e], t[e] = next_id, queue[e].pop(0), 0
+                next_id += 1
+            obs0[e, :2] = ep_id[e], 0
+            obs0[e, 2:] = rng.standard_normal(OBS - 2)
+        replay = _commit(replay, jnp.asarray(ending), jnp.asarray(steps, jnp.int32),
+                         jnp.asarray(done & (not stop)), jnp.asarray(obs0), MIN_ROWS)
+        if stop:
+            return replay, expected
+        active = True
+        obs = np.zeros((N_ENVS, OBS), np.float32)
+        obs[:, 0], obs[:, 1] = ep_id, t + 1
+        term = (t + 1 == ep_len) & (ep_len < T_R)
+        replay = _stage(replay, jnp.asarray(t + 1, jnp.int32), jnp.asarray(obs),
+                        jnp.asarray(np.stack([ep_id + 0.5, t], 1), jnp.float32),
+                        jnp.asarray(100.0 * ep_id + t, jnp.float32), jnp.asarray(term))
+        t = t + 1
+        done = t >= ep_len
+    return replay, expected
+
+
+def held_suffix(expected, capacity):
+    """Whole-episode eviction: the newest episodes whose rows (steps + 1) fit in the ring."""
+    held, rows = [], 0
+    for ep in reversed(expected):
+        rows += ep[1] + 1
+        if rows > capacity:
+            break
+        held.append(ep)
+    return held[::-1]
+
+
+@pytest.fixture(scope="module")
+def big():  # nothing evicted
+    return simulate(200)
+
+
+@pytest.fixture(scope="module")
+def wrapped():  # the ring wrapped several times
+    return simulate(30)
+
+
+def test_committed_episodes_in_completion_order_with_variable_lengths(big):
+    replay, expected = big
+    episodes, evicted = rp.committed_episodes(replay)
+    assert evicted == 0 and len(episodes) == len(expected) == int(replay.committed)
+    assert [int(e["obs"][0, 0]) for e in episodes] == [i for i, _, _ in expected]
+    for e, (i, steps, terminated) in zip(episodes, expected):
+        L = steps + 1
+        assert e["obs"].shape == (L, OBS) and e["action"].shape == (L, ACT) and e["reward"].shape == (L,)
+        np.testing.assert_array_equal(e["obs"][:, 0], i)
+        np.testing.assert_array_equal(e["obs"][:, 1], np.arange(L))
+        assert np.isnan(e["action"][0]).all() and np.isnan(e["reward"][0])
+        np.testing.assert_array_equal(e["action"][1:, 1], np.arange(steps))
+        np.testing.assert_array_equal(e["reward"][1:], 100.0 * i + np.arange(steps))
+        # terminated only on the last row of an episode that terminated (not at the time limit)
+        want = np.zeros(L, bool)
+        want[-1] = terminated
+        np.testing.assert_array_equal(e["terminated"], want)
+    assert len({len(e["reward"]) for e in episodes}) > 4
+    # the counters
+    assert int(replay.longest) == T_R
+    assert int(replay.sampleable) == sum(s + 1 >= MIN_ROWS for _, s, _ in expected)
+    assert int(rp.num_sampleable(replay)) == int(replay.sampleable)
+
+
+def test_ring_evicts_whole_episodes_oldest_first(wrapped):
+    replay, expected = wrapped
+    episodes, evicted = rp.committed_episodes(replay)
+    held = held_suffix(expected, 30)
+    assert [int(e["obs"][0, 0]) for e in episodes] == [i for i, _, _ in held]
+    assert evicted == len(expected) - len(held) > 5
+    for e, (i, steps, _) in zip(episodes, held):  # intact, though the ring wrapped
+        np.testing.assert_array_equal(e["obs"][:, 0], i)
+        np.testing.assert_array_equal(e["obs"][:, 1], np.arange(steps + 1))
+    assert int(rp.num_sampleable(replay)) == sum(s + 1 >= MIN_ROWS for _, s, _ in held)
+
+
+sample_many = jax.jit(jax.vmap(lambda r, k: rp.sample_episodic(r, k, 32, H), in_axes=(None, 0)))
+
+
+@pytest.mark.parametrize("which", ["big", "wrapped"])
+def test_slices_uniform_over_long_enough_episodes_never_crossing(which, request):
+    replay, expected = request.getfixturevalue(which)
+    held = held_suffix(expected, 200 if which == "big" else 30)
+    b = sample_many(replay, jax.random.split(jax.random.PRNGKey(1), 500))
+    f = lambda x: np.asarray(jnp.swapaxes(x, 1, 2)).reshape((-1,) + x.shape[1:2] + x.shape[3:])
+    obs, act, rew, term = f(b.obs), f(b.action), f(b.reward), f(b.terminated)
+    ids, steps = obs[:, :, 0], obs[:, :, 1]
+    assert np.all(ids == ids[:, :1]) and np.all(steps == steps[:, :1] + np.arange(H + 1))
+    np.testing.assert_array_equal(act[:, :, 0], ids[:, 1:] + 0.5)
+    np.testing.assert_array_equal(rew, 100.0 * ids[:, 1:] + steps[:, :1] + np.arange(H))
+    assert np.isfinite(obs).all() and np.isfinite(act).all() and np.isfinite(rew).all()
+    info = {i: (s, tm) for i, s, tm in held}
+    # d_t = 1 exactly on the terminal step of a terminated episode
+    last = np.array([[info[int(i)][1] and s == info[int(i)][0] for s in row] for i, row in zip(ids[:, 0], steps[:, 1:])])
+    np.testing.assert_array_equal(term, last.astype(np.float32))
+    # only held episodes with >= H + 1 rows, each of them, about equally often (episode-uniform)
+    eligible = sorted(i for i, s, _ in held if s + 1 >= MIN_ROWS)
+    drawn, counts = np.unique(ids[:, 0].astype(int), return_counts=True)
+    assert drawn.tolist() == eligible
+    expect = len(ids) / len(eligible)
+    assert counts.min() > 0.75 * expect and counts.max() < 1.25 * expect
+    # starts uniform over 0 .. steps + 1 - (H + 1) within each episode
+    for i in eligible[:6]:
+        starts = steps[ids[:, 0] == i, 0]
+        assert set(starts.astype(int)) == set(range(info[i][0] + 1 - H))
+
+
+def test_nothing_sampleable_when_every_episode_is_shorter_than_h_plus_1():
+    replay, expected = simulate(60, {0: [1, 2, 2, 1], 1: [2, 2, 1, 2]})
+    assert len(expected) == int(replay.committed) >= 6 and int(replay.longest) == 2
+    assert int(replay.sampleable) == 0 and int(rp.num_sampleable(replay)) == 0
+    episodes, _ = rp.committed_episodes(replay)  # still exported: they are real data
+    assert [len(e["reward"]) for e in episodes] == [s + 1 for _, s, _ in expected]
+
+
+def test_capacity_rows():
+    assert rp.capacity_rows(1_000_000, 5000, 1000) == 5000      # min(buffer, run) rows
+    assert rp.capacity_rows(300, 5000, 100) == 300
+    assert rp.capacity_rows(50, 5000, 100) == 101               # one whole episode fits
+    with pytest.raises(ValueError, match="T \\+ 1"):
+        rp.init_episodic_replay(10, 1, 10, OBS, ACT)
