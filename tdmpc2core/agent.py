@@ -61,7 +61,7 @@ class TDMPC2:
       terminal flag (``r_t + gamma (1 - d_t) Q``, §11.4); the planner stops accumulating
       reward and value after a predicted termination (sigmoid > 0.5, §11.4). Episodes have
       variable lengths (at most T); each environment resets on its own when its episode
-      ends; the replay is a ring of rows (docs/deviations.md R1, R3).
+      ends; the replay is a ring of rows with an episode table (docs/deviations.md R1, R3).
 
     Args:
       env_id: gymnax id (``Pendulum-v1``), Brax name (``inverted_pendulum``) or Playground DM
@@ -86,9 +86,9 @@ class TDMPC2:
 
     Units: ``n_timesteps``, ``seed_steps``, ``eval_every`` and every ``agent_steps`` count
     agent steps (transitions: one per environment per tick), never replay rows (the replay
-    also stores one reset row per episode). ``buffer_size`` counts agent steps in the
-    non-episodic mode (reset rows on top) and rows, reset rows included, in the episodic
-    mode (the reference's unit; at least T + 1).
+    also stores one reset row per episode). ``buffer_size`` counts agent steps too (the
+    reset rows are held on top; docs/deviations.md R1): a run no longer than
+    ``buffer_size`` evicts no episode, in either mode.
 
     Raises:
       ValueError: unknown env id, discrete actions, an episode shorter than horizon + 1

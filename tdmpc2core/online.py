@@ -81,7 +81,7 @@ def init_run_state(agent, agent_state: AgentState, key, run_agent_steps: int) ->
     k_env, key = jax.random.split(key)
     env_state, obs = jax.vmap(env.reset)(jax.random.split(k_env, n))
     if cfg.episodic:
-        replay = rp.init_episodic_replay(rp.capacity_rows(cfg.buffer_size, run_agent_steps, T), n, T,
+        replay = rp.init_episodic_replay(rp.capacity_steps(cfg.buffer_size, run_agent_steps, T), n, T,
                                          env.spec.obs_dim, env.spec.action_dim)
     else:
         replay = rp.init_replay(rp.capacity_episodes(cfg.buffer_size, run_agent_steps, T), n, T,

@@ -177,27 +177,33 @@ class EpisodicReplay(NamedTuple):
 
     Rows: the reference's layout (spec §9): one row per environment step, the reset row of
     each episode included (o_0, NaN action, reward and terminated); row t+1 holds o_{t+1},
-    a_t, r_t, d_t (d_t = 1.0 on a terminal step, else 0.0). The ring holds ``R`` rows
-    (:func:`capacity_rows`: ``max(min(buffer_size, run length), T + 1)``, reset rows
-    included, as the reference's ``min(buffer_size, steps)`` rows). Rows are addressed by an
+    a_t, r_t, d_t (d_t = 1.0 on a terminal step, else 0.0). Rows are addressed by an
     absolute row counter; the row of absolute index ``i`` lives at ring position ``i % R``.
+
+    Capacity (docs/deviations.md R1, as the fixed-length replay): ``buffer_size`` counts
+    agent steps (transitions). The replay holds whole episodes, newest first, as long as
+    their agent steps add up to at most ``C = max(min(buffer_size, run length), T)``
+    (:func:`capacity_steps`); older ones are evicted whole (the reference's ring of
+    ``min(buffer_size, steps)`` rows shortens the oldest episode instead). The ring has
+    ``R = 2 C`` rows: room for the reset rows of up to C held episodes (each has at least one
+    step), so a held episode is never overwritten, and a run no longer than ``buffer_size``
+    evicts nothing, whatever its episode lengths.
 
     Episodes enter the ring when complete (the reference adds an episode when it ends),
     copied from the per-env staging area where the episode in progress is written; an
-    episode's rows are contiguous in absolute index. An episode is held while all its rows
-    are: when the ring wraps, the oldest episodes are evicted whole (docs/deviations.md R1;
-    the reference shortens the oldest instead).
+    episode's rows are contiguous in absolute index.
 
-    Episode table (a ring of ``E = R // 2 + 1`` entries, the most episodes R rows can hold
-    plus one, indexed by the episode's commit number ``k % E``): ``ep_start`` (absolute row
-    of its reset row), ``ep_rows`` (rows, = agent steps + 1) and ``ep_elig_before`` (how many
-    earlier committed episodes had at least ``H + 1`` rows, i.e. could be sampled).
+    Episode table (a ring of ``E = C + 1`` entries, more than the episodes C steps can hold,
+    indexed by the episode's commit number ``k % E``): ``ep_start`` (absolute row of its
+    reset row; the agent steps committed before it are ``ep_start - k``), ``ep_rows`` (rows,
+    = agent steps + 1) and ``ep_elig_before`` (how many earlier committed episodes had at
+    least ``H + 1`` rows, i.e. could be sampled).
 
     Staging (per env, ``T + 1`` rows): ``stage_*``; rows above the env's current step are
     stale and never read.
     """
 
-    obs: jnp.ndarray            # [R, obs_dim] f32
+    obs: jnp.ndarray            # [R = 2 C, obs_dim] f32
     action: jnp.ndarray         # [R, A] f32 (NaN in reset rows)
     reward: jnp.ndarray         # [R] f32 (NaN in reset rows)
     terminated: jnp.ndarray     # [R] f32 (NaN in reset rows)
@@ -214,21 +220,24 @@ class EpisodicReplay(NamedTuple):
     stage_terminated: jnp.ndarray  # [n_envs, T+1] f32
 
 
-def capacity_rows(buffer_size: int, run_agent_steps: int, T: int) -> int:
-    """Rows of the episodic ring: ``max(min(buffer_size, run length), T + 1)``.
-
-    ``buffer_size`` counts rows here, reset rows included (the reference's unit, spec §1.3:
-    ``min(buffer_size, steps)`` rows); at least one whole episode of ``T + 1`` rows fits.
-    """
-    return max(min(int(buffer_size), max(int(run_agent_steps), 1)), T + 1)
+def capacity_steps(buffer_size: int, run_agent_steps: int, T: int) -> int:
+    """Agent steps the episodic replay holds: ``max(min(buffer_size, run length), T)``
+    (spec §1.3's ``min(buffer_size, steps)``, in agent steps as docs/deviations.md R1; at least
+    one whole episode)."""
+    return max(min(int(buffer_size), max(int(run_agent_steps), 1)), int(T))
 
 
 def init_episodic_replay(capacity: int, n_envs: int, T: int, obs_dim: int, action_dim: int) -> EpisodicReplay:
-    """An empty :class:`EpisodicReplay` of ``capacity`` rows (``>= T + 1``) and ``n_envs``
-    staging areas of ``T + 1`` rows."""
-    if capacity < T + 1:
-        raise ValueError(f"capacity={capacity} rows cannot hold one episode of T + 1 = {T + 1} rows")
-    R, E = int(capacity), int(capacity) // 2 + 1
+    """An empty :class:`EpisodicReplay` holding ``capacity`` agent steps (``>= T``; a ring of
+    ``2 capacity`` rows) and ``n_envs`` staging areas of ``T + 1`` rows.
+
+    Raises:
+      ValueError: ``capacity < T`` (one whole episode must fit).
+    """
+    if capacity < T:
+        raise ValueError(f"capacity={capacity} agent steps cannot hold one episode of T = {T} steps")
+    C = int(capacity)
+    R, E = 2 * C, C + 1
     z = lambda: jnp.zeros((), jnp.int32)
     return EpisodicReplay(
         obs=jnp.zeros((R, obs_dim), jnp.float32),
@@ -243,6 +252,11 @@ def init_episodic_replay(capacity: int, n_envs: int, T: int, obs_dim: int, actio
         stage_reward=jnp.full((n_envs, T + 1), jnp.nan, jnp.float32),
         stage_terminated=jnp.full((n_envs, T + 1), jnp.nan, jnp.float32),
     )
+
+
+def episodic_capacity(replay: EpisodicReplay) -> int:
+    """C, the agent steps the replay holds (its ring has 2 C rows)."""
+    return replay.obs.shape[0] // 2
 
 
 def commit_and_restart(replay: EpisodicReplay, ending, steps, restart, obs0, min_rows: int) -> EpisodicReplay:
@@ -328,13 +342,14 @@ def _search_iters(E: int) -> int:
 
 
 def first_held(replay: EpisodicReplay):
-    """Commit number of the oldest episode the ring still holds whole (= ``committed`` if none)."""
-    R = replay.obs.shape[0]
+    """Commit number of the oldest episode still held (= ``committed`` if none): the oldest k
+    whose agent steps together with those of every later episode are at most C."""
+    C = episodic_capacity(replay)
     E = replay.ep_start.shape[0]
     c = replay.committed
     lo = jnp.maximum(c - E, 0)
-    oldest_row = replay.rows_written - R
-    return _first_true(lambda k: replay.ep_start[k % E] >= oldest_row, lo, c, _search_iters(E))
+    steps_written = replay.rows_written - c  # every committed row but the reset rows
+    return _first_true(lambda k: steps_written - (replay.ep_start[k % E] - k) <= C, lo, c, _search_iters(E))
 
 
 def num_sampleable(replay: EpisodicReplay):
@@ -383,10 +398,11 @@ def _committed_episodes_episodic(replay: EpisodicReplay):
 
     host = jax.tree_util.tree_map(np.asarray, replay)
     R = host.obs.shape[0]
-    E = host.ep_start.shape[0]
+    C, E = R // 2, host.ep_start.shape[0]
     committed, written = int(host.committed), int(host.rows_written)
+    steps_written = written - committed
     first = max(committed - E, 0)
-    while first < committed and int(host.ep_start[first % E]) < written - R:
+    while first < committed and steps_written - (int(host.ep_start[first % E]) - first) > C:
         first += 1
     episodes = []
     for k in range(first, committed):

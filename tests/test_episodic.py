@@ -181,6 +181,7 @@ _stage = jax.jit(rp.stage_step)
 
 
 def simulate(capacity, lengths=LENGTHS, n_ticks=None):
+    # capacity: agent steps held (the ring has 2 capacity rows)
     """Drive an EpisodicReplay as the online loop does (commit + restart at the top of a tick,
     then one staged step per env). Observations carry (episode id, step); action a_t =
     (id + 0.5, t); reward r_t = 100 id + t. Returns (replay, expected committed episodes in
@@ -223,11 +224,11 @@ def simulate(capacity, lengths=LENGTHS, n_ticks=None):
 
 
 def held_suffix(expected, capacity):
-    """Whole-episode eviction: the newest episodes whose rows (steps + 1) fit in the ring."""
-    held, rows = [], 0
+    """Whole-episode eviction: the newest episodes whose agent steps add up to <= capacity."""
+    held, steps = [], 0
     for ep in reversed(expected):
-        rows += ep[1] + 1
-        if rows > capacity:
+        steps += ep[1]
+        if steps > capacity:
             break
         held.append(ep)
     return held[::-1]
@@ -239,8 +240,8 @@ def big():  # nothing evicted
 
 
 @pytest.fixture(scope="module")
-def wrapped():  # the ring wrapped several times
-    return simulate(30)
+def wrapped():  # the ring (40 rows) wrapped several times
+    return simulate(20)
 
 
 def test_committed_episodes_in_completion_order_with_variable_lengths(big):
@@ -270,7 +271,7 @@ def test_committed_episodes_in_completion_order_with_variable_lengths(big):
 def test_ring_evicts_whole_episodes_oldest_first(wrapped):
     replay, expected = wrapped
     episodes, evicted = rp.committed_episodes(replay)
-    held = held_suffix(expected, 30)
+    held = held_suffix(expected, 20)
     assert [int(e["obs"][0, 0]) for e in episodes] == [i for i, _, _ in held]
     assert evicted == len(expected) - len(held) > 5
     for e, (i, steps, _) in zip(episodes, held):  # intact, though the ring wrapped
@@ -285,7 +286,7 @@ sample_many = jax.jit(jax.vmap(lambda r, k: rp.sample_episodic(r, k, 32, H), in_
 @pytest.mark.parametrize("which", ["big", "wrapped"])
 def test_slices_uniform_over_long_enough_episodes_never_crossing(which, request):
     replay, expected = request.getfixturevalue(which)
-    held = held_suffix(expected, 200 if which == "big" else 30)
+    held = held_suffix(expected, 200 if which == "big" else 20)
     b = sample_many(replay, jax.random.split(jax.random.PRNGKey(1), 500))
     f = lambda x: np.asarray(jnp.swapaxes(x, 1, 2)).reshape((-1,) + x.shape[1:2] + x.shape[3:])
     obs, act, rew, term = f(b.obs), f(b.action), f(b.reward), f(b.terminated)
@@ -318,9 +319,25 @@ def test_nothing_sampleable_when_every_episode_is_shorter_than_h_plus_1():
     assert [len(e["reward"]) for e in episodes] == [s + 1 for _, s, _ in expected]
 
 
-def test_capacity_rows():
-    assert rp.capacity_rows(1_000_000, 5000, 1000) == 5000      # min(buffer, run) rows
-    assert rp.capacity_rows(300, 5000, 100) == 300
-    assert rp.capacity_rows(50, 5000, 100) == 101               # one whole episode fits
-    with pytest.raises(ValueError, match="T \\+ 1"):
-        rp.init_episodic_replay(10, 1, 10, OBS, ACT)
+def test_capacity_in_agent_steps_with_room_for_every_reset_row():
+    assert rp.capacity_steps(1_000_000, 5000, 1000) == 5000      # min(buffer, run) agent steps
+    assert rp.capacity_steps(300, 5000, 100) == 300
+    assert rp.capacity_steps(50, 5000, 100) == 100               # one whole episode fits
+    replay = rp.init_episodic_replay(300, 2, 100, OBS, ACT)
+    assert replay.obs.shape == (600, OBS) and rp.episodic_capacity(replay) == 300
+    with pytest.raises(ValueError, match="T = 10"):
+        rp.init_episodic_replay(9, 1, 10, OBS, ACT)
+
+
+def test_run_no_longer_than_capacity_evicts_nothing_even_with_one_step_episodes():
+    lengths = {0: [1] * 12, 1: [1, 2, 1, 1, 8, 1, 1]}
+    steps = sum(sum(v) for v in lengths.values())
+    replay, expected = simulate(steps, lengths)  # 2 steps-worth of rows per one-step episode
+    episodes, evicted = rp.committed_episodes(replay)
+    assert evicted == 0 and len(episodes) == len(expected) == int(replay.committed)
+    assert [int(e["obs"][0, 0]) for e in episodes] == [i for i, _, _ in expected]
+    assert int(replay.rows_written) > steps  # more rows than agent steps, all held
+    # one fewer step of capacity: the oldest episode goes, whole
+    replay, expected = simulate(sum(s for _, s, _ in expected) - 1, lengths)
+    episodes, evicted = rp.committed_episodes(replay)
+    assert evicted == 1 and [int(e["obs"][0, 0]) for e in episodes] == [i for i, _, _ in expected[1:]]
