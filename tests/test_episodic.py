@@ -341,3 +341,193 @@ def test_run_no_longer_than_capacity_evicts_nothing_even_with_one_step_episodes(
     replay, expected = simulate(sum(s for _, s, _ in expected) - 1, lengths)
     episodes, evicted = rp.committed_episodes(replay)
     assert evicted == 1 and [int(e["obs"][0, 0]) for e in episodes] == [i for i, _, _ in expected[1:]]
+
+
+# ======================================================================= end to end
+from tdmpc2core import TDMPC2  # noqa: E402
+from tdmpc2core.agent import NoSampleableEpisodeError, TerminationError  # noqa: E402
+from tdmpc2core.envs.base import Env, EnvSpec  # noqa: E402
+
+
+def one_seed(tree, i=0):
+    return jax.tree_util.tree_map(lambda x: x[i], tree)
+
+
+def check_episodes(episodes, T, fell=None):
+    """Committed episodes of a real run: rows = steps + 1, a terminated episode ends on its only
+    terminal row, an episode without a terminal row ran the whole T steps."""
+    for e in episodes:
+        L = len(e["reward"])
+        assert 2 <= L <= T + 1 and e["obs"].shape[0] == L and np.isnan(e["reward"][0])
+        assert np.isfinite(e["obs"]).all() and np.isfinite(e["reward"][1:]).all()
+        assert not e["terminated"][:-1].any()
+        if not e["terminated"][-1]:
+            assert L == T + 1, "an episode that did not terminate must end at the time limit"
+        if fell is not None:
+            assert bool(e["terminated"][-1]) == bool(fell(e["obs"][-1]))
+
+
+# ------------------------------------------------------------- learning probe
+PROBE_T = 40
+PROBE_CFG = dict(model_size=1, mlp_dim=64, latent_dim=32, enc_dim=64, num_samples=64, num_elites=8,
+                 num_pi_trajs=4, iterations=2, batch_size=64, seed_steps=300)
+PROBE_STEPS = 800
+PROBE_THRESHOLD = 20.0  # mean eval return (= mean episode length) of 20 episodes, out of T = 40
+
+
+class Balance(Env):
+    """An unstable 1-D system: x' = 1.1 x + 0.1 a (a in [-1, 1]); the episode terminates when
+    |x'| reaches 1 (it fell). Every step pays +1, the step that falls too, so the return is
+    the episode length. Starts: |x0| uniform in [0.3, 0.6], either sign.
+
+    Terminating is all that matters here: the reward is the same whatever the agent does, so
+    an agent that bootstraps through every episode end (the paper-era agent) sees a flat
+    value and has no reason to avoid falling; only the end of the reward stream at a fall
+    makes balancing worth more. Doing nothing falls within 5-13 steps (mean return ~9, as
+    random actions); holding x needs a = -k x with 0.1 < k.
+    """
+
+    def __init__(self):
+        self.spec = EnvSpec.from_bounds("Balance", "gymnax", 1, [-1.0], [1.0], action_repeat=1,
+                                        episode_length=PROBE_T, can_terminate=True)
+
+    def _raw_reset(self, key):
+        k1, k2 = jax.random.split(key)
+        x = jax.random.uniform(k1, (), jnp.float32, 0.3, 0.6) * jnp.where(jax.random.bernoulli(k2), 1.0, -1.0)
+        return x, x[None]
+
+    def _raw_step(self, x, env_action, key):
+        x = jnp.clip(1.1 * x + 0.1 * env_action[0], -1.0, 1.0)
+        return x, x[None], jnp.ones((), jnp.float32), jnp.abs(x) >= 1.0
+
+
+def test_balance_env_falls_without_control_and_holds_with_feedback():
+    env = Balance()
+    step = jax.jit(env.step)
+    for policy, expect_fall in ((lambda x: 0.0, True), (lambda x: float(np.clip(-3.0 * x, -1, 1)), False)):
+        state, obs = env.reset(jax.random.PRNGKey(0))
+        for t in range(PROBE_T):
+            state, out = step(state, jnp.array([policy(float(obs[0]))]), jax.random.PRNGKey(0))
+            obs = out.obs
+            assert float(out.reward) == 1.0
+            if bool(out.terminated):
+                break
+        assert bool(out.terminated) == expect_fall and (t < 14 if expect_fall else t == PROBE_T - 1)
+
+
+@pytest.fixture(scope="module")
+def probe():
+    agent = TDMPC2(Balance(), episodic=True, **PROBE_CFG)
+    assert agent.gamma == 0.95 and agent.episodic and agent.spec.can_terminate
+    t = time.perf_counter()
+    state, _ = agent.train(seed=0, n_timesteps=PROBE_STEPS)
+    return agent, state, time.perf_counter() - t
+
+
+def test_probe_episodic_agent_learns_to_avoid_termination(probe):
+    agent, state, seconds = probe
+    returns, lengths = agent.evaluate(state, 20, eval_index=3)
+    untrained_r, untrained_l = agent.evaluate(agent.init([0], PROBE_STEPS), 20, eval_index=3)
+    print(f"probe: trained mean return {returns.mean():.2f}, untrained {untrained_r.mean():.2f} "
+          f"(threshold {PROBE_THRESHOLD}); train {seconds:.1f} s")
+    # evaluation reports each episode's length (agent steps up to and including the fall, or T)
+    np.testing.assert_array_equal(returns, lengths)
+    np.testing.assert_array_equal(untrained_r, untrained_l)
+    assert untrained_l.min() < PROBE_T and np.all((lengths >= 1) & (lengths <= PROBE_T))
+    assert returns.mean() > PROBE_THRESHOLD
+    assert untrained_r.mean() < PROBE_THRESHOLD - 5.0
+
+
+def test_probe_run_schedule_and_replay(probe):
+    agent, state, _ = probe
+    # random actions for ticks 0..300, the burst of 300 updates at tick 300, then 1 per tick
+    assert int(state.agent.updates[0]) == 300 + (PROBE_STEPS - 300 - 1)
+    assert int(state.pending_updates[0]) == 0
+    episodes, evicted = rp.committed_episodes(one_seed(state.replay))
+    assert evicted == 0
+    check_episodes(episodes, PROBE_T, fell=lambda o: abs(o[0]) >= 1.0)
+    lengths = [len(e["reward"]) - 1 for e in episodes]
+    n_term = sum(bool(e["terminated"][-1]) for e in episodes)
+    assert n_term > 10 and len(set(lengths)) > 5 and max(lengths) == PROBE_T
+    # every agent step of the run is in a committed episode or in the one in progress
+    assert sum(lengths) + int(state.ep_t[0, 0]) == PROBE_STEPS
+    assert int(state.terminations[0]) == n_term + int(bool(state.done[0, 0]) and abs(float(state.obs[0, 0, 0])) >= 1)
+
+
+# ------------------------------------------------------------- real terminating envs
+TINY = dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16, num_elites=4,
+            num_pi_trajs=2, iterations=1, batch_size=16)
+
+
+@pytest.mark.slow
+def test_brax_inverted_pendulum_runs_trains_and_exports(tmp_path):
+    # the pole falls within a few steps under random actions: many short terminated episodes,
+    # two envs that restart on their own
+    agent = TDMPC2("inverted_pendulum", n_envs=2, episode_length=100, episodic=True, seed_steps=100, **TINY)
+    T = agent.episode_length
+    assert T == 100 and agent.spec.can_terminate
+    state, hist = agent.train(seed=0, n_timesteps=300, eval_every=300, eval_episodes=4)
+    # 150 ticks of 2 envs: the burst of 100 updates at tick 50, then 2 per tick
+    assert int(state.agent.updates[0]) == 100 + 2 * (150 - 50 - 1) and int(state.pending_updates[0]) == 0
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(state.agent.params))
+    assert "termination_loss" in hist["chunks"][-1] and np.isfinite(hist["chunks"][-1]["termination_loss"]).all()
+    # evaluation: the reward is 1 per step alive, so each return is the episode's length
+    np.testing.assert_array_equal(hist["eval_returns"], hist["eval_lengths"])
+    assert hist["eval_lengths"].shape == (2, 1, 4) and hist["eval_lengths"].min() >= 1
+    episodes, evicted = rp.committed_episodes(one_seed(state.replay))
+    assert evicted == 0
+    check_episodes(episodes, T)
+    lengths = [len(e["reward"]) - 1 for e in episodes]
+    n_term = sum(bool(e["terminated"][-1]) for e in episodes)
+    assert n_term == int(state.terminations[0]) - int(np.sum(np.asarray(state.done[0])))  or n_term > 20
+    assert len(set(lengths)) > 3 and sum(lengths) + int(np.sum(np.asarray(state.ep_t[0]))) == 300
+    # the episode dataset export (tdmpc2core.dataset, when present) keeps the terminated flags
+    dataset = pytest.importorskip("tdmpc2core.dataset")
+    ds = dataset.export_episodes(agent, state, seed_index=0, name="inverted_pendulum", seed=0)
+    dataset.save_dataset(ds, tmp_path / "episodes.parquet")
+    back = dataset.load_dataset(tmp_path / "episodes.parquet")
+    assert back.num_episodes == len(episodes)
+    ends = np.flatnonzero(back.step == 0)[1:] - 1
+    ends = np.append(ends, len(back.step) - 1)
+    np.testing.assert_array_equal(back.terminated[ends], [bool(e["terminated"][-1]) for e in episodes])
+    assert int(back.terminated.sum()) == n_term and not back.truncated[ends][np.asarray(back.terminated[ends])].any()
+
+
+@pytest.mark.slow
+def test_brax_hopper_short_training():
+    # ground contacts; terminates when the torso falls or tilts (Brax's healthy range)
+    agent = TDMPC2("hopper", episode_length=100, episodic=True, seed_steps=60, **TINY)
+    assert agent.spec.can_terminate and agent.spec.action_dim == 3
+    state, _ = agent.train(seed=0, n_timesteps=120)
+    assert int(state.agent.updates[0]) == 60 + 59 and int(state.pending_updates[0]) == 0
+    assert int(state.terminations[0]) > 0 and int(state.nonfinite[0]) == 0
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(state.agent))
+    episodes, _ = rp.committed_episodes(one_seed(state.replay))
+    check_episodes(episodes, agent.episode_length)
+    assert any(e["terminated"][-1] for e in episodes)
+
+
+def test_mountaincar_accepted_by_the_episodic_agent():
+    agent = TDMPC2("MountainCarContinuous-v0", episodic=True)
+    assert agent.spec.can_terminate and agent.episode_length == 999
+    assert agent.gamma == pytest.approx((999 / 5 - 1) / (999 / 5)) and agent.seed_steps == 4995
+    assert "termination" in jax.eval_shape(agent.wm.init, jax.random.PRNGKey(0))
+
+
+@pytest.mark.slow
+def test_no_sampleable_episode_raises_after_train():
+    # the goal moved to the left edge of the track: every episode terminates at its first
+    # step (and T = 2 in any case), so no episode ever has the H + 1 = 4 rows of a slice
+    agent = TDMPC2("MountainCarContinuous-v0", episodic=True, seed_steps=10,
+                   env_params={"max_steps_in_episode": 2, "goal_position": -1.2}, **TINY)
+    assert agent.episode_length == 2
+    with pytest.warns(RuntimeWarning, match="waiting"):
+        with pytest.raises(NoSampleableEpisodeError) as e:
+            agent.train(seed=0, n_timesteps=30)
+    msg = str(e.value)
+    assert isinstance(e.value, ValueError)
+    assert "MountainCarContinuous-v0" in msg and "H = 3" in msg and "seed 0: 1." in msg and "never ran" in msg
+    st = e.value.state
+    assert int(st.terminations[0]) == 30          # it terminated, and the episodic agent took it
+    assert int(st.agent.updates[0]) == 0 and int(st.pending_updates[0]) == 10 + 19
+    assert int(st.replay.sampleable[0]) == 0 and int(st.replay.longest[0]) == 1
