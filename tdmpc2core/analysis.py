@@ -84,16 +84,23 @@ def read_metrics(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
 
 
 def seed_scores(evals: pd.DataFrame) -> pd.DataFrame:
-    """One row per (task, seed, evaluation): the mean return over its episodes.
+    """One row per (task, seed, evaluation): the mean return and the mean episode length
+    (agent steps) over its episodes.
 
-    Columns: task, seed, eval_index, agent_steps, env_frames, return, episodes.
+    Columns: task, seed, eval_index, agent_steps, env_frames, return, episodes, length.
     """
     keys = ["task", "seed", "eval_index", "agent_steps", "env_frames"]
     if evals.empty:
-        return pd.DataFrame(columns=keys + ["return", "episodes"])
-    g = evals.groupby(keys, sort=True)["return"]
-    out = g.agg(["mean", "size"]).reset_index().rename(columns={"mean": "return", "size": "episodes"})
+        return pd.DataFrame(columns=keys + ["return", "episodes", "length"])
+    g = evals.groupby(keys, sort=True)
+    out = g["return"].agg(["mean", "size"]).reset_index().rename(columns={"mean": "return", "size": "episodes"})
+    out["length"] = g["length"].mean().to_numpy(np.float64)
     return out
+
+
+def is_episodic(settings: Mapping) -> bool:
+    """Whether a task's settings train the episodic agent (``agent: {episodic: true}``)."""
+    return bool((settings.get("agent") or {}).get("episodic", False))
 
 
 def over_seeds(scores: pd.DataFrame) -> pd.DataFrame:
@@ -363,9 +370,44 @@ def aggregate_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
     return out
 
 
+# --------------------------------------------------------------------------- episode lengths
+EPISODE_LENGTH_COLUMNS = [
+    "task", "agent_steps", "env_frames", "n_seeds", "return_mean", "return_sd", "length_mean", "length_sd",
+    "length_min", "length_max", "seed_lengths",
+]
+
+
+def episode_length_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping]) -> pd.DataFrame:
+    """Evaluation returns beside episode lengths, for the episodic tasks (:func:`is_episodic`).
+
+    One row per (episodic task, evaluation step). Over seeds: the mean and population sd of
+    each seed's mean return, the mean, population sd, lowest and highest of each seed's mean
+    episode length (agent steps; an episode that terminates is shorter than T), and the
+    per-seed lengths as text (``seed: length; ...``). Columns :data:`EPISODE_LENGTH_COLUMNS`.
+    """
+    rows = []
+    for task, settings in tasks.items():
+        if not is_episodic(settings):
+            continue
+        s = scores[scores["task"] == task]
+        for (step, frames), at in s.groupby(["agent_steps", "env_frames"], sort=True):
+            at = at.sort_values("seed")
+            rows.append({
+                "task": task, "agent_steps": int(step), "env_frames": int(frames), "n_seeds": len(at),
+                "return_mean": float(at["return"].mean()), "return_sd": float(np.std(at["return"], ddof=0)),
+                "length_mean": float(at["length"].mean()), "length_sd": float(np.std(at["length"], ddof=0)),
+                "length_min": float(at["length"].min()), "length_max": float(at["length"].max()),
+                "seed_lengths": "; ".join(f"{int(k)}: {v:.1f}" for k, v in zip(at["seed"], at["length"])),
+            })
+    out = pd.DataFrame(rows, columns=EPISODE_LENGTH_COLUMNS)
+    for c in ("agent_steps", "env_frames", "n_seeds"):
+        out[c] = out[c].astype("Int64")
+    return out
+
+
 # --------------------------------------------------------------------------- final-score check
 FINAL_COLUMNS = [
-    "task", "final_agent_steps", "n_seeds", "mean", "worst_seed", "seed_returns",
+    "task", "final_agent_steps", "n_seeds", "mean", "worst_seed", "seed_returns", "mean_length", "seed_lengths",
     "mean_min", "mean_max", "seed_min", "mean_ok", "seeds_ok", "result", "note",
 ]
 
@@ -377,7 +419,9 @@ def final_score_check(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
     A seed's final score is the mean return of its last evaluation. The task passes when
     the mean over seeds is >= ``mean_min`` and <= ``mean_max`` and every seed is >=
     ``seed_min`` (absent keys are not checked), and every seed in ``seeds`` has a run.
-    A task without ``expected`` gets ``no expectation``. Columns :data:`FINAL_COLUMNS`.
+    A task without ``expected`` gets ``no expectation``. ``mean_length`` / ``seed_lengths``:
+    the final evaluation's mean episode length (agent steps), over seeds and per seed (the
+    report shows them for episodic tasks). Columns :data:`FINAL_COLUMNS`.
     """
     rows = []
     for task, settings in tasks.items():
@@ -385,7 +429,7 @@ def final_score_check(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
         mean_min, mean_max, seed_min = exp.get("mean_min"), exp.get("mean_max"), exp.get("seed_min")
         s = scores[scores["task"] == task]
         r = {c: math.nan for c in FINAL_COLUMNS}
-        r.update(task=task, seed_returns="", mean_ok="", seeds_ok="", note="",
+        r.update(task=task, seed_returns="", seed_lengths="", mean_ok="", seeds_ok="", note="",
                  mean_min=mean_min if mean_min is not None else math.nan,
                  mean_max=mean_max if mean_max is not None else math.nan,
                  seed_min=seed_min if seed_min is not None else math.nan)
@@ -396,6 +440,7 @@ def final_score_check(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
             continue
         last = s.sort_values("eval_index").groupby("seed").tail(1).sort_values("seed")
         vals = last.set_index("seed")["return"]
+        lens = last.set_index("seed")["length"] if "length" in last else None
         final_step = int(last["agent_steps"].max())
         short = last[last["agent_steps"] < final_step]
         if not short.empty:
@@ -417,6 +462,8 @@ def final_score_check(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
             result = "pass" if (mean_ok and seeds_ok and not missing) else "fail"
         r.update(final_agent_steps=final_step, n_seeds=len(vals), mean=mean, worst_seed=worst,
                  seed_returns="; ".join(f"{int(k)}: {v:.1f}" for k, v in vals.items()),
+                 mean_length=float(lens.mean()) if lens is not None else math.nan,
+                 seed_lengths="; ".join(f"{int(k)}: {v:.1f}" for k, v in lens.items()) if lens is not None else "",
                  mean_ok=("yes" if mean_ok else "no") if (mean_min is not None or mean_max is not None) else "",
                  seeds_ok=("yes" if seeds_ok else "no") if seed_min is not None else "",
                  result=result, note="; ".join(notes))
@@ -541,8 +588,8 @@ __all__ = [
     "TABLE_STEPS", "SCORE_DIVISOR", "EVAL_COLUMNS", "read_evals", "read_metrics", "seed_scores",
     "over_seeds", "table_steps_for", "single_task_table", "iqm", "interval_estimates",
     "aggregate_table", "final_score_check", "expected_range_text", "read_benchmarks", "flatten",
-    "find_value", "read_run_info", "markdown_table", "mean_sd_text",
-    "SINGLE_TASK_COLUMNS", "AGGREGATE_COLUMNS", "FINAL_COLUMNS",
+    "find_value", "read_run_info", "markdown_table", "mean_sd_text", "is_episodic", "episode_length_table",
+    "SINGLE_TASK_COLUMNS", "AGGREGATE_COLUMNS", "FINAL_COLUMNS", "EPISODE_LENGTH_COLUMNS",
 ]
 
 

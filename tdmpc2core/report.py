@@ -89,22 +89,45 @@ def _mean_sd(m, s) -> str:
     return f"{num(m)} ± {num(s)}"
 
 
-def final_section(final: pd.DataFrame, expected_text: Mapping[str, str]) -> str:
+def final_section(final: pd.DataFrame, expected_text: Mapping[str, str], episodic: Iterable[str] = ()) -> str:
+    """The final-score table; for the ``episodic`` tasks, the final mean episode length (and
+    per seed) beside the returns."""
+    episodic = set(episodic)
     rows, classes, cells = [], [], []
     for r in final.itertuples(index=False):
         res = str(r.result)
-        rows.append([esc(r.task), num(r.final_agent_steps, 0), num(r.mean), esc(r.seed_returns),
-                     esc(expected_text.get(r.task, "")), esc(res.upper() if res in ("pass", "fail") else res),
-                     esc(r.note)])
+        row = [esc(r.task), num(r.final_agent_steps, 0), num(r.mean), esc(r.seed_returns)]
+        cell = ["", "num", "num", ""]
+        if episodic:
+            m = getattr(r, "mean_length", None)
+            row.append(f"{num(m)} ({esc(getattr(r, 'seed_lengths', ''))})" if r.task in episodic and num(m) else "")
+            cell.append("")
+        rows.append(row + [esc(expected_text.get(r.task, "")), esc(res.upper() if res in ("pass", "fail") else res),
+                           esc(r.note)])
         classes.append(res if res in ("pass", "fail") else "")
-        cells.append(["", "num", "num", "", "", "result", ""])
+        cells.append(cell + ["", "result", ""])
     n_pass = int((final["result"] == "pass").sum())
     n_fail = int((final["result"] == "fail").sum())
     n_none = int((final["result"] == "no expectation").sum())
     head = (f'<p class="summary"><b>{n_pass} pass, {n_fail} fail</b>'
             + (f", {n_none} without an expected range" if n_none else "") + ".</p>")
-    return head + html_table(["Task", "Final agent steps", "Mean over seeds", "Per seed (seed: return)",
-                              "Expected", "Result", "Note"], rows, classes, cells)
+    headers = ["Task", "Final agent steps", "Mean over seeds", "Per seed (seed: return)"]
+    if episodic:
+        headers.append("Episode length, episodic tasks: mean (seed: length)")
+    return head + html_table(headers + ["Expected", "Result", "Note"], rows, classes, cells)
+
+
+def episode_length_section(lengths: pd.DataFrame) -> str:
+    """Every evaluation of the episodic tasks: return beside episode length, over seeds
+    (:func:`tdmpc2core.analysis.episode_length_table`)."""
+    rows, cells = [], []
+    for r in lengths.itertuples(index=False):
+        rows.append([esc(r.task), num(r.agent_steps, 0), num(r.n_seeds, 0), _mean_sd(r.return_mean, r.return_sd),
+                     _mean_sd(r.length_mean, r.length_sd), f"{num(r.length_min)} – {num(r.length_max)}",
+                     esc(r.seed_lengths)])
+        cells.append(["", "num", "num", "num", "num", "num", ""])
+    return html_table(["Task", "Agent steps", "Seeds", "Return: mean ± sd", "Episode length: mean ± sd",
+                       "Episode length: min – max", "Per seed (seed: length)"], rows, cell_classes=cells)
 
 
 def single_task_section(single: pd.DataFrame) -> str:
@@ -151,6 +174,8 @@ def render_report(ctx: Mapping) -> str:
 
     ``ctx`` keys: ``protocol``, ``label``, ``is_paper`` (bool), ``generated`` (str),
     ``final`` / ``single`` / ``aggregate`` (DataFrames of :mod:`tdmpc2core.analysis`),
+    ``episodic`` (names of the episodic tasks) and ``episode_lengths`` (DataFrame of
+    :func:`tdmpc2core.analysis.episode_length_table`; shown when ``episodic`` is not empty),
     ``expected_text`` (task -> text), ``figures`` (list of (task, subtitle, [(alt, kind,
     data)])), ``overview`` ((kind, data) or None), ``runtimes`` (DataFrame with columns
     job, wall_s, max_rss_mb, cpu_time_s), ``runs`` (DataFrame: one row per run.json with
@@ -174,7 +199,9 @@ def render_report(ctx: Mapping) -> str:
         "curves: the official repository's results folder (nicklashansen/tdmpc2). The DMC tasks "
         "here run on MuJoCo Playground, whose physics differ from dm_control's: comparisons are "
         "approximate.</p>",
-        '<nav><a href="#final">Final scores</a><a href="#single">Single-task table</a>'
+        '<nav><a href="#final">Final scores</a>'
+        + ('<a href="#lengths">Episode lengths</a>' if ctx.get("episodic") else "")
+        + '<a href="#single">Single-task table</a>'
         '<a href="#aggregate">Aggregates</a><a href="#figures">Figures</a><a href="#runtime">Runtime</a>'
         '<a href="#provenance">Provenance</a><a href="#config">Configuration</a></nav>',
     ]
@@ -184,7 +211,16 @@ def render_report(ctx: Mapping) -> str:
               "<p>Each task's last evaluation: a seed's score is the mean return over that evaluation's "
               "episodes; the task passes when the mean over seeds lies in the expected range and every "
               "seed reaches the per-seed minimum.</p>",
-              final_section(ctx["final"], ctx.get("expected_text", {}))]
+              final_section(ctx["final"], ctx.get("expected_text", {}), ctx.get("episodic") or ())]
+    lengths = ctx.get("episode_lengths")
+    if ctx.get("episodic") and lengths is not None:
+        parts += ['<h2 id="lengths">Episode lengths of the episodic tasks</h2>',
+                  "<p>Tasks trained with <code>episodic: true</code> end an episode when the environment "
+                  "terminates (e.g. a body that falls), so an evaluation episode can be shorter than the time "
+                  "limit T. Each evaluation's return beside its episode length in agent steps: a seed's value "
+                  "is the mean over that evaluation's episodes; then mean ± population sd and lowest – highest "
+                  "over seeds.</p>",
+                  episode_length_section(lengths)]
     parts += ['<h2 id="single">Single-task results beside the published curves</h2>',
               "<p>At exactly these agent steps (the paper's tables use agent steps; the published curves "
               "have a point every 50,000). Ours: mean ± population sd over seeds, and the lowest – highest "
@@ -250,4 +286,5 @@ def render_report(ctx: Mapping) -> str:
     return "\n".join(parts) + "\n"
 
 
-__all__ = ["render_report", "html_table", "embed_image", "esc", "num", "CSS"]
+__all__ = ["render_report", "html_table", "embed_image", "esc", "num", "CSS", "final_section",
+           "episode_length_section"]

@@ -269,3 +269,65 @@ def test_tables_figures_report_stages(tmp_path, monkeypatch):
     assert "highest" in html  # matmul precision from run.json
     assert "jax</td><td>" in html  # package versions
     assert "Git commit" in html and "cartpole-balance" in html
+
+
+# --------------------------------------------------------------------------- episodic tasks
+def write_eval_lengths(root, task, seed, episodes_by_step):
+    """eval.parquet with lengths: {agent_steps: [(return, length), ...]} for one seed."""
+    rows = []
+    for i, (step, eps) in enumerate(sorted(episodes_by_step.items())):
+        for e, (r, n) in enumerate(eps):
+            rows.append({"task": task, "seed": seed, "eval_index": i, "agent_steps": step, "env_frames": step,
+                         "episode": e, "return": float(r), "length": int(n)})
+    d = os.path.join(root, task, f"seed{seed}")
+    os.makedirs(d, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(os.path.join(d, "eval.parquet"))
+
+
+def test_episode_lengths_beside_returns_for_episodic_tasks(tmp_path, monkeypatch):
+    from tdmpc2core import cli
+
+    runs = tmp_path / "results" / "single"
+    # hopper (episodic): lengths vary; seed 0 at step 1000: episodes (10, 10 steps) and (30, 30)
+    write_eval_lengths(runs, "hopper", 0, {0: [(5, 5), (7, 7)], 1000: [(10, 10), (30, 30)]})
+    write_eval_lengths(runs, "hopper", 1, {0: [(3, 3), (5, 5)], 1000: [(40, 40), (60, 60)]})
+    for seed in (0, 1):
+        write_eval_lengths(runs, "pendulum", seed, {0: [(-1000, 200)], 1000: [(-200 - seed, 200)]})
+    cfg = {"protocol": "demo", "label": "demo", "seeds": [0, 1], "bootstrap_reps": 200,
+           "tasks": {"hopper": {"env_id": "hopper", "agent_steps": 1000, "agent": {"episodic": True},
+                                "published": None, "expected": {"mean_min": 30}},
+                     "pendulum": {"env_id": "Pendulum-v1", "agent_steps": 1000, "agent": {},
+                                  "published": None, "expected": None}}}
+    # the library's view: per seed mean length, then over seeds (hand-computed)
+    scores = A.seed_scores(A.read_evals(sorted(str(p) for p in runs.glob("*/seed*/eval.parquet"))))
+    table = A.episode_length_table(scores, cfg["tasks"])
+    assert list(table["task"].unique()) == ["hopper"]                 # only the episodic task
+    last = table[table["agent_steps"] == 1000].iloc[0]
+    assert last["length_mean"] == 35.0 and last["length_sd"] == 15.0  # seeds 20 and 50
+    assert (last["length_min"], last["length_max"], last["return_mean"]) == (20.0, 50.0, 35.0)
+    assert last["seed_lengths"] == "0: 20.0; 1: 50.0"
+    assert table[table["agent_steps"] == 0].iloc[0]["length_mean"] == 5.0  # (6 + 4) / 2
+    final = A.final_score_check(scores, cfg["tasks"], seeds=[0, 1]).set_index("task")
+    assert final.loc["hopper", "mean_length"] == 35.0 and final.loc["hopper", "result"] == "pass"
+    assert final.loc["pendulum", "mean_length"] == 200.0
+    # the stages: tables write episode_lengths.*, the report shows the lengths beside the returns
+    (tmp_path / "results" / "resolved_config.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["tables", "--config", "results/resolved_config.yaml"]) == 0
+    csv = pd.read_csv("results/tables/episode_lengths.csv")
+    assert list(csv["task"]) == ["hopper", "hopper"] and list(csv["length_mean"]) == [5.0, 35.0]
+    md = open("results/tables/final_scores.md").read()
+    assert "Episode length (episodic)" in md and "35.0 (0: 20.0; 1: 50.0)" in md
+    assert cli.main(["report", "--config", "results/resolved_config.yaml", "--no-jax"]) == 0
+    html = open("results/report.html", encoding="utf-8").read()
+    assert 'id="lengths"' in html and "Episode length: mean ± sd" in html
+    assert "35.0 ± 15.0" in html and "35.0 (0: 20.0; 1: 50.0)" in html
+    # a protocol without an episodic task: no lengths section, no length column
+    cfg["tasks"]["hopper"]["agent"] = {}
+    (tmp_path / "results" / "resolved_config.yaml").write_text(yaml.safe_dump(cfg))
+    assert cli.main(["tables", "--config", "results/resolved_config.yaml"]) == 0
+    assert pd.read_csv("results/tables/episode_lengths.csv").empty
+    assert "No task of this protocol is episodic" in open("results/tables/episode_lengths.md").read()
+    assert cli.main(["report", "--config", "results/resolved_config.yaml", "--no-jax"]) == 0
+    html = open("results/report.html", encoding="utf-8").read()
+    assert 'id="lengths"' not in html and "Episode length, episodic" not in html

@@ -466,20 +466,19 @@ def test_brax_inverted_pendulum_runs_trains_and_exports(tmp_path):
     agent = TDMPC2("inverted_pendulum", n_envs=2, episode_length=100, episodic=True, seed_steps=100, **TINY)
     T = agent.episode_length
     assert T == 100 and agent.spec.can_terminate
-    state, hist = agent.train(seed=0, n_timesteps=300, eval_every=300, eval_episodes=4)
+    state, hist = agent.train(seed=0, n_timesteps=300)  # (evaluation lengths: the probe above)
     # 150 ticks of 2 envs: the burst of 100 updates at tick 50, then 2 per tick
     assert int(state.agent.updates[0]) == 100 + 2 * (150 - 50 - 1) and int(state.pending_updates[0]) == 0
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(state.agent.params))
     assert "termination_loss" in hist["chunks"][-1] and np.isfinite(hist["chunks"][-1]["termination_loss"]).all()
-    # evaluation: the reward is 1 per step alive, so each return is the episode's length
-    np.testing.assert_array_equal(hist["eval_returns"], hist["eval_lengths"])
-    assert hist["eval_lengths"].shape == (2, 1, 4) and hist["eval_lengths"].min() >= 1
     episodes, evicted = rp.committed_episodes(one_seed(state.replay))
     assert evicted == 0
     check_episodes(episodes, T)
     lengths = [len(e["reward"]) - 1 for e in episodes]
     n_term = sum(bool(e["terminated"][-1]) for e in episodes)
-    assert n_term == int(state.terminations[0]) - int(np.sum(np.asarray(state.done[0])))  or n_term > 20
+    # every termination is the end of a committed episode, or of one that ended at the last tick
+    ended_last_tick = int(np.sum(np.asarray(state.done[0])))
+    assert n_term <= int(state.terminations[0]) <= n_term + ended_last_tick and n_term > 20
     assert len(set(lengths)) > 3 and sum(lengths) + int(np.sum(np.asarray(state.ep_t[0]))) == 300
     # the episode dataset export (tdmpc2core.dataset, when present) keeps the terminated flags
     dataset = pytest.importorskip("tdmpc2core.dataset")

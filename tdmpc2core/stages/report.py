@@ -95,7 +95,9 @@ def run(args) -> int:
         return pd.read_csv(path, keep_default_na=True)
 
     final, single, agg = table("final_scores"), table("single_task"), table("aggregate")
-    for df in (final, single, agg):
+    episodic = [t for t, s in tasks.items() if A.is_episodic(s)]
+    lengths = table("episode_lengths") if episodic else None
+    for df in (final, single, agg) + ((lengths,) if lengths is not None else ()):
         for c in df.columns:
             if df[c].dtype == object:
                 df[c] = df[c].fillna("")
@@ -136,6 +138,7 @@ def run(args) -> int:
         "is_paper": cfg.get("protocol") == "paper",
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "final": final, "single": single, "aggregate": agg,
+        "episodic": episodic, "episode_lengths": lengths,
         "expected_text": {t: A.expected_range_text(s.get("expected")) for t, s in tasks.items()},
         "figures": figures, "overview": overview,
         "runs": runs, "runtimes": bench,

@@ -9,7 +9,11 @@ configuration and writes, under ``--outdir`` (CSV and Markdown each):
 * ``aggregate``: mean and IQM of the normalized score (return / 10) over the tasks with a
   published curve, with stratified-bootstrap 95% CIs (rliable), and the published
   TD-MPC2 mean over the same tasks;
-* ``final_scores``: each task's final evaluation against its ``expected`` range.
+* ``final_scores``: each task's final evaluation against its ``expected`` range (with
+  the final mean episode length);
+* ``episode_lengths``: for the episodic tasks (``agent: {episodic: true}``), every
+  evaluation's return beside its episode length, over seeds (no rows when no task is
+  episodic).
 """
 from __future__ import annotations
 
@@ -88,9 +92,36 @@ def _final_md(df, tasks, label: str) -> str:
     view["result"] = [r.upper() if r in ("pass", "fail") else r for r in view["result"]]
     cols = ["task", "final_agent_steps", "mean", "seed_returns", "expected", "result", "note"]
     heads = ["Task", "Final agent steps", "Mean over seeds", "Per seed", "Expected", "Result", "Note"]
+    episodic = {t for t, s in tasks.items() if A.is_episodic(s)}
+    if episodic:  # episode lengths beside the returns of the episodic tasks
+        view["length_text"] = [f"{m:.1f} ({sl})" if t in episodic and m == m else ""
+                               for t, m, sl in zip(view["task"], view["mean_length"], view["seed_lengths"])]
+        cols.insert(4, "length_text")
+        heads.insert(4, "Episode length (episodic): mean (per seed)")
     return (f"# Final-score check\n\n{label}\n\n"
             "Each task's last evaluation (mean return over its episodes per seed) against the "
             "task's expected range from the configuration.\n\n" + A.markdown_table(view, cols, heads))
+
+
+def _episode_lengths_md(df, label: str) -> str:
+    from .. import analysis as A
+
+    if df.empty:
+        return (f"# Episode lengths of the episodic tasks\n\n{label}\n\n"
+                "No task of this protocol is episodic (`agent: {episodic: true}`); every evaluation "
+                "episode runs the whole time limit T.\n")
+    view = df.copy()
+    view["returns"] = [A.mean_sd_text(m, s) for m, s in zip(view["return_mean"], view["return_sd"])]
+    view["lengths"] = [A.mean_sd_text(m, s) for m, s in zip(view["length_mean"], view["length_sd"])]
+    view["length_range"] = [f"{lo:,.1f} – {hi:,.1f}" for lo, hi in zip(view["length_min"], view["length_max"])]
+    cols = ["task", "agent_steps", "n_seeds", "returns", "lengths", "length_range", "seed_lengths"]
+    heads = ["Task", "Agent steps", "Seeds", "Return: mean ± sd", "Episode length: mean ± sd",
+             "Episode length: min – max", "Per seed (seed: length)"]
+    return (f"# Episode lengths of the episodic tasks\n\n{label}\n\n"
+            "Each evaluation's return beside its episode length in agent steps (a seed's value: the "
+            "mean over that evaluation's episodes; then mean ± population sd and lowest – highest over "
+            "seeds). An episode that terminates is shorter than the time limit T.\n\n"
+            + A.markdown_table(view, cols, heads))
 
 
 def run(args) -> int:
@@ -113,6 +144,7 @@ def run(args) -> int:
     single = A.single_task_table(scores, tasks, steps=args.steps)
     agg = A.aggregate_table(scores, tasks, steps=args.steps, reps=reps, seed=args.bootstrap_seed)
     final = A.final_score_check(scores, tasks, seeds)
+    lengths = A.episode_length_table(scores, tasks)
 
     out = args.outdir
     A.write_text_atomic(os.path.join(out, "single_task.csv"), single.to_csv(index=False))
@@ -121,6 +153,8 @@ def run(args) -> int:
     A.write_text_atomic(os.path.join(out, "aggregate.md"), _aggregate_md(agg, label))
     A.write_text_atomic(os.path.join(out, "final_scores.csv"), final.to_csv(index=False))
     A.write_text_atomic(os.path.join(out, "final_scores.md"), _final_md(final, tasks, label))
+    A.write_text_atomic(os.path.join(out, "episode_lengths.csv"), lengths.to_csv(index=False))
+    A.write_text_atomic(os.path.join(out, "episode_lengths.md"), _episode_lengths_md(lengths, label))
     n_fail = int((final["result"] == "fail").sum())
     print(f"tdmpc2 tables: {len(tasks)} tasks, {len(seeds)} seeds; final-score check: "
           f"{int((final['result'] == 'pass').sum())} pass, {n_fail} fail; tables in {out}")

@@ -65,7 +65,8 @@ def run(args) -> int:
     eval_episodes = int(spec.get("eval_episodes", 10))
     log = lambda msg: print(f"[train-single {args.task}] {msg}", file=sys.stderr, flush=True)
     log(f"env {spec['env_id']}: T={agent.episode_length} agent steps, action_repeat={agent.action_repeat}, "
-        f"gamma={agent.gamma:.4f}, seed_steps={agent.seed_steps}, seeds={seeds}, {n_timesteps} agent steps")
+        f"gamma={agent.gamma:.4f}, seed_steps={agent.seed_steps}, seeds={seeds}, {n_timesteps} agent steps"
+        + (", episodic (termination head)" if agent.episodic else ""))
 
     t_start = time.perf_counter()
     compile_s = {"total": 0.0}
@@ -126,6 +127,8 @@ def run(args) -> int:
         for k in ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss", "grad_norm",
                   "pi_grad_norm", "pi_scale", "train_return"):
             met[k] = np.array([np.asarray(r[k])[i] for r in rows], np.float64)
+        if agent.episodic:  # the termination head's loss (spec §11.3)
+            met["termination_loss"] = np.array([np.asarray(r["termination_loss"])[i] for r in rows], np.float64)
         atomic.write_parquet(d / "metrics.parquet", pa.table(met))
         final = hist["eval_return"][-1, i] if n_eval else None
         atomic.write_json(runjson, {

@@ -28,6 +28,13 @@ rule tables:
             labels={"table": "final-score check"},
         ),
         final_md=f"{TABLES}/final_scores.md",
+        lengths=report(
+            f"{TABLES}/episode_lengths.csv",
+            caption="../report/table_episode_lengths.rst",
+            category="Tables",
+            labels={"table": "episode lengths (episodic tasks)"},
+        ),
+        lengths_md=f"{TABLES}/episode_lengths.md",
     params:
         runs=RUNS,
         outdir=TABLES,
