@@ -63,9 +63,12 @@ def test_unknown_hyperparameter_raises_type_error():
         TDMPC2("Pendulum-v1", learning_rte=1e-3)
 
 
-def test_episodic_mode_not_implemented():
-    with pytest.raises(NotImplementedError, match="episodic"):
-        TDMPC2("Pendulum-v1", episodic=True)
+def test_episodic_mode_builds_its_termination_head_and_skips_the_first_episode_check():
+    # (the episodic mode itself: tests/test_episodic.py)
+    agent = TDMPC2("Pendulum-v1", episodic=True, seed_steps=100, **TINY)  # T = 200 > seed_steps
+    assert agent.episodic and agent.cfg.episodic and agent.config["episodic"] is True
+    assert "termination" in jax.eval_shape(agent.wm.init, jax.random.PRNGKey(0))
+    assert not TDMPC2("Pendulum-v1", seed_steps=200, **TINY).episodic
 
 
 @pytest.mark.slow
