@@ -103,7 +103,9 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int) -
       action_dim: A; the planner runs ``iterations + 2`` when A >= 20.
 
     Raises:
-      ValueError: unknown model_size, or values the architecture cannot take.
+      ValueError: unknown model_size, values the architecture cannot take, or T too short
+        for a slice of horizon + 1 rows (T >= H + 1; episodic mode, whose episodes may end
+        earlier anyway: T >= H).
     """
     if cfg.model_size not in MODEL_SIZES:
         raise ValueError(f"model_size={cfg.model_size!r} is not a preset; accepted: {sorted(MODEL_SIZES)}")
@@ -121,6 +123,10 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int) -
         raise ValueError(f"horizon={cfg.horizon} must be >= 1")
     if episode_length < cfg.horizon + 1 and not cfg.episodic:
         raise ValueError(f"episode length T={episode_length} agent steps is shorter than horizon + 1 = {cfg.horizon + 1}")
+    if episode_length < cfg.horizon:
+        # an episode has at most T + 1 rows; a training slice needs H + 1 of them (spec §9)
+        raise ValueError(f"episode length T={episode_length} agent steps is shorter than horizon = {cfg.horizon}: "
+                         f"no episode (at most T + 1 rows) could give a slice of horizon + 1 rows")
     gamma = cfg.gamma if cfg.gamma is not None else discount_from_episode_length(
         episode_length, cfg.discount_denom, cfg.discount_min, cfg.discount_max)
     seed_steps = cfg.seed_steps if cfg.seed_steps is not None else seed_steps_from_episode_length(episode_length)
