@@ -315,7 +315,7 @@ class TDMPC2:
         which = [s for s, p in zip(seeds, pending) if p > 0]
         longest_txt = ", ".join(f"seed {s}: {int(l)}" for s, l, p in zip(seeds, longest, pending) if p > 0)
         head = (f"{self.env_id}: by agent step {agent_steps} the replay held no episode of at least "
-                f"horizon + 1 = {H + 1} rows (H = {H} agent steps plus the reset row) for seed(s) {which}; "
+                f"horizon + 1 = {H + 1} rows (at least H = {H} agent steps, plus its reset row) for seed(s) {which}; "
                 f"longest complete episode (agent steps): {longest_txt}. TD-MPC2 trains on slices of "
                 f"H + 1 rows inside one episode (spec §9), so ")
         if final:

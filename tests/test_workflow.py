@@ -151,6 +151,13 @@ def test_unknown_config_keys_are_refused(tmp_path):
     assert res.returncode != 0
     assert "unknown agent setting(s) ['num_sample']" in res.stdout + res.stderr
 
+    # `episodic` marks a task that terminates (docs/pipeline.md): a boolean
+    (wf / "episodic.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n"
+                                      "        agent: {episodic: 'yes'}\n")
+    res = snakemake(wf, "-n", "--configfile", "episodic.yaml")
+    assert res.returncode != 0
+    assert "'yes' is not of type 'boolean'" in res.stdout + res.stderr
+
     res = snakemake(wf, "-n", "--config", "protocol=nope")
     assert res.returncode != 0
     assert "protocol 'nope' has no entry under 'protocols'" in res.stdout + res.stderr
