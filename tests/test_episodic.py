@@ -13,7 +13,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from tdmpc2core import replay as rp
@@ -345,7 +344,7 @@ def test_run_no_longer_than_capacity_evicts_nothing_even_with_one_step_episodes(
 
 # ======================================================================= end to end
 from tdmpc2core import TDMPC2  # noqa: E402
-from tdmpc2core.agent import NoSampleableEpisodeError, TerminationError  # noqa: E402
+from tdmpc2core.agent import NoSampleableEpisodeError  # noqa: E402
 from tdmpc2core.envs.base import Env, EnvSpec  # noqa: E402
 
 
