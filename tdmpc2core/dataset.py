@@ -331,10 +331,22 @@ def export_episodes(agent, state, seed_index: Optional[int] = None, *, name: Opt
     prov = {"kind": "export", "task": task.name, "seed": seed, "seed_index": seed_index,
             "evicted_episodes": int(evicted), "agent_config": agent.config}
     prov.update(prov_mod.collect(Path(__file__).resolve().parent.parent) if provenance is None else provenance)
-    return _from_episodes(episodes, task, prov)
+    return from_episodes(episodes, task, prov)
 
 
-def _from_episodes(episodes: Sequence[dict], task: TaskInfo, provenance: dict) -> EpisodeDataset:
+def from_episodes(episodes: Sequence[dict], task: TaskInfo, provenance: Optional[dict] = None) -> EpisodeDataset:
+    """A single-task dataset from per-episode arrays (e.g. your own data).
+
+    Args:
+      episodes: dicts with ``obs`` [L, task.obs_dim], ``action`` [L, task.action_dim] (NaN
+        on row 0), ``reward`` [L] (NaN on row 0) and ``terminated`` [L] bool (True only on
+        the last row of an episode that terminated); L = agent steps + 1. An episode that
+        did not terminate is marked truncated on its last row.
+      task: the task table entry; provenance: recorded in the file.
+    Raises:
+      DatasetError: the rows break the format (:meth:`EpisodeDataset.check`).
+    """
+    provenance = {} if provenance is None else provenance
     lengths = np.array([len(e["reward"]) for e in episodes], np.int64)
     R = int(lengths.sum())
     step = np.concatenate([np.arange(n, dtype=np.int32) for n in lengths])
@@ -639,4 +651,37 @@ def episode_summary(dataset: EpisodeDataset):
         "agent_steps": (ends - starts).astype(np.int64),
         "return": dataset.episode_returns(),
         "terminated": dataset.terminated[ends],
+    })
+
+
+def read_episode_summary(path):
+    """One row per episode of the dataset file at ``path``, reading only the small columns
+    (not obs or action): task, episode, agent_steps, return, terminated (pandas DataFrame).
+
+    Raises what :func:`read_metadata` raises, or :class:`DatasetError` for rows that do not
+    form episodes.
+    """
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    meta = read_metadata(path)
+    t = pq.read_table(path, columns=["episode", "step", "reward", "terminated", "task"])
+    step = t.column("step").to_numpy()
+    if len(step) == 0 or step[0] != 0:
+        raise DatasetError(f"dataset {path}: no rows, or the first row is not a reset row")
+    starts = np.flatnonzero(step == 0)
+    ends = np.append(starts[1:], len(step)) - 1
+    reward = t.column("reward").to_numpy().astype(np.float64)
+    r = np.where(step == 0, 0.0, reward)
+    names = [x.name for x in meta["tasks"]]
+    task = [str(x) for x in t.column("task").take(starts).to_pylist()]
+    unknown = sorted(set(task) - set(names))
+    if unknown:
+        raise DatasetError(f"dataset {path}: task name(s) {unknown} are not in the task table {names}")
+    return pd.DataFrame({
+        "task": task,
+        "episode": t.column("episode").to_numpy()[starts],
+        "agent_steps": (ends - starts).astype(np.int64),
+        "return": np.add.reduceat(r, starts),
+        "terminated": t.column("terminated").to_numpy()[ends],
     })

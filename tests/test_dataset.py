@@ -35,7 +35,7 @@ def synthetic(name, obs_dim, action_dim, T, lengths, seed=0, terminated_last=Non
             term[-1] = True
         eps.append({"obs": obs, "action": act, "reward": rew, "terminated": term})
     task = TaskInfo(name, obs_dim, action_dim, T, action_repeat, 0.99, None)
-    return dsm._from_episodes(eps, task, {"kind": "synthetic", "seed": seed})
+    return dsm.from_episodes(eps, task, {"kind": "synthetic", "seed": seed})
 
 
 def bits(a):
