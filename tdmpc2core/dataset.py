@@ -225,28 +225,33 @@ def _check(ds: EpisodeDataset, where: str) -> None:
     if np.any(ds.task != ds.task[starts][ep_index]):
         i = int(np.flatnonzero(ds.task != ds.task[starts][ep_index])[0])
         raise DatasetError(f"{where}: episode {int(ds.episode[i])} changes task at row {i}")
-    # per-row contents
-    obs_dims = np.array([t.obs_dim for t in ds.tasks])[ds.task]
-    act_dims = np.array([t.action_dim for t in ds.tasks])[ds.task]
+    # per-row contents, in blocks of rows (bounded temporaries, whatever the dataset's size)
+    obs_dims_t = np.array([t.obs_dim for t in ds.tasks])
+    act_dims_t = np.array([t.action_dim for t in ds.tasks])
     cols_o = np.arange(O)[None, :]
     cols_a = np.arange(A)[None, :]
-    if not np.all(np.isfinite(ds.obs)):
-        i = int(np.flatnonzero(~np.all(np.isfinite(ds.obs), axis=1))[0])
-        raise DatasetError(f"{where}: non-finite observation at row {i} (episode {int(ds.episode[i])}, "
-                           f"step {int(ds.step[i])})")
-    if np.any((cols_o >= obs_dims[:, None]) & (ds.obs != 0)):
-        raise DatasetError(f"{where}: obs padding beyond a task's obs_dim must be zero")
-    own_a = cols_a < act_dims[:, None]
-    a_nan = np.isnan(ds.action)
-    if np.any(~reset[:, None] & own_a & ~np.isfinite(ds.action)):
-        i = int(np.flatnonzero(np.any(~reset[:, None] & own_a & ~np.isfinite(ds.action), axis=1))[0])
-        raise DatasetError(f"{where}: NaN or infinite action outside a reset row at row {i} "
-                           f"(episode {int(ds.episode[i])}, step {int(ds.step[i])})")
-    if np.any(reset[:, None] & own_a & ~a_nan):
-        i = int(np.flatnonzero(np.any(reset[:, None] & own_a & ~a_nan, axis=1))[0])
-        raise DatasetError(f"{where}: the reset row {i} must have a NaN action (the reference's layout)")
-    if np.any(~own_a & (ds.action != 0)):
-        raise DatasetError(f"{where}: action padding beyond a task's action_dim must be zero")
+    for b in range(0, R, ROW_GROUP_ROWS):
+        blk = slice(b, min(R, b + ROW_GROUP_ROWS))
+        obs, act, rst = ds.obs[blk], ds.action[blk], reset[blk][:, None]
+        bad_row = ~np.all(np.isfinite(obs), axis=1)
+        if bad_row.any():
+            i = b + int(np.flatnonzero(bad_row)[0])
+            raise DatasetError(f"{where}: non-finite observation at row {i} (episode {int(ds.episode[i])}, "
+                               f"step {int(ds.step[i])})")
+        if np.any((cols_o >= obs_dims_t[ds.task[blk]][:, None]) & (obs != 0)):
+            raise DatasetError(f"{where}: obs padding beyond a task's obs_dim must be zero")
+        own_a = cols_a < act_dims_t[ds.task[blk]][:, None]
+        bad_row = np.any(~rst & own_a & ~np.isfinite(act), axis=1)
+        if bad_row.any():
+            i = b + int(np.flatnonzero(bad_row)[0])
+            raise DatasetError(f"{where}: NaN or infinite action outside a reset row at row {i} "
+                               f"(episode {int(ds.episode[i])}, step {int(ds.step[i])})")
+        bad_row = np.any(rst & own_a & ~np.isnan(act), axis=1)
+        if bad_row.any():
+            i = b + int(np.flatnonzero(bad_row)[0])
+            raise DatasetError(f"{where}: the reset row {i} must have a NaN action (the reference's layout)")
+        if np.any(~own_a & (act != 0)):
+            raise DatasetError(f"{where}: action padding beyond a task's action_dim must be zero")
     if np.any(~reset & ~np.isfinite(ds.reward)):
         i = int(np.flatnonzero(~reset & ~np.isfinite(ds.reward))[0])
         raise DatasetError(f"{where}: NaN or infinite reward outside a reset row at row {i} "
@@ -581,8 +586,9 @@ def _check_schema(schema, tasks, path) -> None:
 def load_dataset(path) -> EpisodeDataset:
     """The dataset :func:`save_dataset` wrote to ``path``, every invariant checked.
 
-    Memory: the columns are read once into Arrow buffers and viewed as NumPy arrays without a
-    copy where the layout allows (peak about the data's size plus one column).
+    Memory: the file is read row group by row group into preallocated NumPy arrays, so the
+    peak is about the data's size plus one row group (``ROW_GROUP_ROWS`` rows) and the
+    checks' temporaries (benchmarks/datasets.py measures it).
 
     Raises:
       FileNotFoundError: no file at ``path``.
@@ -596,46 +602,55 @@ def load_dataset(path) -> EpisodeDataset:
 
     meta = read_metadata(path)
     tasks = meta["tasks"]
-    try:
-        table = pq.read_table(path, columns=list(COLUMNS), read_dictionary=["task"])
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise DatasetError(f"dataset {path}: unreadable ({exc}); the file is damaged or truncated") from None
-
-    def flat(name):
-        col = table.column(name)
-        if col.null_count:
-            raise DatasetError(f"dataset {path}: column {name!r} has {col.null_count} null value(s)")
-        return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-
-    def vec(name, dtype):
-        return np.asarray(flat(name).to_numpy(zero_copy_only=False), dtype=dtype)
-
-    def mat(name, width):
-        arr = flat(name)
-        values = arr.values.to_numpy(zero_copy_only=False) if arr.offset == 0 else \
-            arr.flatten().to_numpy(zero_copy_only=False)
-        return values.reshape(-1, width)
-
+    names = [t.name for t in tasks]
     O = max(t.obs_dim for t in tasks)
     A = max(t.action_dim for t in tasks)
-    task_col = flat("task")
-    if pa.types.is_dictionary(task_col.type):
-        dict_names = task_col.dictionary.to_pylist()
-        codes = task_col.indices.to_numpy(zero_copy_only=False)
-    else:
-        enc = task_col.dictionary_encode()
-        dict_names, codes = enc.dictionary.to_pylist(), enc.indices.to_numpy(zero_copy_only=False)
-    names = [t.name for t in tasks]
-    unknown = sorted(set(dict_names[c] for c in np.unique(codes)) - set(names)) if len(codes) else []
-    if unknown:
-        raise DatasetError(f"dataset {path}: task name(s) {unknown} are not in the task table {names}")
-    remap = np.array([names.index(n) if n in names else -1 for n in dict_names], np.int32)
-    ds = EpisodeDataset(
-        obs=mat("obs", O), action=mat("action", A), reward=vec("reward", np.float32),
-        terminated=vec("terminated", bool), truncated=vec("truncated", bool),
-        episode=vec("episode", np.int64), step=vec("step", np.int32),
-        task=remap[codes] if len(codes) else np.zeros(0, np.int32),
-        tasks=tasks, provenance=meta.get("provenance", {}))
+    try:
+        pf = pq.ParquetFile(path)
+        R = pf.metadata.num_rows
+        out = {"obs": np.empty((R, O), np.float32), "action": np.empty((R, A), np.float32),
+               "reward": np.empty(R, np.float32), "terminated": np.empty(R, bool),
+               "truncated": np.empty(R, bool), "episode": np.empty(R, np.int64), "step": np.empty(R, np.int32),
+               "task": np.empty(R, np.int32)}
+        # row group by row group into preallocated arrays: peak memory is the data plus one
+        # row group's Arrow buffers
+        row = 0
+        for i in range(pf.num_row_groups):
+            rg = pf.read_row_group(i, columns=list(COLUMNS))
+            n = rg.num_rows
+            for name in COLUMNS:
+                col = rg.column(name)
+                if col.null_count:
+                    raise DatasetError(f"dataset {path}: column {name!r} has {col.null_count} null value(s)")
+                off = row
+                for chunk in col.chunks:
+                    m = len(chunk)
+                    dst = slice(off, off + m)
+                    off += m
+                    if name in ("obs", "action"):
+                        width = O if name == "obs" else A
+                        out[name][dst] = chunk.flatten().to_numpy(zero_copy_only=False).reshape(m, width)
+                    elif name == "task":
+                        enc = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
+                        dict_names = enc.dictionary.to_pylist()
+                        unknown = sorted(set(dict_names) - set(names))
+                        codes = enc.indices.to_numpy(zero_copy_only=False)
+                        if unknown and np.any(np.isin(codes, [dict_names.index(u) for u in unknown])):
+                            raise DatasetError(f"dataset {path}: task name(s) {unknown} are not in the task "
+                                               f"table {names}")
+                        remap = np.array([names.index(x) if x in names else -1 for x in dict_names], np.int32)
+                        out[name][dst] = remap[codes]
+                    else:
+                        out[name][dst] = chunk.to_numpy(zero_copy_only=False)
+                if off != row + n:
+                    raise DatasetError(f"dataset {path}: row group {i}: column {name!r} has {off - row} rows, "
+                                       f"expected {n}")
+                del col
+            row += n
+            del rg
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError(f"dataset {path}: unreadable ({exc}); the file is damaged or truncated") from None
+    ds = EpisodeDataset(tasks=tasks, provenance=meta.get("provenance", {}), **out)
     return ds.check(f"dataset {path}")
 
 
