@@ -295,3 +295,45 @@ def test_an_invalid_dataset_is_not_written_and_nothing_is_left_behind(good, tmp_
     finally:
         pq.write_table = real
     assert not out2.exists() and list(tmp_path.glob(".tmp-*")) == []
+
+
+# ------------------------------------------------------------------ the stages
+def test_stages_join_pool_and_refuse_bad_inputs_leaving_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    a0 = synthetic("a", 3, 1, 5, [5, 5], seed=0)
+    a1 = synthetic("a", 3, 1, 5, [5], seed=1)
+    b0 = synthetic("b", 4, 2, 8, [8], seed=2)
+    paths = {}
+    for name, d in (("a0", a0), ("a1", a1), ("b0", b0)):
+        paths[name] = tmp_path / f"{name}.parquet"
+        save_dataset(d, paths[name])
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "tdmpc2core.cli", *map(str, args)], capture_output=True,
+                              text=True, timeout=300)
+
+    res = cli("dataset-task", "--inputs", paths["a0"], paths["a1"], "--out", tmp_path / "tasks/a.parquet")
+    assert res.returncode == 0, res.stderr
+    res = cli("dataset-pool", "--inputs", tmp_path / "tasks/a.parquet", paths["b0"], "--out", tmp_path / "p.parquet")
+    assert res.returncode == 0, res.stderr
+    pool = load_dataset(tmp_path / "p.parquet")
+    assert pool.task_names == ["a", "b"] and pool.num_episodes == 4 and pool.obs_dim == 4
+    res = cli("dataset-summary", "--tasks", tmp_path / "tasks/a.parquet", "--pools", tmp_path / "p.parquet",
+              "--out", tmp_path / "summary.parquet", "--figure", tmp_path / "fig.png")
+    assert res.returncode == 0, res.stderr
+    import pandas as pd
+    s = pd.read_parquet(tmp_path / "summary.parquet")
+    assert len(s) == 3 + 4 and set(s["kind"]) == {"task", "pool"}
+    assert np.allclose(s[s["kind"] == "pool"]["return"].to_numpy(), pool.episode_returns())
+
+    # a bad input: a clear error naming the file, and no output (not even a temporary one)
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(paths["b0"].read_bytes()[:100])
+    res = cli("dataset-task", "--inputs", paths["a0"], bad, "--out", tmp_path / "out/x.parquet")
+    assert res.returncode != 0 and "bad.parquet: not a complete Parquet file" in res.stderr
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    res = cli("dataset-task", "--inputs", paths["a0"], paths["b0"], "--out", tmp_path / "out/y.parquet")
+    assert res.returncode != 0 and "disagrees with dataset 0" in res.stderr
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
