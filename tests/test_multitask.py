@@ -56,7 +56,7 @@ def make_dataset(task_episodes, tasks) -> EpisodeDataset:
     return EpisodeDataset(obs=c["obs"].astype(np.float32), action=c["action"].astype(np.float32),
                           reward=c["reward"].astype(np.float32), terminated=np.zeros(len(c["reward"]), bool),
                           truncated=c["truncated"], episode=c["episode"], step=c["step"], task=c["task"],
-                          tasks=tuple(tasks), provenance={"source": "tests/test_multitask.py"})
+                          tasks=tuple(tasks), provenance={"source": "tests/test_multitask.py"}).check("test dataset")
 
 
 def random_episodes(rng, n, T, obs_dim, action_dim):
