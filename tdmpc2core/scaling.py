@@ -59,14 +59,15 @@ def read_multi_evals(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
 
 def task_scores(evals: pd.DataFrame) -> pd.DataFrame:
     """One row per (pool, model_size, seed, evaluation, task): mean return and normalized
-    score over the episodes."""
+    score over the episodes, and the task's declared range."""
     keys = ["pool", "model_size", "seed", "eval_index", "updates", "task"]
-    cols = keys + ["return", "normalized_score", "episodes"]
+    cols = keys + ["return", "normalized_score", "episodes", "return_low", "return_high"]
     if evals.empty:
         return pd.DataFrame(columns=cols)
     g = evals.groupby(keys, sort=False)
     out = g.agg(**{"return": ("return", "mean"), "normalized_score": ("normalized_score", "mean"),
-                   "episodes": ("return", "size")}).reset_index()
+                   "episodes": ("return", "size"), "return_low": ("return_low", "first"),
+                   "return_high": ("return_high", "first")}).reset_index()
     return out[cols]
 
 

@@ -335,3 +335,46 @@ def test_twin_task_probe_needs_the_task_embedding(twin):
     wrong = agent.evaluate(swapped, num_episodes=10)["return"][0]
     print("with the embedding rows swapped:", wrong)
     assert np.all(wrong < 0.0), wrong
+
+
+# --------------------------------------------------------------------- scaling tables
+def test_scaling_and_task_tables_on_hand_made_evaluations(tmp_path):
+    import pandas as pd
+
+    from tdmpc2core import scaling as S
+
+    rows = []
+    for size, level in ((1, 0.4), (5, 0.6)):
+        for seed in (0, 1):
+            for ev, u in ((0, 0), (1, 100)):
+                for task, (lo, hi) in (("a", (0.0, 1000.0)), ("b", (-200.0, 0.0)), ("c", (np.nan, np.nan))):
+                    for e in range(2):
+                        frac = level * u / 100 + 0.01 * seed
+                        ret = (lo + (hi - lo) * frac) if task != "c" else 10.0 * seed + e
+                        rows.append(dict(pool="p", model_size=size, task=task, seed=seed, eval_index=ev, updates=u,
+                                         episode=e, length=5, normalized_score=100 * (ret - lo) / (hi - lo),
+                                         return_low=lo, return_high=hi, **{"return": ret}))
+    path = tmp_path / "eval.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    final = S.final_task_scores(S.task_scores(S.read_multi_evals([path])))
+    assert set(final["updates"]) == {100}
+    table = S.scaling_table(final[final["task"] != "c"], {("p", 1): 10, ("p", 5): 50}, ["p"], [1, 5, 19])
+    got = table.set_index("model_size")
+    assert got.loc[1, "score_mean"] == pytest.approx(40.5) and got.loc[5, "score_mean"] == pytest.approx(60.5)
+    assert got.loc[1, "score_sd"] == pytest.approx(0.5) and got.loc[5, "params"] == 50
+    assert got.loc[19, "n_seeds"] == 0 and got.loc[19, "note"] == "no evaluation found"
+    # a task without a declared range: no normalized score for the run, and the note names it
+    with_c = S.scaling_table(final, {}, ["p"], [1]).iloc[0]
+    assert np.isnan(with_c["score_mean"]) and "['c']" in with_c["note"]
+    single = pd.DataFrame({"task": ["a", "a", "b"], "seed": [0, 1, 0], "return": [900.0, 800.0, -50.0],
+                           "agent_steps": [1000, 1000, 500]})
+    ranges = final.groupby(["pool", "model_size", "task"])[["return_low", "return_high"]].first().reset_index()
+    tasks = S.task_table(final, ranges, single, {"p": ["a", "b"]}, [1, 5],
+                         {"p": {"a": {"mean_min": 500.0}, "b": {"seed_min": -130.0}}}).set_index(["task", "model_size"])
+    assert tasks.loc[("a", 5), "multi_mean"] == pytest.approx(605.0) and tasks.loc[("a", 5), "result"] == "pass"
+    assert tasks.loc[("a", 1), "result"] == "fail"  # 405 < 500
+    assert tasks.loc[("b", 1), "multi_min"] == pytest.approx(-120.0) and tasks.loc[("b", 1), "result"] == "pass"
+    assert tasks.loc[("a", 1), "single_mean"] == pytest.approx(850.0) and tasks.loc[("b", 1), "single_agent_steps"] == 500
+    out = tmp_path / "scaling.png"
+    S.plot_scaling(table, tasks.reset_index(), out)
+    assert out.stat().st_size > 10_000
