@@ -40,7 +40,7 @@ the mean over tasks (never a silent mix of normalised and raw returns).
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 import time
 import warnings
 from typing import Callable, Mapping, NamedTuple, Optional, Sequence, Union
@@ -304,17 +304,13 @@ class TDMPC2MultiTask:
 
     # ---- state ------------------------------------------------------------------------
     def init(self, seed: Union[int, Sequence[int]]) -> MultiTaskState:
-        """Initial states of the seeds, stacked on axis 0 (parameters from ``PRNGKey(seed)``)."""
-        seeds = np.atleast_1d(np.asarray(seed, dtype=np.int64))
-        keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
-        fn = self._fns.get("init")
-        if fn is None:
-            def one(key):
-                k_params, k_run = jax.random.split(key)
-                return init_agent_state(self.wm, k_params), k_run
+        """Initial states of the seeds, stacked on axis 0 (parameters from ``PRNGKey(seed)``).
 
-            fn = self._fns["init"] = jax.jit(jax.vmap(one))
-        agent, run_keys = fn(keys)
+        Each seed is initialised by one compiled single-seed program (shared by agents with
+        equal world models, whatever the number of seeds) and the states are stacked."""
+        seeds = [int(s) for s in np.atleast_1d(np.asarray(seed, dtype=np.int64))]
+        states = [_init_one(self.wm, jax.random.PRNGKey(s)) for s in seeds]
+        agent, run_keys = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *states)
         metrics = {k: jnp.zeros((len(seeds),), jnp.float32) for k in METRIC_KEYS}
         return MultiTaskState(agent=agent, key=run_keys, seed=jnp.asarray(seeds, jnp.int32), metrics=metrics)
 
@@ -555,6 +551,13 @@ class TDMPC2MultiTask:
         return {"tasks": list(self.task_names), "updates": updates, "returns": returns,
                 "lengths": np.stack(lens, axis=1), "return": per_task, "mean_return": per_task.mean(axis=-1),
                 "normalized_score_per_task": norm, "normalized_score": norm.mean(axis=-1)}
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _init_one(wm: WorldModel, key):
+    """(AgentState, run key) of one seed from its PRNGKey."""
+    k_params, k_run = jax.random.split(key)
+    return init_agent_state(wm, k_params), k_run
 
 
 def _is_playground(env_id: str) -> bool:

@@ -248,17 +248,17 @@ def test_masks_zero_every_padded_action_dim_in_every_output(padded):
     # std[0] * N(0, 1) with std clamped to >= min_std = 0.05 before the mask, so a zero there
     # shows that the std is masked too)
     prev = jnp.full((cfg.horizon, 3), 0.5)
-    run = jax.jit(lambda k, t0, ev: plan(wm, params, obs, prev, t0, False, 0.95, k, e, mask))
+    run = jax.jit(lambda k, t0, e, mask: plan(wm, params, obs, prev, t0, False, 0.95, k, e, mask))
     for i in range(3):
-        a, m = run(jax.random.PRNGKey(i), jnp.asarray(i == 0), False)
+        a, m = run(jax.random.PRNGKey(i), jnp.asarray(i == 0), e, mask)
         assert np.all(np.asarray(a)[1:] == 0.0) and np.asarray(a)[0] != 0.0
         assert np.all(np.asarray(m)[:, 1:] == 0.0)
+    # the big task (3 action dims) uses all of them
+    a, m = run(jax.random.PRNGKey(0), jnp.asarray(True), up.embed(params["task_emb"], 1), jnp.ones(3))
+    assert np.all(np.asarray(a) != 0.0) and np.all(np.asarray(m) != 0.0)
     # the act() helper returns only the task's own action dims
     a, m = agent.act(params, np.array([0.3, -0.2], np.float32), 0, True, False, jax.random.PRNGKey(5))
     assert a.shape == (1,) and np.all(np.asarray(m)[:, 1:] == 0.0)
-    # the big task (3 action dims) uses all of them
-    a, _ = agent.act(params, np.ones(4, np.float32), 1, True, False, jax.random.PRNGKey(5))
-    assert a.shape == (3,) and np.all(np.asarray(a) != 0.0)
 
 
 # --------------------------------------------------------------------- embedding max-norm
