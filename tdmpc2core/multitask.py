@@ -194,10 +194,12 @@ class TDMPC2MultiTask:
                            action_dim=self.action_dim),
             gamma=user_cfg.gamma, seed_steps=None)
         c = self.cfg
-        self.gammas = np.array([
-            float(c.gamma) if c.gamma is not None else
+        #: task name -> discount (Python floats, as the single-task agent's ``gamma``)
+        self.task_gammas = {
+            t.name: float(c.gamma) if c.gamma is not None else
             discount_from_episode_length(t.episode_length, c.discount_denom, c.discount_min, c.discount_max)
-            for t in self.tasks], np.float32)
+            for t in self.tasks}
+        self.gammas = np.array(list(self.task_gammas.values()), np.float32)  # [num_tasks], on the device
         masks = np.zeros((self.num_tasks, self.action_dim), np.float32)
         for i, t in enumerate(self.tasks):
             masks[i, : int(t.action_dim)] = 1.0
@@ -297,7 +299,7 @@ class TDMPC2MultiTask:
                  num_tasks=self.num_tasks, sampleable_episodes=self.num_episodes,
                  dataset_nbytes=self.dataset_nbytes,
                  tasks=[dict(dataclasses.asdict(t) if dataclasses.is_dataclass(t) else dict(t._asdict()),
-                             gamma=float(g), action_mask=m.tolist(), return_range=self.return_ranges[t.name],
+                             gamma=self.task_gammas[t.name], action_mask=m.tolist(), return_range=self.return_ranges[t.name],
                              eval_env=(None if self.eval_envs is None else self.eval_envs[i].spec.env_id))
                         for i, (t, g, m) in enumerate(zip(self.tasks, self.gammas, self.masks))])
         return d
@@ -450,7 +452,8 @@ class TDMPC2MultiTask:
             prev_mean = jnp.zeros((self.cfg.horizon, self.action_dim), jnp.float32)
         fn = self._fns.get(("act", task, eval_mode))
         if fn is None:
-            a_dim, gamma, mask = int(self.tasks[task].action_dim), float(self.gammas[task]), jnp.asarray(self.masks[task])
+            a_dim, gamma = int(self.tasks[task].action_dim), self.task_gammas[self.task_names[task]]
+            mask = jnp.asarray(self.masks[task])
 
             def one(params, obs, prev_mean, t0, key):
                 e = embed(params["task_emb"], task)
@@ -470,7 +473,7 @@ class TDMPC2MultiTask:
         env, cfg, wm = self.eval_envs[task], self.cfg, self.wm
         T, H, A, O = env.spec.episode_length, cfg.horizon, self.action_dim, self.obs_dim
         a_dim, pad = env.spec.action_dim, O - env.spec.obs_dim
-        gamma = float(self.gammas[task])
+        gamma = self.task_gammas[self.task_names[task]]
         mask = jnp.asarray(self.masks[task])
 
         def one_episode(params, key):

@@ -90,7 +90,7 @@ def run(args) -> int:
     log(f"{len(names)} tasks {names}: {dataset.num_episodes} episodes, {dataset.num_transitions} transitions "
         f"({dataset.nbytes / 1e6:.1f} MB on the device once); obs {agent.obs_dim}, action {agent.action_dim} "
         f"(padded), task_dim {agent.task_dim}, batch {agent.cfg.batch_size}, discounts "
-        + ", ".join(f"{n} {g:.3f}" for n, g in zip(names, agent.gammas))
+        + ", ".join(f"{n} {g:.3f}" for n, g in agent.task_gammas.items())
         + f"; seeds {seeds}, {updates} updates, evaluation every {eval_every} updates")
 
     compile_s = {"first_chunk": None}
@@ -171,7 +171,7 @@ def run(args) -> int:
         "pool": args.pool, "model_size": args.model_size, "seeds": seeds, "spec": spec, "dataset": args.dataset,
         "dataset_episodes": dataset.num_episodes, "dataset_transitions": dataset.num_transitions,
         "dataset_provenance": dataset.provenance,
-        "agent_config": agent.config, "task_dim": agent.task_dim, "gammas": dict(zip(names, map(float, agent.gammas))),
+        "agent_config": agent.config, "task_dim": agent.task_dim, "gammas": agent.task_gammas,
         "return_ranges": {n: (None if rg is None else list(rg)) for n, rg in zip(names, ranges)},
         "params": count_params(params0), "updates": updates, "final": final,
         "updates_per_s_median": float(np.median(speeds)) if speeds else None,
