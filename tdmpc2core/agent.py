@@ -506,6 +506,10 @@ class TDMPC2:
         if seeds is None or total_timesteps is None:
             raise checkpoint.CorruptCheckpointError(f"checkpoint {path}: its manifest has no run settings")
         settings = self.checkpoint_settings(seeds, total_timesteps, eval_every, eval_episodes)
+        diffs = checkpoint.compare_settings(manifest.get("settings", {}), settings)
+        if diffs:  # before building the template: a mismatch is reported at once
+            raise checkpoint.CheckpointMismatchError(
+                f"checkpoint {path} was made with other settings than this run's (" + "; ".join(diffs) + ")")
         template = {"state": jax.eval_shape(lambda: self.init(seeds, total_timesteps))}
         tree, host, manifest = checkpoint.restore(path, template, settings=settings)
         state = jax.tree_util.tree_map(jnp.asarray, tree["state"])

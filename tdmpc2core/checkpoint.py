@@ -7,7 +7,7 @@ A checkpoint is a directory ``{checkpoint_dir}/step_{agent_steps:012d}/`` holdin
   are split into chunks by flax). It holds one dict ``{"tree": {leaf path: array},
   "host": {name: array}}``: ``tree`` is the run state pytree flattened by
   :func:`jax.tree_util.tree_flatten_with_path` (leaf paths as :func:`jax.tree_util.keystr`
-  writes them, e.g. ``.agent.params['encoder']...``); ``host`` holds free-form numpy
+  writes them, e.g. ``['state'].agent.params['encoder']...``); ``host`` holds free-form numpy
   arrays kept on the host (e.g. the evaluation history).
 * ``manifest.json``: the format name and version, the step, the ``settings`` the run was
   made with (compared on restore), free ``meta`` data, the shape and dtype of every leaf,
