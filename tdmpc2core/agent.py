@@ -7,6 +7,12 @@ Example::
                    num_pi_trajs=4, iterations=2)
     state, history = agent.train(seed=[0, 1], n_timesteps=4000, eval_every=1000)
     print(agent.gamma, history["eval_return"])   # 0.975, [n_evals, n_seeds]
+
+    # resumable: checkpoints every 1000 agent steps; the same call run again (say, after a
+    # crash) continues from the newest one, with the same numbers as an uninterrupted run
+    state, history = agent.train(seed=[0, 1], n_timesteps=4000, eval_every=1000,
+                                 checkpoint_dir="ckpt/pendulum", checkpoint_every=1000)
+    state, history, manifest = agent.restore("ckpt/pendulum/step_000000004000")
 """
 from __future__ import annotations
 
@@ -353,7 +359,7 @@ class TDMPC2:
         t_start = time.perf_counter()
         sizer = SubChunkSizer(max_chunk_seconds)
         chunk_fn = self._chunk()
-        last_saved = [start_tick]
+        last_saved, saved = [start_tick], [None]  # tick of the last checkpoint written, and its info
 
         def wall():
             return wall_before + time.perf_counter() - t_start
@@ -372,7 +378,7 @@ class TDMPC2:
             hist["wall_seconds"] = wall()
             info = self.save_checkpoint(checkpoint_dir, state, hist, seeds=seeds, total_timesteps=total_timesteps,
                                         eval_every=eval_every, eval_episodes=eval_episodes, keep=keep_checkpoints)
-            last_saved[0] = tick
+            last_saved[0], saved[0] = tick, info
             return info
 
         def checkpoint_due(tick):
@@ -381,7 +387,9 @@ class TDMPC2:
 
         def stop_if_asked(tick):
             if should_stop is not None and should_stop():
-                info = save(tick) if checkpoint_dir is not None else None
+                info = None
+                if checkpoint_dir is not None:
+                    info = saved[0] if last_saved[0] == tick and saved[0] is not None else save(tick)
                 hist["wall_seconds"] = wall()
                 raise TrainingInterrupted(state, finalize_history(hist, len(seeds), eval_episodes), tick * n, info)
 

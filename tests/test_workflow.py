@@ -90,6 +90,8 @@ def test_default_dry_run(tmp_path):
     assert cb["agent"]["model_size"] == 1 and set(cb) == {"env_id", "action_repeat", "episode_length",
                                                            "agent_steps", "eval_every", "eval_episodes", "agent"}
     assert "PJRT_NPROC=1" in out and "JAX_COMPILATION_CACHE_DIR=.jax_cache" in out
+    # the trainer replaces the shell (a SIGTERM reaches it alone); checkpoints outside results/
+    assert "exec " in out and "--checkpoint-dir checkpoints/single/pendulum/seeds_0_1 --checkpoint-every 1000" in out
 
 
 def test_paper_dry_run_has_22_tasks_and_no_demo_leak(tmp_path):
@@ -169,6 +171,10 @@ def add_arguments(p):
     p.add_argument("--spec", required=True)
     p.add_argument("--seeds", type=int, nargs="+", required=True)
     p.add_argument("--outdir", required=True)
+    p.add_argument("--checkpoint-dir", required=True)
+    p.add_argument("--checkpoint-every", type=int, required=True)
+    p.add_argument("--keep-checkpoints", type=int, required=True)
+    p.add_argument("--max-chunk-seconds", type=float, required=True)
 
 
 def run(args):
@@ -189,6 +195,8 @@ def run(args):
             os.path.join(d, "metrics.parquet"))
         with open(os.path.join(d, "run.json"), "w") as fh:
             json.dump({"task": args.task, "seed": seed, "spec": spec, "pid": os.getpid(),
+                       "checkpoint": [args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints,
+                                      args.max_chunk_seconds],
                        "provenance": {"matmul_precision": "highest", "wall_time_s": 1.0,
                                       "threads": os.environ.get("PJRT_NPROC"),
                                       "cache": os.environ.get("JAX_COMPILATION_CACHE_DIR")}}, fh)
@@ -217,6 +225,8 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
         for seed in (0, 1):
             run = json.loads((wf / "results/single" / task / f"seed{seed}" / "run.json").read_text())
             assert run["provenance"]["threads"] == "1" and run["provenance"]["cache"] == ".jax_cache"
+            # checkpoints outside results/ (Snakemake deletes a failed job's outputs), per task and seed group
+            assert run["checkpoint"] == [f"checkpoints/single/{task}/seeds_{seed}", 1000, 2, 30.0]
             assert (wf / "benchmarks/runs/train_single" / task / f"seeds_{seed}.tsv").exists()
             assert (wf / "logs/train_single" / task / f"seeds_{seed}.log").exists()
     final = (wf / "results/tables/final_scores.csv").read_text()
@@ -238,9 +248,10 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     trains = sorted(j for j in planned_jobs(out) if j[0].startswith("train_single"))
     assert trains == [("train_single_seeds_0", "pendulum"), ("train_single_seeds_1", "pendulum")]
 
-    # changing threads or the cache folder reruns no training
+    # changing threads, the cache folder or the checkpoint settings reruns no training
     out = ok(snakemake(wf, "-n", "--configfile", "small.yaml", "--config", "threads_per_job=2",
-                       "jax_cache_dir=/tmp/elsewhere"))
+                       "jax_cache_dir=/tmp/elsewhere", "checkpoint_dir=/tmp/ck", "checkpoint_every=7",
+                       "keep_checkpoints=3", "max_chunk_seconds=5"))
     assert not [j for j in planned_jobs(out) if j[0].startswith("train_single")]
 
     # Snakemake's own report of the outputs flagged with report()
