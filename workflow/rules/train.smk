@@ -19,6 +19,10 @@ for _group in SEED_GROUPS:
             # cache folder, threads and resources are not params: changing them reruns nothing)
             spec=lambda wc: task_spec(wc.task),
             seeds=" ".join(str(s) for s in _group),
+            # the shell command is formatted when the job runs, after this loop has ended, so
+            # it must not read `_group`: the tag comes through params (a function of the seeds,
+            # which are already a param, so it adds no rerun trigger)
+            seed_tag=seed_tag(_group),
             outdir=lambda wc: f"{RUNS}/{wc.task}",
         log:
             f"logs/train_single/{{task}}/{seed_tag(_group)}.log",
@@ -43,6 +47,6 @@ for _group in SEED_GROUPS:
             'if [ {threads} -eq 1 ]; then export XLA_FLAGS="${{XLA_FLAGS:-}} --xla_cpu_multi_thread_eigen=false"; fi; '
             "exec {TDMPC2} train-single --task {wildcards.task:q} --spec {params.spec:q} "
             "--seeds {params.seeds} --outdir {params.outdir:q} "
-            f"--checkpoint-dir {{CHECKPOINTS:q}}/single/{{wildcards.task:q}}/{seed_tag(_group)} "
+            "--checkpoint-dir {CHECKPOINTS:q}/single/{wildcards.task:q}/{params.seed_tag} "
             "--checkpoint-every {CHECKPOINT_EVERY} --keep-checkpoints {KEEP_CHECKPOINTS} "
             "--max-chunk-seconds {MAX_CHUNK_SECONDS} > {log:q} 2>&1"
