@@ -353,7 +353,7 @@ def test_sigterm_then_rerun_of_the_target_resumes_and_equals_a_fresh_run(tmp_pat
     log = wf / "logs/train_single/pendulum/seeds_0_1.log"
     ckdir = wf / "checkpoints/single/pendulum/seeds_0_1"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
-    smk = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "p.yaml", target],
+    smk = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile=p.yaml", target],
                            cwd=wf, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 900
     while time.time() < deadline and smk.poll() is None:
@@ -374,13 +374,13 @@ def test_sigterm_then_rerun_of_the_target_resumes_and_equals_a_fresh_run(tmp_pat
     stopped = sorted(ckdir.glob("step_*"))
     assert stopped and 500 < int(stopped[-1].name.split("_")[1]) < 700  # ... but not the checkpoints
 
-    out = ok(snakemake(wf, "--cores", "2", "--configfile", "p.yaml", target))
+    out = ok(snakemake(wf, "--cores", "2", "--configfile=p.yaml", target))
     assert f"resumed from checkpoints/single/pendulum/seeds_0_1/{stopped[-1].name}" in log.read_text()
     resumed = {p: (pd.read_parquet(p) if p.suffix == ".parquet" else json.loads(p.read_text())) for p in outs}
     assert (ckdir / "outputs_written.json").exists()
 
     # a forced rerun trains from scratch (the finished folder is cleared), to the same numbers
-    ok(snakemake(wf, "--cores", "2", "--configfile", "p.yaml", "--forcerun", target))
+    ok(snakemake(wf, "--cores", "2", "--configfile=p.yaml", "--forcerun", target))
     text = log.read_text()
     assert "starting over" in text and "resumed from" not in text
     for p in outs:
