@@ -297,7 +297,9 @@ class TDMPC2:
             :class:`~tdmpc2core.training.TrainingInterrupted`.
           progress: called after every call of the compiled program with a dict:
             ``phase``, ``agent_steps``, ``start_agent_steps`` and ``end_agent_steps`` of this
-            call, ``total_agent_steps``, ``ticks``, ``seconds``, ``agent_steps_per_s``.
+            call, ``total_agent_steps``, ``ticks``, ``seconds``, ``agent_steps_per_s``,
+            ``last_eval_return`` ([n_seeds] mean return of the latest evaluation, restored
+            ones included; None before the first).
         Returns:
           (state, history): the final run state (leading seed axis) and a dict of numpy arrays:
           ``eval_agent_steps`` [n_evals], ``eval_env_frames`` [n_evals], ``eval_returns``
@@ -415,7 +417,9 @@ class TDMPC2:
                 if progress is not None:
                     progress({"phase": phase, "agent_steps": tick * n, "start_agent_steps": start_tick * n,
                               "end_agent_steps": end_tick * n, "total_agent_steps": total_steps,
-                              "ticks": k, "seconds": dt, "agent_steps_per_s": k * n / max(dt, 1e-9)})
+                              "ticks": k, "seconds": dt, "agent_steps_per_s": k * n / max(dt, 1e-9),
+                              "last_eval_return": (np.mean(hist["eval_returns"][-1], axis=-1)
+                                                   if hist["eval_returns"] else None)})
                 if tick < b:  # a boundary inside a chunk of the schedule
                     if checkpoint_due(tick):
                         save(tick)

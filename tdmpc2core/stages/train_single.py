@@ -11,7 +11,8 @@ With ``--checkpoint-dir`` the job can be stopped and resumed (docs/pipeline.md,
 compiled program (at most ``--max-chunk-seconds`` of compute away), writes a checkpoint and
 exits with 128 + the signal number (143, 130) without writing outputs; the same command run
 again resumes from the newest complete checkpoint, and its outputs equal those of an
-uninterrupted run (wall-clock columns aside). A second Ctrl-C stops at once. Once the
+uninterrupted run (wall-clock columns aside). A second Ctrl-C gives up the checkpoint (it
+raises KeyboardInterrupt once the running call returns; SIGKILL stops at once). Once the
 outputs are written the folder keeps only the final checkpoint and an
 ``outputs_written.json`` marker: running the job again (a forced rerun) trains anew.
 Exit codes: 0 done, 2 the checkpoint folder belongs to another run (settings named) or
@@ -141,7 +142,7 @@ def _run(args, spec, seeds, outdir, log, np, pa, atomic, checkpoint, provenance,
 
     def on_signal(signum, frame):
         if received["signal"] is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
+            raise KeyboardInterrupt  # a second Ctrl-C: give up the checkpoint (acted on between calls)
         received["signal"] = signum
 
     def should_stop() -> bool:
@@ -170,6 +171,8 @@ def _run(args, spec, seeds, outdir, log, np, pa, atomic, checkpoint, provenance,
     def on_progress(p):
         if prog["start"] is None:
             prog["start"] = p["start_agent_steps"]
+        if p["last_eval_return"] is not None:
+            prog["last_eval"] = p["last_eval_return"]
         if p["phase"] == "train":
             prog["train_steps"] += p["agent_steps_per_s"] * p["seconds"]
             prog["train_seconds"] += p["seconds"]
