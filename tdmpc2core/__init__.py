@@ -13,7 +13,10 @@ def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
     if name in ("TDMPC2", "TerminationError"):
         from . import agent
         return getattr(agent, name)
+    if name == "TrainingInterrupted":
+        from . import training
+        return training.TrainingInterrupted
     raise AttributeError(name)
 
 
-__all__ = ["TDMPC2", "TDMPC2Config", "MODEL_SIZES", "TerminationError", "__version__"]
+__all__ = ["TDMPC2", "TDMPC2Config", "MODEL_SIZES", "TerminationError", "TrainingInterrupted", "__version__"]

@@ -1,0 +1,425 @@
+"""Checkpoints and resumable training: a run continued in calls, restored by a new process,
+or stopped by SIGTERM and rerun equals the uninterrupted run bit for bit (CPU); damaged
+checkpoints are detected; other settings and missing checkpoints are errors.
+
+The training tests share one tiny configuration (Pendulum, 2 seeds x 2 envs, 700 agent
+steps) and JAX's persistent compilation cache in the checkout's git-ignored ``.jax_cache/``,
+so that this process and the subprocesses compile the training program once (about 3 min on
+a busy 2-core CPU the first time, seconds afterwards).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import warnings
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tdmpc2core import checkpoint as ck
+from tdmpc2core.training import WALL_CLOCK_KEYS, SubChunkSizer, TrainingInterrupted
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".jax_cache"
+TINY = dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16, num_elites=4,
+            num_pi_trajs=2, iterations=1, batch_size=16)
+AGENT = dict(TINY, seed_steps=400)  # T = 200, 2 envs: 200 random ticks, the burst at tick 200
+N_ENVS, SEEDS, STEPS = 2, [0, 1], 700
+RUN = dict(eval_every=200, eval_episodes=2)  # evaluations at 0, 200, 400, 600, 700
+SPEC = {"env_id": "Pendulum-v1", "n_envs": N_ENVS, "agent_steps": STEPS, "agent": AGENT, **RUN}
+
+
+def leaves(tree):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+def assert_same_state(a, b):
+    la, lb = leaves(a), leaves(b)
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb):
+        np.testing.assert_array_equal(x, y)  # NaNs (the replay's reset rows) compare equal
+
+
+def assert_same_history(h, w):
+    np.testing.assert_array_equal(h["eval_agent_steps"], w["eval_agent_steps"])
+    np.testing.assert_array_equal(h["eval_returns"], w["eval_returns"])
+    np.testing.assert_array_equal(h["eval_lengths"], w["eval_lengths"])
+
+
+def subprocess_env():
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(CACHE))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+@pytest.fixture(scope="module")
+def compile_cache():
+    """The persistent compilation cache for this module's programs (and the subprocesses')."""
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    before = jax.config.jax_compilation_cache_dir
+    cc.set_cache_dir(str(CACHE))
+    cc.reset_cache()  # re-read the setting at the next compilation
+    yield
+    cc.set_cache_dir(before)
+    cc.reset_cache()
+
+
+@pytest.fixture(scope="module")
+def tiny_agent(compile_cache):
+    from tdmpc2core import TDMPC2
+
+    return TDMPC2("Pendulum-v1", n_envs=N_ENVS, **AGENT)
+
+
+@pytest.fixture(scope="module")
+def whole(tiny_agent):
+    """The uninterrupted run: (agent, final state, history)."""
+    agent = tiny_agent
+    state, hist = agent.train(seed=SEEDS, n_timesteps=STEPS, **RUN)
+    assert agent.state_tick(state) * N_ENVS == STEPS
+    np.testing.assert_array_equal(hist["eval_agent_steps"], [0, 200, 400, 600, 700])
+    return agent, state, hist
+
+
+@pytest.fixture(scope="module")
+def saved_init(tiny_agent, tmp_path_factory):
+    """A run's initial state saved as a checkpoint folder (no training needed)."""
+    d = tmp_path_factory.mktemp("init")
+    tiny_agent.save_checkpoint(d, tiny_agent.init(SEEDS, STEPS), None, seeds=SEEDS, total_timesteps=STEPS, **RUN)
+    return d
+
+
+# ------------------------------------------------------------------ chunked runs
+@pytest.mark.slow
+def test_chunked_and_wall_time_capped_equals_whole(whole):
+    agent, w_state, w_hist = whole
+    s1, h1 = agent.train(seed=SEEDS, n_timesteps=300, total_timesteps=STEPS, **RUN)
+    assert agent.state_tick(s1) == 150
+    # the rest with a cap so small that every call of the program runs one tick
+    calls = []
+    s2, h2 = agent.train(seed=SEEDS, n_timesteps=STEPS - 300, total_timesteps=STEPS, state=s1, history=h1,
+                         max_chunk_seconds=1e-9, progress=calls.append, **RUN)
+    assert len(calls) == (STEPS - 300) // N_ENVS and all(c["ticks"] == 1 for c in calls)
+    assert_same_state(s2, w_state)
+    assert_same_history(h2, w_hist)
+    # the same chunk records, plus one at the end of the first call (a call's end is a chunk boundary)
+    extra = [c for c in h2["chunks"] if c["agent_steps"] == 300]
+    assert len(extra) == 1
+    rest = [c for c in h2["chunks"] if c["agent_steps"] != 300]
+    assert [c["agent_steps"] for c in rest] == [c["agent_steps"] for c in w_hist["chunks"]]
+    for c, cw in zip(rest[2:], w_hist["chunks"][2:]):  # after the split point: identical metrics
+        for k in cw:
+            if k not in WALL_CLOCK_KEYS and k != "phase":
+                np.testing.assert_array_equal(np.asarray(c[k]), np.asarray(cw[k]), err_msg=k)
+
+
+def test_schedule_is_absolute_and_eval_index_continues():
+    from tdmpc2core import TDMPC2
+
+    agent = TDMPC2("Pendulum-v1", n_envs=N_ENVS, **AGENT)
+    whole_plan, at_start = agent.schedule(STEPS, 200)
+    assert at_start and whole_plan[0][:2] == ("seed", 0)
+    cuts = [a for _, a, _, _ in whole_plan] + [STEPS // N_ENVS]
+    # a continuation from tick 120 (an arbitrary, checkpointed tick) cuts at the same absolute ticks
+    rest, at_start2 = agent.schedule(STEPS - 240, 200, start_tick=120, total_timesteps=STEPS)
+    assert not at_start2
+    assert [a for _, a, _, _ in rest][1:] == [c for c in cuts if c > 120][:-1]
+    assert [(p, e) for p, a, _, e in rest if a > 120] == [(p, e) for p, a, _, e in whole_plan if a > 120]
+    # evaluation keys: index = evaluations before the tick (0 at the start, then 1 per 200 agent steps)
+    assert [agent.eval_index(t, 200) for t in (0, 100, 200, 300, 350)] == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="past total_timesteps"):
+        agent.schedule(400, 200, start_tick=200, total_timesteps=STEPS)
+
+
+def test_sub_chunk_sizer_probes_then_fills_the_cap():
+    s = SubChunkSizer(2.0)
+    assert s.ticks("seed", 1000) == 1          # nothing measured in this phase: a 1-tick probe
+    s.record("seed", 1, 60.0)                   # the first call compiled: 60 s
+    assert s.ticks("seed", 1000) == 1
+    s.record("seed", 1, 0.01)
+    assert s.ticks("seed", 1000) == 8           # growth at most x8 per call
+    s.record("seed", 8, 0.08)
+    assert s.ticks("seed", 1000) == 64
+    s.record("seed", 64, 0.64)
+    assert s.ticks("seed", 1000) == 200         # 2 s / 0.01 s per tick
+    assert s.ticks("seed", 30) == 30
+    assert s.ticks("train", 1000) == 1          # phases are measured separately
+    assert SubChunkSizer(None).ticks("train", 1000) == 1000
+    with pytest.raises(ValueError, match="max_chunk_seconds"):
+        SubChunkSizer(0)
+
+
+# ------------------------------------------------------------- restore by a new process
+RESUME_SCRIPT = """
+import json, sys
+from tdmpc2core import TDMPC2
+spec = json.loads(sys.argv[2])
+agent = TDMPC2("Pendulum-v1", n_envs=spec["n_envs"], **spec["agent"])
+state, hist = agent.train(seed=[0, 1], n_timesteps=spec["agent_steps"], eval_every=spec["eval_every"],
+                          eval_episodes=spec["eval_episodes"], checkpoint_dir=sys.argv[1], checkpoint_every=100)
+print("DONE", agent.state_tick(state))
+"""
+
+
+@pytest.mark.slow
+def test_stopped_then_restored_by_new_process_equals_whole(whole, tmp_path):
+    agent, w_state, w_hist = whole
+    d = tmp_path / "ckpt"
+    seen = []
+    with pytest.raises(TrainingInterrupted) as exc:
+        agent.train(seed=SEEDS, n_timesteps=STEPS, **RUN, checkpoint_dir=d, checkpoint_every=100,
+                    keep_checkpoints=None, max_chunk_seconds=0.05, progress=lambda p: seen.append(p["agent_steps"]),
+                    should_stop=lambda: bool(seen) and seen[-1] >= 530)
+    stop = exc.value
+    assert 530 <= stop.agent_steps < STEPS and stop.checkpoint.step == stop.agent_steps
+    assert stop.checkpoint.path == d / ck.checkpoint_name(stop.agent_steps)
+    steps = [int(p.name.split("_")[1]) for p in ck.list_checkpoints(d)]
+    assert steps == [100, 200, 300, 400, 500, stop.agent_steps]
+    assert not list(d.glob(".tmp-*"))
+    # the newest checkpoint is then damaged (cut short): the new process must warn and use step 500
+    payload = stop.checkpoint.path / ck.PAYLOAD
+    payload.write_bytes(payload.read_bytes()[: payload.stat().st_size // 2])
+
+    res = subprocess.run([sys.executable, "-c", RESUME_SCRIPT, str(d), json.dumps(SPEC)], capture_output=True,
+                         text=True, timeout=900, env=subprocess_env(), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert f"DONE {STEPS // N_ENVS}" in res.stdout
+    assert "skipping checkpoint" in res.stderr and "truncated" in res.stderr
+    final = ck.latest_checkpoint(d)
+    assert final.name == ck.checkpoint_name(STEPS)
+    state, hist, manifest = agent.restore(final, seeds=SEEDS, total_timesteps=STEPS, **RUN)
+    assert manifest["meta"]["agent_steps"] == STEPS and manifest["payload"]["bytes"] > 0
+    assert_same_state(state, w_state)
+    assert_same_history(hist, w_hist)
+    assert [c["agent_steps"] for c in hist["chunks"]] == [c["agent_steps"] for c in w_hist["chunks"]]
+
+
+# ------------------------------------------------------------- SIGTERM of the CLI stage
+def stage_cmd(out: Path, ckdir: Path) -> list[str]:
+    return [sys.executable, "-m", "tdmpc2core.cli", "train-single", "--task", "pendulum", "--spec",
+            json.dumps(SPEC), "--seeds", *map(str, SEEDS), "--outdir", str(out), "--checkpoint-dir", str(ckdir),
+            "--checkpoint-every", "100", "--keep-checkpoints", "2", "--max-chunk-seconds", "0.2"]
+
+
+@pytest.mark.slow
+def test_sigterm_then_rerun_equals_whole(whole, tmp_path):
+    agent, w_state, w_hist = whole
+    out, ckdir = tmp_path / "results/single/pendulum", tmp_path / "checkpoints/single/pendulum/seeds_0_1"
+    proc = subprocess.Popen(stage_cmd(out, ckdir), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env=subprocess_env(), cwd=tmp_path)
+    lines = []
+    killer = threading.Timer(900, proc.kill)  # never hang the test run
+    killer.start()
+    try:
+        for line in proc.stderr:  # SIGTERM once the checkpoint at 500 agent steps (training phase) is written
+            lines.append(line)
+            if "step_000000000500 written" in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        lines += proc.stderr.readlines()
+        rc = proc.wait()
+    finally:
+        killer.cancel()
+    log = "".join(lines)
+    assert rc == 128 + signal.SIGTERM, log[-4000:]
+    assert "received SIGTERM" in log and "stopped by SIGTERM at" in log and "rerun the same command" in log
+    for s in SEEDS:  # no output that could pass for complete
+        assert not (out / f"seed{s}" / "run.json").exists()
+        assert not (out / f"seed{s}" / "eval.parquet").exists()
+    stopped_at = int(ck.latest_checkpoint(ckdir).name.split("_")[1])
+    assert 500 < stopped_at < STEPS  # stopped inside a chunk of the schedule, in the training phase
+    assert len(ck.list_checkpoints(ckdir)) == 2  # keep_checkpoints
+
+    res = subprocess.run(stage_cmd(out, ckdir), capture_output=True, text=True, timeout=900,
+                         env=subprocess_env(), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert f"resumed from {ckdir / ck.checkpoint_name(stopped_at)}" in res.stderr
+    assert "last eval return" in res.stderr and "left" in res.stderr
+    # the outputs equal the uninterrupted run's
+    for i, s in enumerate(SEEDS):
+        ev = pq.read_table(out / f"seed{s}" / "eval.parquet").to_pandas()
+        np.testing.assert_array_equal(ev["return"].to_numpy(), w_hist["eval_returns"][:, i, :].reshape(-1))
+        np.testing.assert_array_equal(ev["agent_steps"].to_numpy(), np.repeat(w_hist["eval_agent_steps"], 2))
+        met = pq.read_table(out / f"seed{s}" / "metrics.parquet").to_pandas()
+        assert met["agent_steps"].tolist() == [c["agent_steps"] for c in w_hist["chunks"]]
+        for k in ("updates", "total_loss", "pi_scale", "grad_norm", "train_return"):
+            np.testing.assert_array_equal(met[k].to_numpy(), [np.float64(np.asarray(c[k])[i]) for c in w_hist["chunks"]],
+                                          err_msg=k)
+        run = json.loads((out / f"seed{s}" / "run.json").read_text())
+        assert run["resumed_from_agent_steps"] == stopped_at
+    # the folder keeps the final checkpoint (the trained agent) and a completion marker
+    assert [p.name for p in ck.list_checkpoints(ckdir)] == [ck.checkpoint_name(STEPS)]
+    assert (ckdir / "outputs_written.json").exists()
+    state, hist, _ = agent.restore(ck.latest_checkpoint(ckdir), seeds=SEEDS, total_timesteps=STEPS, **RUN)
+    assert_same_state(state, w_state)
+    assert_same_history(hist, w_hist)
+
+
+# ------------------------------------------------------------- settings and missing checkpoints
+def test_config_mismatch_is_an_error_naming_the_setting(tiny_agent, saved_init, capsys):
+    from tdmpc2core import TDMPC2
+
+    agent = tiny_agent
+    path = ck.latest_checkpoint(saved_init)
+    assert path.name == "step_000000000000"
+    other = TDMPC2("Pendulum-v1", n_envs=N_ENVS, **dict(AGENT, horizon=4))
+    with pytest.raises(ck.CheckpointMismatchError, match=r"agent\.horizon: checkpoint 3, now 4"):
+        other.restore(path)
+    with pytest.raises(ck.CheckpointMismatchError, match=r"agent\.n_envs: checkpoint 2, now 1"):
+        TDMPC2("Pendulum-v1", n_envs=1, **AGENT).restore(path)
+    with pytest.raises(ck.CheckpointMismatchError, match=r"run\.eval_every: checkpoint 200, now 100"):
+        agent.restore(path, eval_every=100)
+    with pytest.raises(ck.CheckpointMismatchError, match=r"run\.seeds"):
+        agent.restore(path, seeds=[0, 2])
+    with pytest.raises(ck.CheckpointMismatchError, match=r"run\.total_timesteps: checkpoint 700, now 900"):
+        agent.train(seed=SEEDS, n_timesteps=900, checkpoint_dir=saved_init, **RUN)
+
+    # the stage: exit code 2, the setting, the folder and what to do
+    from tdmpc2core.stages import train_single
+
+    from tdmpc2core.cli import build_parser
+
+    spec = dict(SPEC, agent=dict(AGENT, horizon=4))
+    args = build_parser().parse_args(["train-single", "--task", "pendulum", "--spec", json.dumps(spec), "--seeds",
+                                      "0", "1", "--outdir", str(saved_init / "out"), "--checkpoint-dir",
+                                      str(saved_init)])
+    assert train_single.run(args) == 2
+    err = capsys.readouterr().err
+    assert "agent.horizon: checkpoint 3, now 4" in err
+    assert f"Delete it (rm -r {saved_init})" in err and "checkpoint_dir" in err
+
+
+def test_missing_checkpoint_is_an_error(tiny_agent, tmp_path):
+    agent = tiny_agent
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "nope")):
+        agent.restore(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        ck.restore(tmp_path / "nope", {"x": np.zeros(2)})
+    assert ck.latest_checkpoint(tmp_path / "no-folder") is None  # nothing saved yet: a fresh start
+    assert ck.list_checkpoints(tmp_path / "no-folder") == []
+
+
+def test_resume_false_refuses_a_folder_with_checkpoints(tiny_agent, saved_init):
+    with pytest.raises(ValueError, match="resume=True"):
+        tiny_agent.train(seed=SEEDS, n_timesteps=STEPS, checkpoint_dir=saved_init, resume=False, **RUN)
+
+
+# ------------------------------------------------------------- the format (no training)
+class FakeMultiTaskState(NamedTuple):
+    """A pytree of the shape a multi-task agent's state would have (leading seed axis)."""
+
+    params: dict
+    step: jnp.ndarray
+    key: jnp.ndarray
+    typed_key: jnp.ndarray
+
+
+def fake_state(n_seeds=2, offset=0.0):
+    return FakeMultiTaskState(
+        params={"enc": {"w": jnp.arange(n_seeds * 6, dtype=jnp.float32).reshape(n_seeds, 2, 3) + offset},
+                "task_emb": jnp.full((n_seeds, 4, 5), jnp.nan, jnp.float32)},
+        step=jnp.arange(n_seeds, dtype=jnp.int32),
+        key=jnp.stack([jax.random.PRNGKey(i) for i in range(n_seeds)]),
+        typed_key=jax.random.split(jax.random.key(3), n_seeds))
+
+
+def test_round_trip_generic_pytree_and_layout_errors(tmp_path):
+    tree = {"state": fake_state()}
+    info = ck.save(tmp_path, 1000, tree, settings={"a": 1, "b": {"c": [1, 2]}}, host={"h": np.arange(3.0)},
+                   meta={"note": "x"})
+    assert info.path == tmp_path / "step_000000001000" and info.bytes == (info.path / ck.PAYLOAD).stat().st_size
+    manifest = ck.verify(info.path)
+    assert manifest["format"] == ck.FORMAT and manifest["format_version"] == ck.FORMAT_VERSION
+    assert manifest["leaves"]["['state'].typed_key"]["key_impl"] == "threefry2x32"
+    template = jax.eval_shape(lambda: {"state": fake_state()})
+    got, host, _ = ck.restore(info.path, template, settings={"a": 1, "b": {"c": (1, 2)}})
+    assert isinstance(got["state"], FakeMultiTaskState)
+    assert jax.dtypes.issubdtype(got["state"].typed_key.dtype, jax.dtypes.prng_key)
+    np.testing.assert_array_equal(jax.random.key_data(got["state"].typed_key), jax.random.key_data(tree["state"].typed_key))
+    for x, y in zip(leaves(got["state"]._replace(typed_key=0)), leaves(tree["state"]._replace(typed_key=0))):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(host["h"], np.arange(3.0))
+    with pytest.raises(ck.CheckpointMismatchError, match=r"b\.c: checkpoint \[1, 2\], now \[1, 3\]"):
+        ck.restore(info.path, template, settings={"a": 1, "b": {"c": [1, 3]}})
+    with pytest.raises(ck.CheckpointMismatchError, match=r"\['state'\]\.params\['enc'\]\['w'\]: checkpoint float32\[2, 2, 3\], "
+                                                         r"expected float32\[3, 2, 3\]"):
+        ck.restore(info.path, jax.eval_shape(lambda: {"state": fake_state(3)}))
+    # keep the newest k
+    for step in (2000, 3000):
+        ck.save(tmp_path, step, tree, settings={}, keep=2)
+    assert [p.name for p in ck.list_checkpoints(tmp_path)] == ["step_000000002000", "step_000000003000"]
+    with pytest.raises(TypeError, match="object"):
+        ck.save(tmp_path, 4000, tree, settings={}, host={"bad": np.array([{}], dtype=object)})
+
+
+def test_damaged_checkpoints_are_detected(tmp_path):
+    for step in (100, 200, 300):
+        ck.save(tmp_path, step, {"state": fake_state(offset=step)}, settings={})
+    (tmp_path / ".tmp-step_000000000400-abc").mkdir()  # a write killed before its rename
+    (tmp_path / ".tmp-step_000000000400-abc" / ck.PAYLOAD).write_bytes(b"partial")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # unfinished writes are not candidates: no warning
+        assert ck.latest_checkpoint(tmp_path).name == "step_000000000300"
+
+    newest = tmp_path / "step_000000000300" / ck.PAYLOAD
+    data = newest.read_bytes()
+    newest.write_bytes(data[:-100])  # truncated
+    with pytest.warns(ck.CheckpointWarning, match="step_000000000300 is damaged.*truncated"):
+        assert ck.latest_checkpoint(tmp_path).name == "step_000000000200"
+    with pytest.raises(ck.CorruptCheckpointError, match="truncated"):
+        ck.restore(tmp_path / "step_000000000300", jax.eval_shape(lambda: {"state": fake_state()}))
+    mid = len(data) // 2
+    newest.write_bytes(data[:mid] + bytes([data[mid] ^ 1]) + data[mid + 1:])  # one bit flipped, same size
+    with pytest.raises(ck.CorruptCheckpointError, match="checksum"):
+        ck.verify(tmp_path / "step_000000000300")
+    (tmp_path / "step_000000000200" / ck.MANIFEST).unlink()  # incomplete
+    (tmp_path / "step_000000000100" / ck.PAYLOAD).unlink()
+    with pytest.warns(ck.CheckpointWarning):
+        with pytest.raises(ck.CorruptCheckpointError, match="no usable checkpoint.*Delete the folder"):
+            ck.latest_checkpoint(tmp_path)
+    ck.prune(tmp_path, 1)  # also clears the .tmp-* leftovers
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+KILL_SCRIPT = """
+import os, signal, sys
+import numpy as np
+from tdmpc2core import checkpoint as ck
+directory, where = sys.argv[1], sys.argv[2]
+tree = {"w": np.arange(1_000_000, dtype=np.float32)}
+ck.save(directory, 100, tree, settings={})
+if where == "payload":      # SIGKILL halfway through writing the payload
+    def write(path, data):
+        with open(path, "wb") as fh:
+            fh.write(data[: len(data) // 2])
+            fh.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    ck._write_payload = write
+else:                       # SIGKILL after both files are written, before the rename that publishes them
+    ck._publish = lambda tmp, final: os.kill(os.getpid(), signal.SIGKILL)
+ck.save(directory, 200, {"w": tree["w"] + 1}, settings={})
+"""
+
+
+@pytest.mark.parametrize("where", ["payload", "publish"])
+def test_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path, where):
+    res = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(tmp_path), where], capture_output=True, text=True,
+                         timeout=300, env=subprocess_env())
+    assert res.returncode == -signal.SIGKILL, res.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-step_000000000200")]  # the unfinished write
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        latest = ck.latest_checkpoint(tmp_path)
+    assert latest.name == "step_000000000100"
+    got, _, _ = ck.restore(latest, {"w": jax.ShapeDtypeStruct((1_000_000,), jnp.float32)})
+    np.testing.assert_array_equal(got["w"], np.arange(1_000_000, dtype=np.float32))
