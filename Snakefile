@@ -6,6 +6,8 @@
 #
 # DAG: resolve_config -> train_single_seeds_* (one job per task and seed group)
 #      -> figures_task (per task), figure_overview, tables -> report -> all
+#      train_single_* (each seed's episodes.parquet) -> dataset_task -> dataset_pool
+#      -> dataset_summary -> report
 # Rules only name files and call one `tdmpc2 <stage>` command (tdmpc2core/cli.py).
 # docs/pipeline.md explains the configuration, reruns and SLURM.
 
@@ -34,6 +36,7 @@ localrules:
     figures_task,
     figure_overview,
     tables,
+    dataset_summary,
     report,
 
 
@@ -48,4 +51,5 @@ include: "workflow/rules/resolve.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/datasets.smk"
 include: "workflow/rules/report.smk"

@@ -123,3 +123,37 @@ def sample(replay: Replay, key, batch_size: int, horizon: int) -> Batch:
         reward=jnp.swapaxes(reward, 0, 1),
         terminated=jnp.swapaxes(term, 0, 1),
     )
+
+
+def committed_episodes(replay: Replay):
+    """The complete episodes one seed's replay holds, oldest first, on the host.
+
+    ``replay`` is one seed's replay (no seed axis; jax or numpy arrays). Episodes come in the
+    order they were collected: rounds of ``n_envs`` episodes in order, env order within a
+    round; the episodes in progress are not included.
+
+    Returns:
+      (episodes, evicted): ``episodes`` a list of dicts of numpy arrays, one per episode,
+      ``obs`` [L, obs_dim] f32, ``action`` [L, A] f32, ``reward`` [L] f32, ``terminated``
+      [L] bool, with L = rows (agent steps + 1; row 0 is the reset row, NaN action and
+      reward); ``evicted`` the number of complete episodes the ring no longer holds.
+    """
+    import numpy as np
+
+    host = jax.tree_util.tree_map(np.asarray, replay)
+    S = host.obs.shape[0]
+    n_envs = host.env_slot.shape[0]
+    committed = int(host.committed)
+    held = min(committed, S - n_envs)
+    first = int(host.allocated) - n_envs - held
+    episodes = []
+    for i in range(held):
+        s = (first + i) % S
+        term = host.terminated[s]
+        episodes.append({
+            "obs": host.obs[s].copy(),
+            "action": host.action[s].copy(),
+            "reward": host.reward[s].copy(),
+            "terminated": np.nan_to_num(term, nan=0.0) > 0.5,
+        })
+    return episodes, committed - held

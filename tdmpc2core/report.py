@@ -141,6 +141,35 @@ def aggregate_section(agg: pd.DataFrame) -> str:
             + f'<p class="muted">Confidence intervals: {esc(method)}.</p>')
 
 
+def dataset_stats(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset and task: episodes, agent steps, terminated episodes and the return
+    distribution, from the rows of ``tdmpc2 dataset-summary`` (one per episode). A pool gets
+    one row per task and an ``(all tasks)`` row."""
+    def stats(g):
+        r = g["return"]
+        return pd.Series({"episodes": len(g), "agent_steps": int(g["agent_steps"].sum()),
+                          "terminated": int(g["terminated"].sum()), "mean": r.mean(), "sd": r.std(ddof=0),
+                          "min": r.min(), "median": r.median(), "max": r.max()})
+
+    out = []
+    for (dataset, kind), g in summary.groupby(["dataset", "kind"], sort=False):
+        for task, gt in g.groupby("task", sort=False):
+            out.append({"dataset": dataset, "kind": kind, "task": task, **stats(gt)})
+        if kind == "pool":
+            out.append({"dataset": dataset, "kind": kind, "task": "(all tasks)", **stats(g)})
+    return pd.DataFrame(out)
+
+
+def datasets_section(stats: pd.DataFrame) -> str:
+    rows, cells = [], []
+    for r in stats.itertuples(index=False):
+        rows.append([esc(r.dataset), esc(r.kind), esc(r.task), num(r.episodes, 0), num(r.agent_steps, 0),
+                     num(r.terminated, 0), _mean_sd(r.mean, r.sd), num(r.min), num(r.median), num(r.max)])
+        cells.append(["", "", "", "num", "num", "num", "num", "num", "num", "num"])
+    return html_table(["Dataset", "Kind", "Task", "Episodes", "Agent steps", "Terminated episodes",
+                       "Return: mean ± sd", "Min", "Median", "Max"], rows, cell_classes=cells)
+
+
 def kv_table(d: Mapping, key_header: str = "Key", value_header: str = "Value", none_text: str = "unknown") -> str:
     return html_table([key_header, value_header],
                       [[esc(k), esc(none_text if v is None else v)] for k, v in d.items()])
@@ -156,7 +185,8 @@ def render_report(ctx: Mapping) -> str:
     job, wall_s, max_rss_mb, cpu_time_s), ``runs`` (DataFrame: one row per run.json with
     task, seed, backend, device_kind, matmul_precision, compile_time_s, wall_time_s),
     ``packages`` / ``run_packages`` (dicts), ``git`` (dict), ``platform`` (dict),
-    ``config_yaml`` (str), ``notes`` (list of str).
+    ``config_yaml`` (str), ``notes`` (list of str), ``datasets`` (DataFrame of
+    :func:`dataset_stats`, optional) and ``datasets_figure`` ((kind, data) or None).
     """
     is_paper = bool(ctx.get("is_paper"))
     banner_cls = "paper" if is_paper else "demo"
@@ -175,7 +205,7 @@ def render_report(ctx: Mapping) -> str:
         "here run on MuJoCo Playground, whose physics differ from dm_control's: comparisons are "
         "approximate.</p>",
         '<nav><a href="#final">Final scores</a><a href="#single">Single-task table</a>'
-        '<a href="#aggregate">Aggregates</a><a href="#figures">Figures</a><a href="#runtime">Runtime</a>'
+        '<a href="#aggregate">Aggregates</a><a href="#figures">Figures</a><a href="#datasets">Datasets</a><a href="#runtime">Runtime</a>'
         '<a href="#provenance">Provenance</a><a href="#config">Configuration</a></nav>',
     ]
     for note in ctx.get("notes") or []:
@@ -209,6 +239,20 @@ def render_report(ctx: Mapping) -> str:
         parts.append(f'<h3 id="fig-{esc(task)}">{esc(task)} <span class="muted">{esc(subtitle)}</span></h3>')
         for alt, kind, data in images:
             parts.append(f'<div class="fig">{embed_image(data, kind, alt)}</div>')
+
+    ds = ctx.get("datasets")
+    if ds is not None and not ds.empty:
+        parts.append('<h2 id="datasets">Episode datasets</h2>')
+        parts.append("<p>Each training run's replay, exported as an episode dataset (every complete "
+                     "episode, as collected: seed-phase random episodes included), joined per task "
+                     "(<code>results/datasets/tasks/</code>) and pooled for multi-task training "
+                     "(<code>results/datasets/pools/</code>; observations and actions zero-padded to the "
+                     "largest task). Agent steps = transitions; the reset rows are not counted. Returns are "
+                     "undiscounted training-episode returns, exploration noise included.</p>")
+        parts.append(datasets_section(ds))
+        if ctx.get("datasets_figure"):
+            kind, data = ctx["datasets_figure"]
+            parts.append(f'<div class="fig">{embed_image(data, kind, "episode returns per task dataset")}</div>')
 
     parts.append('<h2 id="runtime">Runtime</h2>')
     runs = ctx.get("runs")
@@ -250,4 +294,4 @@ def render_report(ctx: Mapping) -> str:
     return "\n".join(parts) + "\n"
 
 
-__all__ = ["render_report", "html_table", "embed_image", "esc", "num", "CSS"]
+__all__ = ["render_report", "dataset_stats", "html_table", "embed_image", "esc", "num", "CSS"]

@@ -85,13 +85,16 @@ def test_default_dry_run(tmp_path):
     stats = job_stats(out)
     # 2 tasks x 2 seeds, the demo's seeds_per_job 2: one vmapped job per task
     assert stats == {"resolve_config": 1, "train_single_seeds_0_1": 2,
-                     "figure_overview": 1, "figures_task": 2, "tables": 1, "report": 1, "all": 1, "total": 9}
+                     "figure_overview": 1, "figures_task": 2, "tables": 1, "dataset_task": 2, "dataset_pool": 1,
+                     "dataset_summary": 1, "report": 1, "all": 1, "total": 13}
     specs = shell_specs(out)
     assert set(specs) == {"pendulum", "cartpole-balance"}
     cb, _ = specs["cartpole-balance"]
     assert cb["action_repeat"] == 2 and cb["agent_steps"] == 10000 and cb["env_id"] == "CartpoleBalance"
     assert cb["agent"]["model_size"] == 1 and set(cb) == {"env_id", "action_repeat", "episode_length",
-                                                           "agent_steps", "eval_every", "eval_episodes", "agent"}
+                                                           "agent_steps", "eval_every", "eval_episodes", "agent",
+                                                           "allow_evicted"}
+    assert cb["allow_evicted"] is False
     assert "PJRT_NPROC=1" in out and "JAX_COMPILATION_CACHE_DIR=.jax_cache" in out
     # the trainer replaces the shell (a SIGTERM reaches it alone); checkpoints outside results/
     assert "exec " in out and "--checkpoint-dir checkpoints/single/pendulum/seeds_0_1 --checkpoint-every 1000" in out
@@ -102,7 +105,8 @@ def test_paper_dry_run_has_22_tasks_and_no_demo_leak(tmp_path):
     stats = job_stats(out)
     # 22 tasks x 1 job of 3 vmapped seeds; one figure job per task
     assert stats == {"resolve_config": 1, "train_single_seeds_0_1_2": 22, "figure_overview": 1,
-                     "figures_task": 22, "tables": 1, "report": 1, "all": 1, "total": 49}
+                     "figures_task": 22, "tables": 1, "dataset_task": 22, "dataset_pool": 1, "dataset_summary": 1,
+                     "report": 1, "all": 1, "total": 73}
     specs = shell_specs(out)
     assert set(specs) == set(P.PLAYGROUND_TO_DMC.values())
     tasks_in_dag = {t for _, t in planned_jobs(out) if t}
@@ -156,6 +160,17 @@ def test_unknown_config_keys_are_refused(tmp_path):
     assert res.returncode != 0
     assert "unknown agent setting(s) ['num_sample']" in res.stdout + res.stderr
 
+    # a run longer than its replay cannot export its whole history: refused at load time
+    (wf / "evict.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent: {buffer_size: 2000}\n")
+    res = snakemake(wf, "-n", "--configfile", "evict.yaml")
+    assert res.returncode != 0
+    assert "task 'pendulum' of protocol 'demo' trains 6000 agent steps with buffer_size 2000" in res.stdout + res.stderr
+    (wf / "evict2.yaml").write_text("protocols:\n  demo:\n    datasets: {allow_evicted: true}\n")
+    ok(snakemake(wf, "-n", "--configfile", "evict.yaml", "evict2.yaml"))
+    (wf / "pool.yaml").write_text("protocols:\n  demo:\n    pools: {bad: [pendulum, walker]}\n")
+    res = snakemake(wf, "-n", "--configfile", "pool.yaml")
+    assert res.returncode != 0 and "pool 'bad' of protocol 'demo' names task(s) ['walker']" in res.stdout + res.stderr
+
     res = snakemake(wf, "-n", "--config", "protocol=nope")
     assert res.returncode != 0
     assert "protocol 'nope' has no entry under 'protocols'" in res.stdout + res.stderr
@@ -196,6 +211,18 @@ def run(args):
                           total_loss=[1.0 / (1 + s) for s in steps],
                           train_return=[lo + (hi - lo) * s / n for s in steps])).to_parquet(
             os.path.join(d, "metrics.parquet"))
+        import numpy as np
+        from tdmpc2core.dataset import TaskInfo, from_episodes, save_dataset
+        rng = np.random.default_rng(seed)
+        T, O = 5, 3
+        eps = []
+        for _ in range(2):
+            act, rew = rng.uniform(-1, 1, (T + 1, 1)).astype(np.float32), np.full(T + 1, 1.0 + seed, np.float32)
+            act[0], rew[0] = np.nan, np.nan
+            eps.append(dict(obs=rng.standard_normal((T + 1, O + len(args.task) % 3)).astype(np.float32),
+                            action=act, reward=rew, terminated=np.zeros(T + 1, bool)))
+        task = TaskInfo(args.task, O + len(args.task) % 3, 1, T, ar, 0.95, spec["env_id"])
+        save_dataset(from_episodes(eps, task, {"seed": seed}), os.path.join(d, "episodes.parquet"))
         with open(os.path.join(d, "run.json"), "w") as fh:
             json.dump({"task": args.task, "seed": seed, "spec": spec, "pid": os.getpid(),
                        "checkpoint": [args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints,
@@ -218,10 +245,15 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     (wf / "small.yaml").write_text("bootstrap_reps: 200\nseeds_per_job: 1\n")
 
     out = ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
-    assert "11 of 11 steps (100%) done" in out
+    assert "15 of 15 steps (100%) done" in out
     html = (wf / "results" / "report.html").read_text(encoding="utf-8")
     assert "Demo at laptop scale: NOT the paper&#x27;s protocol" in html
-    assert html.count("data:image/png;base64,") == 5
+    assert html.count("data:image/png;base64,") == 6  # 2 x (eval, train), overview, datasets
+    assert 'id="datasets"' in html and "(all tasks)" in html
+    from tdmpc2core.dataset import load_dataset
+    pool = load_dataset(wf / "results/datasets/pools/demo.parquet")
+    assert pool.task_names == ["pendulum", "cartpole-balance"] and pool.num_episodes == 8
+    assert [t.obs_dim for t in pool.tasks] == [5, 4] and pool.obs_dim == 5
     assert not re.search(r'(src|href)="(?!#|data:)', html)
     assert "train_single/pendulum/seeds_0" in html  # runtimes from the benchmark files
     for task in ("pendulum", "cartpole-balance"):
@@ -243,7 +275,9 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     trains = [j for j in planned_jobs(out) if j[0].startswith("train_single")]
     assert trains == [("train_single_seeds_1", "pendulum")]
     assert job_stats(out) == {"train_single_seeds_1": 1, "figure_overview": 1, "figures_task": 1,
-                              "tables": 1, "report": 1, "all": 1, "total": 6}
+                              "tables": 1, "dataset_task": 1, "dataset_pool": 1, "dataset_summary": 1,
+                              "report": 1, "all": 1, "total": 9}
+    assert ("dataset_task", "pendulum") in planned_jobs(out)
 
     # changing one task's settings reruns that task's training only
     (wf / "change.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent_steps: 3000\n")

@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tables", default="results/tables", help="folder written by `tdmpc2 tables`")
     parser.add_argument("--figures", default="results/figures", help="folder written by `tdmpc2 figures`")
     parser.add_argument("--benchmarks", default="benchmarks/runs", help="Snakemake benchmark files (optional)")
+    parser.add_argument("--datasets", default=None,
+                        help="summary of the episode datasets (results/datasets/summary.parquet; optional)")
     parser.add_argument("--repo", default=".", help="git work tree whose commit is reported")
     parser.add_argument("--no-jax", action="store_true", help="do not import JAX for the report machine's platform")
     parser.add_argument("--out", default="results/report.html", help="the HTML file to write")
@@ -130,6 +132,12 @@ def run(args) -> int:
     run_prov = {k: v for k, v in first.items()
                 if any(w in k.lower() for w in _PROVENANCE_WORDS)
                 and not k.startswith(("agent", "config.", "spec.", "provenance.packages."))}
+    datasets, datasets_figure = None, None
+    if args.datasets:
+        datasets = R.dataset_stats(pd.read_parquet(args.datasets))
+        p = os.path.join(args.figures, "datasets.png")
+        if os.path.exists(p):
+            datasets_figure = _read_image(p)
     ctx = {
         "protocol": cfg.get("protocol", "?"),
         "label": cfg.get("label", ""),
@@ -143,6 +151,7 @@ def run(args) -> int:
         "run_provenance": run_prov,
         "git": PV.git_info(args.repo), "platform": PV.platform_info(include_jax=not args.no_jax),
         "config_yaml": config_yaml, "notes": notes,
+        "datasets": datasets, "datasets_figure": datasets_figure,
     }
     A.write_text_atomic(args.out, R.render_report(ctx))
     print(f"tdmpc2 report: {args.out} ({os.path.getsize(args.out) / 1e3:.0f} kB)")

@@ -1,7 +1,8 @@
 """``tdmpc2 train-single``: train single-task TD-MPC2 seeds (vmapped) on one task.
 
-Writes ``{outdir}/seed{S}/eval.parquet``, ``metrics.parquet`` and, last, ``run.json`` for
-every seed (docs/artifacts.md), only once training is complete. Progress is logged to stderr
+Writes ``{outdir}/seed{S}/eval.parquet``, ``metrics.parquet``, ``episodes.parquet`` (the
+seed's replay as an episode dataset, :func:`tdmpc2core.dataset.export_episodes`) and, last,
+``run.json`` for every seed (docs/artifacts.md), only once training is complete. Progress is logged to stderr
 after every chunk of the schedule and at least every ``--progress-seconds``: agent steps done
 of the total, agent steps/s, time left (from this session's training-tick rate), the last
 evaluation return.
@@ -27,7 +28,7 @@ import time
 from pathlib import Path
 
 SPEC_KEYS = {"env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes",
-             "agent", "n_envs", "backend"}
+             "agent", "n_envs", "backend", "allow_evicted"}
 REQUIRED = {"env_id", "agent_steps"}
 #: in the checkpoint folder: the run finished and wrote its outputs (a rerun then starts over)
 COMPLETE_MARKER = "outputs_written.json"
@@ -91,6 +92,7 @@ def run(args) -> int:
 
     from .. import atomic, checkpoint, provenance
     from ..agent import TDMPC2
+    from ..dataset import export_episodes, save_dataset
     from ..networks import MATMUL_PRECISION
     from ..training import TrainingInterrupted
 
@@ -253,12 +255,19 @@ def _run(args, spec, seeds, outdir, log, np, pa, atomic, checkpoint, provenance,
                   "pi_grad_norm", "pi_scale", "train_return"):
             met[k] = np.array([np.asarray(r[k])[i] for r in rows], np.float64)
         atomic.write_parquet(d / "metrics.parquet", pa.table(met))
+        episodes = export_episodes(agent, state, seed_index=i, name=args.task, seed=seed,
+                                   allow_evicted=bool(spec.get("allow_evicted", False)),
+                                   provenance={"spec": spec, **prov})
+        size = save_dataset(episodes, d / "episodes.parquet")
+        log(f"seed {seed}: exported {episodes.num_episodes} episodes ({episodes.num_transitions} agent steps, "
+            f"{size / 1e6:.1f} MB) to {d / 'episodes.parquet'}")
         final = hist["eval_return"][-1, i] if n_eval else None
         atomic.write_json(runjson, {
             "task": args.task, "seed": seed, "seeds_in_job": seeds, "spec": spec,
             "agent_config": agent.config, "gamma": agent.gamma, "seed_steps": agent.seed_steps,
             "agent_steps": n_timesteps, "env_frames": n_timesteps * agent.action_repeat,
             "final_eval_return": final,
+            "dataset_episodes": episodes.num_episodes, "dataset_agent_steps": episodes.num_transitions,
             "matmul_precision": f"float32 ({MATMUL_PRECISION.name}); jax_default_matmul_precision="
                                 f"{prov['platform'].get('jax_default_matmul_precision')}",
             "compile_seconds_upper_bound": compile_s["total"], "wall_seconds": wall,

@@ -23,11 +23,14 @@ CHECKPOINTS = config["checkpoint_dir"]
 CHECKPOINT_EVERY = int(config["checkpoint_every"])
 KEEP_CHECKPOINTS = int(config["keep_checkpoints"])
 MAX_CHUNK_SECONDS = float(config["max_chunk_seconds"])
-RUN_FILES = ["eval.parquet", "metrics.parquet", "run.json"]
+DATASETS = "results/datasets"
+# run.json last: it marks a complete run (episodes.parquet is the seed's replay, exported by
+# its training job: the replay lives in that process)
+RUN_FILES = ["eval.parquet", "metrics.parquet", "episodes.parquet", "run.json"]
 # the keys of one task that the training stage receives (docs/artifacts.md, "Task settings"),
 # and the optional ones it also accepts (passed only when set)
 SPEC_KEYS = ["env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes", "agent"]
-OPTIONAL_SPEC_KEYS = ["n_envs", "backend"]
+OPTIONAL_SPEC_KEYS = ["n_envs", "backend", "allow_evicted"]
 
 # ---- the protocol -------------------------------------------------------------------
 PROTOCOL_NAME = config["protocol"]
@@ -80,6 +83,35 @@ def _check_agent_keys():
 
 _check_agent_keys()
 
+# ---- episode datasets and pools -----------------------------------------------------
+ALLOW_EVICTED = bool(PROTOCOL.get("datasets", {}).get("allow_evicted", False))
+POOLS = {name: list(tasks) for name, tasks in PROTOCOL.get("pools", {}).items()}
+for _pool, _members in POOLS.items():
+    _unknown = [t for t in _members if t not in TASKS]
+    if _unknown:
+        raise WorkflowError(
+            f"config: pool {_pool!r} of protocol {PROTOCOL_NAME!r} names task(s) {_unknown} that are not "
+            f"under protocols.{PROTOCOL_NAME}.tasks (have: {sorted(TASKS)})"
+        )
+for _name, _t in TASKS.items():
+    _t["allow_evicted"] = ALLOW_EVICTED
+    _buffer = int(_t["agent"].get("buffer_size", 1_000_000))  # TDMPC2Config's default (spec §1)
+    if not ALLOW_EVICTED and int(_t["agent_steps"]) > _buffer:
+        raise WorkflowError(
+            f"config: task {_name!r} of protocol {PROTOCOL_NAME!r} trains {_t['agent_steps']} agent steps with "
+            f"buffer_size {_buffer}: its replay evicts the oldest episodes, so its episode dataset cannot hold "
+            f"the whole run. Raise agent.buffer_size, or set protocols.{PROTOCOL_NAME}.datasets.allow_evicted: "
+            "true to export what the replay still holds."
+        )
+
+
+def task_dataset(task):
+    return f"{DATASETS}/tasks/{task}.parquet"
+
+
+def pool_dataset(pool):
+    return f"{DATASETS}/pools/{pool}.parquet"
+
 # ---- seeds ---------------------------------------------------------------------------
 SEEDS = [int(s) for s in config["seeds"]]
 SEEDS_PER_JOB = int(config["seeds_per_job"])
@@ -122,6 +154,8 @@ RESOLVED_CONFIG = {
     "max_chunk_seconds": MAX_CHUNK_SECONDS,
     "bootstrap_reps": int(config["bootstrap_reps"]),
     "tasks": TASKS,
+    "pools": POOLS,
+    "datasets": {"allow_evicted": ALLOW_EVICTED},
 }
 RESOLVED_YAML = (
     "# The configuration this run used (protocol selected, task settings merged with the defaults).\n"
