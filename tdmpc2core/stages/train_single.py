@@ -85,6 +85,26 @@ def _hms(seconds: float) -> str:
 def run(args) -> int:
     spec = parse_spec(args.spec)
     import logging
+
+    seeds = list(args.seeds)
+    outdir = Path(args.outdir)
+    prefix = f"[train-single {args.task}]"
+    log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
+    # the library logs checkpoints and resumes on the "tdmpc2core" logger: into this job's log
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{prefix} %(message)s"))
+    lib_log = logging.getLogger("tdmpc2core")
+    lib_log.addHandler(handler)
+    old_level = lib_log.level
+    lib_log.setLevel(logging.INFO)
+    try:
+        return _run(args, spec, seeds, outdir, log)
+    finally:
+        lib_log.removeHandler(handler)
+        lib_log.setLevel(old_level)
+
+
+def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     import signal
 
     import numpy as np
@@ -96,26 +116,6 @@ def run(args) -> int:
     from ..networks import MATMUL_PRECISION
     from ..training import TrainingInterrupted
 
-    seeds = list(args.seeds)
-    outdir = Path(args.outdir)
-    prefix = f"[train-single {args.task}]"
-    log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{prefix} %(message)s"))
-    lib_log = logging.getLogger("tdmpc2core")
-    lib_log.addHandler(handler)
-    old_level = lib_log.level
-    lib_log.setLevel(logging.INFO)
-    try:
-        return _run(args, spec, seeds, outdir, log, np, pa, atomic, checkpoint, provenance, TDMPC2,
-                    MATMUL_PRECISION, TrainingInterrupted, signal)
-    finally:
-        lib_log.removeHandler(handler)
-        lib_log.setLevel(old_level)
-
-
-def _run(args, spec, seeds, outdir, log, np, pa, atomic, checkpoint, provenance, TDMPC2, MATMUL_PRECISION,
-         TrainingInterrupted, signal) -> int:
     agent = TDMPC2(spec["env_id"], n_envs=int(spec.get("n_envs", 1)),
                    episode_length=int(spec.get("episode_length", 1000)),
                    action_repeat=int(spec.get("action_repeat", 1)), backend=spec.get("backend"),
