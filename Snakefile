@@ -8,6 +8,7 @@
 #      -> figures_task (per task), figure_overview, tables -> report -> all
 #      train_single_* (each seed's episodes.parquet) -> dataset_task -> dataset_pool
 #      -> dataset_summary -> report
+#      dataset_pool -> train_multi (per pool and model size) -> scaling -> report
 # Rules only name files and call one `tdmpc2 <stage>` command (tdmpc2core/cli.py).
 # docs/pipeline.md explains the configuration, reruns and SLURM.
 
@@ -52,4 +53,5 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/datasets.smk"
+include: "workflow/rules/multitask.smk"
 include: "workflow/rules/report.smk"

@@ -170,6 +170,51 @@ def datasets_section(stats: pd.DataFrame) -> str:
                        "Return: mean ± sd", "Min", "Median", "Max"], rows, cell_classes=cells)
 
 
+MT30_CAVEAT = ("The pools are our own single-task runs' replay, not the paper's mt30 / mt80 datasets, so "
+               "these scores are not the paper's numbers: they show that one agent trained offline on the "
+               "pooled data solves the pooled tasks, and how that changes with model size on our data.")
+
+
+def multitask_section(scaling: pd.DataFrame, tasks: pd.DataFrame, ranges: Mapping[str, object],
+                      settings: Mapping) -> str:
+    """The multi-task scaling table, the per-task table with the expected-range check, and the
+    definition of the normalized score with every task's declared range."""
+    rows, cells = [], []
+    for r in scaling.itertuples(index=False):
+        score = "" if pd.isna(r.score_mean) else _mean_sd(r.score_mean, r.score_sd)
+        rng = "" if pd.isna(r.score_mean) else f"{num(r.score_min)} – {num(r.score_max)}"
+        rows.append([esc(r.pool), num(r.model_size, 0), num(r.params, 0), num(r.updates, 0), num(r.n_tasks, 0),
+                     num(r.n_seeds, 0), score, rng, num(r.mean_return), esc(r.note)])
+        cells.append(["", "num", "num", "num", "num", "num", "num", "num", "num", ""])
+    out = [html_table(["Pool", "Model size", "Parameters", "Updates", "Tasks", "Seeds",
+                       "Normalized score: mean ± sd", "Min – max over seeds", "Mean return over tasks", "Note"],
+                      rows, cell_classes=cells)]
+    rows, classes, cells = [], [], []
+    for r in tasks.itertuples(index=False):
+        res = str(r.result)
+        multi = "" if pd.isna(r.multi_mean) else _mean_sd(r.multi_mean, r.multi_sd)
+        single = "" if pd.isna(r.single_mean) else _mean_sd(r.single_mean, r.single_sd)
+        rows.append([esc(r.pool), esc(r.task), num(r.model_size, 0), multi, esc(r.seed_returns), num(r.score_mean),
+                     single, num(r.single_agent_steps, 0), esc(r.expected),
+                     esc(res.upper() if res in ("pass", "fail") else res), esc(r.note)])
+        classes.append(res if res in ("pass", "fail") else "")
+        cells.append(["", "", "num", "num", "", "num", "num", "num", "", "result", ""])
+    n_pass, n_fail = int((tasks["result"] == "pass").sum()), int((tasks["result"] == "fail").sum())
+    out.append(f'<p class="summary"><b>Expected-range check of the multi-task returns: {n_pass} pass, '
+               f'{n_fail} fail.</b></p>')
+    out.append(html_table(["Pool", "Task", "Model size", "Multi-task return: mean ± sd", "Per seed (seed: return)",
+                           "Normalized score", "Single-task return: mean ± sd", "Single-task agent steps",
+                           "Expected (multi-task return)", "Result", "Note"], rows, classes, cells))
+    ranges_rows = [[esc(t), "none: no normalized score" if rg is None else f"[{num(rg[0], 2)}, {num(rg[1], 2)}]"]
+                   for t, rg in ranges.items()]
+    out.append("<p>Declared return ranges (low, high) of the normalized score "
+               "100 (return − low) / (high − low):</p>" + html_table(["Task", "Return range"], ranges_rows))
+    keys = ("updates", "batch_size", "eval_every", "eval_episodes", "seeds", "agent")
+    out.append('<p class="muted">Settings: ' + esc(", ".join(f"{k} = {settings.get(k)}" for k in keys
+                                                             if settings.get(k) is not None)) + ".</p>")
+    return "\n".join(out)
+
+
 def kv_table(d: Mapping, key_header: str = "Key", value_header: str = "Value", none_text: str = "unknown") -> str:
     return html_table([key_header, value_header],
                       [[esc(k), esc(none_text if v is None else v)] for k, v in d.items()])
@@ -186,7 +231,10 @@ def render_report(ctx: Mapping) -> str:
     task, seed, backend, device_kind, matmul_precision, compile_time_s, wall_time_s),
     ``packages`` / ``run_packages`` (dicts), ``git`` (dict), ``platform`` (dict),
     ``config_yaml`` (str), ``notes`` (list of str), ``datasets`` (DataFrame of
-    :func:`dataset_stats`, optional) and ``datasets_figure`` ((kind, data) or None).
+    :func:`dataset_stats`, optional) and ``datasets_figure`` ((kind, data) or None), and
+    ``multitask`` (optional dict: ``scaling`` and ``tasks`` DataFrames of
+    :mod:`tdmpc2core.scaling`, ``ranges`` (task -> (low, high) or None), ``settings`` (the
+    resolved multitask block) and ``figure`` ((kind, data) or None)).
     """
     is_paper = bool(ctx.get("is_paper"))
     banner_cls = "paper" if is_paper else "demo"
@@ -205,7 +253,9 @@ def render_report(ctx: Mapping) -> str:
         "here run on MuJoCo Playground, whose physics differ from dm_control's: comparisons are "
         "approximate.</p>",
         '<nav><a href="#final">Final scores</a><a href="#single">Single-task table</a>'
-        '<a href="#aggregate">Aggregates</a><a href="#figures">Figures</a><a href="#datasets">Datasets</a><a href="#runtime">Runtime</a>'
+        '<a href="#aggregate">Aggregates</a><a href="#figures">Figures</a><a href="#datasets">Datasets</a>'
+        + ('<a href="#multitask">Multi-task</a>' if ctx.get("multitask") else "")
+        + '<a href="#runtime">Runtime</a>'
         '<a href="#provenance">Provenance</a><a href="#config">Configuration</a></nav>',
     ]
     for note in ctx.get("notes") or []:
@@ -254,6 +304,23 @@ def render_report(ctx: Mapping) -> str:
             kind, data = ctx["datasets_figure"]
             parts.append(f'<div class="fig">{embed_image(data, kind, "episode returns per task dataset")}</div>')
 
+    mt = ctx.get("multitask")
+    if mt:
+        parts.append('<h2 id="multitask">Multi-task TD-MPC2: one agent, every pooled task, per model size</h2>')
+        parts.append("<p>One model per pool and model-size preset, trained offline on the pool's episode "
+                     "dataset (slices drawn uniformly over the pooled episodes, no planning during training, "
+                     "a learnable task embedding, zero-padded observations, masked actions, each task's discount "
+                     "from its own episode length), then evaluated on every task in its own environment with the "
+                     "planner in evaluation mode. A seed's normalized score is the mean over tasks of each "
+                     "task's 100 (return − low) / (high − low) at the final evaluation; DM Control's range "
+                     "[0, 1000] makes it the paper's return / 10. Beside each task's multi-task return: the "
+                     "final return of the single-task runs whose replay the pool holds.</p>")
+        parts.append(f'<p class="banner demo">{esc(MT30_CAVEAT)}</p>')
+        parts.append(multitask_section(mt["scaling"], mt["tasks"], mt.get("ranges") or {}, mt.get("settings") or {}))
+        if mt.get("figure"):
+            kind, data = mt["figure"]
+            parts.append(f'<div class="fig">{embed_image(data, kind, "multi-task scaling")}</div>')
+
     parts.append('<h2 id="runtime">Runtime</h2>')
     runs = ctx.get("runs")
     if runs is not None and not runs.empty:
@@ -294,4 +361,4 @@ def render_report(ctx: Mapping) -> str:
     return "\n".join(parts) + "\n"
 
 
-__all__ = ["render_report", "dataset_stats", "html_table", "embed_image", "esc", "num", "CSS"]
+__all__ = ["render_report", "dataset_stats", "multitask_section", "html_table", "embed_image", "esc", "num", "CSS"]

@@ -80,6 +80,15 @@ def shell_specs(out: str) -> dict[str, tuple[dict, str]]:
     return specs
 
 
+def multi_specs(out: str) -> dict[tuple[str, int], tuple[dict, str]]:
+    """(pool, model size) -> (spec JSON, seeds) of the train-multi commands of `snakemake -n -p`."""
+    specs = {}
+    for m in re.finditer(r"train-multi --pool (\S+) --model-size (\d+) --dataset \S+ --spec '([^']*)' "
+                         r"--seeds ([\d ]+?) --outdir", out):
+        specs[(m.group(1), int(m.group(2)))] = (json.loads(m.group(3)), m.group(4))
+    return specs
+
+
 # --------------------------------------------------------------------------- dry runs
 def test_default_dry_run(tmp_path):
     out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "2"))
@@ -87,7 +96,7 @@ def test_default_dry_run(tmp_path):
     # 2 tasks x 2 seeds, the demo's seeds_per_job 2: one vmapped job per task
     assert stats == {"resolve_config": 1, "train_single_seeds_0_1": 2,
                      "figure_overview": 1, "figures_task": 2, "tables": 1, "dataset_task": 2, "dataset_pool": 1,
-                     "dataset_summary": 1, "report": 1, "all": 1, "total": 13}
+                     "dataset_summary": 1, "train_multi": 1, "scaling": 1, "report": 1, "all": 1, "total": 15}
     specs = shell_specs(out)
     assert set(specs) == {"pendulum", "cartpole-balance"}
     cb, _ = specs["cartpole-balance"]
@@ -99,6 +108,12 @@ def test_default_dry_run(tmp_path):
     assert "PJRT_NPROC=1" in out and "JAX_COMPILATION_CACHE_DIR=.jax_cache" in out
     # the trainer replaces the shell (a SIGTERM reaches it alone); checkpoints outside results/
     assert "exec " in out and "--checkpoint-dir checkpoints/single/pendulum/seeds_0_1 --checkpoint-every 1000" in out
+    # one multi-task model (the demo pool, model size 1), both seeds vmapped
+    multi = multi_specs(out)
+    assert set(multi) == {("demo", 1)}
+    spec, seeds = multi[("demo", 1)]
+    assert seeds == "0 1" and spec["updates"] >= 1 and spec["batch_size"] == 256 and "model_size" not in spec["agent"]
+    assert spec["return_ranges"] == {"pendulum": [-3254.72, 0.0]}  # declared; CartpoleBalance: DMC default
 
 
 def test_paper_dry_run_has_22_tasks_and_no_demo_leak(tmp_path):
@@ -107,7 +122,14 @@ def test_paper_dry_run_has_22_tasks_and_no_demo_leak(tmp_path):
     # 22 tasks x 1 job of 3 vmapped seeds; one figure job per task
     assert stats == {"resolve_config": 1, "train_single_seeds_0_1_2": 22, "figure_overview": 1,
                      "figures_task": 22, "tables": 1, "dataset_task": 22, "dataset_pool": 1, "dataset_summary": 1,
-                     "report": 1, "all": 1, "total": 73}
+                     "train_multi": 5, "scaling": 1, "report": 1, "all": 1, "total": 79}
+    # the multi-task protocol: one model per size on the dmc22 pool, 10M updates at batch 1024,
+    # evaluation every 50k updates with 10 episodes per task, every other setting the paper's
+    multi = multi_specs(out)
+    assert set(multi) == {("dmc22", s) for s in (1, 5, 19, 48, 317)}
+    for (pool, size), (spec, seeds) in multi.items():
+        assert spec == {"updates": 10_000_000, "batch_size": 1024, "eval_every": 50_000, "eval_episodes": 10,
+                        "log_every": 10_000, "agent": {}}, size
     specs = shell_specs(out)
     assert set(specs) == set(P.PLAYGROUND_TO_DMC.values())
     tasks_in_dag = {t for _, t in planned_jobs(out) if t}
@@ -135,6 +157,10 @@ def test_paper_config_is_self_contained():
     block = paper["protocols"]["paper"]
     assert block["defaults"]["agent"] == {"model_size": 5}
     assert block["defaults"]["resources"]["gpu"] == 1
+    mt = block["multitask"]
+    assert mt["model_sizes"] == [1, 5, 19, 48, 317] and mt["pools"] == ["dmc22"]
+    assert (mt["updates"], mt["batch_size"], mt["eval_every"], mt["eval_episodes"]) == (10_000_000, 1024, 50_000, 10)
+    assert set(block["pools"]["dmc22"]) == set(block["tasks"])
     # expected: the published band at the last published point, rounded outwards to 0.1
     for task, t in block["tasks"].items():
         fp = P.final_point(task)
@@ -171,6 +197,19 @@ def test_unknown_config_keys_are_refused(tmp_path):
     (wf / "pool.yaml").write_text("protocols:\n  demo:\n    pools: {bad: [pendulum, walker]}\n")
     res = snakemake(wf, "-n", "--configfile", "pool.yaml")
     assert res.returncode != 0 and "pool 'bad' of protocol 'demo' names task(s) ['walker']" in res.stdout + res.stderr
+
+    (wf / "mt.yaml").write_text("protocols:\n  demo:\n    multitask: {pools: [nope]}\n")
+    res = snakemake(wf, "-n", "--configfile", "mt.yaml")
+    assert res.returncode != 0 and "multitask.pools names ['nope']" in res.stdout + res.stderr
+    (wf / "mt2.yaml").write_text("protocols:\n  demo:\n    multitask: {agent: {model_size: 5}}\n")
+    res = snakemake(wf, "-n", "--configfile", "mt2.yaml")
+    assert res.returncode != 0 and "multitask.agent.model_size" in res.stdout + res.stderr
+    (wf / "mt3.yaml").write_text("protocols:\n  demo:\n    multitask: {model_sizes: [7]}\n")
+    res = snakemake(wf, "-n", "--configfile", "mt3.yaml")
+    assert res.returncode != 0 and "7 is not one of [1, 5, 19, 48, 317]" in res.stdout + res.stderr
+    (wf / "mt4.yaml").write_text("protocols:\n  demo:\n    multitask: {expected: {demo: {walker: {mean_min: 1}}}}\n")
+    res = snakemake(wf, "-n", "--configfile", "mt4.yaml")
+    assert res.returncode != 0 and "task(s) ['walker'] are not in pool 'demo'" in res.stdout + res.stderr
 
     res = snakemake(wf, "-n", "--config", "protocol=nope")
     assert res.returncode != 0
@@ -235,6 +274,46 @@ def run(args):
 '''
 
 
+STAND_IN_MULTI = '''
+"""Test stand-in for `tdmpc2 train-multi`: writes the files of docs/artifacts.md without
+training (returns rise with the model size)."""
+import json, os
+import numpy as np
+import pandas as pd
+from tdmpc2core.dataset import load_dataset
+
+
+def add_arguments(p):
+    for a in ("--pool", "--dataset", "--spec", "--outdir"):
+        p.add_argument(a, required=True)
+    p.add_argument("--model-size", type=int, required=True)
+    p.add_argument("--seeds", type=int, nargs="+", required=True)
+
+
+def run(args):
+    spec, ds = json.loads(args.spec), load_dataset(args.dataset)
+    ranges = {t.name: spec.get("return_ranges", {}).get(t.name, [0.0, 1000.0]) for t in ds.tasks}
+    rows, n = [], spec["updates"]
+    for seed in args.seeds:
+        for i, u in enumerate(sorted(set(range(0, n + 1, spec["eval_every"])) | {n})):
+            for t in ds.tasks:
+                lo, hi = ranges[t.name]
+                for e in range(spec["eval_episodes"]):
+                    r = lo + (hi - lo) * (0.3 + 0.1 * np.log(args.model_size + 1) * u / n) + seed + e
+                    rows.append(dict(pool=args.pool, model_size=args.model_size, task=t.name, seed=seed, eval_index=i,
+                                     updates=u, episode=e, length=10, normalized_score=100 * (r - lo) / (hi - lo),
+                                     return_low=lo, return_high=hi, **{"return": r}))
+    os.makedirs(args.outdir, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(os.path.join(args.outdir, "eval.parquet"))
+    pd.DataFrame(dict(pool=[args.pool], model_size=[args.model_size], seed=[args.seeds[0]], updates=[n])).to_parquet(
+        os.path.join(args.outdir, "metrics.parquet"))
+    with open(os.path.join(args.outdir, "run.json"), "w") as fh:
+        json.dump({"pool": args.pool, "model_size": args.model_size, "params": 1000 * args.model_size,
+                   "spec": spec, "return_ranges": ranges}, fh)
+    return 0
+'''
+
+
 def test_pipeline_with_stand_in_trainer(tmp_path):
     """The whole DAG with a stand-in training stage (a copy of the package whose
     train_single writes synthetic runs); then the rerun plans of docs/pipeline.md."""
@@ -242,14 +321,23 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     # `python -m tdmpc2core.cli` runs from the work dir first: a copy there shadows the install
     shutil.copytree(ROOT / "tdmpc2core", wf / "tdmpc2core", ignore=shutil.ignore_patterns("__pycache__"))
     (wf / "tdmpc2core" / "stages" / "train_single.py").write_text(STAND_IN_TRAINER)
+    (wf / "tdmpc2core" / "stages" / "train_multi.py").write_text(STAND_IN_MULTI)
     # one job per seed, the layout that lets one seed rerun alone (docs/pipeline.md)
     (wf / "small.yaml").write_text("bootstrap_reps: 200\nseeds_per_job: 1\n")
 
     out = ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
-    assert "15 of 15 steps (100%) done" in out
+    assert "17 of 17 steps (100%) done" in out
     html = (wf / "results" / "report.html").read_text(encoding="utf-8")
     assert "Demo at laptop scale: NOT the paper&#x27;s protocol" in html
-    assert html.count("data:image/png;base64,") == 6  # 2 x (eval, train), overview, datasets
+    assert html.count("data:image/png;base64,") == 7  # 2 x (eval, train), overview, datasets, multi-task
+    # the multi-task section: scaling table, per-task returns beside the single-task ones, the
+    # declared ranges and the mt30 caveat
+    assert 'id="multitask"' in html and "not the paper&#x27;s mt30" in html
+    assert "[-3,254.72, 0.00]" in html and "[0.00, 1,000.00]" in html
+    tasks = (wf / "results/tables/multitask_tasks.csv").read_text()
+    assert tasks.count(",pass,") + tasks.count(",fail,") == 2
+    scaling = (wf / "results/tables/multitask_scaling.md").read_text()
+    assert "mt30" in scaling and "| demo | 1 |" in scaling
     assert 'id="datasets"' in html and "(all tasks)" in html
     from tdmpc2core.dataset import load_dataset
     pool = load_dataset(wf / "results/datasets/pools/demo.parquet")
@@ -277,7 +365,7 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     assert trains == [("train_single_seeds_1", "pendulum")]
     assert job_stats(out) == {"train_single_seeds_1": 1, "figure_overview": 1, "figures_task": 1,
                               "tables": 1, "dataset_task": 1, "dataset_pool": 1, "dataset_summary": 1,
-                              "report": 1, "all": 1, "total": 9}
+                              "train_multi": 1, "scaling": 1, "report": 1, "all": 1, "total": 11}
     assert ("dataset_task", "pendulum") in planned_jobs(out)
 
     # changing one task's settings reruns that task's training only
@@ -290,7 +378,12 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     out = ok(snakemake(wf, "-n", "--configfile", "small.yaml", "--config", "threads_per_job=2",
                        "jax_cache_dir=/tmp/elsewhere", "checkpoint_dir=/tmp/ck", "checkpoint_every=7",
                        "keep_checkpoints=3", "max_chunk_seconds=5"))
-    assert not [j for j in planned_jobs(out) if j[0].startswith("train_single")]
+    assert not [j for j in planned_jobs(out) if j[0].startswith("train_")]
+    # changing a multi-task setting reruns the multi-task model only (and what depends on it)
+    (wf / "mt.yaml").write_text("protocols:\n  demo:\n    multitask: {updates: 3000}\n")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml", "mt.yaml"))
+    stats = job_stats(out)  # the resolved configuration changes too: its quick readers rerun
+    assert stats["train_multi"] == 1 and stats["scaling"] == 1 and not any(k.startswith("train_single") for k in stats)
 
     # Snakemake's own report of the outputs flagged with report()
     ok(snakemake(wf, "--report", "smk-report.zip", "--configfile", "small.yaml"))
@@ -321,6 +414,15 @@ protocols:
         env_id: Pendulum-v1
         published: null
         expected: null
+    pools: {{tiny: [pendulum]}}
+    multitask:
+      model_sizes: [1]
+      updates: 4
+      batch_size: 16
+      eval_every: 2
+      eval_episodes: 1
+      agent: {{mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16, num_elites: 4, num_pi_trajs: 2,
+              iterations: 1, task_dim: 8}}
 """
 
 
@@ -339,6 +441,16 @@ def test_real_tiny_run_produces_report(tmp_path):
     assert "train_single/pendulum/seeds_0" in html  # the training job's benchmark
     assert (wf / "results/single/pendulum/seed0/run.json").exists()
     assert (wf / "results/tables/final_scores.csv").exists()
+    # the real train-multi stage on the pool of that run: evaluations at 0, 2 and 4 updates;
+    # Pendulum has no declared return range here, so no normalized score (and the report says so)
+    import pandas as pd
+
+    run = json.loads((wf / "results/multi/tiny/size1/run.json").read_text())
+    assert run["task_dim"] == 8 and run["gammas"] == {"pendulum": 0.975} and run["return_ranges"] == {"pendulum": None}
+    ev = pd.read_parquet(wf / "results/multi/tiny/size1/eval.parquet")
+    assert sorted(ev["updates"].unique()) == [0, 2, 4] and set(ev["task"]) == {"pendulum"}
+    assert ev["length"].eq(200).all() and ev["normalized_score"].isna().all()
+    assert 'id="multitask"' in html and "no declared return range" in html
 
 
 PREEMPT = """\

@@ -78,6 +78,37 @@ def _read_image(path):
         return kind, fh.read()
 
 
+def _multitask_context(cfg, args) -> dict:
+    """The multi-task section's data: the tables of ``tdmpc2 scaling`` (required when the
+    configuration has a multitask block), the scaling figure, the declared return ranges."""
+    import pandas as pd
+
+    tables = {}
+    for name in ("multitask_scaling", "multitask_tasks"):
+        path = os.path.join(args.tables, f"{name}.csv")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} does not exist: run `tdmpc2 scaling` first (the configuration has a "
+                                    "multitask block)")
+        df = pd.read_csv(path, keep_default_na=True)
+        for c in df.columns:
+            if df[c].dtype == object:
+                df[c] = df[c].fillna("")
+        tables[name] = df
+    figure = None
+    for ext in ("png", "svg"):
+        p = os.path.join(args.figures, f"multitask_scaling.{ext}")
+        if os.path.exists(p):
+            figure = _read_image(p)
+            break
+    mt = cfg["multitask"]
+    ranges = {}
+    for r in tables["multitask_tasks"].itertuples(index=False):
+        lo, hi = pd.to_numeric(r.return_low, errors="coerce"), pd.to_numeric(r.return_high, errors="coerce")
+        ranges.setdefault(r.task, None if (pd.isna(lo) or pd.isna(hi)) else (float(lo), float(hi)))
+    return {"scaling": tables["multitask_scaling"], "tasks": tables["multitask_tasks"], "figure": figure,
+            "ranges": ranges, "settings": mt}
+
+
 def run(args) -> int:
     import pandas as pd
 
@@ -138,6 +169,9 @@ def run(args) -> int:
         p = os.path.join(args.figures, "datasets.png")
         if os.path.exists(p):
             datasets_figure = _read_image(p)
+    multitask = None
+    if cfg.get("multitask"):
+        multitask = _multitask_context(cfg, args)
     ctx = {
         "protocol": cfg.get("protocol", "?"),
         "label": cfg.get("label", ""),
@@ -152,6 +186,7 @@ def run(args) -> int:
         "git": PV.git_info(args.repo), "platform": PV.platform_info(include_jax=not args.no_jax),
         "config_yaml": config_yaml, "notes": notes,
         "datasets": datasets, "datasets_figure": datasets_figure,
+        "multitask": multitask,
     }
     A.write_text_atomic(args.out, R.render_report(ctx))
     print(f"tdmpc2 report: {args.out} ({os.path.getsize(args.out) / 1e3:.0f} kB)")

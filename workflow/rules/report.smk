@@ -11,6 +11,7 @@ rule report:
         runs=all_run_files("run.json"),
         datasets=rules.dataset_summary.output.summary,
         datasets_figure=rules.dataset_summary.output.figure,
+        multitask=multitask_report_inputs(),
     output:
         report(
             "results/report.html",
