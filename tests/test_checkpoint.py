@@ -557,3 +557,67 @@ def test_multitask_checkpoint_of_other_data_or_settings_is_refused(compile_cache
 
     with pytest.raises(ck.CheckpointMismatchError, match="agent_class"):
         TDMPC2("Pendulum-v1", n_envs=N_ENVS, **AGENT).restore(path)
+
+
+@pytest.mark.slow
+def test_train_multi_stage_sigterm_then_rerun_equals_a_fresh_run(compile_cache, tmp_path, capsys):
+    """`tdmpc2 train-multi` (in this process): SIGTERM once the checkpoint at 30 of 60 updates is
+    written; exit 143 without outputs; the rerun resumes; a later forced rerun (the finished
+    folder's marker) trains anew, to the same outputs."""
+    import logging
+
+    import pandas as pd
+
+    from tdmpc2core.cli import build_parser
+    from tdmpc2core.dataset import EpisodeDataset, TaskInfo, save_dataset
+    from tdmpc2core.stages import train_multi
+
+    rng = np.random.default_rng(3)
+    T, n_ep = 200, 3  # gymnax Pendulum-v1: obs 3, action 1, T = 200
+    act = rng.uniform(-1, 1, (n_ep * (T + 1), 1)).astype(np.float32)
+    rew = rng.normal(size=n_ep * (T + 1)).astype(np.float32)
+    act[:: T + 1], rew[:: T + 1] = np.nan, np.nan
+    ds = EpisodeDataset(obs=rng.normal(size=(n_ep * (T + 1), 3)).astype(np.float32), action=act, reward=rew,
+                        terminated=np.zeros(n_ep * (T + 1), bool), truncated=np.tile(np.arange(T + 1) == T, n_ep),
+                        episode=np.repeat(np.arange(n_ep, dtype=np.int64), T + 1),
+                        step=np.tile(np.arange(T + 1, dtype=np.int32), n_ep), task=np.zeros(n_ep * (T + 1), np.int32),
+                        tasks=(TaskInfo("pendulum", 3, 1, T, 1, 0.975, "Pendulum-v1"),), provenance={}).check("t")
+    save_dataset(ds, tmp_path / "pool.parquet")
+    spec = {"updates": 60, "batch_size": 16, "eval_every": 20, "eval_episodes": 1, "log_every": 10,
+            "agent": {k: v for k, v in TINY.items() if k not in ("model_size", "batch_size")},
+            "return_ranges": {"pendulum": [-3254.72, 0.0]}}
+    ckdir = tmp_path / "checkpoints/multi/p/size1"
+
+    def stage(outdir):
+        args = build_parser().parse_args([
+            "train-multi", "--pool", "p", "--model-size", "1", "--dataset", str(tmp_path / "pool.parquet"),
+            "--spec", json.dumps(spec), "--seeds", "0", "1", "--outdir", str(outdir), "--checkpoint-dir", str(ckdir),
+            "--checkpoint-every", "10", "--max-chunk-seconds", "1e-9"])
+        return train_multi.run(args)
+
+    class SigtermAfter(logging.Handler):  # SIGTERM to this process once the checkpoint at 30 is written
+        def emit(self, record):
+            if "step_000000000030 written" in record.getMessage():
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    lib_log, trigger = logging.getLogger("tdmpc2core"), SigtermAfter()
+    lib_log.addHandler(trigger)
+    try:
+        assert stage(tmp_path / "out") == 128 + signal.SIGTERM
+    finally:
+        lib_log.removeHandler(trigger)
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM at 30/60 updates" in err and not (tmp_path / "out/run.json").exists()
+    assert stage(tmp_path / "out") == 0
+    err = capsys.readouterr().err
+    assert "resumed from" in err and "step_000000000030 at 30 updates" in err
+    run = json.loads((tmp_path / "out/run.json").read_text())
+    assert run["resumed_from_updates"] == 30
+    assert stage(tmp_path / "fresh") == 0  # the marker: starts over
+    assert "starting over" in capsys.readouterr().err
+    assert json.loads((tmp_path / "fresh/run.json").read_text())["resumed_from_updates"] is None
+    for name, wall in (("eval.parquet", []), ("metrics.parquet", ["wall_time_s", "updates_per_s"])):
+        a = pd.read_parquet(tmp_path / "out" / name).drop(columns=wall)
+        b = pd.read_parquet(tmp_path / "fresh" / name).drop(columns=wall)
+        pd.testing.assert_frame_equal(a, b)
+        assert len(a) > 0
