@@ -25,18 +25,21 @@ class TrainingInterrupted(RuntimeError):
     is written.
 
     Attributes:
-      state: the run state at ``agent_steps`` (leading seed axis).
+      state: the run state at that point (leading seed axis).
       history: the training history up to there (as ``train`` returns it).
-      agent_steps: agent steps per seed done.
+      step: the run's position in its own unit (``unit``: "agent steps" for
+        :class:`~tdmpc2core.TDMPC2`, "updates" for :class:`~tdmpc2core.TDMPC2MultiTask`);
+        ``agent_steps`` is the same number.
       checkpoint: the :class:`tdmpc2core.checkpoint.CheckpointInfo` written, or None.
     """
 
-    def __init__(self, state, history, agent_steps: int, checkpoint=None):
+    def __init__(self, state, history, step: int, checkpoint=None, unit: str = "agent steps"):
         where = f"; checkpoint {checkpoint.path}" if checkpoint is not None else " (no checkpoint folder)"
-        super().__init__(f"training stopped on request at {agent_steps} agent steps{where}")
+        super().__init__(f"training stopped on request at {step} {unit}{where}")
         self.state = state
         self.history = history
-        self.agent_steps = int(agent_steps)
+        self.step = self.agent_steps = int(step)
+        self.unit = unit
         self.checkpoint = checkpoint
 
 

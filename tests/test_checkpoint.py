@@ -425,3 +425,199 @@ def test_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path, where):
     assert latest.name == "step_000000000100"
     got, _, _ = ck.restore(latest, {"w": jax.ShapeDtypeStruct((1_000_000,), jnp.float32)})
     np.testing.assert_array_equal(got["w"], np.arange(1_000_000, dtype=np.float32))
+
+
+# ------------------------------------------------------------- the multi-task agent
+from tdmpc2core.envs.base import Env, EnvSpec  # noqa: E402
+
+MT_T, MT_UPDATES = 25, 60
+MT_RUN = dict(eval_every=20, eval_episodes=2, log_every=10)  # evaluations at 0, 20, 40, 60
+
+
+class Line(Env):
+    """A point on [-1, 1] moved by 0.2 a per step, reward sign * x (two tasks: right, left)."""
+
+    def __init__(self, sign: float, name: str):
+        self.sign = float(sign)
+        self._token = self.sign
+        self.spec = EnvSpec(env_id=name, suite="gymnax", obs_dim=1, action_dim=1, action_low=(-1.0,),
+                            action_high=(1.0,), action_repeat=1, episode_length=MT_T, sim_episode_length=MT_T,
+                            backend=None, can_terminate=False)
+
+    def _raw_reset(self, key):
+        x = jax.random.uniform(key, (), jnp.float32, -0.5, 0.5)
+        return x, x[None]
+
+    def _raw_step(self, x, env_action, key):
+        x = jnp.clip(x + 0.2 * env_action[0], -1.0, 1.0)
+        return x, x[None], self.sign * x, jnp.zeros((), bool)
+
+
+def mt_agent(batch_size=16):
+    """A two-task multi-task agent on random-action data of the two Line tasks (deterministic:
+    the subprocess builds the same one)."""
+    from tdmpc2core.dataset import EpisodeDataset, TaskInfo
+    from tdmpc2core.multitask import TDMPC2MultiTask
+
+    rng = np.random.default_rng(0)
+    cols = {k: [] for k in ("obs", "action", "reward", "episode", "task")}
+    for ep in range(12):
+        k = ep % 2  # task 0 "right" (reward x), task 1 "left" (reward -x)
+        sign, x = (1.0, -1.0)[k], rng.uniform(-0.5, 0.5)
+        o, a, r = [x], [np.nan], [np.nan]
+        for _ in range(MT_T):
+            u = rng.uniform(-1, 1)
+            x = float(np.clip(x + 0.2 * u, -1.0, 1.0))
+            o.append(x), a.append(u), r.append(sign * x)
+        cols["obs"].append(np.array(o, np.float32)[:, None])
+        cols["action"].append(np.array(a, np.float32)[:, None])
+        cols["reward"].append(np.array(r, np.float32))
+        cols["episode"].append(np.full(MT_T + 1, ep, np.int64))
+        cols["task"].append(np.full(MT_T + 1, k, np.int32))
+    c = {k: np.concatenate(v) for k, v in cols.items()}
+    n = len(c["reward"])
+    tasks = tuple(TaskInfo(name=nm, obs_dim=1, action_dim=1, episode_length=MT_T, action_repeat=1, discount=0.95)
+                  for nm in ("right", "left"))
+    ds = EpisodeDataset(obs=c["obs"], action=c["action"], reward=c["reward"], terminated=np.zeros(n, bool),
+                        truncated=np.tile(np.arange(MT_T + 1) == MT_T, 12), episode=c["episode"],
+                        step=np.tile(np.arange(MT_T + 1, dtype=np.int32), 12), task=c["task"], tasks=tasks,
+                        provenance={"source": "tests/test_checkpoint.py"}).check("test dataset")
+    return TDMPC2MultiTask(ds, eval_envs=[Line(1.0, "right"), Line(-1.0, "left")], batch_size=batch_size,
+                           return_ranges={"right": (-25, 25), "left": (-25, 25)}, task_dim=8,
+                           **{k: v for k, v in TINY.items() if k != "batch_size"})
+
+
+@pytest.fixture(scope="module")
+def mt_whole(compile_cache):
+    agent = mt_agent()
+    state, hist = agent.train(seed=SEEDS, n_timesteps=MT_UPDATES, **MT_RUN)
+    np.testing.assert_array_equal(hist["eval_updates"], [0, 20, 40, 60])
+    return agent, state, hist
+
+
+def assert_same_mt_history(h, w):
+    for k in ("eval_updates", "eval_returns", "eval_lengths", "normalized_score"):
+        np.testing.assert_array_equal(h[k], w[k], err_msg=k)
+    assert [c["updates"] for c in h["chunks"]] == [c["updates"] for c in w["chunks"]]
+    for c, cw in zip(h["chunks"], w["chunks"]):
+        for k in ("total_loss", "pi_scale", "grad_norm"):
+            np.testing.assert_array_equal(c[k], cw[k], err_msg=k)
+
+
+MT_RESUME_SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv[2])
+import test_checkpoint as tc
+agent = tc.mt_agent()
+state, hist = agent.train(seed=tc.SEEDS, n_timesteps=tc.MT_UPDATES, checkpoint_dir=sys.argv[1], **tc.MT_RUN)
+print("DONE", int(state.agent.updates[0]))
+"""
+
+
+@pytest.mark.slow
+def test_multitask_chunked_stopped_and_restored_by_new_process_equals_whole(mt_whole, tmp_path):
+    agent, w_state, w_hist = mt_whole
+    # continued in two calls, the second capped so that every call of the program is one update
+    s1, h1 = agent.train(seed=SEEDS, n_timesteps=25, total_timesteps=MT_UPDATES, **MT_RUN)
+    s2, h2 = agent.train(state=s1, history=h1, n_timesteps=MT_UPDATES - 25, total_timesteps=MT_UPDATES,
+                         max_chunk_seconds=1e-9, **MT_RUN)
+    assert_same_state(s2, w_state)
+    np.testing.assert_array_equal(h2["eval_returns"], w_hist["eval_returns"])  # no extra evaluation at 25
+    # stopped at 35 updates (a checkpoint there), then resumed by a new process
+    d = tmp_path / "mt"
+    seen = []
+    with pytest.raises(TrainingInterrupted) as exc:
+        agent.train(seed=SEEDS, n_timesteps=MT_UPDATES, **MT_RUN, checkpoint_dir=d, checkpoint_every=10,
+                    max_chunk_seconds=1e-9, progress=lambda p: seen.append(p["updates"]),
+                    should_stop=lambda: seen[-1] >= 35)
+    assert exc.value.step == 35 and exc.value.unit == "updates" and exc.value.checkpoint.step == 35
+    assert [p.name for p in ck.list_checkpoints(d)] == ["step_000000000030", "step_000000000035"]
+    res = subprocess.run([sys.executable, "-c", MT_RESUME_SCRIPT, str(d), str(Path(__file__).parent)],
+                         capture_output=True, text=True, timeout=900, env=subprocess_env(), cwd=tmp_path)
+    assert res.returncode == 0 and f"DONE {MT_UPDATES}" in res.stdout, res.stderr[-4000:]
+    state, hist, manifest = agent.restore(ck.latest_checkpoint(d))
+    assert manifest["meta"]["updates"] == MT_UPDATES and manifest["settings"]["dataset_sha256"] == agent.dataset_sha256
+    assert_same_state(state, w_state)
+    assert_same_mt_history(hist, w_hist)
+
+
+def test_multitask_checkpoint_of_other_data_or_settings_is_refused(compile_cache, tmp_path):
+    agent = mt_agent()
+    agent.save_checkpoint(tmp_path, agent.init(SEEDS), None, total_timesteps=MT_UPDATES, **MT_RUN)
+    path = ck.latest_checkpoint(tmp_path)
+    with pytest.raises(ck.CheckpointMismatchError, match=r"agent\.batch_size: checkpoint 16, now 32"):
+        mt_agent(batch_size=32).restore(path)
+    with pytest.raises(ck.CheckpointMismatchError, match=r"run\.log_every: checkpoint 10, now 5"):
+        agent.restore(path, log_every=5)
+    other = mt_agent()
+    other._dataset_sha256 = "0" * 64  # stands for an agent built on other data
+    with pytest.raises(ck.CheckpointMismatchError, match="dataset_sha256"):
+        other.restore(path)
+    from tdmpc2core import TDMPC2
+
+    with pytest.raises(ck.CheckpointMismatchError, match="agent_class"):
+        TDMPC2("Pendulum-v1", n_envs=N_ENVS, **AGENT).restore(path)
+
+
+@pytest.mark.slow
+def test_train_multi_stage_sigterm_then_rerun_equals_a_fresh_run(compile_cache, tmp_path, capsys):
+    """`tdmpc2 train-multi` (in this process): SIGTERM once the checkpoint at 30 of 60 updates is
+    written; exit 143 without outputs; the rerun resumes; a later forced rerun (the finished
+    folder's marker) trains anew, to the same outputs."""
+    import logging
+
+    import pandas as pd
+
+    from tdmpc2core.cli import build_parser
+    from tdmpc2core.dataset import EpisodeDataset, TaskInfo, save_dataset
+    from tdmpc2core.stages import train_multi
+
+    rng = np.random.default_rng(3)
+    T, n_ep = 200, 3  # gymnax Pendulum-v1: obs 3, action 1, T = 200
+    act = rng.uniform(-1, 1, (n_ep * (T + 1), 1)).astype(np.float32)
+    rew = rng.normal(size=n_ep * (T + 1)).astype(np.float32)
+    act[:: T + 1], rew[:: T + 1] = np.nan, np.nan
+    ds = EpisodeDataset(obs=rng.normal(size=(n_ep * (T + 1), 3)).astype(np.float32), action=act, reward=rew,
+                        terminated=np.zeros(n_ep * (T + 1), bool), truncated=np.tile(np.arange(T + 1) == T, n_ep),
+                        episode=np.repeat(np.arange(n_ep, dtype=np.int64), T + 1),
+                        step=np.tile(np.arange(T + 1, dtype=np.int32), n_ep), task=np.zeros(n_ep * (T + 1), np.int32),
+                        tasks=(TaskInfo("pendulum", 3, 1, T, 1, 0.975, "Pendulum-v1"),), provenance={}).check("t")
+    save_dataset(ds, tmp_path / "pool.parquet")
+    spec = {"updates": 60, "batch_size": 16, "eval_every": 20, "eval_episodes": 1, "log_every": 10,
+            "agent": {k: v for k, v in TINY.items() if k not in ("model_size", "batch_size")},
+            "return_ranges": {"pendulum": [-3254.72, 0.0]}}
+    ckdir = tmp_path / "checkpoints/multi/p/size1"
+
+    def stage(outdir):
+        args = build_parser().parse_args([
+            "train-multi", "--pool", "p", "--model-size", "1", "--dataset", str(tmp_path / "pool.parquet"),
+            "--spec", json.dumps(spec), "--seeds", "0", "1", "--outdir", str(outdir), "--checkpoint-dir", str(ckdir),
+            "--checkpoint-every", "10", "--max-chunk-seconds", "1e-9"])
+        return train_multi.run(args)
+
+    class SigtermAfter(logging.Handler):  # SIGTERM to this process once the checkpoint at 30 is written
+        def emit(self, record):
+            if "step_000000000030 written" in record.getMessage():
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    lib_log, trigger = logging.getLogger("tdmpc2core"), SigtermAfter()
+    lib_log.addHandler(trigger)
+    try:
+        assert stage(tmp_path / "out") == 128 + signal.SIGTERM
+    finally:
+        lib_log.removeHandler(trigger)
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM at 30/60 updates" in err and not (tmp_path / "out/run.json").exists()
+    assert stage(tmp_path / "out") == 0
+    err = capsys.readouterr().err
+    assert "resumed from" in err and "step_000000000030 at 30 updates" in err
+    run = json.loads((tmp_path / "out/run.json").read_text())
+    assert run["resumed_from_updates"] == 30
+    assert stage(tmp_path / "fresh") == 0  # the marker: starts over
+    assert "starting over" in capsys.readouterr().err
+    assert json.loads((tmp_path / "fresh/run.json").read_text())["resumed_from_updates"] is None
+    for name, wall in (("eval.parquet", []), ("metrics.parquet", ["wall_time_s", "updates_per_s"])):
+        a = pd.read_parquet(tmp_path / "out" / name).drop(columns=wall)
+        b = pd.read_parquet(tmp_path / "fresh" / name).drop(columns=wall)
+        pd.testing.assert_frame_equal(a, b)
+        assert len(a) > 0

@@ -288,9 +288,14 @@ def add_arguments(p):
         p.add_argument(a, required=True)
     p.add_argument("--model-size", type=int, required=True)
     p.add_argument("--seeds", type=int, nargs="+", required=True)
+    p.add_argument("--checkpoint-dir", required=True)
+    p.add_argument("--checkpoint-every", type=int, required=True)
+    p.add_argument("--keep-checkpoints", type=int, required=True)
+    p.add_argument("--max-chunk-seconds", type=float, required=True)
 
 
 def run(args):
+    assert args.checkpoint_dir == f"checkpoints/multi/{args.pool}/size{args.model_size}", args.checkpoint_dir
     spec, ds = json.loads(args.spec), load_dataset(args.dataset)
     ranges = {t.name: spec.get("return_ranges", {}).get(t.name, [0.0, 1000.0]) for t in ds.tasks}
     rows, n = [], spec["updates"]

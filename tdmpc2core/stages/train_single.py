@@ -27,11 +27,12 @@ import sys
 import time
 from pathlib import Path
 
+from .resumable import (SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, mismatch_message,
+                        open_checkpoint_dir)
+
 SPEC_KEYS = {"env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes",
              "agent", "n_envs", "backend", "allow_evicted"}
 REQUIRED = {"env_id", "agent_steps"}
-#: in the checkpoint folder: the run finished and wrote its outputs (a rerun then starts over)
-COMPLETE_MARKER = "outputs_written.json"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,18 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="JSON object of the task settings (docs/artifacts.md), or @file.json")
     p.add_argument("--seeds", required=True, type=int, nargs="+", help="seeds, run vmapped in one program")
     p.add_argument("--outdir", required=True, help="results/single/{task}")
-    p.add_argument("--checkpoint-dir", default=None,
-                   help="folder of this job's checkpoints, outside the outputs (Snakemake deletes a failed "
-                        "job's outputs): a rerun resumes from its newest complete checkpoint. Default: none "
-                        "(no checkpoints, no resuming)")
-    p.add_argument("--checkpoint-every", type=int, default=None,
-                   help="agent steps between checkpoints (default: only when stopped by a signal and at the end)")
-    p.add_argument("--keep-checkpoints", type=int, default=2, help="newest checkpoints kept (default 2)")
-    p.add_argument("--max-chunk-seconds", type=float, default=30.0,
-                   help="wall-time cap of one call of the compiled program, i.e. how soon a SIGTERM/SIGINT is "
-                        "acted on (results are unchanged; default 30)")
-    p.add_argument("--progress-seconds", type=float, default=60.0,
-                   help="at most this many seconds between progress lines (default 60)")
+    add_checkpoint_arguments(p, "agent steps", "only when stopped by a signal and at the end")
 
 
 def parse_spec(text: str) -> dict:
@@ -73,13 +63,6 @@ def parse_spec(text: str) -> dict:
     if missing:
         raise ValueError(f"{src}: missing key(s) {missing}")
     return spec
-
-
-def _hms(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rem = divmod(seconds, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
 
 
 def run(args) -> int:
@@ -105,8 +88,6 @@ def run(args) -> int:
 
 
 def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
-    import signal
-
     import numpy as np
     import pyarrow as pa
 
@@ -129,30 +110,7 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
         (outdir / f"seed{seed}" / "run.json").unlink(missing_ok=True)
 
     ckdir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
-    if ckdir is not None:
-        marker = ckdir / COMPLETE_MARKER
-        if marker.exists():
-            # the outputs of this run were written before: this is a forced rerun, train anew
-            removed = checkpoint.clear(ckdir)
-            marker.unlink()
-            log(f"{ckdir}: the run there had finished and written its outputs; starting over "
-                f"(removed {len(removed)} checkpoint(s))")
-        elif checkpoint.list_checkpoints(ckdir):
-            log(f"{ckdir}: resuming from the newest complete checkpoint")
-
-    received = {"signal": None, "logged": False}
-
-    def on_signal(signum, frame):
-        if received["signal"] is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: give up the checkpoint (acted on between calls)
-        received["signal"] = signum
-
-    def should_stop() -> bool:
-        if received["signal"] is not None and not received["logged"]:
-            received["logged"] = True
-            log(f"received {signal.Signals(received['signal']).name}: stopping at this chunk boundary"
-                + (", writing a checkpoint" if ckdir is not None else " (no --checkpoint-dir: nothing is saved)"))
-        return received["signal"] is not None
+    open_checkpoint_dir(ckdir, log)  # a finished run's folder is cleared: a forced rerun trains anew
 
     t_start = time.perf_counter()
     compile_s = {"total": 0.0}
@@ -165,7 +123,7 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
         msg = f"{done}/{total} agent steps ({100.0 * done / max(total, 1):.0f}%, {phase}), {rate:.1f} agent steps/s"
         if prog["train_seconds"] > 0:
             left = (total - done) * prog["train_seconds"] / prog["train_steps"]
-            msg += f", ~{_hms(left)} left"
+            msg += f", ~{hms(left)} left"
         if prog["last_eval"] is not None:
             msg += ", last eval return " + " ".join(f"{x:.1f}" for x in np.atleast_1d(prog["last_eval"]))
         return msg
@@ -196,28 +154,23 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
         else:
             log(status(rec["agent_steps"], n_timesteps, rec["phase"], rec["agent_steps_per_s"]))
 
-    handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        state, hist = agent.train(
-            seed=seeds, n_timesteps=n_timesteps, total_timesteps=n_timesteps, eval_every=eval_every,
-            eval_episodes=eval_episodes, callback=on_chunk, progress=on_progress, should_stop=should_stop,
-            max_chunk_seconds=args.max_chunk_seconds, checkpoint_dir=ckdir, checkpoint_every=args.checkpoint_every,
-            keep_checkpoints=args.keep_checkpoints)
-    except TrainingInterrupted as exc:
-        name = signal.Signals(received["signal"]).name
-        where = (f"checkpoint {exc.checkpoint.path} ({exc.checkpoint.bytes / 1e6:.1f} MB, "
-                 f"{exc.checkpoint.seconds:.1f} s); rerun the same command to resume"
-                 if exc.checkpoint is not None else "no checkpoint (no --checkpoint-dir)")
-        log(f"stopped by {name} at {exc.agent_steps}/{n_timesteps} agent steps: {where}")
-        return 128 + int(received["signal"])
-    except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
-        log(f"error: {exc}")
-        log(f"The checkpoint folder {ckdir} cannot be resumed by this run. Delete it (rm -r {ckdir}) to start "
-            "over, or give this run another folder (config key checkpoint_dir / --checkpoint-dir).")
-        return 2
-    finally:
-        for sig, old in handlers.items():
-            signal.signal(sig, old)
+    with SignalStop(log, ckdir is not None) as stop:
+        try:
+            state, hist = agent.train(
+                seed=seeds, n_timesteps=n_timesteps, total_timesteps=n_timesteps, eval_every=eval_every,
+                eval_episodes=eval_episodes, callback=on_chunk, progress=on_progress, should_stop=stop.should_stop,
+                max_chunk_seconds=args.max_chunk_seconds, checkpoint_dir=ckdir,
+                checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints)
+        except TrainingInterrupted as exc:
+            where = (f"checkpoint {exc.checkpoint.path} ({exc.checkpoint.bytes / 1e6:.1f} MB, "
+                     f"{exc.checkpoint.seconds:.1f} s); rerun the same command to resume"
+                     if exc.checkpoint is not None else "no checkpoint (no --checkpoint-dir)")
+            log(f"stopped by {stop.name} at {exc.agent_steps}/{n_timesteps} agent steps: {where}")
+            return stop.exit_code
+        except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
+            log(f"error: {exc}")
+            log(mismatch_message(ckdir))
+            return 2
     wall = time.perf_counter() - t_start
     prov = provenance.collect(".", include_jax=True)
     # agent steps this session started from (0: a fresh run; nothing ran: the run was already trained)
@@ -276,14 +229,10 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
             "checkpoint_dir": str(ckdir) if ckdir is not None else None,
             "provenance": prov,
         })
-    if ckdir is not None:
-        # the outputs are complete: keep only the final checkpoint (the trained agent) and mark
-        # the run finished, so that a forced rerun of this job trains anew instead of resuming
-        checkpoint.prune(ckdir, 1)
-        atomic.write_json(ckdir / COMPLETE_MARKER, {
-            "task": args.task, "seeds": seeds, "agent_steps": n_timesteps, "outdir": str(outdir),
-            "final_checkpoint": str(checkpoint.list_checkpoints(ckdir)[-1]),
-            "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    # the outputs are complete: keep only the final checkpoint (the trained agent) and mark the
+    # run finished, so that a forced rerun of this job trains anew instead of resuming
+    close_checkpoint_dir(ckdir, {"task": args.task, "seeds": seeds, "agent_steps": n_timesteps,
+                                 "outdir": str(outdir)})
     log(f"done in {wall:.0f} s; final eval return " +
         (" ".join(f"{x:.1f}" for x in hist["eval_return"][-1]) if len(hist["eval_agent_steps"]) else "n/a"))
     return 0

@@ -191,6 +191,8 @@ if MULTITASK:
     except ImportError:  # the package is not importable here: the job checks
         pass
 MT_RESOURCES = {"gpu": 0, "runtime": 60, "mem_mb": 4000, **((MULTITASK or {}).get("resources") or {})}
+# updates between the multi-task jobs' checkpoints (a shell global: not a rerun trigger)
+MT_CHECKPOINT_EVERY = int((MULTITASK or {}).get("checkpoint_every") or (MULTITASK or {}).get("eval_every") or 1)
 
 
 def multi_spec(pool):
