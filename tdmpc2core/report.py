@@ -184,10 +184,10 @@ def multitask_section(scaling: pd.DataFrame, tasks: pd.DataFrame, ranges: Mappin
         score = "" if pd.isna(r.score_mean) else _mean_sd(r.score_mean, r.score_sd)
         rng = "" if pd.isna(r.score_mean) else f"{num(r.score_min)} – {num(r.score_max)}"
         rows.append([esc(r.pool), num(r.model_size, 0), num(r.params, 0), num(r.updates, 0), num(r.n_tasks, 0),
-                     num(r.n_seeds, 0), score, rng, num(r.mean_return), esc(r.note)])
-        cells.append(["", "num", "num", "num", "num", "num", "num", "num", "num", ""])
+                     num(r.n_seeds, 0), score, rng, esc(r.note)])
+        cells.append(["", "num", "num", "num", "num", "num", "num", "num", ""])
     out = [html_table(["Pool", "Model size", "Parameters", "Updates", "Tasks", "Seeds",
-                       "Normalized score: mean ± sd", "Min – max over seeds", "Mean return over tasks", "Note"],
+                       "Normalized score: mean ± sd", "Min – max over seeds", "Note"],
                       rows, cell_classes=cells)]
     rows, classes, cells = [], [], []
     for r in tasks.itertuples(index=False):

@@ -95,7 +95,8 @@ SCALING_COLUMNS = ["pool", "model_size", "params", "updates", "n_tasks", "n_seed
 def scaling_table(final: pd.DataFrame, params: Mapping[tuple, int], pools: Sequence[str],
                   sizes: Sequence[int]) -> pd.DataFrame:
     """Per (pool, model_size): the final normalized score (mean over tasks per seed, then
-    mean / sd / min / max over seeds) and the mean return over tasks and seeds.
+    mean / sd / min / max over seeds) and ``mean_return``, the raw return averaged over tasks
+    and seeds (tasks of different return scales mixed: kept for the CSV, not shown).
 
     ``params``: {(pool, model_size): learnable parameters} (from each run's run.json).
     A missing run gets a row with a note.
@@ -206,7 +207,7 @@ def plot_scaling(scaling: pd.DataFrame, tasks: pd.DataFrame, path: str | os.Path
         err = np.vstack([y - d["score_min"].to_numpy(float), d["score_max"].to_numpy(float) - y])
         ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"pool {pool}")
         for xi, yi, s in zip(x, y, d["model_size"]):
-            ax.annotate(f"{int(s)}M preset", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            ax.annotate(f"size {int(s)}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("learnable parameters")
     ax.set_ylabel("normalized score (0-100)")
@@ -232,7 +233,7 @@ def plot_scaling(scaling: pd.DataFrame, tasks: pd.DataFrame, path: str | os.Path
         ax.set_xticks(sizes)
         ax.set_xticklabels([str(s) for s in sizes])
         ax.minorticks_off()
-    ax.set_xlabel("model-size preset (M parameters)")
+    ax.set_xlabel("model-size preset")
     ax.set_ylabel("final return")
     ax.set_title("Per task: multi-task return (mean, min-max over seeds)\nbeside the single-task return (dashed)")
     ax.grid(alpha=0.3)

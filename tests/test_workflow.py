@@ -112,7 +112,7 @@ def test_default_dry_run(tmp_path):
     multi = multi_specs(out)
     assert set(multi) == {("demo", 1)}
     spec, seeds = multi[("demo", 1)]
-    assert seeds == "0 1" and spec["updates"] >= 1 and spec["batch_size"] == 256 and "model_size" not in spec["agent"]
+    assert seeds == "0" and spec["updates"] == 8000 and spec["batch_size"] == 64 and "model_size" not in spec["agent"]
     assert spec["return_ranges"] == {"pendulum": [-3254.72, 0.0]}  # declared; CartpoleBalance: DMC default
 
 

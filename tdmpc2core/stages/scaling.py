@@ -42,10 +42,9 @@ def _scaling_md(df, label, ranges_text) -> str:
     view["score"] = [A.mean_sd_text(m, s) for m, s in zip(view["score_mean"], view["score_sd"])]
     view["score_range"] = ["" if m != m else f"{lo:.1f} – {hi:.1f}"
                            for m, lo, hi in zip(view["score_mean"], view["score_min"], view["score_max"])]
-    cols = ["pool", "model_size", "params", "updates", "n_tasks", "n_seeds", "score", "score_range", "mean_return",
-            "note"]
+    cols = ["pool", "model_size", "params", "updates", "n_tasks", "n_seeds", "score", "score_range", "note"]
     heads = ["Pool", "Model size", "Parameters", "Updates", "Tasks", "Seeds", "Normalized score: mean ± sd",
-             "Min – max over seeds", "Mean return over tasks", "Note"]
+             "Min – max over seeds", "Note"]
     return (f"# Multi-task scaling\n\n{label}\n\n{CAVEAT}\n\nNormalized score of a task = 100 (return - low) / "
             f"(high - low) for its declared return range ({ranges_text}); a seed's score is the mean over tasks "
             "at its final evaluation; over seeds: mean ± population sd, min – max.\n\n"
