@@ -243,7 +243,9 @@ def _run(args, spec: dict, log) -> int:
         "pool": args.pool, "model_size": args.model_size, "seeds": seeds, "spec": spec, "dataset": args.dataset,
         "dataset_episodes": dataset.num_episodes, "dataset_transitions": dataset.num_transitions,
         "dataset_provenance": dataset.provenance,
-        "agent_config": agent.config, "task_dim": agent.task_dim, "gammas": dict(zip(names, map(float, agent.gammas))),
+        "agent_config": agent.config, "task_dim": agent.task_dim,
+        # float32 discounts as their shortest decimal (0.975, not 0.9750000238418579)
+        "gammas": {n: float(str(g)) for n, g in zip(names, agent.gammas)},
         "return_ranges": {n: (None if rg is None else list(rg)) for n, rg in zip(names, ranges)},
         "params": count_params(params0), "updates": updates, "final": final,
         "updates_per_s_median": float(np.median(speeds)) if speeds else None,
