@@ -14,6 +14,9 @@ def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
     if name in ("TDMPC2", "TerminationError"):
         from . import agent
         return getattr(agent, name)
+    if name == "TrainingInterrupted":
+        from . import training
+        return training.TrainingInterrupted
     if name in ("TDMPC2MultiTask", "MultiTaskState"):
         from . import multitask
         return getattr(multitask, name)
@@ -21,4 +24,4 @@ def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
 
 
 __all__ = ["TDMPC2", "TDMPC2MultiTask", "MultiTaskState", "TDMPC2Config", "MODEL_SIZES", "TerminationError",
-           "__version__"]
+           "TrainingInterrupted", "__version__"]

@@ -50,6 +50,8 @@ class RunState(NamedTuple):
     finished_count: jnp.ndarray        # int32
     terminations: jnp.ndarray          # int32, env terminations seen (all time)
     nonfinite: jnp.ndarray             # int32, non-finite observations or rewards (all time)
+    tick: jnp.ndarray                  # int32, ticks done (agent steps = tick * n_envs); a resumed
+                                       # run continues from it
 
 
 def zero_metrics():
@@ -70,7 +72,8 @@ def init_run_state(agent, agent_state: AgentState, key, run_agent_steps: int) ->
         ep_t=jnp.zeros((n,), jnp.int32), ep_return=jnp.zeros((n,), jnp.float32),
         done=jnp.ones((n,), bool), active=jnp.zeros((), bool), key=key, metrics=zero_metrics(),
         finished_return_sum=jnp.zeros((), jnp.float32), finished_count=jnp.zeros((), jnp.int32),
-        terminations=jnp.zeros((), jnp.int32), nonfinite=jnp.zeros((), jnp.int32))
+        terminations=jnp.zeros((), jnp.int32), nonfinite=jnp.zeros((), jnp.int32),
+        tick=jnp.zeros((), jnp.int32))
 
 
 def _reset(agent, rs: RunState, key) -> RunState:
@@ -149,11 +152,15 @@ def tick(agent, rs: RunState, tick_index) -> RunState:
 def make_chunk_fn(agent):
     """One jitted program (states [seeds, ...], start_tick, n_ticks) -> states.
 
-    Runs ticks start_tick .. start_tick + n_ticks - 1 of every seed (vmapped); the tick
-    count is dynamic, so every chunk of a run uses the same compiled program.
+    Runs ticks start_tick .. start_tick + n_ticks - 1 of every seed (vmapped) and sets the
+    states' ``tick`` to start_tick + n_ticks. The tick count is dynamic, so every chunk of a
+    run uses the same compiled program; a tick depends only on its absolute index and the
+    state (the PRNG key lives in the state), so any split of a run into chunks gives the same
+    numbers.
     """
     def single(rs, start, n_ticks):
-        return jax.lax.fori_loop(0, n_ticks, lambda i, r: tick(agent, r, start + i), rs)
+        rs = jax.lax.fori_loop(0, n_ticks, lambda i, r: tick(agent, r, start + i), rs)
+        return rs._replace(tick=(start + n_ticks).astype(jnp.int32))
 
     return jax.jit(jax.vmap(single, in_axes=(0, None, None)), donate_argnums=(0,))
 

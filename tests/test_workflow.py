@@ -10,11 +10,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 import yaml
 
@@ -22,6 +25,7 @@ from tdmpc2core import published as P
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = "workflow/configs/paper-dmc.yaml"
+RUN_FILES_ = ("eval.parquet", "metrics.parquet", "episodes.parquet", "run.json")
 HAVE_TRAIN_SINGLE = (ROOT / "tdmpc2core" / "stages" / "train_single.py").exists()
 
 
@@ -102,6 +106,8 @@ def test_default_dry_run(tmp_path):
                                                            "allow_evicted"}
     assert cb["allow_evicted"] is False
     assert "PJRT_NPROC=1" in out and "JAX_COMPILATION_CACHE_DIR=.jax_cache" in out
+    # the trainer replaces the shell (a SIGTERM reaches it alone); checkpoints outside results/
+    assert "exec " in out and "--checkpoint-dir checkpoints/single/pendulum/seeds_0_1 --checkpoint-every 1000" in out
     # one multi-task model (the demo pool, model size 1), both seeds vmapped
     multi = multi_specs(out)
     assert set(multi) == {("demo", 1)}
@@ -223,6 +229,10 @@ def add_arguments(p):
     p.add_argument("--spec", required=True)
     p.add_argument("--seeds", type=int, nargs="+", required=True)
     p.add_argument("--outdir", required=True)
+    p.add_argument("--checkpoint-dir", required=True)
+    p.add_argument("--checkpoint-every", type=int, required=True)
+    p.add_argument("--keep-checkpoints", type=int, required=True)
+    p.add_argument("--max-chunk-seconds", type=float, required=True)
 
 
 def run(args):
@@ -255,6 +265,8 @@ def run(args):
         save_dataset(from_episodes(eps, task, {"seed": seed}), os.path.join(d, "episodes.parquet"))
         with open(os.path.join(d, "run.json"), "w") as fh:
             json.dump({"task": args.task, "seed": seed, "spec": spec, "pid": os.getpid(),
+                       "checkpoint": [args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints,
+                                      args.max_chunk_seconds],
                        "provenance": {"matmul_precision": "highest", "wall_time_s": 1.0,
                                       "threads": os.environ.get("PJRT_NPROC"),
                                       "cache": os.environ.get("JAX_COMPILATION_CACHE_DIR")}}, fh)
@@ -276,9 +288,14 @@ def add_arguments(p):
         p.add_argument(a, required=True)
     p.add_argument("--model-size", type=int, required=True)
     p.add_argument("--seeds", type=int, nargs="+", required=True)
+    p.add_argument("--checkpoint-dir", required=True)
+    p.add_argument("--checkpoint-every", type=int, required=True)
+    p.add_argument("--keep-checkpoints", type=int, required=True)
+    p.add_argument("--max-chunk-seconds", type=float, required=True)
 
 
 def run(args):
+    assert args.checkpoint_dir == f"checkpoints/multi/{args.pool}/size{args.model_size}", args.checkpoint_dir
     spec, ds = json.loads(args.spec), load_dataset(args.dataset)
     ranges = {t.name: spec.get("return_ranges", {}).get(t.name, [0.0, 1000.0]) for t in ds.tasks}
     rows, n = [], spec["updates"]
@@ -337,6 +354,8 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
         for seed in (0, 1):
             run = json.loads((wf / "results/single" / task / f"seed{seed}" / "run.json").read_text())
             assert run["provenance"]["threads"] == "1" and run["provenance"]["cache"] == ".jax_cache"
+            # checkpoints outside results/ (Snakemake deletes a failed job's outputs), per task and seed group
+            assert run["checkpoint"] == [f"checkpoints/single/{task}/seeds_{seed}", 1000, 2, 30.0]
             assert (wf / "benchmarks/runs/train_single" / task / f"seeds_{seed}.tsv").exists()
             assert (wf / "logs/train_single" / task / f"seeds_{seed}.log").exists()
     final = (wf / "results/tables/final_scores.csv").read_text()
@@ -360,9 +379,10 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     trains = sorted(j for j in planned_jobs(out) if j[0].startswith("train_single"))
     assert trains == [("train_single_seeds_0", "pendulum"), ("train_single_seeds_1", "pendulum")]
 
-    # changing threads or the cache folder reruns no training
+    # changing threads, the cache folder or the checkpoint settings reruns no training
     out = ok(snakemake(wf, "-n", "--configfile", "small.yaml", "--config", "threads_per_job=2",
-                       "jax_cache_dir=/tmp/elsewhere"))
+                       "jax_cache_dir=/tmp/elsewhere", "checkpoint_dir=/tmp/ck", "checkpoint_every=7",
+                       "keep_checkpoints=3", "max_chunk_seconds=5"))
     assert not [j for j in planned_jobs(out) if j[0].startswith("train_")]
     # changing a multi-task setting reruns the multi-task model only (and what depends on it)
     (wf / "mt.yaml").write_text("protocols:\n  demo:\n    multitask: {updates: 3000}\n")
@@ -436,6 +456,101 @@ def test_real_tiny_run_produces_report(tmp_path):
     assert sorted(ev["updates"].unique()) == [0, 2, 4] and set(ev["task"]) == {"pendulum"}
     assert ev["length"].eq(200).all() and ev["normalized_score"].isna().all()
     assert 'id="multitask"' in html and "no declared return range" in html
+
+
+PREEMPT = """\
+protocol: preempt
+seeds: [0, 1]
+seeds_per_job: 2
+threads_per_job: 1
+jax_cache_dir: {cache}
+checkpoint_every: 100
+keep_checkpoints: 2
+max_chunk_seconds: 0.2
+bootstrap_reps: 200
+protocols:
+  preempt:
+    label: "Preemption test: NOT the paper's protocol"
+    defaults:
+      action_repeat: 1
+      episode_length: 1000
+      agent_steps: 700
+      eval_every: 200
+      eval_episodes: 2
+      n_envs: 2
+      agent: {{model_size: 1, mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16, num_elites: 4,
+              num_pi_trajs: 2, iterations: 1, batch_size: 16, seed_steps: 400}}
+      resources: {{gpu: 0, runtime: 30, mem_mb: 4000}}
+    tasks:
+      pendulum:
+        env_id: Pendulum-v1
+        published: null
+        expected: null
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_TRAIN_SINGLE, reason="no train-single stage")
+def test_sigterm_then_rerun_of_the_target_resumes_and_equals_a_fresh_run(tmp_path):
+    """SLURM-style preemption of a training job: SIGTERM to Snakemake and the trainer mid-run;
+    the job fails, Snakemake deletes its outputs but not the checkpoints; rerunning the target
+    resumes, and its outputs equal those of a forced rerun that trains from scratch."""
+    import pandas as pd
+    import psutil
+
+    wf = copy_workflow(tmp_path)
+    (wf / "p.yaml").write_text(PREEMPT.format(cache=json.dumps(str(ROOT / ".jax_cache"))))
+    target = "results/single/pendulum/seed0/eval.parquet"
+    outs = [wf / f"results/single/pendulum/seed{s}" / f for s in (0, 1) for f in RUN_FILES_]
+    log = wf / "logs/train_single/pendulum/seeds_0_1.log"
+    ckdir = wf / "checkpoints/single/pendulum/seeds_0_1"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    smk = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile=p.yaml", target],
+                           cwd=wf, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 900
+    while time.time() < deadline and smk.poll() is None:
+        if log.exists() and "step_000000000500 written" in log.read_text():
+            break
+        time.sleep(0.05)
+    assert smk.poll() is None, smk.stdout.read()[-4000:]
+    trainers = [p for p in psutil.Process(smk.pid).children(recursive=True)
+                if "train-single" in " ".join(p.cmdline())]
+    assert len(trainers) == 1 and trainers[0].name().startswith("python")  # `exec`: no shell in between
+    for pid in (smk.pid, trainers[0].pid):  # as SLURM does: every process of the job gets SIGTERM
+        os.kill(pid, signal.SIGTERM)
+    out = smk.communicate(timeout=600)[0]
+    assert smk.returncode != 0, out[-4000:]
+    text = log.read_text()
+    assert "received SIGTERM" in text and "stopped by SIGTERM" in text, text[-4000:]
+    assert not any(p.exists() for p in outs)  # Snakemake removed what a failed job might have left
+    stopped = sorted(ckdir.glob("step_*"))
+    assert stopped and 500 <= int(stopped[-1].name.split("_")[1]) < 700  # ... but not the checkpoints
+
+    out = ok(snakemake(wf, "--cores", "2", "--configfile=p.yaml", target))
+    assert f"resumed from checkpoints/single/pendulum/seeds_0_1/{stopped[-1].name}" in log.read_text()
+    resumed = {p: (pd.read_parquet(p) if p.suffix == ".parquet" else json.loads(p.read_text())) for p in outs}
+    assert (ckdir / "outputs_written.json").exists()
+
+    # a forced rerun trains from scratch (the finished folder is cleared), to the same numbers
+    ok(snakemake(wf, "--cores", "2", "--configfile=p.yaml", "--forcerun", target))
+    text = log.read_text()
+    assert "starting over" in text and "resumed from" not in text
+    for p in outs:
+        if p.suffix == ".parquet":  # every column but the wall-clock ones, NaNs (reset rows) included
+            fresh = pd.read_parquet(p)
+            assert list(fresh.columns) == list(resumed[p].columns) and len(fresh) == len(resumed[p]) > 0
+            for c in fresh.columns:
+                if c in ("wall_time_s", "agent_steps_per_s"):
+                    continue
+                x, y = resumed[p][c].to_numpy(), fresh[c].to_numpy()
+                if x.dtype == object and isinstance(x[0], np.ndarray):  # fixed-size list columns
+                    x, y = np.stack(x), np.stack(y)
+                np.testing.assert_array_equal(x, y, err_msg=f"{p.name}: {c}")
+        else:
+            run = json.loads(p.read_text())
+            assert resumed[p]["resumed_from_agent_steps"] == int(stopped[-1].name.split("_")[1])
+            assert run["resumed_from_agent_steps"] is None
+            assert run["final_eval_return"] == resumed[p]["final_eval_return"]
 
 
 def test_slurm_profile_and_conda_env():

@@ -8,7 +8,15 @@ The seeds train vmapped in one program. Each task is evaluated in its own enviro
 dataset's task table: env id, action repeat, episode length). Writes, under ``--outdir``
 (docs/artifacts.md, "Multi-task run"): ``eval.parquet`` (one row per seed, evaluation, task
 and episode), ``metrics.parquet`` (one row per seed and training chunk) and, last,
-``run.json``. Progress is logged to stderr after every chunk.
+``run.json``, only once training is complete. Progress is logged to stderr after every chunk
+and at least every ``--progress-seconds``: updates done of the total, updates/s, time left,
+the last normalized score.
+
+With ``--checkpoint-dir`` the job stops on SIGTERM/SIGINT at the next boundary between calls
+of the compiled program, writes a checkpoint and exits with 143/130 without outputs; the same
+command run again resumes, and its outputs equal an uninterrupted run's (wall-clock columns
+aside). Exit code 2: the checkpoint folder belongs to another run (settings named) or holds
+only damaged checkpoints. As ``tdmpc2 train-single`` (docs/pipeline.md, "Preemption").
 """
 from __future__ import annotations
 
@@ -18,6 +26,9 @@ import math
 import sys
 import time
 from pathlib import Path
+
+from .resumable import (SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, mismatch_message,
+                        open_checkpoint_dir)
 
 SPEC_KEYS = {"updates", "batch_size", "eval_every", "eval_episodes", "log_every", "agent", "return_ranges",
              "backend"}
@@ -32,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="JSON object of the multi-task settings (docs/artifacts.md), or @file.json")
     p.add_argument("--seeds", required=True, type=int, nargs="+", help="seeds, run vmapped in one program")
     p.add_argument("--outdir", required=True, help="results/multi/{pool}/size{model_size}")
+    add_checkpoint_arguments(p, "updates", "only when stopped by a signal and at the end")
 
 
 def parse_spec(text: str) -> dict:
@@ -59,21 +71,40 @@ def parse_spec(text: str) -> dict:
 
 def run(args) -> int:
     spec = parse_spec(args.spec)
+    import logging
+
+    prefix = f"[train-multi {args.pool} size{args.model_size}]"
+    log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
+    # the library logs checkpoints and resumes on the "tdmpc2core" logger: into this job's log
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{prefix} %(message)s"))
+    lib_log = logging.getLogger("tdmpc2core")
+    lib_log.addHandler(handler)
+    old_level = lib_log.level
+    lib_log.setLevel(logging.INFO)
+    try:
+        return _run(args, spec, log)
+    finally:
+        lib_log.removeHandler(handler)
+        lib_log.setLevel(old_level)
+
+
+def _run(args, spec: dict, log) -> int:
     import jax
     import numpy as np
     import pyarrow as pa
 
-    from .. import atomic, provenance
+    from .. import atomic, checkpoint, provenance
     from ..dataset import load_dataset
     from ..multitask import METRIC_KEYS, TDMPC2MultiTask
     from ..networks import MATMUL_PRECISION, count_params
+    from ..training import TrainingInterrupted
 
     seeds = list(args.seeds)
     outdir = Path(args.outdir)
     runjson = outdir / "run.json"
     if runjson.exists():
         runjson.unlink()  # the marker of completeness goes first, comes back last
-    log = lambda msg: print(f"[train-multi {args.pool} size{args.model_size}] {msg}", file=sys.stderr, flush=True)
 
     t_start = time.perf_counter()
     dataset = load_dataset(args.dataset)
@@ -93,14 +124,38 @@ def run(args) -> int:
         + ", ".join(f"{n} {g:.3f}" for n, g in agent.task_gammas.items())
         + f"; seeds {seeds}, {updates} updates, evaluation every {eval_every} updates")
 
+    ckdir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    open_checkpoint_dir(ckdir, log)  # a finished run's folder is cleared: a forced rerun trains anew
+
     compile_s = {"first_chunk": None}
-    records = []
+    prog = {"last_log": time.perf_counter(), "updates": 0, "seconds": 0.0, "start": None, "score": None, "done": 0}
+
+    def left() -> str:
+        return f", ~{hms((updates - prog['done']) * prog['seconds'] / prog['updates'])} left" if prog["seconds"] else ""
+
+    def on_progress(p):
+        if prog["start"] is None:
+            prog["start"] = p["start_updates"]
+        prog["updates"] += p["chunk_updates"]
+        prog["seconds"] += p["seconds"]
+        prog["done"] = p["updates"]
+        if p["last_normalized_score"] is not None:
+            prog["score"] = p["last_normalized_score"]
+        now = time.perf_counter()
+        if now - prog["last_log"] >= args.progress_seconds and p["updates"] < updates:
+            prog["last_log"] = now
+            msg = f"{p['updates']}/{updates} updates ({100.0 * p['updates'] / updates:.0f}%), " \
+                  f"{p['updates_per_s']:.1f} updates/s{left()}"
+            if prog["score"] is not None:
+                msg += ", last normalized score " + " ".join(f"{x:.1f}" for x in np.atleast_1d(prog["score"]))
+            log(msg)
 
     def on_chunk(rec):
         if compile_s["first_chunk"] is None:
             compile_s["first_chunk"] = rec["chunk_seconds"]  # upper bound: it includes the compilation
-        records.append(rec)
-        msg = (f"{rec['updates']}/{updates} updates, {rec['updates_per_s']:.1f} updates/s, "
+        prog["last_log"] = time.perf_counter()
+        prog["done"] = rec["updates"]
+        msg = (f"{rec['updates']}/{updates} updates, {rec['updates_per_s']:.1f} updates/s{left()}, "
                f"total loss " + " ".join(f"{x:.3f}" for x in np.atleast_1d(rec["total_loss"])))
         if "eval_return" in rec:
             msg += ("; eval return per task (" + ", ".join(names) + "): "
@@ -108,10 +163,27 @@ def run(args) -> int:
                     + "; normalized score " + " ".join(f"{x:.1f}" for x in np.atleast_1d(rec["normalized_score"])))
         log(msg)
 
-    state, hist = agent.train(seed=seeds, n_timesteps=updates, eval_every=eval_every, eval_episodes=eval_episodes,
-                              log_every=log_every, callback=on_chunk)
+    with SignalStop(log, ckdir is not None) as stop:
+        try:
+            state, hist = agent.train(
+                seed=seeds, n_timesteps=updates, total_timesteps=updates, eval_every=eval_every,
+                eval_episodes=eval_episodes, log_every=log_every, callback=on_chunk, progress=on_progress,
+                should_stop=stop.should_stop, max_chunk_seconds=args.max_chunk_seconds, checkpoint_dir=ckdir,
+                checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints)
+        except TrainingInterrupted as exc:
+            where = (f"checkpoint {exc.checkpoint.path} ({exc.checkpoint.bytes / 1e6:.1f} MB, "
+                     f"{exc.checkpoint.seconds:.1f} s); rerun the same command to resume"
+                     if exc.checkpoint is not None else "no checkpoint (no --checkpoint-dir)")
+            log(f"stopped by {stop.name} at {exc.step}/{updates} updates: {where}")
+            return stop.exit_code
+        except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
+            log(f"error: {exc}")
+            log(mismatch_message(ckdir))
+            return 2
     wall = time.perf_counter() - t_start
     prov = provenance.collect(".", include_jax=True)
+    records = hist["chunks"]  # one per chunk of the schedule, including those of earlier sessions
+    started_at = prog["start"] if prog["start"] is not None else updates
 
     # ---- eval.parquet: seed x evaluation x task x episode
     n_eval = len(hist["eval_updates"])
@@ -178,8 +250,12 @@ def run(args) -> int:
         "matmul_precision": f"float32 ({MATMUL_PRECISION.name}); jax_default_matmul_precision="
                             f"{prov['platform'].get('jax_default_matmul_precision')}",
         "compile_seconds_upper_bound": compile_s["first_chunk"], "wall_seconds": wall,
+        "training_wall_seconds_all_sessions": hist["wall_seconds"], "resumed_from_updates": started_at or None,
+        "checkpoint_dir": str(ckdir) if ckdir is not None else None,
         "provenance": prov,
     })
+    close_checkpoint_dir(ckdir, {"pool": args.pool, "model_size": args.model_size, "seeds": seeds,
+                                 "updates": updates, "outdir": str(outdir)})
     log(f"done in {wall:.0f} s" + ("" if final is None else
                                    "; final normalized score " + " ".join(
                                        "n/a" if x is None else f"{x:.1f}" for x in final["normalized_score"])))

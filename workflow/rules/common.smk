@@ -16,6 +16,13 @@ TABLES = "results/tables"
 RESOLVED = "results/resolved_config.yaml"
 BENCHMARKS = "benchmarks/runs"
 JAX_CACHE = config["jax_cache_dir"]
+# checkpoints of the training jobs: outside results/, because Snakemake deletes the outputs of a
+# failed job and a rerun must find them (docs/pipeline.md, "Preemption"). Like threads and the
+# cache, these are shell globals, not params: they change no result, so they trigger no rerun.
+CHECKPOINTS = config["checkpoint_dir"]
+CHECKPOINT_EVERY = int(config["checkpoint_every"])
+KEEP_CHECKPOINTS = int(config["keep_checkpoints"])
+MAX_CHUNK_SECONDS = float(config["max_chunk_seconds"])
 DATASETS = "results/datasets"
 # run.json last: it marks a complete run (episodes.parquet is the seed's replay, exported by
 # its training job: the replay lives in that process)
@@ -184,6 +191,8 @@ if MULTITASK:
     except ImportError:  # the package is not importable here: the job checks
         pass
 MT_RESOURCES = {"gpu": 0, "runtime": 60, "mem_mb": 4000, **((MULTITASK or {}).get("resources") or {})}
+# updates between the multi-task jobs' checkpoints (a shell global: not a rerun trigger)
+MT_CHECKPOINT_EVERY = int((MULTITASK or {}).get("checkpoint_every") or (MULTITASK or {}).get("eval_every") or 1)
 
 
 def multi_spec(pool):
@@ -218,6 +227,10 @@ RESOLVED_CONFIG = {
     "seeds_per_job": SEEDS_PER_JOB,
     "threads_per_job": int(config["threads_per_job"]),
     "jax_cache_dir": config["jax_cache_dir"],
+    "checkpoint_dir": CHECKPOINTS,
+    "checkpoint_every": CHECKPOINT_EVERY,
+    "keep_checkpoints": KEEP_CHECKPOINTS,
+    "max_chunk_seconds": MAX_CHUNK_SECONDS,
     "bootstrap_reps": int(config["bootstrap_reps"]),
     "tasks": TASKS,
     "pools": POOLS,

@@ -34,13 +34,17 @@ if MULTITASK:
         conda:
             CONDA_ENV
         shell:
-            # thread pinning and the compilation cache as the single-task training jobs (train.smk)
+            # thread pinning, the compilation cache, `exec` and the checkpoints (outside results/,
+            # resumed by a rerun after SIGTERM/SIGINT) as the single-task training jobs (train.smk)
             "export PJRT_NPROC={threads} OMP_NUM_THREADS={threads} "
             "JAX_COMPILATION_CACHE_DIR={JAX_CACHE:q}; "
             'if [ {threads} -eq 1 ]; then export XLA_FLAGS="${{XLA_FLAGS:-}} --xla_cpu_multi_thread_eigen=false"; fi; '
-            "{TDMPC2} train-multi --pool {wildcards.pool:q} --model-size {wildcards.size} "
+            "exec {TDMPC2} train-multi --pool {wildcards.pool:q} --model-size {wildcards.size} "
             "--dataset {input.dataset:q} --spec {params.spec:q} --seeds {params.seeds} "
-            "--outdir {params.outdir:q} > {log:q} 2>&1"
+            "--outdir {params.outdir:q} "
+            "--checkpoint-dir {CHECKPOINTS:q}/multi/{wildcards.pool:q}/size{wildcards.size} "
+            "--checkpoint-every {MT_CHECKPOINT_EVERY} --keep-checkpoints {KEEP_CHECKPOINTS} "
+            "--max-chunk-seconds {MAX_CHUNK_SECONDS} > {log:q} 2>&1"
 
     rule scaling:
         """The multi-task scaling table, the per-task table (beside the single-task returns) and their figure."""
