@@ -116,6 +116,12 @@ class EpisodeDataset:
     tasks: tuple
     provenance: dict = dataclasses.field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        tasks = ", ".join(f"{t.name} (obs {t.obs_dim}, action {t.action_dim}, T {t.episode_length})"
+                          for t in self.tasks)
+        return (f"EpisodeDataset({self.num_episodes} episodes, {self.num_transitions} agent steps, "
+                f"{self.num_rows} rows, obs {self.obs_dim}, action {self.action_dim}; tasks: {tasks})")
+
     # ---- derived -----------------------------------------------------------------------
     @property
     def num_rows(self) -> int:
@@ -212,7 +218,8 @@ def _check(ds: EpisodeDataset, where: str) -> None:
     bad = ~reset & (ds.step != prev + 1)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        kind = "a repeated step" if ds.step[i] <= prev[i] else "a gap"
+        kind = ("a repeated step" if ds.step[i] == prev[i] else
+                "a step out of order" if ds.step[i] < prev[i] else "a gap")
         raise DatasetError(f"{where}: episode {int(ds.episode[i])} has {kind} at row {i} "
                            f"(step {int(prev[i])} then {int(ds.step[i])})")
     ep_index = np.cumsum(reset) - 1
@@ -238,8 +245,13 @@ def _check(ds: EpisodeDataset, where: str) -> None:
             i = b + int(np.flatnonzero(bad_row)[0])
             raise DatasetError(f"{where}: non-finite observation at row {i} (episode {int(ds.episode[i])}, "
                                f"step {int(ds.step[i])})")
-        if np.any((cols_o >= obs_dims_t[ds.task[blk]][:, None]) & (obs != 0)):
-            raise DatasetError(f"{where}: obs padding beyond a task's obs_dim must be zero")
+        pad_bad = (cols_o >= obs_dims_t[ds.task[blk]][:, None]) & (obs != 0)
+        if pad_bad.any():
+            i, j = (int(x[0]) for x in np.nonzero(pad_bad))
+            t = ds.tasks[int(ds.task[b + i])]
+            raise DatasetError(f"{where}: row {b + i} (task {t.name!r}) has a non-zero obs value in column {j}, "
+                               f"beyond the task's obs_dim {t.obs_dim} in the task table (padding must be zero; "
+                               "does the obs width disagree with the table?)")
         own_a = cols_a < act_dims_t[ds.task[blk]][:, None]
         bad_row = np.any(~rst & own_a & ~np.isfinite(act), axis=1)
         if bad_row.any():
@@ -250,8 +262,13 @@ def _check(ds: EpisodeDataset, where: str) -> None:
         if bad_row.any():
             i = b + int(np.flatnonzero(bad_row)[0])
             raise DatasetError(f"{where}: the reset row {i} must have a NaN action (the reference's layout)")
-        if np.any(~own_a & (act != 0)):
-            raise DatasetError(f"{where}: action padding beyond a task's action_dim must be zero")
+        pad_bad = ~own_a & (act != 0)
+        if pad_bad.any():
+            i, j = (int(x[0]) for x in np.nonzero(pad_bad))
+            t = ds.tasks[int(ds.task[b + i])]
+            raise DatasetError(f"{where}: row {b + i} (task {t.name!r}) has a non-zero action value in column {j}, "
+                               f"beyond the task's action_dim {t.action_dim} in the task table (padding must be "
+                               "zero; does the action width disagree with the table?)")
     if np.any(~reset & ~np.isfinite(ds.reward)):
         i = int(np.flatnonzero(~reset & ~np.isfinite(ds.reward))[0])
         raise DatasetError(f"{where}: NaN or infinite reward outside a reset row at row {i} "

@@ -21,11 +21,12 @@ only damaged checkpoints. As ``tdmpc2 train-single`` (docs/pipeline.md, "Preempt
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from pathlib import Path
+
+from .spec import parse_spec as _parse_spec
 
 from .resumable import (SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, mismatch_message,
                         open_checkpoint_dir)
@@ -48,25 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_spec(text: str) -> dict:
     """The multi-task settings from JSON text or ``@path``; raises ValueError naming bad keys."""
-    src = "--spec"
-    if text.startswith("@"):
-        src = text[1:]
-        text = Path(src).read_text()
-    try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{src}: not valid JSON ({exc})") from None
-    if not isinstance(spec, dict):
-        raise ValueError(f"{src}: expected a JSON object, got {type(spec).__name__}")
-    unknown = sorted(set(spec) - SPEC_KEYS)
-    if unknown:
-        raise ValueError(f"{src}: unknown key(s) {unknown}; accepted: {sorted(SPEC_KEYS)}")
-    missing = sorted(REQUIRED - set(spec))
-    if missing:
-        raise ValueError(f"{src}: missing key(s) {missing}")
-    if "model_size" in spec.get("agent", {}):
-        raise ValueError(f"{src}: agent.model_size is set by --model-size")
-    return spec
+    return _parse_spec(text, SPEC_KEYS, REQUIRED)
 
 
 def run(args) -> int:

@@ -22,10 +22,11 @@ holds only damaged checkpoints, 130/143 stopped by SIGINT/SIGTERM.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
+
+from .spec import parse_spec as _parse_spec
 
 from .resumable import (SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, mismatch_message,
                         open_checkpoint_dir)
@@ -46,23 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_spec(text: str) -> dict:
     """The task settings from JSON text or ``@path``; raises ValueError naming bad keys."""
-    src = "--spec"
-    if text.startswith("@"):
-        src = text[1:]
-        text = Path(src).read_text()
-    try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{src}: not valid JSON ({exc})") from None
-    if not isinstance(spec, dict):
-        raise ValueError(f"{src}: expected a JSON object, got {type(spec).__name__}")
-    unknown = sorted(set(spec) - SPEC_KEYS)
-    if unknown:
-        raise ValueError(f"{src}: unknown key(s) {unknown}; accepted: {sorted(SPEC_KEYS)}")
-    missing = sorted(REQUIRED - set(spec))
-    if missing:
-        raise ValueError(f"{src}: missing key(s) {missing}")
-    return spec
+    return _parse_spec(text, SPEC_KEYS, REQUIRED)
 
 
 def run(args) -> int:
