@@ -6,6 +6,9 @@
 #
 # DAG: resolve_config -> train_single_seeds_* (one job per task and seed group)
 #      -> figures_task (per task), figure_overview, tables -> report -> all
+#      train_single_* (each seed's episodes.parquet) -> dataset_task -> dataset_pool
+#      -> dataset_summary -> report
+#      dataset_pool -> train_multi (per pool and model size) -> scaling -> report
 # Rules only name files and call one `tdmpc2 <stage>` command (tdmpc2core/cli.py).
 # docs/pipeline.md explains the configuration, reruns and SLURM.
 
@@ -34,6 +37,7 @@ localrules:
     figures_task,
     figure_overview,
     tables,
+    dataset_summary,
     report,
 
 
@@ -48,4 +52,6 @@ include: "workflow/rules/resolve.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/datasets.smk"
+include: "workflow/rules/multitask.smk"
 include: "workflow/rules/report.smk"

@@ -1,8 +1,9 @@
 """tdmpc2core: faithful JAX/Flax/Optax TD-MPC2 (Hansen, Su, Wang, ICLR 2024).
 
 The single-task agent reproduces the paper-era official code (nicklashansen/tdmpc2 at
-5f6fade); ``docs/deviations.md`` lists every departure. Importing this package is cheap:
-environment suites are imported when an environment is made.
+5f6fade); ``TDMPC2MultiTask`` trains one agent offline on a pooled multi-task dataset, as
+the paper's mt30/mt80 models; ``docs/deviations.md`` lists every departure. Importing this
+package is cheap: environment suites are imported when an environment is made.
 """
 from .config import MODEL_SIZES, TDMPC2Config
 
@@ -13,8 +14,14 @@ def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
     if name in ("TDMPC2", "TerminationError", "NoSampleableEpisodeError"):
         from . import agent
         return getattr(agent, name)
+    if name == "TrainingInterrupted":
+        from . import training
+        return training.TrainingInterrupted
+    if name in ("TDMPC2MultiTask", "MultiTaskState"):
+        from . import multitask
+        return getattr(multitask, name)
     raise AttributeError(name)
 
 
-__all__ = ["TDMPC2", "TDMPC2Config", "MODEL_SIZES", "TerminationError", "NoSampleableEpisodeError",
-           "__version__"]
+__all__ = ["TDMPC2", "TDMPC2MultiTask", "MultiTaskState", "TDMPC2Config", "MODEL_SIZES", "TerminationError",
+           "NoSampleableEpisodeError", "TrainingInterrupted", "__version__"]

@@ -13,6 +13,11 @@ import sys
 # sub-command -> (module under tdmpc2core.stages, one-line help)
 STAGES = {
     "train-single": ("train_single", "train single-task TD-MPC2 seeds (vmapped) on one task"),
+    "dataset-task": ("dataset_task", "join the seeds' episode datasets of one task"),
+    "dataset-pool": ("dataset_pool", "pool task datasets into one multi-task dataset"),
+    "dataset-summary": ("dataset_summary", "per-episode summary of the datasets and their return figure"),
+    "train-multi": ("train_multi", "train one multi-task TD-MPC2 model offline on a pooled dataset (seeds vmapped)"),
+    "scaling": ("scaling", "the multi-task scaling table, per-task table and figure"),
     "figures": ("figures", "learning-curve figures per task, beside the published curves"),
     "tables": ("tables", "the paper's single-task tables and aggregate scores"),
     "report": ("report", "render results/report.html (self-contained)"),

@@ -236,4 +236,35 @@ def plot_overview(scores: pd.DataFrame, published: Mapping[str, Optional[str]],
     plt.close(fig)
 
 
-__all__ = ["plot_eval", "plot_train", "plot_overview", "save_atomic"]
+def dataset_returns_figure(summary: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Return distribution of the episodes of each task dataset (one box per task), written to
+    ``path``. ``summary``: the rows of ``tdmpc2 dataset-summary`` (kind, dataset, task, return);
+    pools hold the same episodes as their tasks' datasets, so only ``kind == "task"`` rows are
+    drawn. Tasks with different return ranges get their own panel."""
+    plt = _plt()
+    tasks = summary[summary["kind"] == "task"]
+    names = list(dict.fromkeys(tasks["dataset"]))
+    if not names:  # a summary of pools only
+        tasks, names = summary, list(dict.fromkeys(summary["task"]))
+    key = "dataset" if "dataset" in tasks and set(names) <= set(tasks["dataset"]) else "task"
+    n = len(names)
+    cols = min(n, 4)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        sub = tasks[tasks[key] == name]
+        ret = sub["return"].to_numpy()
+        ax.boxplot([ret], widths=0.5, showmeans=True)
+        ax.set_xticks([1], [f"{len(ret)} episodes"])
+        ax.set_title(name, fontsize=9)
+        ax.set_ylabel("episode return")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.suptitle("Episode returns in the training datasets (the agents' own replay)", fontsize=10)
+    fig.tight_layout()
+    save_atomic(fig, path)
+    plt.close(fig)
+
+
+__all__ = ["plot_eval", "plot_train", "plot_overview", "dataset_returns_figure", "save_atomic"]

@@ -96,8 +96,15 @@ def build_modules(cfg, obs_dim: int, action_dim: int, task_dim: int = 0) -> dict
 
 
 def init_params(modules: dict, key, obs_dim: int, action_dim: int, latent_dim: int, num_q: int,
-                task_dim: int = 0) -> dict:
-    """Initial parameters: {'encoder','dynamics','reward','pi','qs'(stacked K),['termination']}."""
+                task_dim: int = 0, num_tasks: int = 0) -> dict:
+    """Initial parameters: {'encoder','dynamics','reward','pi','qs'(stacked K),['termination'],
+    ['task_emb']}.
+
+    Multi-task (``num_tasks > 0`` and ``task_dim > 0``): ``task_emb`` is the embedding table
+    [num_tasks, task_dim], initialised uniform(-0.02, 0.02) (spec §3.7); its max-norm 1 is
+    applied at look-up (:func:`tdmpc2core.update.renorm_rows`). The single-task key stream is
+    unchanged (the embedding draws from a key of its own).
+    """
     keys = jax.random.split(key, 6)
     o = jnp.zeros((1, obs_dim + task_dim), jnp.float32)
     za = jnp.zeros((1, latent_dim + task_dim + action_dim), jnp.float32)
@@ -111,6 +118,9 @@ def init_params(modules: dict, key, obs_dim: int, action_dim: int, latent_dim: i
     }
     if "termination" in modules:
         params["termination"] = modules["termination"].init(keys[5], z)["params"]
+    if num_tasks > 0 and task_dim > 0:
+        params["task_emb"] = jax.random.uniform(jax.random.fold_in(key, 7), (num_tasks, task_dim), jnp.float32,
+                                                -0.02, 0.02)
     return params
 
 

@@ -63,6 +63,8 @@ class RunState(NamedTuple):
     nonfinite: jnp.ndarray             # int32, non-finite observations or rewards (all time)
     pending_updates: jnp.ndarray       # int32, episodic mode: scheduled updates waiting for
     #                                    an episode of >= H + 1 rows (always 0 otherwise)
+    tick: jnp.ndarray                  # int32, ticks done (agent steps = tick * n_envs); a resumed
+                                       # run continues from it
 
 
 def metric_keys(cfg) -> tuple:
@@ -93,7 +95,8 @@ def init_run_state(agent, agent_state: AgentState, key, run_agent_steps: int) ->
         done=jnp.ones((n,), bool), active=jnp.zeros((), bool), key=key, metrics=zero_metrics(cfg),
         finished_return_sum=jnp.zeros((), jnp.float32), finished_count=jnp.zeros((), jnp.int32),
         terminations=jnp.zeros((), jnp.int32), nonfinite=jnp.zeros((), jnp.int32),
-        pending_updates=jnp.zeros((), jnp.int32))
+        pending_updates=jnp.zeros((), jnp.int32),
+        tick=jnp.zeros((), jnp.int32))
 
 
 def _reset(agent, rs: RunState, key) -> RunState:
@@ -265,11 +268,15 @@ def _updates_episodic(agent, rs: RunState, n_updates, key) -> RunState:
 def make_chunk_fn(agent):
     """One jitted program (states [seeds, ...], start_tick, n_ticks) -> states.
 
-    Runs ticks start_tick .. start_tick + n_ticks - 1 of every seed (vmapped); the tick
-    count is dynamic, so every chunk of a run uses the same compiled program.
+    Runs ticks start_tick .. start_tick + n_ticks - 1 of every seed (vmapped) and sets the
+    states' ``tick`` to start_tick + n_ticks. The tick count is dynamic, so every chunk of a
+    run uses the same compiled program; a tick depends only on its absolute index and the
+    state (the PRNG key lives in the state), so any split of a run into chunks gives the same
+    numbers.
     """
     def single(rs, start, n_ticks):
-        return jax.lax.fori_loop(0, n_ticks, lambda i, r: tick(agent, r, start + i), rs)
+        rs = jax.lax.fori_loop(0, n_ticks, lambda i, r: tick(agent, r, start + i), rs)
+        return rs._replace(tick=(start + n_ticks).astype(jnp.int32))
 
     return jax.jit(jax.vmap(single, in_axes=(0, None, None)), donate_argnums=(0,))
 

@@ -12,10 +12,12 @@ from . import math as tm
 from .world_model import WorldModel
 
 
-def estimate_value(wm: WorldModel, params, z, actions, gamma, key, e=None):
+def estimate_value(wm: WorldModel, params, z, actions, gamma, key, e=None, mask=None):
     """G = sum_t gamma^t r_t + gamma^H Q_avg(z_H, pi(z_H)) for each sequence (spec §6.4b).
 
     z [N, L]; actions [H, N, A]. One random Q pair per call; no dropout. Returns [N].
+    Multi-task: ``e`` the task embedding, ``mask`` its action mask (the policy action at z_H
+    is masked, spec §4.5).
     With cfg.episodic, reward and value stop after a predicted termination (spec §11.4).
     """
     cfg = wm.cfg
@@ -32,23 +34,24 @@ def estimate_value(wm: WorldModel, params, z, actions, gamma, key, e=None):
         if cfg.episodic:
             term = (jax.nn.sigmoid(wm.termination_logit(params, z, e)[..., 0]) > 0.5).astype(jnp.float32)
             alive = alive * (1.0 - term)
-    _, a_pi, _, _ = wm.pi(params["pi"], z, k_pi, e)
+    _, a_pi, _, _ = wm.pi(params["pi"], z, k_pi, e, mask)
     q = wm.q_pair(params["qs"], z, a_pi, k_pair, "avg", e)
     return G + discount * alive * q
 
 
-def policy_trajectories(wm: WorldModel, params, z, key, e=None):
-    """num_pi_trajs action sequences [H, P, A] sampled from the policy prior (spec §6.2)."""
+def policy_trajectories(wm: WorldModel, params, z, key, e=None, mask=None):
+    """num_pi_trajs action sequences [H, P, A] sampled from the policy prior (spec §6.2)
+    (multi-task: with the task's embedding ``e`` and action ``mask``)."""
     cfg = wm.cfg
     P, H = cfg.num_pi_trajs, cfg.horizon
     _z = jnp.broadcast_to(z, (P, z.shape[-1]))
     keys = jax.random.split(key, H)
     acts = []
     for t in range(H - 1):
-        _, a, _, _ = wm.pi(params["pi"], _z, keys[t], e)
+        _, a, _, _ = wm.pi(params["pi"], _z, keys[t], e, mask)
         acts.append(a)
         _z = wm.next(params, _z, a, e)
-    _, a, _, _ = wm.pi(params["pi"], _z, keys[H - 1], e)
+    _, a, _, _ = wm.pi(params["pi"], _z, keys[H - 1], e, mask)
     acts.append(a)
     return jnp.stack(acts)
 
@@ -60,6 +63,9 @@ def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key
       obs: [obs_dim]; prev_mean: [H, A], the previous call's final mean (warm start);
       t0: bool scalar, first step of an episode (no warm start); eval_mode: static bool,
       no exploration noise when True (the elite is still drawn at random, spec §12.10).
+      e: the task embedding [task_dim] (multi-task; None for single-task).
+      mask: the task's action mask [A] (multi-task): policy actions, samples, mean and std
+        are multiplied by it, so the padded action dims of every output are exactly 0.
     Returns:
       (action [A] in [-1, 1], mean [H, A] to pass as the next prev_mean).
     """
@@ -74,7 +80,7 @@ def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key
     shifted = jnp.concatenate([prev_mean[1:], jnp.zeros((1, A), prev_mean.dtype)], axis=0)
     mean = jnp.where(t0, jnp.zeros((H, A), jnp.float32), shifted)
     std = jnp.full((H, A), cfg.max_std, jnp.float32)
-    pi_actions = policy_trajectories(wm, params, z, k_pi, None if e is None else e[None]) if P > 0 else None
+    pi_actions = policy_trajectories(wm, params, z, k_pi, None if e is None else e[None], mask) if P > 0 else None
 
     def iteration(carry, k):
         mean, std, _, _ = carry
@@ -84,7 +90,7 @@ def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key
         actions = sampled if P == 0 else jnp.concatenate([pi_actions, sampled], axis=1)
         if mask is not None:
             actions = actions * mask
-        value = jnp.nan_to_num(estimate_value(wm, params, zN, actions, gamma, k_val, eN), nan=0.0)
+        value = jnp.nan_to_num(estimate_value(wm, params, zN, actions, gamma, k_val, eN, mask), nan=0.0)
         elite_value, elite_idx = jax.lax.top_k(value, E)
         elite_actions = actions[:, elite_idx]  # [H, E, A]
         score = jnp.exp(cfg.temperature * (elite_value - jnp.max(elite_value)))
@@ -106,8 +112,8 @@ def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key
     return jnp.clip(a, -1.0, 1.0), mean
 
 
-def act_with_policy(wm: WorldModel, params, obs, eval_mode: bool, key, e=None):
+def act_with_policy(wm: WorldModel, params, obs, eval_mode: bool, key, e=None, mask=None):
     """``mpc=False``: the policy prior's mean action in eval mode, a sample otherwise (spec §6.6)."""
     z = wm.encode(params, obs[None], e)
-    mean, sample, _, _ = wm.pi(params["pi"], z, key, e)
+    mean, sample, _, _ = wm.pi(params["pi"], z, key, e, mask)
     return (mean if eval_mode else sample)[0]

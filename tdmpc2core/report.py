@@ -164,6 +164,80 @@ def aggregate_section(agg: pd.DataFrame) -> str:
             + f'<p class="muted">Confidence intervals: {esc(method)}.</p>')
 
 
+def dataset_stats(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset and task: episodes, agent steps, terminated episodes and the return
+    distribution, from the rows of ``tdmpc2 dataset-summary`` (one per episode). A pool gets
+    one row per task and an ``(all tasks)`` row."""
+    def stats(g):
+        r = g["return"]
+        return pd.Series({"episodes": len(g), "agent_steps": int(g["agent_steps"].sum()),
+                          "terminated": int(g["terminated"].sum()), "mean": r.mean(), "sd": r.std(ddof=0),
+                          "min": r.min(), "median": r.median(), "max": r.max()})
+
+    out = []
+    for (dataset, kind), g in summary.groupby(["dataset", "kind"], sort=False):
+        for task, gt in g.groupby("task", sort=False):
+            out.append({"dataset": dataset, "kind": kind, "task": task, **stats(gt)})
+        if kind == "pool":
+            out.append({"dataset": dataset, "kind": kind, "task": "(all tasks)", **stats(g)})
+    return pd.DataFrame(out)
+
+
+def datasets_section(stats: pd.DataFrame) -> str:
+    rows, cells = [], []
+    for r in stats.itertuples(index=False):
+        rows.append([esc(r.dataset), esc(r.kind), esc(r.task), num(r.episodes, 0), num(r.agent_steps, 0),
+                     num(r.terminated, 0), _mean_sd(r.mean, r.sd), num(r.min), num(r.median), num(r.max)])
+        cells.append(["", "", "", "num", "num", "num", "num", "num", "num", "num"])
+    return html_table(["Dataset", "Kind", "Task", "Episodes", "Agent steps", "Terminated episodes",
+                       "Return: mean ± sd", "Min", "Median", "Max"], rows, cell_classes=cells)
+
+
+MT30_CAVEAT = ("The pools are our own single-task runs' replay, not the paper's mt30 / mt80 datasets, so "
+               "these scores are not the paper's numbers: they show that one agent trained offline on the "
+               "pooled data solves the pooled tasks, and how that changes with model size on our data.")
+
+
+def multitask_section(scaling: pd.DataFrame, tasks: pd.DataFrame, ranges: Mapping[str, object],
+                      settings: Mapping) -> str:
+    """The multi-task scaling table, the per-task table with the expected-range check, and the
+    definition of the normalized score with every task's declared range."""
+    rows, cells = [], []
+    for r in scaling.itertuples(index=False):
+        score = "" if pd.isna(r.score_mean) else _mean_sd(r.score_mean, r.score_sd)
+        rng = "" if pd.isna(r.score_mean) else f"{num(r.score_min)} – {num(r.score_max)}"
+        rows.append([esc(r.pool), num(r.model_size, 0), num(r.params, 0), num(r.updates, 0), num(r.n_tasks, 0),
+                     num(r.n_seeds, 0), score, rng, esc(r.note)])
+        cells.append(["", "num", "num", "num", "num", "num", "num", "num", ""])
+    out = [html_table(["Pool", "Model size", "Parameters", "Updates", "Tasks", "Seeds",
+                       "Normalized score: mean ± sd", "Min – max over seeds", "Note"],
+                      rows, cell_classes=cells)]
+    rows, classes, cells = [], [], []
+    for r in tasks.itertuples(index=False):
+        res = str(r.result)
+        multi = "" if pd.isna(r.multi_mean) else _mean_sd(r.multi_mean, r.multi_sd)
+        single = "" if pd.isna(r.single_mean) else _mean_sd(r.single_mean, r.single_sd)
+        rows.append([esc(r.pool), esc(r.task), num(r.model_size, 0), multi, esc(r.seed_returns), num(r.score_mean),
+                     single, num(r.single_agent_steps, 0), esc(r.expected),
+                     esc(res.upper() if res in ("pass", "fail") else res), esc(r.note)])
+        classes.append(res if res in ("pass", "fail") else "")
+        cells.append(["", "", "num", "num", "", "num", "num", "num", "", "result", ""])
+    n_pass, n_fail = int((tasks["result"] == "pass").sum()), int((tasks["result"] == "fail").sum())
+    out.append(f'<p class="summary"><b>Expected-range check of the multi-task returns: {n_pass} pass, '
+               f'{n_fail} fail.</b></p>')
+    out.append(html_table(["Pool", "Task", "Model size", "Multi-task return: mean ± sd", "Per seed (seed: return)",
+                           "Normalized score", "Single-task return: mean ± sd", "Single-task agent steps",
+                           "Expected (multi-task return)", "Result", "Note"], rows, classes, cells))
+    ranges_rows = [[esc(t), "none: no normalized score" if rg is None else f"[{num(rg[0], 2)}, {num(rg[1], 2)}]"]
+                   for t, rg in ranges.items()]
+    out.append("<p>Declared return ranges (low, high) of the normalized score "
+               "100 (return − low) / (high − low):</p>" + html_table(["Task", "Return range"], ranges_rows))
+    keys = ("updates", "batch_size", "eval_every", "eval_episodes", "seeds", "agent")
+    out.append('<p class="muted">Settings: ' + esc(", ".join(f"{k} = {settings.get(k)}" for k in keys
+                                                             if settings.get(k) is not None)) + ".</p>")
+    return "\n".join(out)
+
+
 def kv_table(d: Mapping, key_header: str = "Key", value_header: str = "Value", none_text: str = "unknown") -> str:
     return html_table([key_header, value_header],
                       [[esc(k), esc(none_text if v is None else v)] for k, v in d.items()])
@@ -181,7 +255,11 @@ def render_report(ctx: Mapping) -> str:
     job, wall_s, max_rss_mb, cpu_time_s), ``runs`` (DataFrame: one row per run.json with
     task, seed, backend, device_kind, matmul_precision, compile_time_s, wall_time_s),
     ``packages`` / ``run_packages`` (dicts), ``git`` (dict), ``platform`` (dict),
-    ``config_yaml`` (str), ``notes`` (list of str).
+    ``config_yaml`` (str), ``notes`` (list of str), ``datasets`` (DataFrame of
+    :func:`dataset_stats`, optional) and ``datasets_figure`` ((kind, data) or None), and
+    ``multitask`` (optional dict: ``scaling`` and ``tasks`` DataFrames of
+    :mod:`tdmpc2core.scaling`, ``ranges`` (task -> (low, high) or None), ``settings`` (the
+    resolved multitask block) and ``figure`` ((kind, data) or None)).
     """
     is_paper = bool(ctx.get("is_paper"))
     banner_cls = "paper" if is_paper else "demo"
@@ -202,7 +280,9 @@ def render_report(ctx: Mapping) -> str:
         '<nav><a href="#final">Final scores</a>'
         + ('<a href="#lengths">Episode lengths</a>' if ctx.get("episodic") else "")
         + '<a href="#single">Single-task table</a>'
-        '<a href="#aggregate">Aggregates</a><a href="#figures">Figures</a><a href="#runtime">Runtime</a>'
+        '<a href="#aggregate">Aggregates</a><a href="#figures">Figures</a><a href="#datasets">Datasets</a>'
+        + ('<a href="#multitask">Multi-task</a>' if ctx.get("multitask") else "")
+        + '<a href="#runtime">Runtime</a>'
         '<a href="#provenance">Provenance</a><a href="#config">Configuration</a></nav>',
     ]
     for note in ctx.get("notes") or []:
@@ -246,6 +326,37 @@ def render_report(ctx: Mapping) -> str:
         for alt, kind, data in images:
             parts.append(f'<div class="fig">{embed_image(data, kind, alt)}</div>')
 
+    ds = ctx.get("datasets")
+    if ds is not None and not ds.empty:
+        parts.append('<h2 id="datasets">Episode datasets</h2>')
+        parts.append("<p>Each training run's replay, exported as an episode dataset (every complete "
+                     "episode, as collected: seed-phase random episodes included), joined per task "
+                     "(<code>results/datasets/tasks/</code>) and pooled for multi-task training "
+                     "(<code>results/datasets/pools/</code>; observations and actions zero-padded to the "
+                     "largest task). Agent steps = transitions; the reset rows are not counted. Returns are "
+                     "undiscounted training-episode returns, exploration noise included.</p>")
+        parts.append(datasets_section(ds))
+        if ctx.get("datasets_figure"):
+            kind, data = ctx["datasets_figure"]
+            parts.append(f'<div class="fig">{embed_image(data, kind, "episode returns per task dataset")}</div>')
+
+    mt = ctx.get("multitask")
+    if mt:
+        parts.append('<h2 id="multitask">Multi-task TD-MPC2: one agent, every pooled task, per model size</h2>')
+        parts.append("<p>One model per pool and model-size preset, trained offline on the pool's episode "
+                     "dataset (slices drawn uniformly over the pooled episodes, no planning during training, "
+                     "a learnable task embedding, zero-padded observations, masked actions, each task's discount "
+                     "from its own episode length), then evaluated on every task in its own environment with the "
+                     "planner in evaluation mode. A seed's normalized score is the mean over tasks of each "
+                     "task's 100 (return − low) / (high − low) at the final evaluation; DM Control's range "
+                     "[0, 1000] makes it the paper's return / 10. Beside each task's multi-task return: the "
+                     "final return of the single-task runs whose replay the pool holds.</p>")
+        parts.append(f'<p class="banner demo">{esc(MT30_CAVEAT)}</p>')
+        parts.append(multitask_section(mt["scaling"], mt["tasks"], mt.get("ranges") or {}, mt.get("settings") or {}))
+        if mt.get("figure"):
+            kind, data = mt["figure"]
+            parts.append(f'<div class="fig">{embed_image(data, kind, "multi-task scaling")}</div>')
+
     parts.append('<h2 id="runtime">Runtime</h2>')
     runs = ctx.get("runs")
     if runs is not None and not runs.empty:
@@ -286,5 +397,5 @@ def render_report(ctx: Mapping) -> str:
     return "\n".join(parts) + "\n"
 
 
-__all__ = ["render_report", "html_table", "embed_image", "esc", "num", "CSS", "final_section",
-           "episode_length_section"]
+__all__ = ["render_report", "dataset_stats", "multitask_section", "html_table", "embed_image", "esc", "num", "CSS",
+           "final_section", "episode_length_section"]

@@ -20,7 +20,8 @@ WM_KEYS = ("encoder", "dynamics", "reward", "qs", "termination", "task_emb")
 class AgentState(NamedTuple):
     """Learned state of one agent (one seed).
 
-    params: {'encoder','dynamics','reward','qs','pi',['termination']} (networks.init_params);
+    params: {'encoder','dynamics','reward','qs','pi',['termination'],['task_emb']}
+    (networks.init_params; ``task_emb`` [num_tasks, task_dim] in the multi-task agent);
     target_qs: the target Q ensemble (a copy of params['qs'], spec §3.4);
     wm_opt_state / pi_opt_state: Adam states of the two optimizers (spec §5.3);
     pi_scale: the running scale S (spec §4.7); pi_grad_sq: squared norm of the previous
@@ -49,6 +50,40 @@ class Batch(NamedTuple):
     reward: jnp.ndarray
     terminated: jnp.ndarray
     task: Optional[jnp.ndarray] = None
+
+
+def renorm_rows(table, idx, max_norm: float = 1.0):
+    """PyTorch's ``Embedding(max_norm=...)`` look-up renorm, written back (spec §3.2, §12.15).
+
+    Every row of ``table`` [num_tasks, D] whose index occurs in ``idx`` (any shape) and whose
+    L2 norm exceeds ``max_norm`` is scaled by ``max_norm / (norm + 1e-7)``, as
+    ``torch.embedding_renorm_`` does in place before a look-up; other rows are returned
+    unchanged (bitwise). The scale carries no gradient (this is applied to the parameter
+    before the loss, so the loss sees the renormalised row as a plain look-up, as in torch).
+    """
+    used = jnp.zeros((table.shape[0],), bool).at[jnp.reshape(idx, (-1,))].set(True)
+    norm = jnp.sqrt(jnp.sum(jnp.square(table), axis=-1))
+    scale = jnp.where(used & (norm > max_norm), max_norm / (norm + 1e-7), 1.0)
+    return table * jax.lax.stop_gradient(scale)[:, None]
+
+
+def embed(table, idx, max_norm: float = 1.0):
+    """The look-up ``table[idx]`` of rows renormalised as :func:`renorm_rows` would (without
+    writing them back): what acting and evaluation use (deviation M2)."""
+    rows = table[idx]
+    norm = jnp.sqrt(jnp.sum(jnp.square(rows), axis=-1, keepdims=True))
+    return rows * jnp.where(norm > max_norm, max_norm / (norm + 1e-7), 1.0)
+
+
+def task_inputs(params: dict, task, gammas, masks=None):
+    """Multi-task conditioning of a batch (spec §10): (params with the looked-up embedding rows
+    renormalised, e [B, D] the slices' embeddings, gamma [B] each slice's task discount,
+    mask [B, A] each slice's action mask or None)."""
+    params = dict(params, task_emb=renorm_rows(params["task_emb"], task))
+    e = params["task_emb"][task]
+    gamma = jnp.asarray(gammas, jnp.float32)[task]
+    mask = None if masks is None else jnp.asarray(masks, jnp.float32)[task]
+    return params, e, gamma, mask
 
 
 def wm_subtrees(params: dict) -> dict:
@@ -98,15 +133,17 @@ def init_agent_state(wm: WorldModel, key) -> AgentState:
     )
 
 
-def td_targets(wm: WorldModel, params, target_qs, batch: Batch, gamma, key, e_next=None):
+def td_targets(wm: WorldModel, params, target_qs, batch: Batch, gamma, key, e_next=None, mask=None):
     """td_t = r_t + gamma (1 - d_t) min(Q'_i, Q'_j)(enc(o_{t+1}), pi(enc(o_{t+1}))) (spec §5.2.1).
 
     Online encoder, a sampled (not mean) policy action, the target ensemble without dropout.
-    gamma is a scalar or [B]. Returns (td [H, B], next_z [H, B, L]), both without gradient.
+    gamma is a scalar or [B] (multi-task: each slice's task's discount, spec §10). Multi-task:
+    ``e_next`` the slices' task embeddings [B, D], ``mask`` their action masks [B, A].
+    Returns (td [H, B], next_z [H, B, L]), both without gradient.
     """
     k_pi, k_pair = jax.random.split(key)
     next_z = wm.encode(params, batch.obs[1:], e_next)
-    _, a_next, _, _ = wm.pi(params["pi"], next_z, k_pi, e_next)
+    _, a_next, _, _ = wm.pi(params["pi"], next_z, k_pi, e_next, mask)
     q = wm.q_pair(target_qs, next_z, a_next, k_pair, "min", e_next)
     # paper-era agent: no termination in the target (spec §5.2); episodic mode: 1 - d_t (§11.4)
     not_done = (1.0 - batch.terminated) if wm.cfg.episodic else 1.0
@@ -124,17 +161,20 @@ def world_model_loss(wm: WorldModel, wm_params, pi_params, batch: Batch, td, nex
     params = dict(wm_params, pi=pi_params)
     H = batch.action.shape[0]
     rho = cfg.rho ** jnp.arange(H, dtype=jnp.float32)
-    z = wm.encode(params, batch.obs[0])
+    # multi-task: the (already renormalised) rows of the slices' tasks, with gradient into
+    # the embedding table (it is trained by this optimizer, spec §5.3)
+    e = None if batch.task is None else params["task_emb"][batch.task]
+    z = wm.encode(params, batch.obs[0], e)
     zs = [z]
     cons = 0.0
     for t in range(H):
-        z = wm.next(params, z, batch.action[t])
+        z = wm.next(params, z, batch.action[t], e)
         cons = cons + rho[t] * jnp.mean(jnp.square(z - next_z[t]))
         zs.append(z)
     zs = jnp.stack(zs)
     _zs = zs[:-1]
-    q_logits = wm.q_all(params["qs"], _zs, batch.action, dropout_key=dropout_key)  # [K, H, B, N]
-    r_logits = wm.reward(params, _zs, batch.action)  # [H, B, N]
+    q_logits = wm.q_all(params["qs"], _zs, batch.action, e, dropout_key=dropout_key)  # [K, H, B, N]
+    r_logits = wm.reward(params, _zs, batch.action, e)  # [H, B, N]
     rew_ce = tm.soft_ce(r_logits, batch.reward, cfg.vmin, cfg.vmax).mean(axis=-1)  # [H]
     val_ce = tm.soft_ce(q_logits, td[None], cfg.vmin, cfg.vmax).mean(axis=-1)  # [K, H]
     K = q_logits.shape[0]
@@ -144,7 +184,7 @@ def world_model_loss(wm: WorldModel, wm_params, pi_params, batch: Batch, td, nex
     total = cfg.consistency_coef * cons_loss + cfg.reward_coef * rew_loss + cfg.value_coef * val_loss
     metrics = {"consistency_loss": cons_loss, "reward_loss": rew_loss, "value_loss": val_loss}
     if cfg.episodic:
-        logits = wm.termination_logit(params, zs[1:])[..., 0]  # [H, B]
+        logits = wm.termination_logit(params, zs[1:], e)[..., 0]  # [H, B]
         term = optax.sigmoid_binary_cross_entropy(logits, batch.terminated).mean()
         total = total + cfg.termination_coef * term
         metrics["termination_loss"] = term
@@ -152,16 +192,20 @@ def world_model_loss(wm: WorldModel, wm_params, pi_params, batch: Batch, td, nex
     return total, (zs, metrics)
 
 
-def policy_loss(wm: WorldModel, pi_params, qs_params, zs, pi_scale, key):
+def policy_loss(wm: WorldModel, pi_params, qs_params, zs, pi_scale, key, e=None, mask=None):
     """L_pi = mean_t rho^t mean_B[alpha log pi - Q_avg / S] on detached latents (spec §5.2.7).
 
     Q: average of a random online pair with dropout, Q params frozen; S updated from the
-    t = 0 values first. Returns (loss, (new_scale, metrics)).
+    t = 0 values first. Multi-task: ``e`` [B, D] the slices' task embeddings (no gradient:
+    frozen in this step, spec §3.5), ``mask`` [B, A] their action masks.
+    Returns (loss, (new_scale, metrics)).
     """
     cfg = wm.cfg
     k_pi, k_pair, k_drop = jax.random.split(key, 3)
-    _, a, log_pi, _ = wm.pi(pi_params, zs, k_pi)
-    q = wm.q_pair(jax.lax.stop_gradient(qs_params), zs, a, k_pair, "avg", dropout_key=k_drop)  # [H+1, B]
+    if e is not None:
+        e = jax.lax.stop_gradient(e)
+    _, a, log_pi, _ = wm.pi(pi_params, zs, k_pi, e, mask)
+    q = wm.q_pair(jax.lax.stop_gradient(qs_params), zs, a, k_pair, "avg", e, dropout_key=k_drop)  # [H+1, B]
     new_scale = tm.running_scale_update(pi_scale, q[0][:, None], cfg.tau)
     q = q / jax.lax.stop_gradient(new_scale)
     rho = cfg.rho ** jnp.arange(zs.shape[0], dtype=jnp.float32)
@@ -170,8 +214,15 @@ def policy_loss(wm: WorldModel, pi_params, qs_params, zs, pi_scale, key):
     return loss, (new_scale, {"pi_loss": loss, "pi_entropy_term": jnp.mean(log_pi)})
 
 
-def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key):
+def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=None):
     """One update: targets, world-model step, policy step, target Qs (spec §5.2 order).
+
+    Single-task: ``batch.task`` is None and ``gamma`` a scalar. Multi-task (spec §10):
+    ``batch.task`` [B] the slices' task ids, ``gamma`` [num_tasks] the per-task discounts and
+    ``masks`` [num_tasks, A] the per-task action masks; the task-embedding rows of the batch's
+    tasks are renormalised to norm <= 1 before the targets and again after the world-model
+    step, before the policy step (where 5f6fade's look-ups renorm them in place), and written
+    back into the parameters.
 
     Returns (new_state, metrics) with scalar metrics (losses, grad norms, pi_scale).
     """
@@ -179,7 +230,11 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key):
     wm_tx, pi_tx = make_optimizers(cfg)
     k_td, k_drop, k_pi = jax.random.split(key, 3)
     params = state.params
-    td, next_z = td_targets(wm, params, state.target_qs, batch, gamma, k_td)
+    multitask = batch.task is not None
+    e, mask = None, None
+    if multitask:
+        params, e, gamma, mask = task_inputs(params, batch.task, gamma, masks)
+    td, next_z = td_targets(wm, params, state.target_qs, batch, gamma, k_td, e, mask)
 
     wm_params = wm_subtrees(params)
     (_, (zs, metrics)), g = jax.value_and_grad(world_model_loss, argnums=1, has_aux=True)(
@@ -190,9 +245,12 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key):
     g = jax.tree_util.tree_map(lambda x: x * coef, g)
     upd, wm_opt_state = wm_tx.update(g, state.wm_opt_state, wm_params)
     wm_params = optax.apply_updates(wm_params, upd)
+    if multitask:  # the policy step's look-up renorms the rows again (after the Adam step)
+        wm_params = dict(wm_params, task_emb=renorm_rows(wm_params["task_emb"], batch.task))
+        e = wm_params["task_emb"][batch.task]
 
     (_, (new_scale, pmetrics)), gp = jax.value_and_grad(policy_loss, argnums=1, has_aux=True)(
-        wm, params["pi"], wm_params["qs"], jax.lax.stop_gradient(zs), state.pi_scale, k_pi)
+        wm, params["pi"], wm_params["qs"], jax.lax.stop_gradient(zs), state.pi_scale, k_pi, e, mask)
     gp_sq = global_sq_norm(gp)
     pcoef = clip_coef(gp_sq, cfg.grad_clip_norm)
     gp = jax.tree_util.tree_map(lambda x: x * pcoef, gp)

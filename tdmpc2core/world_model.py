@@ -19,7 +19,11 @@ from .networks import build_modules, init_params
 
 
 def _cat(*xs):
-    return jnp.concatenate([x for x in xs if x is not None], axis=-1)
+    """Concatenate on the last axis, broadcasting the leading axes (e.g. a task embedding
+    [B, D] beside latents [H, B, L]); single-task inputs have equal leading axes already."""
+    xs = [x for x in xs if x is not None]
+    lead = jnp.broadcast_shapes(*(x.shape[:-1] for x in xs))
+    return jnp.concatenate([jnp.broadcast_to(x, lead + x.shape[-1:]) for x in xs], axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +34,7 @@ class WorldModel:
     obs_dim: int
     action_dim: int
     task_dim: int = 0
+    num_tasks: int = 0
 
     @property
     def modules(self):
@@ -37,7 +42,8 @@ class WorldModel:
 
     def init(self, key) -> dict:
         c = self.cfg
-        return init_params(self.modules, key, self.obs_dim, self.action_dim, c.latent_dim, c.num_q, self.task_dim)
+        return init_params(self.modules, key, self.obs_dim, self.action_dim, c.latent_dim, c.num_q, self.task_dim,
+                           self.num_tasks)
 
     # ---- model calls -------------------------------------------------------------
     def encode(self, params, obs, e=None):

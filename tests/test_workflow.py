@@ -10,11 +10,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 import yaml
 
@@ -22,6 +25,7 @@ from tdmpc2core import published as P
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = "workflow/configs/paper-dmc.yaml"
+RUN_FILES_ = ("eval.parquet", "metrics.parquet", "episodes.parquet", "run.json")
 HAVE_TRAIN_SINGLE = (ROOT / "tdmpc2core" / "stages" / "train_single.py").exists()
 
 
@@ -76,20 +80,40 @@ def shell_specs(out: str) -> dict[str, tuple[dict, str]]:
     return specs
 
 
+def multi_specs(out: str) -> dict[tuple[str, int], tuple[dict, str]]:
+    """(pool, model size) -> (spec JSON, seeds) of the train-multi commands of `snakemake -n -p`."""
+    specs = {}
+    for m in re.finditer(r"train-multi --pool (\S+) --model-size (\d+) --dataset \S+ --spec '([^']*)' "
+                         r"--seeds ([\d ]+?) --outdir", out):
+        specs[(m.group(1), int(m.group(2)))] = (json.loads(m.group(3)), m.group(4))
+    return specs
+
+
 # --------------------------------------------------------------------------- dry runs
 def test_default_dry_run(tmp_path):
     out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "2"))
     stats = job_stats(out)
     # 2 tasks x 2 seeds, the demo's seeds_per_job 2: one vmapped job per task
     assert stats == {"resolve_config": 1, "train_single_seeds_0_1": 2,
-                     "figure_overview": 1, "figures_task": 2, "tables": 1, "report": 1, "all": 1, "total": 9}
+                     "figure_overview": 1, "figures_task": 2, "tables": 1, "dataset_task": 2, "dataset_pool": 1,
+                     "dataset_summary": 1, "train_multi": 1, "scaling": 1, "report": 1, "all": 1, "total": 15}
     specs = shell_specs(out)
     assert set(specs) == {"pendulum", "cartpole-balance"}
     cb, _ = specs["cartpole-balance"]
     assert cb["action_repeat"] == 2 and cb["agent_steps"] == 10000 and cb["env_id"] == "CartpoleBalance"
     assert cb["agent"]["model_size"] == 1 and set(cb) == {"env_id", "action_repeat", "episode_length",
-                                                           "agent_steps", "eval_every", "eval_episodes", "agent"}
+                                                           "agent_steps", "eval_every", "eval_episodes", "agent",
+                                                           "allow_evicted"}
+    assert cb["allow_evicted"] is False
     assert "PJRT_NPROC=1" in out and "JAX_COMPILATION_CACHE_DIR=.jax_cache" in out
+    # the trainer replaces the shell (a SIGTERM reaches it alone); checkpoints outside results/
+    assert "exec " in out and "--checkpoint-dir checkpoints/single/pendulum/seeds_0_1 --checkpoint-every 1000" in out
+    # one multi-task model (the demo pool, model size 1), both seeds vmapped
+    multi = multi_specs(out)
+    assert set(multi) == {("demo", 1)}
+    spec, seeds = multi[("demo", 1)]
+    assert seeds == "0" and spec["updates"] == 8000 and spec["batch_size"] == 64 and "model_size" not in spec["agent"]
+    assert spec["return_ranges"] == {"pendulum": [-3254.72, 0.0]}  # declared; CartpoleBalance: DMC default
 
 
 def test_paper_dry_run_has_22_tasks_and_no_demo_leak(tmp_path):
@@ -97,7 +121,15 @@ def test_paper_dry_run_has_22_tasks_and_no_demo_leak(tmp_path):
     stats = job_stats(out)
     # 22 tasks x 1 job of 3 vmapped seeds; one figure job per task
     assert stats == {"resolve_config": 1, "train_single_seeds_0_1_2": 22, "figure_overview": 1,
-                     "figures_task": 22, "tables": 1, "report": 1, "all": 1, "total": 49}
+                     "figures_task": 22, "tables": 1, "dataset_task": 22, "dataset_pool": 1, "dataset_summary": 1,
+                     "train_multi": 5, "scaling": 1, "report": 1, "all": 1, "total": 79}
+    # the multi-task protocol: one model per size on the dmc22 pool, 10M updates at batch 1024,
+    # evaluation every 50k updates with 10 episodes per task, every other setting the paper's
+    multi = multi_specs(out)
+    assert set(multi) == {("dmc22", s) for s in (1, 5, 19, 48, 317)}
+    for (pool, size), (spec, seeds) in multi.items():
+        assert spec == {"updates": 10_000_000, "batch_size": 1024, "eval_every": 50_000, "eval_episodes": 10,
+                        "log_every": 10_000, "agent": {}}, size
     specs = shell_specs(out)
     assert set(specs) == set(P.PLAYGROUND_TO_DMC.values())
     tasks_in_dag = {t for _, t in planned_jobs(out) if t}
@@ -125,6 +157,10 @@ def test_paper_config_is_self_contained():
     block = paper["protocols"]["paper"]
     assert block["defaults"]["agent"] == {"model_size": 5}
     assert block["defaults"]["resources"]["gpu"] == 1
+    mt = block["multitask"]
+    assert mt["model_sizes"] == [1, 5, 19, 48, 317] and mt["pools"] == ["dmc22"]
+    assert (mt["updates"], mt["batch_size"], mt["eval_every"], mt["eval_episodes"]) == (10_000_000, 1024, 50_000, 10)
+    assert set(block["pools"]["dmc22"]) == set(block["tasks"])
     # expected: the published band at the last published point, rounded outwards to 0.1
     for task, t in block["tasks"].items():
         fp = P.final_point(task)
@@ -158,6 +194,30 @@ def test_unknown_config_keys_are_refused(tmp_path):
     assert res.returncode != 0
     assert "'yes' is not of type 'boolean'" in res.stdout + res.stderr
 
+    # a run longer than its replay cannot export its whole history: refused at load time
+    (wf / "evict.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent: {buffer_size: 2000}\n")
+    res = snakemake(wf, "-n", "--configfile", "evict.yaml")
+    assert res.returncode != 0
+    assert "task 'pendulum' of protocol 'demo' trains 6000 agent steps with buffer_size 2000" in res.stdout + res.stderr
+    (wf / "evict2.yaml").write_text("protocols:\n  demo:\n    datasets: {allow_evicted: true}\n")
+    ok(snakemake(wf, "-n", "--configfile", "evict.yaml", "evict2.yaml"))
+    (wf / "pool.yaml").write_text("protocols:\n  demo:\n    pools: {bad: [pendulum, walker]}\n")
+    res = snakemake(wf, "-n", "--configfile", "pool.yaml")
+    assert res.returncode != 0 and "pool 'bad' of protocol 'demo' names task(s) ['walker']" in res.stdout + res.stderr
+
+    (wf / "mt.yaml").write_text("protocols:\n  demo:\n    multitask: {pools: [nope]}\n")
+    res = snakemake(wf, "-n", "--configfile", "mt.yaml")
+    assert res.returncode != 0 and "multitask.pools names ['nope']" in res.stdout + res.stderr
+    (wf / "mt2.yaml").write_text("protocols:\n  demo:\n    multitask: {agent: {model_size: 5}}\n")
+    res = snakemake(wf, "-n", "--configfile", "mt2.yaml")
+    assert res.returncode != 0 and "multitask.agent.model_size" in res.stdout + res.stderr
+    (wf / "mt3.yaml").write_text("protocols:\n  demo:\n    multitask: {model_sizes: [7]}\n")
+    res = snakemake(wf, "-n", "--configfile", "mt3.yaml")
+    assert res.returncode != 0 and "7 is not one of [1, 5, 19, 48, 317]" in res.stdout + res.stderr
+    (wf / "mt4.yaml").write_text("protocols:\n  demo:\n    multitask: {expected: {demo: {walker: {mean_min: 1}}}}\n")
+    res = snakemake(wf, "-n", "--configfile", "mt4.yaml")
+    assert res.returncode != 0 and "task(s) ['walker'] are not in pool 'demo'" in res.stdout + res.stderr
+
     res = snakemake(wf, "-n", "--config", "protocol=nope")
     assert res.returncode != 0
     assert "protocol 'nope' has no entry under 'protocols'" in res.stdout + res.stderr
@@ -176,6 +236,10 @@ def add_arguments(p):
     p.add_argument("--spec", required=True)
     p.add_argument("--seeds", type=int, nargs="+", required=True)
     p.add_argument("--outdir", required=True)
+    p.add_argument("--checkpoint-dir", required=True)
+    p.add_argument("--checkpoint-every", type=int, required=True)
+    p.add_argument("--keep-checkpoints", type=int, required=True)
+    p.add_argument("--max-chunk-seconds", type=float, required=True)
 
 
 def run(args):
@@ -194,11 +258,70 @@ def run(args):
                           total_loss=[1.0 / (1 + s) for s in steps],
                           train_return=[lo + (hi - lo) * s / n for s in steps])).to_parquet(
             os.path.join(d, "metrics.parquet"))
+        import numpy as np
+        from tdmpc2core.dataset import TaskInfo, from_episodes, save_dataset
+        rng = np.random.default_rng(seed)
+        T, O = 5, 3
+        eps = []
+        for _ in range(2):
+            act, rew = rng.uniform(-1, 1, (T + 1, 1)).astype(np.float32), np.full(T + 1, 1.0 + seed, np.float32)
+            act[0], rew[0] = np.nan, np.nan
+            eps.append(dict(obs=rng.standard_normal((T + 1, O + len(args.task) % 3)).astype(np.float32),
+                            action=act, reward=rew, terminated=np.zeros(T + 1, bool)))
+        task = TaskInfo(args.task, O + len(args.task) % 3, 1, T, ar, 0.95, spec["env_id"])
+        save_dataset(from_episodes(eps, task, {"seed": seed}), os.path.join(d, "episodes.parquet"))
         with open(os.path.join(d, "run.json"), "w") as fh:
             json.dump({"task": args.task, "seed": seed, "spec": spec, "pid": os.getpid(),
+                       "checkpoint": [args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints,
+                                      args.max_chunk_seconds],
                        "provenance": {"matmul_precision": "highest", "wall_time_s": 1.0,
                                       "threads": os.environ.get("PJRT_NPROC"),
                                       "cache": os.environ.get("JAX_COMPILATION_CACHE_DIR")}}, fh)
+    return 0
+'''
+
+
+STAND_IN_MULTI = '''
+"""Test stand-in for `tdmpc2 train-multi`: writes the files of docs/artifacts.md without
+training (returns rise with the model size)."""
+import json, os
+import numpy as np
+import pandas as pd
+from tdmpc2core.dataset import load_dataset
+
+
+def add_arguments(p):
+    for a in ("--pool", "--dataset", "--spec", "--outdir"):
+        p.add_argument(a, required=True)
+    p.add_argument("--model-size", type=int, required=True)
+    p.add_argument("--seeds", type=int, nargs="+", required=True)
+    p.add_argument("--checkpoint-dir", required=True)
+    p.add_argument("--checkpoint-every", type=int, required=True)
+    p.add_argument("--keep-checkpoints", type=int, required=True)
+    p.add_argument("--max-chunk-seconds", type=float, required=True)
+
+
+def run(args):
+    assert args.checkpoint_dir == f"checkpoints/multi/{args.pool}/size{args.model_size}", args.checkpoint_dir
+    spec, ds = json.loads(args.spec), load_dataset(args.dataset)
+    ranges = {t.name: spec.get("return_ranges", {}).get(t.name, [0.0, 1000.0]) for t in ds.tasks}
+    rows, n = [], spec["updates"]
+    for seed in args.seeds:
+        for i, u in enumerate(sorted(set(range(0, n + 1, spec["eval_every"])) | {n})):
+            for t in ds.tasks:
+                lo, hi = ranges[t.name]
+                for e in range(spec["eval_episodes"]):
+                    r = lo + (hi - lo) * (0.3 + 0.1 * np.log(args.model_size + 1) * u / n) + seed + e
+                    rows.append(dict(pool=args.pool, model_size=args.model_size, task=t.name, seed=seed, eval_index=i,
+                                     updates=u, episode=e, length=10, normalized_score=100 * (r - lo) / (hi - lo),
+                                     return_low=lo, return_high=hi, **{"return": r}))
+    os.makedirs(args.outdir, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(os.path.join(args.outdir, "eval.parquet"))
+    pd.DataFrame(dict(pool=[args.pool], model_size=[args.model_size], seed=[args.seeds[0]], updates=[n])).to_parquet(
+        os.path.join(args.outdir, "metrics.parquet"))
+    with open(os.path.join(args.outdir, "run.json"), "w") as fh:
+        json.dump({"pool": args.pool, "model_size": args.model_size, "params": 1000 * args.model_size,
+                   "spec": spec, "return_ranges": ranges}, fh)
     return 0
 '''
 
@@ -210,20 +333,36 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     # `python -m tdmpc2core.cli` runs from the work dir first: a copy there shadows the install
     shutil.copytree(ROOT / "tdmpc2core", wf / "tdmpc2core", ignore=shutil.ignore_patterns("__pycache__"))
     (wf / "tdmpc2core" / "stages" / "train_single.py").write_text(STAND_IN_TRAINER)
+    (wf / "tdmpc2core" / "stages" / "train_multi.py").write_text(STAND_IN_MULTI)
     # one job per seed, the layout that lets one seed rerun alone (docs/pipeline.md)
     (wf / "small.yaml").write_text("bootstrap_reps: 200\nseeds_per_job: 1\n")
 
     out = ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
-    assert "11 of 11 steps (100%) done" in out
+    assert "17 of 17 steps (100%) done" in out
     html = (wf / "results" / "report.html").read_text(encoding="utf-8")
     assert "Demo at laptop scale: NOT the paper&#x27;s protocol" in html
-    assert html.count("data:image/png;base64,") == 5
+    assert html.count("data:image/png;base64,") == 7  # 2 x (eval, train), overview, datasets, multi-task
+    # the multi-task section: scaling table, per-task returns beside the single-task ones, the
+    # declared ranges and the mt30 caveat
+    assert 'id="multitask"' in html and "not the paper&#x27;s mt30" in html
+    assert "[-3,254.72, 0.00]" in html and "[0.00, 1,000.00]" in html
+    tasks = (wf / "results/tables/multitask_tasks.csv").read_text()
+    assert tasks.count(",pass,") + tasks.count(",fail,") == 2
+    scaling = (wf / "results/tables/multitask_scaling.md").read_text()
+    assert "mt30" in scaling and "| demo | 1 |" in scaling
+    assert 'id="datasets"' in html and "(all tasks)" in html
+    from tdmpc2core.dataset import load_dataset
+    pool = load_dataset(wf / "results/datasets/pools/demo.parquet")
+    assert pool.task_names == ["pendulum", "cartpole-balance"] and pool.num_episodes == 8
+    assert [t.obs_dim for t in pool.tasks] == [5, 4] and pool.obs_dim == 5
     assert not re.search(r'(src|href)="(?!#|data:)', html)
     assert "train_single/pendulum/seeds_0" in html  # runtimes from the benchmark files
     for task in ("pendulum", "cartpole-balance"):
         for seed in (0, 1):
             run = json.loads((wf / "results/single" / task / f"seed{seed}" / "run.json").read_text())
             assert run["provenance"]["threads"] == "1" and run["provenance"]["cache"] == ".jax_cache"
+            # checkpoints outside results/ (Snakemake deletes a failed job's outputs), per task and seed group
+            assert run["checkpoint"] == [f"checkpoints/single/{task}/seeds_{seed}", 1000, 2, 30.0]
             assert (wf / "benchmarks/runs/train_single" / task / f"seeds_{seed}.tsv").exists()
             assert (wf / "logs/train_single" / task / f"seeds_{seed}.log").exists()
     final = (wf / "results/tables/final_scores.csv").read_text()
@@ -237,7 +376,9 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     trains = [j for j in planned_jobs(out) if j[0].startswith("train_single")]
     assert trains == [("train_single_seeds_1", "pendulum")]
     assert job_stats(out) == {"train_single_seeds_1": 1, "figure_overview": 1, "figures_task": 1,
-                              "tables": 1, "report": 1, "all": 1, "total": 6}
+                              "tables": 1, "dataset_task": 1, "dataset_pool": 1, "dataset_summary": 1,
+                              "train_multi": 1, "scaling": 1, "report": 1, "all": 1, "total": 11}
+    assert ("dataset_task", "pendulum") in planned_jobs(out)
 
     # changing one task's settings reruns that task's training only
     (wf / "change.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent_steps: 3000\n")
@@ -245,10 +386,16 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     trains = sorted(j for j in planned_jobs(out) if j[0].startswith("train_single"))
     assert trains == [("train_single_seeds_0", "pendulum"), ("train_single_seeds_1", "pendulum")]
 
-    # changing threads or the cache folder reruns no training
+    # changing threads, the cache folder or the checkpoint settings reruns no training
     out = ok(snakemake(wf, "-n", "--configfile", "small.yaml", "--config", "threads_per_job=2",
-                       "jax_cache_dir=/tmp/elsewhere"))
-    assert not [j for j in planned_jobs(out) if j[0].startswith("train_single")]
+                       "jax_cache_dir=/tmp/elsewhere", "checkpoint_dir=/tmp/ck", "checkpoint_every=7",
+                       "keep_checkpoints=3", "max_chunk_seconds=5"))
+    assert not [j for j in planned_jobs(out) if j[0].startswith("train_")]
+    # changing a multi-task setting reruns the multi-task model only (and what depends on it)
+    (wf / "mt.yaml").write_text("protocols:\n  demo:\n    multitask: {updates: 3000}\n")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml", "mt.yaml"))
+    stats = job_stats(out)  # the resolved configuration changes too: its quick readers rerun
+    assert stats["train_multi"] == 1 and stats["scaling"] == 1 and not any(k.startswith("train_single") for k in stats)
 
     # Snakemake's own report of the outputs flagged with report()
     ok(snakemake(wf, "--report", "smk-report.zip", "--configfile", "small.yaml"))
@@ -279,6 +426,15 @@ protocols:
         env_id: Pendulum-v1
         published: null
         expected: null
+    pools: {{tiny: [pendulum]}}
+    multitask:
+      model_sizes: [1]
+      updates: 4
+      batch_size: 16
+      eval_every: 2
+      eval_episodes: 1
+      agent: {{mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16, num_elites: 4, num_pi_trajs: 2,
+              iterations: 1, task_dim: 8}}
 """
 
 
@@ -297,6 +453,111 @@ def test_real_tiny_run_produces_report(tmp_path):
     assert "train_single/pendulum/seeds_0" in html  # the training job's benchmark
     assert (wf / "results/single/pendulum/seed0/run.json").exists()
     assert (wf / "results/tables/final_scores.csv").exists()
+    # the real train-multi stage on the pool of that run: evaluations at 0, 2 and 4 updates;
+    # Pendulum has no declared return range here, so no normalized score (and the report says so)
+    import pandas as pd
+
+    run = json.loads((wf / "results/multi/tiny/size1/run.json").read_text())
+    assert run["task_dim"] == 8 and run["gammas"] == {"pendulum": 0.975} and run["return_ranges"] == {"pendulum": None}
+    ev = pd.read_parquet(wf / "results/multi/tiny/size1/eval.parquet")
+    assert sorted(ev["updates"].unique()) == [0, 2, 4] and set(ev["task"]) == {"pendulum"}
+    assert ev["length"].eq(200).all() and ev["normalized_score"].isna().all()
+    assert 'id="multitask"' in html and "no declared return range" in html
+
+
+PREEMPT = """\
+protocol: preempt
+seeds: [0, 1]
+seeds_per_job: 2
+threads_per_job: 1
+jax_cache_dir: {cache}
+checkpoint_every: 100
+keep_checkpoints: 2
+max_chunk_seconds: 0.2
+bootstrap_reps: 200
+protocols:
+  preempt:
+    label: "Preemption test: NOT the paper's protocol"
+    defaults:
+      action_repeat: 1
+      episode_length: 1000
+      agent_steps: 700
+      eval_every: 200
+      eval_episodes: 2
+      n_envs: 2
+      agent: {{model_size: 1, mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16, num_elites: 4,
+              num_pi_trajs: 2, iterations: 1, batch_size: 16, seed_steps: 400}}
+      resources: {{gpu: 0, runtime: 30, mem_mb: 4000}}
+    tasks:
+      pendulum:
+        env_id: Pendulum-v1
+        published: null
+        expected: null
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_TRAIN_SINGLE, reason="no train-single stage")
+def test_sigterm_then_rerun_of_the_target_resumes_and_equals_a_fresh_run(tmp_path):
+    """SLURM-style preemption of a training job: SIGTERM to Snakemake and the trainer mid-run;
+    the job fails, Snakemake deletes its outputs but not the checkpoints; rerunning the target
+    resumes, and its outputs equal those of a forced rerun that trains from scratch."""
+    import pandas as pd
+    import psutil
+
+    wf = copy_workflow(tmp_path)
+    (wf / "p.yaml").write_text(PREEMPT.format(cache=json.dumps(str(ROOT / ".jax_cache"))))
+    target = "results/single/pendulum/seed0/eval.parquet"
+    outs = [wf / f"results/single/pendulum/seed{s}" / f for s in (0, 1) for f in RUN_FILES_]
+    log = wf / "logs/train_single/pendulum/seeds_0_1.log"
+    ckdir = wf / "checkpoints/single/pendulum/seeds_0_1"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    smk = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile=p.yaml", target],
+                           cwd=wf, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 900
+    while time.time() < deadline and smk.poll() is None:
+        if log.exists() and "step_000000000500 written" in log.read_text():
+            break
+        time.sleep(0.05)
+    assert smk.poll() is None, smk.stdout.read()[-4000:]
+    trainers = [p for p in psutil.Process(smk.pid).children(recursive=True)
+                if "train-single" in " ".join(p.cmdline())]
+    assert len(trainers) == 1 and trainers[0].name().startswith("python")  # `exec`: no shell in between
+    for pid in (smk.pid, trainers[0].pid):  # as SLURM does: every process of the job gets SIGTERM
+        os.kill(pid, signal.SIGTERM)
+    out = smk.communicate(timeout=600)[0]
+    assert smk.returncode != 0, out[-4000:]
+    text = log.read_text()
+    assert "received SIGTERM" in text and "stopped by SIGTERM" in text, text[-4000:]
+    assert not any(p.exists() for p in outs)  # Snakemake removed what a failed job might have left
+    stopped = sorted(ckdir.glob("step_*"))
+    assert stopped and 500 <= int(stopped[-1].name.split("_")[1]) < 700  # ... but not the checkpoints
+
+    out = ok(snakemake(wf, "--cores", "2", "--configfile=p.yaml", target))
+    assert f"resumed from checkpoints/single/pendulum/seeds_0_1/{stopped[-1].name}" in log.read_text()
+    resumed = {p: (pd.read_parquet(p) if p.suffix == ".parquet" else json.loads(p.read_text())) for p in outs}
+    assert (ckdir / "outputs_written.json").exists()
+
+    # a forced rerun trains from scratch (the finished folder is cleared), to the same numbers
+    ok(snakemake(wf, "--cores", "2", "--configfile=p.yaml", "--forcerun", target))
+    text = log.read_text()
+    assert "starting over" in text and "resumed from" not in text
+    for p in outs:
+        if p.suffix == ".parquet":  # every column but the wall-clock ones, NaNs (reset rows) included
+            fresh = pd.read_parquet(p)
+            assert list(fresh.columns) == list(resumed[p].columns) and len(fresh) == len(resumed[p]) > 0
+            for c in fresh.columns:
+                if c in ("wall_time_s", "agent_steps_per_s"):
+                    continue
+                x, y = resumed[p][c].to_numpy(), fresh[c].to_numpy()
+                if x.dtype == object and isinstance(x[0], np.ndarray):  # fixed-size list columns
+                    x, y = np.stack(x), np.stack(y)
+                np.testing.assert_array_equal(x, y, err_msg=f"{p.name}: {c}")
+        else:
+            run = json.loads(p.read_text())
+            assert resumed[p]["resumed_from_agent_steps"] == int(stopped[-1].name.split("_")[1])
+            assert run["resumed_from_agent_steps"] is None
+            assert run["final_eval_return"] == resumed[p]["final_eval_return"]
 
 
 def test_slurm_profile_and_conda_env():

@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tables", default="results/tables", help="folder written by `tdmpc2 tables`")
     parser.add_argument("--figures", default="results/figures", help="folder written by `tdmpc2 figures`")
     parser.add_argument("--benchmarks", default="benchmarks/runs", help="Snakemake benchmark files (optional)")
+    parser.add_argument("--datasets", default=None,
+                        help="summary of the episode datasets (results/datasets/summary.parquet; optional)")
     parser.add_argument("--repo", default=".", help="git work tree whose commit is reported")
     parser.add_argument("--no-jax", action="store_true", help="do not import JAX for the report machine's platform")
     parser.add_argument("--out", default="results/report.html", help="the HTML file to write")
@@ -74,6 +76,37 @@ def _read_image(path):
     kind = "svg" if path.endswith(".svg") else "png"
     with open(path, "rb") as fh:
         return kind, fh.read()
+
+
+def _multitask_context(cfg, args) -> dict:
+    """The multi-task section's data: the tables of ``tdmpc2 scaling`` (required when the
+    configuration has a multitask block), the scaling figure, the declared return ranges."""
+    import pandas as pd
+
+    tables = {}
+    for name in ("multitask_scaling", "multitask_tasks"):
+        path = os.path.join(args.tables, f"{name}.csv")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} does not exist: run `tdmpc2 scaling` first (the configuration has a "
+                                    "multitask block)")
+        df = pd.read_csv(path, keep_default_na=True)
+        for c in df.columns:
+            if df[c].dtype == object:
+                df[c] = df[c].fillna("")
+        tables[name] = df
+    figure = None
+    for ext in ("png", "svg"):
+        p = os.path.join(args.figures, f"multitask_scaling.{ext}")
+        if os.path.exists(p):
+            figure = _read_image(p)
+            break
+    mt = cfg["multitask"]
+    ranges = {}
+    for r in tables["multitask_tasks"].itertuples(index=False):
+        lo, hi = pd.to_numeric(r.return_low, errors="coerce"), pd.to_numeric(r.return_high, errors="coerce")
+        ranges.setdefault(r.task, None if (pd.isna(lo) or pd.isna(hi)) else (float(lo), float(hi)))
+    return {"scaling": tables["multitask_scaling"], "tasks": tables["multitask_tasks"], "figure": figure,
+            "ranges": ranges, "settings": mt}
 
 
 def run(args) -> int:
@@ -132,6 +165,15 @@ def run(args) -> int:
     run_prov = {k: v for k, v in first.items()
                 if any(w in k.lower() for w in _PROVENANCE_WORDS)
                 and not k.startswith(("agent", "config.", "spec.", "provenance.packages."))}
+    datasets, datasets_figure = None, None
+    if args.datasets:
+        datasets = R.dataset_stats(pd.read_parquet(args.datasets))
+        p = os.path.join(args.figures, "datasets.png")
+        if os.path.exists(p):
+            datasets_figure = _read_image(p)
+    multitask = None
+    if cfg.get("multitask"):
+        multitask = _multitask_context(cfg, args)
     ctx = {
         "protocol": cfg.get("protocol", "?"),
         "label": cfg.get("label", ""),
@@ -146,6 +188,8 @@ def run(args) -> int:
         "run_provenance": run_prov,
         "git": PV.git_info(args.repo), "platform": PV.platform_info(include_jax=not args.no_jax),
         "config_yaml": config_yaml, "notes": notes,
+        "datasets": datasets, "datasets_figure": datasets_figure,
+        "multitask": multitask,
     }
     A.write_text_atomic(args.out, R.render_report(ctx))
     print(f"tdmpc2 report: {args.out} ({os.path.getsize(args.out) / 1e3:.0f} kB)")

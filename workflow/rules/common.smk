@@ -16,11 +16,21 @@ TABLES = "results/tables"
 RESOLVED = "results/resolved_config.yaml"
 BENCHMARKS = "benchmarks/runs"
 JAX_CACHE = config["jax_cache_dir"]
-RUN_FILES = ["eval.parquet", "metrics.parquet", "run.json"]
+# checkpoints of the training jobs: outside results/, because Snakemake deletes the outputs of a
+# failed job and a rerun must find them (docs/pipeline.md, "Preemption"). Like threads and the
+# cache, these are shell globals, not params: they change no result, so they trigger no rerun.
+CHECKPOINTS = config["checkpoint_dir"]
+CHECKPOINT_EVERY = int(config["checkpoint_every"])
+KEEP_CHECKPOINTS = int(config["keep_checkpoints"])
+MAX_CHUNK_SECONDS = float(config["max_chunk_seconds"])
+DATASETS = "results/datasets"
+# run.json last: it marks a complete run (episodes.parquet is the seed's replay, exported by
+# its training job: the replay lives in that process)
+RUN_FILES = ["eval.parquet", "metrics.parquet", "episodes.parquet", "run.json"]
 # the keys of one task that the training stage receives (docs/artifacts.md, "Task settings"),
 # and the optional ones it also accepts (passed only when set)
 SPEC_KEYS = ["env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes", "agent"]
-OPTIONAL_SPEC_KEYS = ["n_envs", "backend"]
+OPTIONAL_SPEC_KEYS = ["n_envs", "backend", "allow_evicted"]
 
 # ---- the protocol -------------------------------------------------------------------
 PROTOCOL_NAME = config["protocol"]
@@ -73,6 +83,35 @@ def _check_agent_keys():
 
 _check_agent_keys()
 
+# ---- episode datasets and pools -----------------------------------------------------
+ALLOW_EVICTED = bool(PROTOCOL.get("datasets", {}).get("allow_evicted", False))
+POOLS = {name: list(tasks) for name, tasks in PROTOCOL.get("pools", {}).items()}
+for _pool, _members in POOLS.items():
+    _unknown = [t for t in _members if t not in TASKS]
+    if _unknown:
+        raise WorkflowError(
+            f"config: pool {_pool!r} of protocol {PROTOCOL_NAME!r} names task(s) {_unknown} that are not "
+            f"under protocols.{PROTOCOL_NAME}.tasks (have: {sorted(TASKS)})"
+        )
+for _name, _t in TASKS.items():
+    _t["allow_evicted"] = ALLOW_EVICTED
+    _buffer = int(_t["agent"].get("buffer_size", 1_000_000))  # TDMPC2Config's default (spec §1)
+    if not ALLOW_EVICTED and int(_t["agent_steps"]) > _buffer:
+        raise WorkflowError(
+            f"config: task {_name!r} of protocol {PROTOCOL_NAME!r} trains {_t['agent_steps']} agent steps with "
+            f"buffer_size {_buffer}: its replay evicts the oldest episodes, so its episode dataset cannot hold "
+            f"the whole run. Raise agent.buffer_size, or set protocols.{PROTOCOL_NAME}.datasets.allow_evicted: "
+            "true to export what the replay still holds."
+        )
+
+
+def task_dataset(task):
+    return f"{DATASETS}/tasks/{task}.parquet"
+
+
+def pool_dataset(pool):
+    return f"{DATASETS}/pools/{pool}.parquet"
+
 # ---- seeds ---------------------------------------------------------------------------
 SEEDS = [int(s) for s in config["seeds"]]
 SEEDS_PER_JOB = int(config["seeds_per_job"])
@@ -102,6 +141,85 @@ def all_run_files(name):
     return [p for t in TASKS for p in run_files(t, name)]
 
 
+# ---- multi-task (protocols.<protocol>.multitask; docs/pipeline.md, "Multi-task") -------------
+# One offline multi-task model per (pool, model size), trained on the pool's dataset with
+# every seed of `multitask.seeds` (default: the top-level seeds) vmapped in one job.
+MULTI = "results/multi"
+MULTI_FILES = ["eval.parquet", "metrics.parquet", "run.json"]  # run.json last: a complete run
+MULTITASK = PROTOCOL.get("multitask")
+MT_POOLS, MT_SIZES, MT_SEEDS = [], [], []
+if MULTITASK:
+    MT_POOLS = list(MULTITASK.get("pools") or POOLS)
+    _bad = [p for p in MT_POOLS if p not in POOLS]
+    if _bad or not MT_POOLS:
+        raise WorkflowError(
+            f"config: protocols.{PROTOCOL_NAME}.multitask.pools names {_bad or 'no pool'}; the pools are those "
+            f"under protocols.{PROTOCOL_NAME}.pools (have: {sorted(POOLS)})"
+        )
+    MT_SIZES = [int(s) for s in MULTITASK["model_sizes"]]
+    MT_SEEDS = [int(s) for s in MULTITASK.get("seeds") or SEEDS]
+    _pooled = {t for p in MT_POOLS for t in POOLS[p]}
+    for _key in ("return_ranges",):
+        _bad = sorted(set(MULTITASK.get(_key) or {}) - _pooled)
+        if _bad:
+            raise WorkflowError(
+                f"config: protocols.{PROTOCOL_NAME}.multitask.{_key} names task(s) {_bad} that no trained pool holds "
+                f"(pooled tasks: {sorted(_pooled)})"
+            )
+    for _pool, _exp in (MULTITASK.get("expected") or {}).items():
+        _bad = sorted(set(_exp or {}) - set(POOLS.get(_pool, [])))
+        if _pool not in MT_POOLS or _bad:
+            raise WorkflowError(
+                f"config: protocols.{PROTOCOL_NAME}.multitask.expected.{_pool}: "
+                + (f"{_pool!r} is not a trained pool ({MT_POOLS})" if _pool not in MT_POOLS
+                   else f"task(s) {_bad} are not in pool {_pool!r} ({POOLS[_pool]})")
+            )
+    if "model_size" in (MULTITASK.get("agent") or {}):
+        raise WorkflowError(
+            f"config: protocols.{PROTOCOL_NAME}.multitask.agent.model_size: the model sizes are multitask.model_sizes"
+        )
+    try:
+        import dataclasses as _dc
+        from tdmpc2core.config import TDMPC2Config as _Cfg
+
+        _unknown = sorted(set(MULTITASK.get("agent") or {}) - {f.name for f in _dc.fields(_Cfg)} - {"task_dim"})
+        if _unknown:
+            raise WorkflowError(
+                f"config: protocols.{PROTOCOL_NAME}.multitask: unknown agent setting(s) {_unknown}; accepted: "
+                f"{sorted({f.name for f in _dc.fields(_Cfg)} | {'task_dim'})}"
+            )
+    except ImportError:  # the package is not importable here: the job checks
+        pass
+MT_RESOURCES = {"gpu": 0, "runtime": 60, "mem_mb": 4000, **((MULTITASK or {}).get("resources") or {})}
+# updates between the multi-task jobs' checkpoints (a shell global: not a rerun trigger)
+MT_CHECKPOINT_EVERY = int((MULTITASK or {}).get("checkpoint_every") or (MULTITASK or {}).get("eval_every") or 1)
+
+
+def multi_spec(pool):
+    """The multi-task settings one train-multi job receives (docs/artifacts.md): the pool's
+    own tasks' return ranges only."""
+    m = MULTITASK
+    spec = {k: m[k] for k in ("updates", "batch_size", "eval_every", "eval_episodes", "log_every", "backend")
+            if m.get(k) is not None}
+    spec["agent"] = dict(m.get("agent") or {})
+    ranges = {t: list(r) for t, r in (m.get("return_ranges") or {}).items() if t in POOLS[pool]}
+    if ranges:
+        spec["return_ranges"] = ranges
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+def multi_files(name):
+    """One file of every multi-task run: results/multi/{pool}/size{size}/{name}."""
+    return [f"{MULTI}/{p}/size{s}/{name}" for p in MT_POOLS for s in MT_SIZES]
+
+
+MULTITASK_RESOLVED = None
+if MULTITASK:
+    MULTITASK_RESOLVED = {
+        "pools": MT_POOLS, "model_sizes": MT_SIZES, "seeds": MT_SEEDS,
+        **{k: v for k, v in MULTITASK.items() if k not in ("pools", "model_sizes", "seeds")},
+    }
+
 RESOLVED_CONFIG = {
     "protocol": PROTOCOL_NAME,
     "label": PROTOCOL["label"],
@@ -109,8 +227,15 @@ RESOLVED_CONFIG = {
     "seeds_per_job": SEEDS_PER_JOB,
     "threads_per_job": int(config["threads_per_job"]),
     "jax_cache_dir": config["jax_cache_dir"],
+    "checkpoint_dir": CHECKPOINTS,
+    "checkpoint_every": CHECKPOINT_EVERY,
+    "keep_checkpoints": KEEP_CHECKPOINTS,
+    "max_chunk_seconds": MAX_CHUNK_SECONDS,
     "bootstrap_reps": int(config["bootstrap_reps"]),
     "tasks": TASKS,
+    "pools": POOLS,
+    "datasets": {"allow_evicted": ALLOW_EVICTED},
+    "multitask": MULTITASK_RESOLVED,
 }
 RESOLVED_YAML = (
     "# The configuration this run used (protocol selected, task settings merged with the defaults).\n"

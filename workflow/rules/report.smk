@@ -9,6 +9,9 @@ rule report:
         figures=expand(f"{FIGURES}/{{task}}_{{kind}}.png", task=list(TASKS), kind=["eval", "train"]),
         overview=f"{FIGURES}/overview.png",
         runs=all_run_files("run.json"),
+        datasets=rules.dataset_summary.output.summary,
+        datasets_figure=rules.dataset_summary.output.figure,
+        multitask=multitask_report_inputs(),
     output:
         report(
             "results/report.html",
@@ -29,4 +32,5 @@ rule report:
         CONDA_ENV
     shell:
         "{TDMPC2} report --config {input.config:q} --runs {params.runs:q} --tables {params.tables:q} "
-        "--figures {params.figures:q} --benchmarks {params.benchmarks:q} --out {output:q} > {log:q} 2>&1"
+        "--figures {params.figures:q} --benchmarks {params.benchmarks:q} --datasets {input.datasets:q} "
+        "--out {output:q} > {log:q} 2>&1"

@@ -1,6 +1,10 @@
 # Training: one job per (task, seed group). A group holds `seeds_per_job` seeds that train
 # vmapped in one program; each seed still gets its own folder results/single/{task}/seed{s}/
 # (docs/artifacts.md). One rule per seed group, named train_single_seeds_<s1>_<s2>...
+# Checkpoints go to {checkpoint_dir}/single/{task}/seeds_<...>/, not under results/: a job
+# stopped by SIGTERM/SIGINT (SLURM time limit or preemption, Ctrl-C) writes one there and
+# fails; Snakemake deletes its declared outputs but not the checkpoints, and the rerun of the
+# same target resumes from them (docs/pipeline.md, "Preemption").
 
 
 for _group in SEED_GROUPS:
@@ -15,6 +19,10 @@ for _group in SEED_GROUPS:
             # cache folder, threads and resources are not params: changing them reruns nothing)
             spec=lambda wc: task_spec(wc.task),
             seeds=" ".join(str(s) for s in _group),
+            # the shell command is formatted when the job runs, after this loop has ended, so
+            # it must not read `_group`: the tag comes through params (a function of the seeds,
+            # which are already a param, so it adds no rerun trigger)
+            seed_tag=seed_tag(_group),
             outdir=lambda wc: f"{RUNS}/{wc.task}",
         log:
             f"logs/train_single/{{task}}/{seed_tag(_group)}.log",
@@ -30,9 +38,15 @@ for _group in SEED_GROUPS:
         shell:
             # PJRT_NPROC sizes the thread pool of JAX's CPU client (XLA reads it before the
             # core count), OMP_NUM_THREADS that of oneDNN/OpenMP kernels; with one thread,
-            # XLA's Eigen kernels run single-threaded as well.
+            # XLA's Eigen kernels run single-threaded as well. `exec`: the trainer replaces
+            # the shell, so a SIGTERM reaches it alone and the job ends when it has written
+            # its checkpoint (a shell killed first would end the job, and on SLURM the step,
+            # before that).
             "export PJRT_NPROC={threads} OMP_NUM_THREADS={threads} "
             "JAX_COMPILATION_CACHE_DIR={JAX_CACHE:q}; "
             'if [ {threads} -eq 1 ]; then export XLA_FLAGS="${{XLA_FLAGS:-}} --xla_cpu_multi_thread_eigen=false"; fi; '
-            "{TDMPC2} train-single --task {wildcards.task:q} --spec {params.spec:q} "
-            "--seeds {params.seeds} --outdir {params.outdir:q} > {log:q} 2>&1"
+            "exec {TDMPC2} train-single --task {wildcards.task:q} --spec {params.spec:q} "
+            "--seeds {params.seeds} --outdir {params.outdir:q} "
+            "--checkpoint-dir {CHECKPOINTS:q}/single/{wildcards.task:q}/{params.seed_tag} "
+            "--checkpoint-every {CHECKPOINT_EVERY} --keep-checkpoints {KEEP_CHECKPOINTS} "
+            "--max-chunk-seconds {MAX_CHUNK_SECONDS} > {log:q} 2>&1"

@@ -1,0 +1,845 @@
+"""``TDMPC2MultiTask``: multi-task TD-MPC2 trained offline on a pooled dataset (spec §10).
+
+The paper's multi-task models (mt30 / mt80) are trained offline on the pooled replay of
+single-task agents, then evaluated on every task. This module does the same with an
+:class:`tdmpc2core.dataset.EpisodeDataset` of one or many tasks:
+
+* a learnable task embedding [num_tasks, task_dim] with max-norm 1 (PyTorch's
+  ``Embedding(max_norm=1)``, emulated: :func:`tdmpc2core.update.renorm_rows`), concatenated
+  to the inputs of every module (encoder, dynamics, reward, policy, Q);
+* observations zero-padded to the largest task's width, actions to the largest action
+  width; each task's action mask (ones on its own dims) multiplies the policy's mean,
+  log-std and noise and the planner's samples, mean and std, so a task never sees actions
+  in dimensions it does not have (the env receives only its own dims);
+* each task's discount from its own episode length (spec §1.3 heuristic), gathered per slice;
+* updates on batches of H+1-row slices drawn uniformly over the pooled episodes (episode
+  uniform, then start uniform; the reset row may start a slice), no planning during training,
+  ``n_timesteps`` counting updates;
+* several seeds vmapped in one jitted program; the dataset is placed on the device once and
+  passed to that program as an unbatched argument, so the seeds share one copy.
+
+Example::
+
+    from tdmpc2core import TDMPC2MultiTask
+    from tdmpc2core.dataset import load_dataset
+    agent = TDMPC2MultiTask(load_dataset("results/datasets/pools/demo.parquet"), eval_envs=True,
+                            model_size=1, batch_size=256)
+    state, history = agent.train(seed=[0, 1], n_timesteps=2000, eval_every=1000)
+    print(history["normalized_score"])     # [n_evals, n_seeds]
+
+Evaluation (:meth:`TDMPC2MultiTask.evaluate`): each task in its own environment built with the
+task's action repeat and episode length from the dataset's task table, the planner in eval
+mode (no exploration noise; t0 on each episode's first step), with the task's embedding and
+action mask; logged per task, the mean over tasks, and the normalized score. The normalized
+score of a task is ``100 (return - low) / (high - low)`` for the task's declared return range
+``(low, high)``; Playground DM Control tasks default to ``(0, T x action_repeat)``, i.e.
+``(0, 1000)`` in the paper's protocol, which is the paper's ``return / 10``. Other tasks need
+a declared range (``return_ranges``); without one their normalized score is NaN, and so is
+the mean over tasks (never a silent mix of normalised and raw returns).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import logging
+import math
+import time
+import warnings
+from typing import Callable, Mapping, NamedTuple, Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .config import TDMPC2Config, discount_from_episode_length, resolve_config
+from .planner import act_with_policy, plan
+from .update import AgentState, Batch, embed, init_agent_state, update
+from .world_model import WorldModel
+
+METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss",
+               "grad_norm", "pi_grad_norm", "pi_scale")
+#: the official code's task_dim (spec §1.2): 96 for model sizes 1 and 317 and for mt80, else 64
+TASK_DIM_LARGE, TASK_DIM_SMALL = 96, 64
+EVAL_KEY_OFFSET = 10_000_019  # as the single-task agent's evaluation keys
+_log = logging.getLogger("tdmpc2core")
+_UNSET = object()
+# history key <- evaluate() key
+_EVAL_FIELDS = (("eval_returns", "returns"), ("eval_lengths", "lengths"), ("eval_return", "return"),
+                ("eval_mean_return", "mean_return"), ("normalized_score_per_task", "normalized_score_per_task"),
+                ("normalized_score", "normalized_score"))
+_WALL_CLOCK = ("chunk_seconds", "wall_time_s", "updates_per_s")
+
+
+def official_task_dim(model_size: int, num_tasks: int) -> int:
+    """The official parser's task_dim (spec §1.2): 96 if the model size is 1 or 317 or the task
+    set has 80 tasks (mt80; any set of 80 or more here), else 64 (mt30 with sizes 5, 19, 48)."""
+    return TASK_DIM_LARGE if (int(model_size) in (1, 317) or int(num_tasks) >= 80) else TASK_DIM_SMALL
+
+
+class DeviceData(NamedTuple):
+    """The dataset as the training program reads it (on the device once, shared by seeds).
+
+    obs [R, O], action [R, A], reward [R] (float32, NaN on reset rows); starts, rows, task
+    [E'] (int32) of the sampleable episodes (at least H+1 rows); gamma [num_tasks] (float32),
+    masks [num_tasks, A] (float32).
+    """
+
+    obs: jnp.ndarray
+    action: jnp.ndarray
+    reward: jnp.ndarray
+    starts: jnp.ndarray
+    rows: jnp.ndarray
+    task: jnp.ndarray
+    gamma: jnp.ndarray
+    masks: jnp.ndarray
+
+
+def sample_slices(data: DeviceData, key, batch_size: int, horizon: int) -> Batch:
+    """B slices of H+1 consecutive rows of the pooled dataset, time-major (spec §9, §10).
+
+    Episodes uniformly with replacement over the sampleable episodes, then a start uniform
+    in [0, rows - (H+1)] (torchrl's SliceSampler with strict_length). A slice may start at a
+    reset row: its NaN action and reward are dropped by the shift (action, reward = rows
+    1..H). Returns Batch(obs [H+1, B, O], action [H, B, A], reward [H, B], terminated [H, B]
+    (zeros: the dataset has no terminations), task [B]).
+    """
+    k_ep, k_start = jax.random.split(key)
+    i = jax.random.randint(k_ep, (batch_size,), 0, data.starts.shape[0])
+    start = jax.random.randint(k_start, (batch_size,), 0, data.rows[i] - horizon)  # maxval exclusive
+    idx = (data.starts[i] + start)[:, None] + jnp.arange(horizon + 1, dtype=jnp.int32)[None]  # [B, H+1]
+    obs = data.obs[idx]
+    action = data.action[idx[:, 1:]]
+    reward = data.reward[idx[:, 1:]]
+    return Batch(obs=jnp.swapaxes(obs, 0, 1), action=jnp.swapaxes(action, 0, 1),
+                 reward=jnp.swapaxes(reward, 0, 1), terminated=jnp.zeros((horizon, batch_size), jnp.float32),
+                 task=data.task[i])
+
+
+class MultiTaskState(NamedTuple):
+    """A multi-task run, every leaf with a leading seed axis [S].
+
+    agent: the learned state (params incl. ``task_emb``, target Qs, optimizers, S, and
+    ``updates``: gradient updates done); key: each seed's base key of the update stream
+    (update u uses ``fold_in(key, u)``, so a run continued in chunks equals the run left
+    whole); seed: the seeds (evaluation keys derive from the seed); metrics: the last
+    update's scalar metrics.
+    """
+
+    agent: AgentState
+    key: jnp.ndarray
+    seed: jnp.ndarray
+    metrics: dict
+
+
+def _zero_metrics():
+    return {k: jnp.zeros((), jnp.float32) for k in METRIC_KEYS}
+
+
+class TDMPC2MultiTask:
+    """Multi-task TD-MPC2 trained offline on a pooled dataset (paper era, spec §10).
+
+    Args:
+      dataset: an :class:`tdmpc2core.dataset.EpisodeDataset` (e.g. ``pool_tasks`` of
+        single-task exports, or ``load_dataset`` of a pooled Parquet file). It fixes the
+        tasks: task i has ``dataset.tasks[i]``'s obs dim, action dim, episode length T_i
+        and action repeat. Episodes with fewer than H+1 rows are dropped (with a warning).
+      eval_envs: None (train without evaluating; :meth:`evaluate` raises); True (each task's
+        env from the task table's ``env_id``); or one entry per task in task-id order: an env
+        id (built with the task's action repeat and ``T_i x action_repeat`` simulator steps)
+        or a prebuilt :class:`tdmpc2core.envs.Env`. Every env must have the task's obs dim,
+        action dim, T (agent steps) and action repeat (gymnax envs keep their own time limit,
+        so a mismatch there raises).
+      model_size: preset {1, 5, 19, 48, 317}; widths left None come from it.
+      task_dim: task-embedding width; None: the official value (:func:`official_task_dim`:
+        96 for model sizes 1 and 317 or 80+ tasks, else 64).
+      batch_size: slices per update (paper's multi-task protocol: 1024).
+      return_ranges: {task name: (low, high)} declared return ranges for the normalized
+        score; Playground DM Control tasks default to (0, T x action_repeat).
+      backend: Playground physics backend of the evaluation envs (None: MJX).
+      **hyperparameters: any field of :class:`~tdmpc2core.config.TDMPC2Config` at its paper
+        default (the single-task agent's). ``gamma`` set explicitly applies to every task;
+        ``seed_steps`` and ``buffer_size`` have no role offline.
+
+    Derived: per-task discounts ``gammas`` from each task's T (spec §1.3); planner
+    ``iterations`` + 2 when the padded action dim is >= 20.
+
+    Raises:
+      ValueError: a dataset with terminations (the paper-era agent has no termination
+        head), eval envs that do not match the task table, an unknown model size.
+      TypeError: an unknown hyperparameter name.
+      NotImplementedError: ``episodic=True``.
+    """
+
+    def __init__(self, dataset, eval_envs=None, model_size: int = 5, task_dim: Optional[int] = None,
+                 batch_size: int = 1024, *, return_ranges: Optional[Mapping[str, Sequence[float]]] = None,
+                 backend: Optional[str] = None, **hyperparameters):
+        from .dataset import sampleable_episodes
+
+        fields = {f.name for f in dataclasses.fields(TDMPC2Config)}
+        unknown = sorted(set(hyperparameters) - fields)
+        if unknown:
+            raise TypeError(f"TDMPC2MultiTask: unknown hyperparameter(s) {unknown}; accepted: {sorted(fields)}")
+        user_cfg = TDMPC2Config(model_size=model_size, batch_size=int(batch_size), **hyperparameters)
+        if user_cfg.episodic:
+            raise NotImplementedError("episodic=True is not implemented for the multi-task agent")
+        self.tasks = tuple(dataset.tasks)
+        self.task_names = [t.name for t in self.tasks]
+        self.num_tasks = len(self.tasks)
+        if self.num_tasks < 1:
+            raise ValueError("the dataset has no tasks")
+        if np.any(np.asarray(dataset.terminated)):
+            n = int(np.sum(np.asarray(dataset.terminated)))
+            raise ValueError(f"the dataset has {n} terminated row(s); the paper-era multi-task agent bootstraps "
+                             "through every episode end and refuses terminating data")
+        self.obs_dim = int(dataset.obs.shape[1])
+        self.action_dim = int(dataset.action.shape[1])
+        self.task_dim = official_task_dim(model_size, self.num_tasks) if task_dim is None else int(task_dim)
+        if self.task_dim < 1:
+            raise ValueError(f"task_dim={task_dim!r} must be >= 1")
+        # widths, checks and the planner iterations (on the padded action dim); gamma and
+        # seed_steps are per task / unused here
+        self.cfg = dataclasses.replace(
+            resolve_config(user_cfg, episode_length=min(t.episode_length for t in self.tasks),
+                           action_dim=self.action_dim),
+            gamma=user_cfg.gamma, seed_steps=None)
+        c = self.cfg
+        #: task name -> discount (Python floats, as the single-task agent's ``gamma``)
+        self.task_gammas = {
+            t.name: float(c.gamma) if c.gamma is not None else
+            discount_from_episode_length(t.episode_length, c.discount_denom, c.discount_min, c.discount_max)
+            for t in self.tasks}
+        self.gammas = np.array(list(self.task_gammas.values()), np.float32)  # [num_tasks], on the device
+        masks = np.zeros((self.num_tasks, self.action_dim), np.float32)
+        for i, t in enumerate(self.tasks):
+            masks[i, : int(t.action_dim)] = 1.0
+        self.masks = masks
+        self.wm = WorldModel(self.cfg, self.obs_dim, self.action_dim, self.task_dim, self.num_tasks)
+
+        starts, rows, ep_task = sampleable_episodes(dataset, c.horizon)
+        self.num_episodes = int(len(starts))
+        self.dataset_nbytes = int(getattr(dataset, "nbytes", 0))
+        self.dataset_provenance = dict(getattr(dataset, "provenance", {}) or {})
+        # the dataset goes on the device once; every chunk of every seed reads this copy
+        self.data = jax.device_put(DeviceData(
+            obs=np.asarray(dataset.obs, np.float32), action=np.asarray(dataset.action, np.float32),
+            reward=np.asarray(dataset.reward, np.float32), starts=np.asarray(starts, np.int32),
+            rows=np.asarray(rows, np.int32), task=np.asarray(ep_task, np.int32), gamma=self.gammas,
+            masks=self.masks))
+
+        self.backend = backend
+        self.eval_envs = self._build_eval_envs(eval_envs)
+        self.return_ranges = self._resolve_ranges(return_ranges)
+        self._fns: dict = {}
+
+    def __hash__(self):  # jitted closures capture self
+        return id(self)
+
+    # ---- construction helpers -----------------------------------------------------
+    def _build_eval_envs(self, eval_envs):
+        if eval_envs is None or eval_envs is False:
+            return None
+        from .envs import Env, make_env
+
+        if eval_envs is True:
+            missing = [t.name for t in self.tasks if not t.env_id]
+            if missing:
+                raise ValueError(f"eval_envs=True needs every task's env_id in the dataset's task table; "
+                                 f"{missing} have none: pass eval_envs, one env per task")
+            eval_envs = [t.env_id for t in self.tasks]
+        eval_envs = list(eval_envs)
+        if len(eval_envs) != self.num_tasks:
+            raise ValueError(f"eval_envs has {len(eval_envs)} entries; the dataset has {self.num_tasks} tasks "
+                             f"{self.task_names} (one env per task, in task-id order)")
+        envs = []
+        for t, spec in zip(self.tasks, eval_envs):
+            if isinstance(spec, Env):
+                env = spec
+            elif isinstance(spec, str):
+                env = make_env(spec, action_repeat=int(t.action_repeat),
+                               episode_length=int(t.episode_length) * int(t.action_repeat),
+                               backend=self.backend if _is_playground(spec) else None)
+            else:
+                raise TypeError(f"eval_envs entry for task {t.name!r}: expected an env id or an Env, got "
+                                f"{type(spec).__name__}")
+            s = env.spec
+            got = dict(obs_dim=s.obs_dim, action_dim=s.action_dim, episode_length=s.episode_length,
+                       action_repeat=s.action_repeat)
+            want = dict(obs_dim=int(t.obs_dim), action_dim=int(t.action_dim), episode_length=int(t.episode_length),
+                        action_repeat=int(t.action_repeat))
+            bad = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+            if bad:
+                raise ValueError(
+                    f"eval env {s.env_id!r} does not match task {t.name!r} of the dataset: "
+                    + ", ".join(f"{k} {g} (env) vs {w} (task table)" for k, (g, w) in bad.items())
+                    + (" (gymnax envs keep their own time limit)" if s.suite == "gymnax" else ""))
+            envs.append(env)
+        return envs
+
+    def _resolve_ranges(self, return_ranges):
+        given = dict(return_ranges or {})
+        unknown = sorted(set(given) - set(self.task_names))
+        if unknown:
+            raise ValueError(f"return_ranges names unknown task(s) {unknown}; tasks: {self.task_names}")
+        out = {}
+        for i, t in enumerate(self.tasks):
+            if t.name in given:
+                lo, hi = (float(x) for x in given[t.name])
+                if not hi > lo:
+                    raise ValueError(f"return_ranges[{t.name!r}] = {given[t.name]!r}: need low < high")
+                out[t.name] = (lo, hi)
+            elif self.eval_envs is not None and self.eval_envs[i].spec.suite == "playground":
+                # DM Control: rewards in [0, 1] per simulator step (the paper's return / 10)
+                out[t.name] = (0.0, float(t.episode_length * t.action_repeat))
+            else:
+                out[t.name] = None
+        if self.eval_envs is not None:
+            missing = [n for n, r in out.items() if r is None]
+            if missing:
+                warnings.warn(f"no declared return range for task(s) {missing}: their normalized score, and the "
+                              "mean normalized score over tasks, are NaN (pass return_ranges)", stacklevel=3)
+        return out
+
+    # ---- description ----------------------------------------------------------------
+    @property
+    def config(self) -> dict:
+        """The resolved hyperparameters and the task table, JSON-serialisable."""
+        d = dataclasses.asdict(self.cfg)
+        d.update(task_dim=self.task_dim, obs_dim=self.obs_dim, action_dim=self.action_dim,
+                 num_tasks=self.num_tasks, sampleable_episodes=self.num_episodes,
+                 dataset_nbytes=self.dataset_nbytes,
+                 tasks=[dict(dataclasses.asdict(t) if dataclasses.is_dataclass(t) else dict(t._asdict()),
+                             gamma=self.task_gammas[t.name], action_mask=m.tolist(),
+                             return_range=self.return_ranges[t.name],
+                             eval_env=(None if self.eval_envs is None else self.eval_envs[i].spec.env_id))
+                        for i, (t, m) in enumerate(zip(self.tasks, self.masks))])
+        return d
+
+    # ---- state ------------------------------------------------------------------------
+    def init(self, seed: Union[int, Sequence[int]]) -> MultiTaskState:
+        """Initial states of the seeds, stacked on axis 0 (parameters from ``PRNGKey(seed)``).
+
+        Each seed is initialised by one compiled single-seed program (shared by agents with
+        equal world models, whatever the number of seeds) and the states are stacked."""
+        seeds = [int(s) for s in np.atleast_1d(np.asarray(seed, dtype=np.int64))]
+        states = [_init_one(self.wm, jax.random.PRNGKey(s)) for s in seeds]
+        agent, run_keys = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *states)
+        metrics = {k: jnp.zeros((len(seeds),), jnp.float32) for k in METRIC_KEYS}
+        return MultiTaskState(agent=agent, key=run_keys, seed=jnp.asarray(seeds, jnp.int32), metrics=metrics)
+
+    # ---- training ---------------------------------------------------------------------
+    def _chunk(self):
+        fn = self._fns.get("chunk")
+        if fn is None:
+            wm, B, H = self.wm, self.cfg.batch_size, self.cfg.horizon
+
+            def single(st: MultiTaskState, data: DeviceData, n_updates):
+                def body(_, carry):
+                    agent, _m = carry
+                    k_sample, k_update = jax.random.split(jax.random.fold_in(st.key, agent.updates))
+                    batch = sample_slices(data, k_sample, B, H)
+                    agent, m = update(wm, agent, batch, data.gamma, k_update, data.masks)
+                    return agent, {k: m[k] for k in METRIC_KEYS}
+
+                agent, metrics = jax.lax.fori_loop(0, n_updates, body, (st.agent, st.metrics))
+                return st._replace(agent=agent, metrics=metrics)
+
+            # state batched over seeds (donated); the dataset and the update count unbatched
+            fn = self._fns["chunk"] = jax.jit(jax.vmap(single, in_axes=(0, None, None)), donate_argnums=(0,))
+        return fn
+
+    def run_updates(self, state: MultiTaskState, n_updates: int) -> MultiTaskState:
+        """``n_updates`` more updates of every seed (one call of the compiled program)."""
+        return self._chunk()(state, self.data, jnp.int32(n_updates))
+
+    @staticmethod
+    def schedule(start: int, n_updates: int, eval_every: Optional[int], log_every: Optional[int],
+                 fresh: bool, total: Optional[int] = None):
+        """Host plan: (list of (chunk_start, chunk_updates, evaluate_after), evaluate_at_start).
+
+        Chunks end at the multiples of ``eval_every`` and ``log_every`` (absolute update counts,
+        so a continued run keeps the cadence) and at the end of the call; evaluations at the
+        multiples of ``eval_every``, at the end of the run (``total`` updates; None: the end
+        of this call), and before the first update of a fresh run.
+        """
+        end = start + int(n_updates)
+        total = end if total is None else int(total)
+        if end > total:
+            raise ValueError(f"this call would run to update {end}, past total_timesteps={total}")
+        cuts = {start, end}
+        for every in (eval_every, log_every):
+            if every:
+                cuts |= set(range((start // every + 1) * every, end, every))
+        cuts = sorted(cuts)
+        plan_ = [(a, b - a, bool(eval_every) and (b % eval_every == 0 or b == total))
+                 for a, b in zip(cuts[:-1], cuts[1:])]
+        return plan_, bool(eval_every) and fresh
+
+    def train(self, seed: Union[None, int, Sequence[int]] = None, n_timesteps: int = 1_000_000, *,
+              eval_every: Optional[int] = None, eval_episodes: int = 10, log_every: Optional[int] = None,
+              callback: Optional[Callable[[dict], None]] = None, state: Optional[MultiTaskState] = None,
+              history: Optional[dict] = None, total_timesteps: Optional[int] = None,
+              max_chunk_seconds: Optional[float] = None, checkpoint_dir=None, checkpoint_every: Optional[int] = None,
+              keep_checkpoints: Optional[int] = 2, resume: bool = True,
+              should_stop: Optional[Callable[[], bool]] = None, progress: Optional[Callable[[dict], None]] = None):
+        """Run ``n_timesteps`` more updates for every seed (vmapped, one jitted program).
+
+        A run may be done in one call, continued in several (``state``/``history`` of the
+        previous call, ``total_timesteps`` given to each), or resumed from a checkpoint by a
+        new process (``checkpoint_dir``): on CPU all three give bit-identical parameters and
+        evaluations, whatever ``max_chunk_seconds`` and ``checkpoint_every`` are.
+
+        Args:
+          seed: one int or several (vmapped); default 0. With ``state`` it must be None or
+            the state's seeds.
+          n_timesteps: gradient updates of this call (the reference's offline iterations;
+            paper: 10M at batch 1024). When a run is resumed from ``checkpoint_dir``, the call
+            runs to ``total_timesteps`` instead.
+          total_timesteps: the whole run's length in updates (the final evaluation is at its
+            end); None: the end of this call.
+          eval_every: updates between evaluations (absolute counts; also before the first
+            update of a fresh run and at the end of the run); None: no evaluation.
+          eval_episodes: episodes per task per evaluation.
+          log_every: updates between training-metric records (default: eval_every; None and
+            no eval_every: one record at the end of the call).
+          callback: called on the host after every chunk with that chunk's record.
+          state, history: a state (and the history) this agent's ``train`` or ``init``
+            returned, or :meth:`restore` read: the run continues from it; its buffers are
+            donated; the returned history extends ``history``. Updates, RNG and evaluation
+            keys derive from the state and the update count, so a run continued in chunks
+            equals the run left whole.
+          max_chunk_seconds: wall-time cap of one call of the compiled program (chunks are
+            split on the host, sized from the measured seconds per update; an evaluation
+            cannot be split). Results are unchanged.
+          checkpoint_dir, checkpoint_every, keep_checkpoints, resume, should_stop, progress:
+            as :meth:`tdmpc2core.TDMPC2.train`, counted in updates: checkpoints every
+            ``checkpoint_every`` updates, at the end of the call and when ``should_stop``
+            stops the run (raising :class:`~tdmpc2core.training.TrainingInterrupted`);
+            ``progress`` gets ``updates``, ``start_updates``, ``end_updates``,
+            ``total_updates``, ``chunk_updates``, ``seconds``, ``updates_per_s``,
+            ``last_normalized_score`` after every call of the program.
+        Returns:
+          (state, history): ``history`` holds ``eval_updates`` [n_evals], ``eval_returns`` /
+          ``eval_lengths`` [n_evals, S, num_tasks, E], ``eval_return`` [n_evals, S, num_tasks],
+          ``eval_mean_return`` [n_evals, S], ``normalized_score_per_task`` [n_evals, S,
+          num_tasks], ``normalized_score`` [n_evals, S], ``tasks``, ``chunks`` (per-chunk
+          records: ``updates``, ``chunk_updates``, wall-clock ``chunk_seconds``,
+          ``wall_time_s`` and ``updates_per_s``, the last update's metrics, the evaluation's
+          means when the chunk ended with one) and ``wall_seconds``.
+        Raises:
+          ValueError: ``eval_every`` without eval envs; ``seed`` disagreeing with ``state``;
+            a call past ``total_timesteps``; ``resume=False`` with checkpoints in the folder.
+          TrainingInterrupted: ``should_stop`` returned True.
+          tdmpc2core.checkpoint.CheckpointMismatchError / CorruptCheckpointError: the
+            folder's newest checkpoint has other settings (named) / none is usable.
+        """
+        from . import checkpoint as ck
+        from .training import SubChunkSizer, TrainingInterrupted
+
+        if eval_every and self.eval_envs is None:
+            raise ValueError("eval_every is set but the agent has no eval_envs: nothing to evaluate on "
+                             "(pass eval_envs=True or one env per task)")
+        eval_every = int(eval_every) if eval_every else None
+        log_every = int(log_every) if log_every else None
+        if checkpoint_every is not None and int(checkpoint_every) < 1:
+            raise ValueError(f"checkpoint_every={checkpoint_every!r} must be >= 1 updates (or None)")
+        if checkpoint_dir is not None and state is None:
+            latest = ck.latest_checkpoint(checkpoint_dir)
+            if latest is not None and not resume:
+                raise ValueError(f"{checkpoint_dir} holds checkpoints of a run (newest {latest.name}); pass "
+                                 "resume=True to continue it, or delete them (tdmpc2core.checkpoint.clear)")
+            if latest is not None:
+                total = int(total_timesteps if total_timesteps is not None else n_timesteps)
+                state, history, _ = self.restore(latest, seeds=[0] if seed is None else seed, total_timesteps=total,
+                                                 eval_every=eval_every, eval_episodes=eval_episodes,
+                                                 log_every=log_every)
+                total_timesteps = total
+                n_timesteps = max(total - int(np.asarray(state.agent.updates)[0]), 0)
+                _log.info("resumed from %s at %d updates", latest, int(np.asarray(state.agent.updates)[0]))
+        fresh = state is None
+        if fresh:
+            state = self.init(0 if seed is None else seed)
+        elif seed is not None and [int(s) for s in np.atleast_1d(seed)] != [int(s) for s in np.asarray(state.seed)]:
+            raise ValueError(f"seed={seed!r} disagrees with the state's seeds {np.asarray(state.seed).tolist()}")
+        seeds = [int(s) for s in np.asarray(state.seed)]
+        start = int(np.asarray(state.agent.updates)[0])
+        end = start + int(n_timesteps)
+        total_timesteps = end if total_timesteps is None else int(total_timesteps)
+        plan_, eval_at_start = self.schedule(start, n_timesteps, eval_every, log_every if log_every else eval_every,
+                                             fresh, total=total_timesteps)
+        hist = _working_history(history)
+        wall_before = hist["wall_seconds"]
+        t_start = time.perf_counter()
+        sizer = SubChunkSizer(max_chunk_seconds)
+        last_saved, saved = [start], [None]
+
+        def wall():
+            return wall_before + time.perf_counter() - t_start
+
+        def do_eval(st):
+            res = self.evaluate(st, eval_episodes)
+            hist["eval_updates"].append(int(np.asarray(st.agent.updates)[0]))
+            for k, src in _EVAL_FIELDS:
+                hist[k].append(res[src])
+            return res
+
+        def save(at):
+            hist["wall_seconds"] = wall()
+            info = self.save_checkpoint(checkpoint_dir, state, hist, total_timesteps=total_timesteps,
+                                        eval_every=eval_every, eval_episodes=eval_episodes, log_every=log_every,
+                                        keep=keep_checkpoints)
+            last_saved[0], saved[0] = at, info
+            return info
+
+        def checkpoint_due(at):
+            return (checkpoint_dir is not None and checkpoint_every is not None
+                    and at // int(checkpoint_every) > last_saved[0] // int(checkpoint_every))
+
+        def stop_if_asked(at):
+            if should_stop is not None and should_stop():
+                info = None
+                if checkpoint_dir is not None:
+                    info = saved[0] if last_saved[0] == at and saved[0] is not None else save(at)
+                hist["wall_seconds"] = wall()
+                raise TrainingInterrupted(state, _finalize_history(hist, len(seeds), self.num_tasks, eval_episodes,
+                                                                   self.task_names), at, info, unit="updates")
+
+        if eval_at_start:
+            do_eval(state)
+        for a, n, evaluate_after in plan_:
+            b = a + n
+            at, seconds = a, 0.0
+            while at < b:
+                stop_at = b
+                if checkpoint_dir is not None and checkpoint_every is not None:
+                    stop_at = min(b, (at // int(checkpoint_every) + 1) * int(checkpoint_every))
+                k = sizer.ticks("train", stop_at - at)
+                t0 = time.perf_counter()
+                state = self.run_updates(state, k)
+                jax.block_until_ready(state)
+                dt = time.perf_counter() - t0
+                sizer.record("train", k, dt)
+                seconds += dt
+                at += k
+                if progress is not None:
+                    progress({"updates": at, "start_updates": start, "end_updates": end,
+                              "total_updates": total_timesteps, "chunk_updates": k, "seconds": dt,
+                              "updates_per_s": k / max(dt, 1e-9),
+                              "last_normalized_score": (np.asarray(hist["normalized_score"][-1])
+                                                        if hist["normalized_score"] else None)})
+                if at < b:  # a boundary inside a chunk of the schedule
+                    if checkpoint_due(at):
+                        save(at)
+                    stop_if_asked(at)
+            rec = {"updates": b, "chunk_updates": n, "chunk_seconds": seconds, "wall_time_s": wall(),
+                   "updates_per_s": n / max(seconds, 1e-9)}
+            for k_ in METRIC_KEYS:
+                rec[k_] = np.asarray(state.metrics[k_])
+            bad = [k_ for k_ in METRIC_KEYS if not np.all(np.isfinite(rec[k_]))]
+            if bad:
+                raise FloatingPointError(f"non-finite training metrics {bad} after {b} updates")
+            if evaluate_after:
+                res = do_eval(state)
+                rec["eval_mean_return"] = res["mean_return"]
+                rec["normalized_score"] = res["normalized_score"]
+                rec["eval_return"] = res["return"]
+                rec["eval_position"] = len(hist["eval_updates"]) - 1
+            hist["chunks"].append(rec)
+            if callback is not None:
+                callback(rec)
+            if checkpoint_dir is not None and (b == end or checkpoint_due(b)):
+                save(b)
+            if b < end:
+                stop_if_asked(b)
+        if checkpoint_dir is not None and not plan_ and last_saved[0] != end:
+            save(end)
+        hist["wall_seconds"] = wall()
+        return state, _finalize_history(hist, len(seeds), self.num_tasks, eval_episodes, self.task_names)
+
+    # ---- checkpoints --------------------------------------------------------------------
+    @property
+    def dataset_sha256(self) -> str:
+        """SHA-256 of the training data as the agent holds it (observations, actions, rewards,
+        sampleable episode starts and lengths, task ids, discounts, action masks): part of a
+        checkpoint's settings, so a checkpoint is refused by an agent built on other data."""
+        if getattr(self, "_dataset_sha256", None) is None:
+            h = hashlib.sha256()
+            for name, arr in zip(DeviceData._fields, jax.device_get(tuple(self.data))):
+                arr = np.ascontiguousarray(arr)
+                h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode())
+                h.update(arr.tobytes())
+            self._dataset_sha256 = h.hexdigest()
+        return self._dataset_sha256
+
+    def checkpoint_settings(self, seeds, total_timesteps: int, eval_every: Optional[int], eval_episodes: int,
+                            log_every: Optional[int]) -> dict:
+        """Everything that changes a checkpoint's shapes or numbers: the agent class, its
+        configuration (:attr:`config`: hyperparameters and the task table), the data's
+        SHA-256, the evaluation envs, and the run's seeds, length, evaluation protocol and
+        metric cadence. Not included (they change nothing): ``max_chunk_seconds``, the
+        checkpoint cadence and count, callbacks."""
+        envs = None if self.eval_envs is None else [[e.spec.env_id, e.spec.suite, e.spec.backend, repr(e._token)]
+                                                    for e in self.eval_envs]
+        return {
+            "agent_class": type(self).__name__,
+            "agent": self.config,
+            "dataset_sha256": self.dataset_sha256,
+            "eval_envs": envs,
+            "run": {"seeds": [int(s) for s in seeds], "total_timesteps": int(total_timesteps),
+                    "eval_every": int(eval_every) if eval_every else None,
+                    "eval_episodes": int(eval_episodes) if eval_every else None,
+                    "log_every": int(log_every) if log_every else None},
+        }
+
+    def save_checkpoint(self, directory, state: MultiTaskState, history: Optional[dict], *, total_timesteps: int,
+                        eval_every: Optional[int] = None, eval_episodes: int = 10, log_every: Optional[int] = None,
+                        keep: Optional[int] = None):
+        """Write ``state`` and ``history`` as checkpoint ``step_{updates}`` of ``directory``
+        (:mod:`tdmpc2core.checkpoint`): parameters with the task embedding, target Qs, both
+        Adam states, the running scale, the update counter, the seeds' keys, the last metrics,
+        and the evaluation history and per-chunk records as host arrays. The dataset is not
+        saved (its SHA-256 is compared instead). Returns the
+        :class:`~tdmpc2core.checkpoint.CheckpointInfo`."""
+        from . import __version__
+        from . import checkpoint as ck
+
+        seeds = [int(s) for s in np.asarray(state.seed)]
+        updates = int(np.asarray(state.agent.updates)[0])
+        hist = _working_history(None) if history is None else history
+        host = _history_to_arrays(hist, len(seeds), self.num_tasks, eval_episodes)
+        meta = {"updates": updates, "evaluations": len(hist["eval_updates"]), "wall_seconds": hist["wall_seconds"],
+                "tasks": list(self.task_names), "tdmpc2core_version": __version__, "jax_version": jax.__version__,
+                "backend": jax.default_backend()}
+        info = ck.save(directory, updates, {"state": state},
+                       settings=self.checkpoint_settings(seeds, total_timesteps, eval_every, eval_episodes, log_every),
+                       host=host, meta=meta, keep=keep)
+        _log.info("checkpoint %s written: %d updates, %.1f MB, %.2f s", info.path, updates, info.bytes / 1e6,
+                  info.seconds)
+        return info
+
+    def restore(self, path, *, seeds=None, total_timesteps: Optional[int] = None, eval_every=_UNSET,
+                eval_episodes: Optional[int] = None, log_every=_UNSET):
+        """Read checkpoint ``path`` into this agent's state: (state, history, manifest).
+
+        Run settings given are compared with the checkpoint's, those not given taken from it;
+        the agent's own settings (:meth:`checkpoint_settings`) are always compared.
+        Raises FileNotFoundError, :class:`~tdmpc2core.checkpoint.CorruptCheckpointError`, or
+        :class:`~tdmpc2core.checkpoint.CheckpointMismatchError` naming each differing setting.
+        """
+        from . import checkpoint as ck
+
+        manifest = ck.read_manifest(path)
+        run = manifest.get("settings", {}).get("run", {})
+        seeds = run.get("seeds") if seeds is None else [int(s) for s in np.atleast_1d(np.asarray(seeds))]
+        total_timesteps = run.get("total_timesteps") if total_timesteps is None else int(total_timesteps)
+        eval_every = run.get("eval_every") if eval_every is _UNSET else eval_every
+        log_every = run.get("log_every") if log_every is _UNSET else log_every
+        if eval_episodes is None:
+            eval_episodes = run.get("eval_episodes") or 10
+        if seeds is None or total_timesteps is None:
+            raise ck.CorruptCheckpointError(f"checkpoint {path}: its manifest has no run settings")
+        settings = self.checkpoint_settings(seeds, total_timesteps, eval_every, eval_episodes, log_every)
+        diffs = ck.compare_settings(manifest.get("settings", {}), settings)
+        if diffs:
+            raise ck.CheckpointMismatchError(
+                f"checkpoint {path} was made with other settings than this run's (" + "; ".join(diffs) + ")")
+        template = {"state": jax.eval_shape(lambda: self.init(seeds))}
+        tree, host, manifest = ck.restore(path, template, settings=settings)
+        state = jax.tree_util.tree_map(jnp.asarray, tree["state"])
+        return state, _history_from_arrays(host, self.task_names), manifest
+
+    # ---- acting and evaluation --------------------------------------------------------
+    def act(self, params, obs, task: int, t0, eval_mode: bool, key, prev_mean=None):
+        """One action for one (unpadded or padded) observation of task ``task`` (one seed's
+        params). Returns (action [task action dim] in [-1, 1], mean [H, A] for the next call)."""
+        task, eval_mode = int(task), bool(eval_mode)
+        obs = jnp.asarray(obs, jnp.float32).reshape(-1)
+        obs = jnp.pad(obs, (0, self.obs_dim - obs.shape[0]))
+        if prev_mean is None:
+            prev_mean = jnp.zeros((self.cfg.horizon, self.action_dim), jnp.float32)
+        fn = self._fns.get(("act", task, eval_mode))
+        if fn is None:
+            a_dim, gamma = int(self.tasks[task].action_dim), self.task_gammas[self.task_names[task]]
+            mask = jnp.asarray(self.masks[task])
+
+            def one(params, obs, prev_mean, t0, key):
+                e = embed(params["task_emb"], task)
+                if not self.cfg.mpc:
+                    return act_with_policy(self.wm, params, obs, eval_mode, key, e, mask)[:a_dim], prev_mean
+                a, mean = plan(self.wm, params, obs, prev_mean, t0, eval_mode, gamma, key, e, mask)
+                return a[:a_dim], mean
+
+            fn = self._fns[("act", task, eval_mode)] = jax.jit(one)
+        return fn(params, obs, prev_mean, jnp.asarray(t0, bool), key)
+
+    def _eval_fn(self, task: int, num_episodes: int):
+        key_ = ("eval", task, num_episodes)
+        fn = self._fns.get(key_)
+        if fn is not None:
+            return fn
+        env, cfg, wm = self.eval_envs[task], self.cfg, self.wm
+        T, H, A, O = env.spec.episode_length, cfg.horizon, self.action_dim, self.obs_dim
+        a_dim, pad = env.spec.action_dim, O - env.spec.obs_dim
+        gamma = self.task_gammas[self.task_names[task]]
+        mask = jnp.asarray(self.masks[task])
+
+        def one_episode(params, key):
+            e = embed(params["task_emb"], task)  # renormalised at look-up, not written back (M2)
+            k_reset, k_loop = jax.random.split(key)
+            state, obs = env.reset(k_reset)
+
+            def body(carry, inp):
+                state, obs, mean, ret, length, alive = carry
+                t, k = inp
+                k_act, k_step = jax.random.split(k)
+                o = jnp.pad(obs, (0, pad))
+                if cfg.mpc:
+                    a, mean = plan(wm, params, o, mean, t == 0, True, gamma, k_act, e, mask)
+                else:
+                    a = act_with_policy(wm, params, o, True, k_act, e, mask)
+                state, out = env.step(state, a[:a_dim], k_step)  # the env gets its own dims only
+                ret = ret + alive * out.reward
+                length = length + alive.astype(jnp.int32)
+                alive = alive * (1.0 - out.terminated.astype(jnp.float32))
+                return (state, out.obs, mean, ret, length, alive), None
+
+            init = (state, obs, jnp.zeros((H, A), jnp.float32), jnp.zeros((), jnp.float32),
+                    jnp.zeros((), jnp.int32), jnp.ones((), jnp.float32))
+            (_, _, _, ret, length, _), _ = jax.lax.scan(body, init, (jnp.arange(T), jax.random.split(k_loop, T)))
+            return ret, length
+
+        def per_seed(params, key):
+            return jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))
+
+        fn = self._fns[key_] = jax.jit(jax.vmap(per_seed))
+        return fn
+
+    def eval_keys(self, seeds, updates: int, task: int):
+        """Evaluation keys [S, 2]: from the seed, the updates done and the task (the same
+        initial states when a run is repeated or continued in chunks)."""
+        return jnp.stack([jax.random.fold_in(jax.random.fold_in(
+            jax.random.PRNGKey(int(s) + EVAL_KEY_OFFSET), int(updates)), int(task)) for s in seeds])
+
+    def normalized_score(self, returns) -> np.ndarray:
+        """100 (return - low) / (high - low) per task on the last axis ([..., num_tasks]); NaN
+        for a task without a declared range."""
+        r = np.asarray(returns, np.float64)
+        out = np.full(r.shape, np.nan)
+        for i, name in enumerate(self.task_names):
+            rng = self.return_ranges.get(name)
+            if rng is not None:
+                out[..., i] = 100.0 * (r[..., i] - rng[0]) / (rng[1] - rng[0])
+        return out
+
+    def evaluate(self, state: MultiTaskState, num_episodes: int = 10) -> dict:
+        """Evaluate every seed on every task, each in its own env (host loop over tasks).
+
+        ``num_episodes`` episodes per task from fresh initial states (keys from the seed, the
+        updates done and the task), the planner in eval mode with the task's embedding and
+        action mask on padded observations; the env receives the task's own action dims.
+
+        Returns a dict of numpy arrays: ``tasks`` (names), ``returns`` / ``lengths`` [S,
+        num_tasks, E], ``return`` [S, num_tasks] (mean over episodes), ``mean_return`` [S]
+        (mean over tasks), ``normalized_score_per_task`` [S, num_tasks], ``normalized_score``
+        [S] (mean over tasks; NaN when a task has no declared range), ``updates`` (int).
+        Raises:
+          ValueError: the agent was built without eval_envs.
+        """
+        if self.eval_envs is None:
+            raise ValueError("TDMPC2MultiTask.evaluate: this agent has no eval_envs (built with eval_envs=None); "
+                             "pass eval_envs=True (the task table's env ids) or one env per task")
+        seeds = [int(s) for s in np.asarray(state.seed)]
+        updates = int(np.asarray(state.agent.updates)[0])
+        rets, lens = [], []
+        for i in range(self.num_tasks):
+            r, l = self._eval_fn(i, int(num_episodes))(state.agent.params, self.eval_keys(seeds, updates, i))
+            rets.append(np.asarray(r))
+            lens.append(np.asarray(l))
+        returns = np.stack(rets, axis=1).astype(np.float64)  # [S, K, E]
+        per_task = returns.mean(axis=-1)
+        norm = self.normalized_score(per_task)
+        return {"tasks": list(self.task_names), "updates": updates, "returns": returns,
+                "lengths": np.stack(lens, axis=1), "return": per_task, "mean_return": per_task.mean(axis=-1),
+                "normalized_score_per_task": norm, "normalized_score": norm.mean(axis=-1)}
+
+
+# ---- the history as host arrays (what a checkpoint keeps besides the state) ----------------
+def _working_history(history: Optional[dict]) -> dict:
+    """A copy of ``history`` (as ``train`` returns it, or None) in its working (list) form."""
+    out = {k: [] for k in ("eval_updates", *(k for k, _ in _EVAL_FIELDS))}
+    out.update(chunks=[], wall_seconds=0.0)
+    if history is not None:
+        out["eval_updates"] = [int(x) for x in np.asarray(history["eval_updates"]).reshape(-1)]
+        for k, _ in _EVAL_FIELDS:
+            out[k] = list(np.asarray(history[k]))
+        out["chunks"] = [dict(c) for c in history["chunks"]]
+        out["wall_seconds"] = float(history.get("wall_seconds", 0.0))
+    return out
+
+
+def _finalize_history(hist: dict, S: int, K: int, E: int, task_names) -> dict:
+    n = len(hist["eval_updates"])
+    empty = {"eval_returns": ((0, S, K, E), np.float64), "eval_lengths": ((0, S, K, E), np.int32),
+             "eval_return": ((0, S, K), np.float64), "eval_mean_return": ((0, S), np.float64),
+             "normalized_score_per_task": ((0, S, K), np.float64), "normalized_score": ((0, S), np.float64)}
+    out = {"eval_updates": np.asarray(hist["eval_updates"], np.int64).reshape(n)}
+    for k, _ in _EVAL_FIELDS:
+        out[k] = np.stack(hist[k]) if n else np.zeros(*empty[k])
+    out.update(chunks=list(hist["chunks"]), tasks=list(task_names), wall_seconds=float(hist["wall_seconds"]))
+    return out
+
+
+def _history_to_arrays(hist: dict, S: int, K: int, E: int) -> dict:
+    h = _finalize_history(hist, S, K, E, [])
+    chunks = h["chunks"]
+    c = len(chunks)
+    d = {f"eval/{k}": np.asarray(h[k]) for k in ("eval_updates", *(k for k, _ in _EVAL_FIELDS))}
+    d["wall_seconds"] = np.asarray(h["wall_seconds"], np.float64)
+    d["chunks/updates"] = np.asarray([r["updates"] for r in chunks], np.int64).reshape(c)
+    d["chunks/chunk_updates"] = np.asarray([r["chunk_updates"] for r in chunks], np.int64).reshape(c)
+    d["chunks/eval_position"] = np.asarray([r.get("eval_position", -1) for r in chunks], np.int64).reshape(c)
+    for k in _WALL_CLOCK:
+        d[f"chunks/{k}"] = np.asarray([r[k] for r in chunks], np.float64).reshape(c)
+    for k in METRIC_KEYS:
+        d[f"chunks/{k}"] = np.stack([np.asarray(r[k], np.float32) for r in chunks]) if c else np.zeros((0, S), np.float32)
+    return d
+
+
+def _history_from_arrays(d: dict, task_names) -> dict:
+    hist = _working_history(None)
+    hist["eval_updates"] = [int(x) for x in d["eval/eval_updates"]]
+    for k, _ in _EVAL_FIELDS:
+        hist[k] = list(np.asarray(d[f"eval/{k}"]))
+    hist["wall_seconds"] = float(d["wall_seconds"])
+    for j in range(len(d["chunks/updates"])):
+        rec = {"updates": int(d["chunks/updates"][j]), "chunk_updates": int(d["chunks/chunk_updates"][j])}
+        for k in _WALL_CLOCK:
+            rec[k] = float(d[f"chunks/{k}"][j])
+        for k in METRIC_KEYS:
+            rec[k] = np.asarray(d[f"chunks/{k}"][j])
+        pos = int(d["chunks/eval_position"][j])
+        if pos >= 0:
+            rec["eval_mean_return"] = np.asarray(d["eval/eval_mean_return"][pos])
+            rec["normalized_score"] = np.asarray(d["eval/normalized_score"][pos])
+            rec["eval_return"] = np.asarray(d["eval/eval_return"][pos])
+            rec["eval_position"] = pos
+        hist["chunks"].append(rec)
+    shape = np.asarray(d["eval/eval_returns"]).shape
+    return _finalize_history(hist, shape[1], shape[2], shape[3], task_names)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _init_one(wm: WorldModel, key):
+    """(AgentState, run key) of one seed from its PRNGKey."""
+    k_params, k_run = jax.random.split(key)
+    return init_agent_state(wm, k_params), k_run
+
+
+def _is_playground(env_id: str) -> bool:
+    from .envs import suite_of
+
+    return suite_of(env_id) == "playground"
+
+
+__all__ = ["TDMPC2MultiTask", "MultiTaskState", "DeviceData", "sample_slices", "official_task_dim",
+           "METRIC_KEYS"]

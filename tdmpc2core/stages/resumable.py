@@ -1,0 +1,127 @@
+"""What the training stages share to stop on a signal and resume from checkpoints.
+
+* :class:`SignalStop`: SIGTERM / SIGINT set a flag that the library's ``should_stop`` hook
+  reads between calls of the compiled program; the stage then exits with 128 + the signal
+  number (143 / 130). A second SIGINT raises ``KeyboardInterrupt`` (no checkpoint), which
+  Python delivers when the running call returns.
+* :func:`open_checkpoint_dir` / :func:`close_checkpoint_dir`: a job's checkpoint folder holds,
+  once the job has written its outputs, only the final checkpoint and a marker
+  (:data:`COMPLETE_MARKER`); a job that finds the marker is a forced rerun and trains anew.
+
+Not a stage itself (``tdmpc2core/cli.py`` lists the stages).
+"""
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+#: in a checkpoint folder: the run finished and wrote its outputs (a rerun then starts over)
+COMPLETE_MARKER = "outputs_written.json"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def hms(seconds: float) -> str:
+    """``h:mm:ss`` (or ``m:ss`` under an hour)."""
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+class SignalStop:
+    """Context manager: SIGTERM and SIGINT request a stop at the next chunk boundary.
+
+    ``should_stop()`` is the hook for ``train(should_stop=...)``; it logs the signal once.
+    ``exit_code`` is 128 + the signal number once one arrived.
+    """
+
+    def __init__(self, log: Callable[[str], None], has_checkpoints: bool):
+        self.log = log
+        self.has_checkpoints = has_checkpoints
+        self.signum: Optional[int] = None
+        self._logged = False
+        self._old = {}
+
+    def _handler(self, signum, frame):
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: give up the checkpoint
+        self.signum = signum  # only a flag here: logging in a signal handler may re-enter I/O
+
+    def should_stop(self) -> bool:
+        if self.signum is not None and not self._logged:
+            self._logged = True
+            self.log(f"received {self.name}: stopping at this chunk boundary"
+                     + (", writing a checkpoint" if self.has_checkpoints
+                        else " (no --checkpoint-dir: nothing is saved)"))
+        return self.signum is not None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else "none"
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum) if self.signum is not None else 1
+
+    def __enter__(self):
+        self._old = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for s, old in self._old.items():
+            signal.signal(s, old)
+        return False
+
+
+def open_checkpoint_dir(ckdir: Optional[Path], log: Callable[[str], None]) -> None:
+    """Before training: a folder whose run finished (marker present) is cleared, so that a
+    forced rerun trains anew; otherwise say whether the job resumes."""
+    from .. import checkpoint
+
+    if ckdir is None:
+        return
+    marker = ckdir / COMPLETE_MARKER
+    if marker.exists():
+        removed = checkpoint.clear(ckdir)
+        marker.unlink()
+        log(f"{ckdir}: the run there had finished and written its outputs; starting over "
+            f"(removed {len(removed)} checkpoint(s))")
+    elif checkpoint.list_checkpoints(ckdir):
+        log(f"{ckdir}: resuming from the newest complete checkpoint")
+
+
+def close_checkpoint_dir(ckdir: Optional[Path], info: dict) -> None:
+    """After the outputs are written: keep only the final checkpoint (the trained agent) and
+    write the marker (``info`` plus the final checkpoint's path and the time)."""
+    from .. import atomic, checkpoint
+
+    if ckdir is None:
+        return
+    checkpoint.prune(ckdir, 1)
+    final = checkpoint.list_checkpoints(ckdir)
+    atomic.write_json(ckdir / COMPLETE_MARKER, {
+        **info, "final_checkpoint": str(final[-1]) if final else None,
+        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+
+def mismatch_message(ckdir: Path) -> str:
+    return (f"The checkpoint folder {ckdir} cannot be resumed by this run. Delete it (rm -r {ckdir}) to start "
+            "over, or give this run another folder (config key checkpoint_dir / --checkpoint-dir).")
+
+
+def add_checkpoint_arguments(p, unit: str, every_default_help: str) -> None:
+    """The checkpoint and stop options of a training stage (``unit``: what ``--checkpoint-every`` counts)."""
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="folder of this job's checkpoints, outside the outputs (Snakemake deletes a failed "
+                        "job's outputs): a rerun resumes from its newest complete checkpoint. Default: none "
+                        "(no checkpoints, no resuming)")
+    p.add_argument("--checkpoint-every", type=int, default=None,
+                   help=f"{unit} between checkpoints (default: {every_default_help})")
+    p.add_argument("--keep-checkpoints", type=int, default=2, help="newest checkpoints kept (default 2)")
+    p.add_argument("--max-chunk-seconds", type=float, default=30.0,
+                   help="wall-time cap of one call of the compiled program, i.e. how soon a SIGTERM/SIGINT is "
+                        "acted on (results are unchanged; default 30)")
+    p.add_argument("--progress-seconds", type=float, default=60.0,
+                   help="at most this many seconds between progress lines (default 60)")
