@@ -8,11 +8,17 @@
   once the job has written its outputs, only the final checkpoint and a marker
   (:data:`COMPLETE_MARKER`); a job that finds the marker is a forced rerun and trains anew.
 
+* :func:`library_log`: the library's ``tdmpc2core`` logger (checkpoints written, resumes)
+  into the job's log, once, with the job's prefix.
+
 Not a stage itself (``tdmpc2core/cli.py`` lists the stages).
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -28,6 +34,24 @@ def hms(seconds: float) -> str:
     h, rem = divmod(seconds, 3600)
     m, sec = divmod(rem, 60)
     return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+@contextlib.contextmanager
+def library_log(prefix: str):
+    """While active, INFO records of the ``tdmpc2core`` logger go to stderr as ``{prefix} message``,
+    and only there (not also through a root handler another library may have installed)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{prefix} %(message)s"))
+    lib_log = logging.getLogger("tdmpc2core")
+    old = lib_log.level, lib_log.propagate
+    lib_log.addHandler(handler)
+    lib_log.setLevel(logging.INFO)
+    lib_log.propagate = False
+    try:
+        yield
+    finally:
+        lib_log.removeHandler(handler)
+        lib_log.level, lib_log.propagate = old
 
 
 class SignalStop:

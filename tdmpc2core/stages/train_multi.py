@@ -28,8 +28,8 @@ from pathlib import Path
 
 from .spec import parse_spec as _parse_spec
 
-from .resumable import (SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, mismatch_message,
-                        open_checkpoint_dir)
+from .resumable import (SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, library_log,
+                        mismatch_message, open_checkpoint_dir)
 
 SPEC_KEYS = {"updates", "batch_size", "eval_every", "eval_episodes", "log_every", "agent", "return_ranges",
              "backend"}
@@ -54,22 +54,11 @@ def parse_spec(text: str) -> dict:
 
 def run(args) -> int:
     spec = parse_spec(args.spec)
-    import logging
 
     prefix = f"[train-multi {args.pool} size{args.model_size}]"
     log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
-    # the library logs checkpoints and resumes on the "tdmpc2core" logger: into this job's log
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{prefix} %(message)s"))
-    lib_log = logging.getLogger("tdmpc2core")
-    lib_log.addHandler(handler)
-    old_level = lib_log.level
-    lib_log.setLevel(logging.INFO)
-    try:
+    with library_log(prefix):  # checkpoints written, resumes: into this job's log
         return _run(args, spec, log)
-    finally:
-        lib_log.removeHandler(handler)
-        lib_log.setLevel(old_level)
 
 
 def _run(args, spec: dict, log) -> int:
@@ -114,13 +103,15 @@ def _run(args, spec: dict, log) -> int:
     prog = {"last_log": time.perf_counter(), "updates": 0, "seconds": 0.0, "start": None, "score": None, "done": 0}
 
     def left() -> str:
-        return f", ~{hms((updates - prog['done']) * prog['seconds'] / prog['updates'])} left" if prog["seconds"] else ""
+        return (f", ~{hms((updates - prog['done']) * prog['seconds'] / prog['updates'])} left"
+                if prog["updates"] and prog["seconds"] else "")
 
     def on_progress(p):
-        if prog["start"] is None:
+        if prog["start"] is None:  # the first call compiles: it does not set the rate
             prog["start"] = p["start_updates"]
-        prog["updates"] += p["chunk_updates"]
-        prog["seconds"] += p["seconds"]
+        else:
+            prog["updates"] += p["chunk_updates"]
+            prog["seconds"] += p["seconds"]
         prog["done"] = p["updates"]
         if p["last_normalized_score"] is not None:
             prog["score"] = p["last_normalized_score"]

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from .spec import parse_spec as _parse_spec
 
-from .resumable import (SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, mismatch_message,
-                        open_checkpoint_dir)
+from .resumable import (SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, library_log,
+                        mismatch_message, open_checkpoint_dir)
 
 SPEC_KEYS = {"env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes",
              "agent", "n_envs", "backend", "allow_evicted"}
@@ -52,24 +52,13 @@ def parse_spec(text: str) -> dict:
 
 def run(args) -> int:
     spec = parse_spec(args.spec)
-    import logging
 
     seeds = list(args.seeds)
     outdir = Path(args.outdir)
     prefix = f"[train-single {args.task}]"
     log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
-    # the library logs checkpoints and resumes on the "tdmpc2core" logger: into this job's log
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{prefix} %(message)s"))
-    lib_log = logging.getLogger("tdmpc2core")
-    lib_log.addHandler(handler)
-    old_level = lib_log.level
-    lib_log.setLevel(logging.INFO)
-    try:
+    with library_log(prefix):  # checkpoints written, resumes: into this job's log
         return _run(args, spec, seeds, outdir, log)
-    finally:
-        lib_log.removeHandler(handler)
-        lib_log.setLevel(old_level)
 
 
 def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
