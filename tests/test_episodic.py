@@ -458,6 +458,30 @@ TINY = dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16,
             num_pi_trajs=2, iterations=1, batch_size=16)
 
 
+def test_episodic_run_resumed_from_a_checkpoint_equals_the_whole_run(tmp_path):
+    # the variable-length replay (ring, episode table, staging areas) and the pending
+    # updates are part of the checkpoint: a run stopped part-way and resumed from disk
+    # equals the uninterrupted run bit for bit, its evaluations included
+    from tdmpc2core.training import TrainingInterrupted
+
+    agent = TDMPC2(Balance(), n_envs=2, episodic=True, **dict(TINY, seed_steps=40))
+    run = dict(seed=0, eval_every=80, eval_episodes=2)
+    whole, whole_hist = agent.train(n_timesteps=160, **run)
+    d = tmp_path / "ck"
+    polls = iter([False, False, True])  # stop at the third boundary
+    with pytest.raises(TrainingInterrupted) as e:
+        agent.train(n_timesteps=160, checkpoint_dir=d, max_chunk_seconds=1e-6,
+                    should_stop=lambda: next(polls), **run)
+    stopped_at = e.value.agent_steps
+    assert 0 < stopped_at < 160 and (d / f"step_{stopped_at:012d}").is_dir()
+    state, hist = agent.train(n_timesteps=160, checkpoint_dir=d, **run)  # restored from disk
+    for x, y in zip(jax.tree_util.tree_leaves(whole), jax.tree_util.tree_leaves(state)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    np.testing.assert_array_equal(hist["eval_returns"], whole_hist["eval_returns"])
+    np.testing.assert_array_equal(hist["eval_lengths"], whole_hist["eval_lengths"])
+    assert int(state.replay.committed[0]) > 5 and int(state.agent.updates[0]) > 0
+
+
 @pytest.mark.slow
 def test_brax_inverted_pendulum_runs_trains_and_exports(tmp_path):
     # the pole falls within a few steps under random actions: many short terminated episodes,
