@@ -193,6 +193,12 @@ def test_unknown_config_keys_are_refused(tmp_path):
     res = snakemake(wf, "-n", "--configfile", "episodic.yaml")
     assert res.returncode != 0
     assert "'yes' is not of type 'boolean'" in res.stdout + res.stderr
+    # an episodic task in a pool the multi-task stage trains: refused at load (deviation M7)
+    (wf / "episodic2.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n"
+                                       "        agent: {episodic: true}\n")
+    res = snakemake(wf, "-n", "--configfile", "episodic2.yaml")
+    assert res.returncode != 0
+    assert "holding episodic task(s) ['pendulum']" in res.stdout + res.stderr
 
     # a run longer than its replay cannot export its whole history: refused at load time
     (wf / "evict.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent: {buffer_size: 2000}\n")
@@ -426,6 +432,15 @@ protocols:
         env_id: Pendulum-v1
         published: null
         expected: null
+      inverted-pendulum:  # episodic (Brax; terminates when the pole falls), not pooled
+        env_id: inverted_pendulum
+        episode_length: 100
+        agent_steps: 300
+        eval_every: 300
+        eval_episodes: 2
+        n_envs: 2
+        agent: {{episodic: true, seed_steps: 100, mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16,
+                batch_size: 16}}
     pools: {{tiny: [pendulum]}}
     multitask:
       model_sizes: [1]
@@ -463,6 +478,19 @@ def test_real_tiny_run_produces_report(tmp_path):
     assert sorted(ev["updates"].unique()) == [0, 2, 4] and set(ev["task"]) == {"pendulum"}
     assert ev["length"].eq(200).all() and ev["normalized_score"].isna().all()
     assert 'id="multitask"' in html and "no declared return range" in html
+    # the episodic task: termination loss logged, terminated episodes in its dataset, its
+    # episode lengths beside its returns in a table and the report
+    met = pd.read_parquet(wf / "results/single/inverted-pendulum/seed0/metrics.parquet")
+    assert np.isfinite(met["termination_loss"].iloc[-1]) and "termination_loss" not in pd.read_parquet(
+        wf / "results/single/pendulum/seed0/metrics.parquet").columns
+    from tdmpc2core.dataset import load_dataset
+
+    ds = load_dataset(wf / "results/datasets/tasks/inverted-pendulum.parquet")
+    assert ds.terminated.sum() > 5 and ds.tasks[0].episode_length == 100
+    lengths = pd.read_csv(wf / "results/tables/episode_lengths.csv")
+    assert set(lengths["task"]) == {"inverted-pendulum"} and list(lengths["agent_steps"]) == [0, 300]
+    assert lengths["length_mean"].between(1, 100).all()
+    assert 'id="lengths"' in html
 
 
 PREEMPT = """\

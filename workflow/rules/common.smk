@@ -159,6 +159,14 @@ if MULTITASK:
     MT_SIZES = [int(s) for s in MULTITASK["model_sizes"]]
     MT_SEEDS = [int(s) for s in MULTITASK.get("seeds") or SEEDS]
     _pooled = {t for p in MT_POOLS for t in POOLS[p]}
+    _episodic = sorted(t for t in _pooled if (TASKS[t].get("agent") or {}).get("episodic"))
+    if _episodic:
+        raise WorkflowError(
+            f"config: protocols.{PROTOCOL_NAME}.multitask trains pool(s) "
+            f"{[p for p in MT_POOLS if set(POOLS[p]) & set(_episodic)]} holding episodic task(s) {_episodic}: the "
+            "multi-task agent has no termination head and refuses terminating data (docs/deviations.md M7). "
+            f"Leave those tasks out of the pools in multitask.pools."
+        )
     for _key in ("return_ranges",):
         _bad = sorted(set(MULTITASK.get(_key) or {}) - _pooled)
         if _bad:
