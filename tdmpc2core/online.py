@@ -112,19 +112,43 @@ def _reset(agent, rs: RunState, key) -> RunState:
         done=jnp.zeros_like(rs.done), active=jnp.ones((), bool))
 
 
-def _updates(agent, rs: RunState, n_updates, key) -> RunState:
-    """``n_updates`` (traced, unbatched) updates on batches sampled from the committed episodes."""
-    cfg = agent.cfg
+def _updates(agent, rs: RunState, n_updates, key, sample=rp.sample) -> RunState:
+    """``n_updates`` (traced) updates on batches ``sample(replay, key, batch_size, horizon)``
+    draws from the replay (the fixed-length replay's sampler by default)."""
+    cfg, keys = agent.cfg, metric_keys(agent.cfg)
 
     def body(j, carry):
         st, _ = carry
         k_s, k_u = jax.random.split(jax.random.fold_in(key, j))
-        batch = rp.sample(rs.replay, k_s, cfg.batch_size, cfg.horizon)
+        batch = sample(rs.replay, k_s, cfg.batch_size, cfg.horizon)
         st, m = update(agent.wm, st, batch, agent.gamma, k_u)
-        return st, {k2: m[k2] for k2 in METRIC_KEYS}
+        return st, {k2: m[k2] for k2 in keys}
 
     st, metrics = jax.lax.fori_loop(0, n_updates, body, (rs.agent, rs.metrics))
     return rs._replace(agent=st, metrics=metrics)
+
+
+def _scheduled_updates(agent, tick_index):
+    """Updates due at a tick (spec §5.5, §8): none before seed_steps, the burst of seed_steps
+    at the first tick with step >= seed_steps, then n_envs per tick."""
+    n, seed_steps = agent.n_envs, agent.cfg.seed_steps
+    burst_tick = -(-seed_steps // n)
+    return jnp.where(tick_index < burst_tick, 0, jnp.where(tick_index == burst_tick, seed_steps, n))
+
+
+def _env_step(agent, rs: RunState, action, prev_mean, key, write_row) -> RunState:
+    """Step every env with ``action`` [n, A] and write row ``ep_t + 1`` (o_{t+1}, a_t, r_t,
+    d_t) with ``write_row`` (``rp.write_step`` or ``rp.stage_step``); count terminations and
+    non-finite observations or rewards."""
+    env_state, out = jax.vmap(agent.env.step)(rs.env_state, action, jax.random.split(key, agent.n_envs))
+    finite = jnp.all(jnp.isfinite(out.obs), axis=-1) & jnp.isfinite(out.reward)
+    replay = write_row(rs.replay, rs.ep_t + 1, out.obs, action, out.reward, out.terminated)
+    return rs._replace(
+        replay=replay, env_state=env_state, obs=out.obs, prev_mean=prev_mean,
+        ep_t=rs.ep_t + 1, ep_return=rs.ep_return + out.reward,
+        done=out.terminated | out.truncated,
+        terminations=rs.terminations + jnp.sum(out.terminated).astype(jnp.int32),
+        nonfinite=rs.nonfinite + jnp.sum(~finite).astype(jnp.int32))
 
 
 def tick(agent, rs: RunState, tick_index) -> RunState:
@@ -132,8 +156,7 @@ def tick(agent, rs: RunState, tick_index) -> RunState:
     for every seed), so the phase tests below stay real branches under the seed vmap."""
     if agent.cfg.episodic:
         return tick_episodic(agent, rs, tick_index)
-    env, cfg = agent.env, agent.cfg
-    n, T, A = agent.n_envs, agent.episode_length, env.spec.action_dim
+    n, T = agent.n_envs, agent.episode_length
     key, k_reset, k_rand, k_plan, k_step, k_upd = jax.random.split(rs.key, 6)
     rs = rs._replace(key=key)
     steps_before = tick_index * n  # the reference's `step`
@@ -143,35 +166,11 @@ def tick(agent, rs: RunState, tick_index) -> RunState:
     t0 = rs.ep_t == 0
 
     # 2. act: uniform random while step <= seed_steps (spec §8), else plan
-    def random_actions(_):
-        return jax.random.uniform(k_rand, (n, A), jnp.float32, -1.0, 1.0), rs.prev_mean
-
-    def planned_actions(_):
-        keys = jax.random.split(k_plan, n)
-        if cfg.mpc:
-            return jax.vmap(lambda o, m, f, k: plan(agent.wm, rs.agent.params, o, m, f, False, agent.gamma, k))(
-                rs.obs, rs.prev_mean, t0, keys)
-        a = jax.vmap(lambda o, k: act_with_policy(agent.wm, rs.agent.params, o, False, k))(rs.obs, keys)
-        return a, rs.prev_mean
-
-    action, prev_mean = jax.lax.cond(steps_before <= cfg.seed_steps, random_actions, planned_actions, None)
-
+    action, prev_mean = _act(agent, rs, steps_before, t0, k_rand, k_plan)
     # 3. env step and replay row
-    env_state, out = jax.vmap(env.step)(rs.env_state, action, jax.random.split(k_step, n))
-    finite = jnp.all(jnp.isfinite(out.obs), axis=-1) & jnp.isfinite(out.reward)
-    replay = rp.write_step(rs.replay, rs.ep_t + 1, out.obs, action, out.reward, out.terminated)
-    rs = rs._replace(
-        replay=replay, env_state=env_state, obs=out.obs, prev_mean=prev_mean,
-        ep_t=rs.ep_t + 1, ep_return=rs.ep_return + out.reward,
-        done=out.terminated | out.truncated,
-        terminations=rs.terminations + jnp.sum(out.terminated).astype(jnp.int32),
-        nonfinite=rs.nonfinite + jnp.sum(~finite).astype(jnp.int32))
-
-    # 4. updates: none before seed_steps, the burst of seed_steps at the first tick with
-    # step >= seed_steps, then n_envs per tick (spec §5.5, §8)
-    burst_tick = -(-cfg.seed_steps // n)
-    n_updates = jnp.where(tick_index < burst_tick, 0, jnp.where(tick_index == burst_tick, cfg.seed_steps, n))
-    return _updates(agent, rs, n_updates, k_upd)
+    rs = _env_step(agent, rs, action, prev_mean, k_step, rp.write_step)
+    # 4. updates (spec §5.5, §8)
+    return _updates(agent, rs, _scheduled_updates(agent, tick_index), k_upd)
 
 
 def _act(agent, rs: RunState, steps_before, t0, k_rand, k_plan):
@@ -230,39 +229,14 @@ def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
 
     # 2. act, step, stage the row (o_{t+1}, a_t, r_t, d_t)
     action, prev_mean = _act(agent, rs, steps_before, rs.ep_t == 0, k_rand, k_plan)
-    env_state, out = jax.vmap(env.step)(rs.env_state, action, jax.random.split(k_step, n))
-    finite = jnp.all(jnp.isfinite(out.obs), axis=-1) & jnp.isfinite(out.reward)
-    replay = rp.stage_step(rs.replay, rs.ep_t + 1, out.obs, action, out.reward, out.terminated)
-    rs = rs._replace(
-        replay=replay, env_state=env_state, obs=out.obs, prev_mean=prev_mean,
-        ep_t=rs.ep_t + 1, ep_return=rs.ep_return + out.reward,
-        done=out.terminated | out.truncated,
-        terminations=rs.terminations + jnp.sum(out.terminated).astype(jnp.int32),
-        nonfinite=rs.nonfinite + jnp.sum(~finite).astype(jnp.int32))
+    rs = _env_step(agent, rs, action, prev_mean, k_step, rp.stage_step)
 
     # 3. updates (spec §5.5, §8), waiting while nothing can be sampled
-    burst_tick = -(-cfg.seed_steps // n)
-    scheduled = jnp.where(tick_index < burst_tick, 0, jnp.where(tick_index == burst_tick, cfg.seed_steps, n))
-    pending = rs.pending_updates + scheduled.astype(jnp.int32)
+    pending = rs.pending_updates + _scheduled_updates(agent, tick_index).astype(jnp.int32)
     can_sample = rp.num_sampleable(rs.replay) > 0
     n_updates = jnp.where(can_sample, pending, 0)
     rs = rs._replace(pending_updates=pending - n_updates)
-    return _updates_episodic(agent, rs, n_updates, k_upd)
-
-
-def _updates_episodic(agent, rs: RunState, n_updates, key) -> RunState:
-    """``n_updates`` (traced; per seed under the vmap) updates on batches of the episodic replay."""
-    cfg = agent.cfg
-
-    def body(j, carry):
-        st, _ = carry
-        k_s, k_u = jax.random.split(jax.random.fold_in(key, j))
-        batch = rp.sample_episodic(rs.replay, k_s, cfg.batch_size, cfg.horizon)
-        st, m = update(agent.wm, st, batch, agent.gamma, k_u)
-        return st, {k2: m[k2] for k2 in metric_keys(cfg)}
-
-    st, metrics = jax.lax.fori_loop(0, n_updates, body, (rs.agent, rs.metrics))
-    return rs._replace(agent=st, metrics=metrics)
+    return _updates(agent, rs, n_updates, k_upd, sample=rp.sample_episodic)
 
 
 def make_chunk_fn(agent):
