@@ -609,7 +609,8 @@ class TDMPC2:
             raise TerminationError(
                 f"{self.env_id}: the environment terminated {term} time(s) by agent step {agent_steps}; "
                 "the paper-era TD-MPC2 bootstraps through every episode end, so it refuses terminating "
-                "tasks. Use a non-terminating task (e.g. the DMC suite) or the episodic mode.")
+                "tasks. Use a non-terminating task (e.g. the DMC suite) or the episodic mode (TDMPC2(..., "
+                "episodic=True); in the pipeline, agent: {episodic: true}).")
         bad = int(np.max(np.asarray(state.nonfinite)))
         if bad > 0:
             raise FloatingPointError(

@@ -2,12 +2,15 @@
 
 Each stage lives in its own module under :mod:`tdmpc2core.stages` and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``. Stages read files and write files
-atomically; see ``docs/artifacts.md`` for the formats.
+atomically; see ``docs/artifacts.md`` for the formats. Bad input (``ValueError``,
+``FileNotFoundError``) ends a stage with one line ``tdmpc2 STAGE: error: ...`` and exit
+status 1; set ``TDMPC2_TRACEBACK=1`` for the traceback.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # sub-command -> (module under tdmpc2core.stages, one-line help)
@@ -47,7 +50,13 @@ def main(argv=None) -> int:
     if getattr(args, "_missing", False):
         parser.error(f"stage {args.stage!r} is not available in this version")
     mod = importlib.import_module(f"tdmpc2core.stages.{args._module}")
-    return int(mod.run(args) or 0)
+    try:
+        return int(mod.run(args) or 0)
+    except (ValueError, FileNotFoundError) as e:  # bad input: one line (TDMPC2_TRACEBACK=1: the traceback)
+        if os.environ.get("TDMPC2_TRACEBACK"):
+            raise
+        print(f"tdmpc2 {args.stage}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

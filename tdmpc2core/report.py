@@ -167,7 +167,8 @@ def aggregate_section(agg: pd.DataFrame) -> str:
 def dataset_stats(summary: pd.DataFrame) -> pd.DataFrame:
     """Per dataset and task: episodes, agent steps, terminated episodes and the return
     distribution, from the rows of ``tdmpc2 dataset-summary`` (one per episode). A pool gets
-    one row per task and an ``(all tasks)`` row."""
+    one row per task and an ``(all tasks)`` row of totals (no return statistics: the tasks'
+    returns are on different scales)."""
     def stats(g):
         r = g["return"]
         return pd.Series({"episodes": len(g), "agent_steps": int(g["agent_steps"].sum()),
@@ -178,8 +179,9 @@ def dataset_stats(summary: pd.DataFrame) -> pd.DataFrame:
     for (dataset, kind), g in summary.groupby(["dataset", "kind"], sort=False):
         for task, gt in g.groupby("task", sort=False):
             out.append({"dataset": dataset, "kind": kind, "task": task, **stats(gt)})
-        if kind == "pool":
-            out.append({"dataset": dataset, "kind": kind, "task": "(all tasks)", **stats(g)})
+        if kind == "pool":  # totals only: returns of different tasks are on different scales
+            out.append({"dataset": dataset, "kind": kind, "task": "(all tasks)",
+                        **stats(g)[["episodes", "agent_steps", "terminated"]]})
     return pd.DataFrame(out)
 
 
@@ -228,10 +230,18 @@ def multitask_section(scaling: pd.DataFrame, tasks: pd.DataFrame, ranges: Mappin
     out.append(html_table(["Pool", "Task", "Model size", "Multi-task return: mean ± sd", "Per seed (seed: return)",
                            "Normalized score", "Single-task return: mean ± sd", "Single-task agent steps",
                            "Expected (multi-task return)", "Result", "Note"], rows, classes, cells))
-    ranges_rows = [[esc(t), "none: no normalized score" if rg is None else f"[{num(rg[0], 2)}, {num(rg[1], 2)}]"]
+    declared = settings.get("return_ranges") or {}
+    ranges_rows = [[esc(t), "none: no normalized score" if rg is None else f"[{num(rg[0], 2)}, {num(rg[1], 2)}]",
+                    "" if rg is None else ("declared (multitask.return_ranges)" if t in declared
+                                           else "default: DMC returns in [0, 1000], the paper's return / 10")]
                    for t, rg in ranges.items()]
-    out.append("<p>Declared return ranges (low, high) of the normalized score "
-               "100 (return − low) / (high − low):</p>" + html_table(["Task", "Return range"], ranges_rows))
+    out.append("<p>Return ranges (low, high) of the normalized score 100 (return − low) / (high − low):</p>"
+               + html_table(["Task", "Return range", "Source"], ranges_rows))
+    if any(rg is not None and t in declared for t, rg in ranges.items()):
+        out.append('<p class="muted">A declared range is the task\'s own scale, not DMC\'s: on it even a '
+                   "random policy may score well above 0 (e.g. Pendulum's range of all possible returns), "
+                   "so a mean over tasks mixes scales. Read each task's return beside its single-task "
+                   "return above; compare normalized scores only between model sizes on the same pool.</p>")
     keys = ("updates", "batch_size", "eval_every", "eval_episodes", "seeds", "agent")
     out.append('<p class="muted">Settings: ' + esc(", ".join(f"{k} = {settings.get(k)}" for k in keys
                                                              if settings.get(k) is not None)) + ".</p>")
@@ -252,8 +262,8 @@ def render_report(ctx: Mapping) -> str:
     :func:`tdmpc2core.analysis.episode_length_table`; shown when ``episodic`` is not empty),
     ``expected_text`` (task -> text), ``figures`` (list of (task, subtitle, [(alt, kind,
     data)])), ``overview`` ((kind, data) or None), ``runtimes`` (DataFrame with columns
-    job, wall_s, max_rss_mb, cpu_time_s), ``runs`` (DataFrame: one row per run.json with
-    task, seed, backend, device_kind, matmul_precision, compile_time_s, wall_time_s),
+    job, wall_s, max_rss_mb, cpu_time_s), ``runs`` (DataFrame: one row per training job with
+    job, run, seeds, backend, device_kind, matmul_precision, compile_time_s, wall_time_s),
     ``packages`` / ``run_packages`` (dicts), ``git`` (dict), ``platform`` (dict),
     ``config_yaml`` (str), ``notes`` (list of str), ``datasets`` (DataFrame of
     :func:`dataset_stats`, optional) and ``datasets_figure`` ((kind, data) or None), and
@@ -271,7 +281,8 @@ def render_report(ctx: Mapping) -> str:
         f"<style>{CSS}</style></head><body>",
         "<h1>TD-MPC2 reproduction report</h1>",
         f'<div class="banner {banner_cls}"><b>{esc(ctx.get("label"))}</b><br>'
-        f'Protocol <code>{esc(ctx.get("protocol"))}</code>: {protocol_text}.</div>',
+        f'Protocol <code>{esc(ctx.get("protocol"))}</code>'
+        + ("" if protocol_text.lower() in str(ctx.get("label") or "").lower() else f": {protocol_text}") + ".</div>",
         f'<p class="muted">Generated {esc(ctx.get("generated"))}. Paper: Hansen, Su, Wang, '
         "TD-MPC2: Scalable, Robust World Models for Continuous Control (ICLR 2024). Published "
         "curves: the official repository's results folder (nicklashansen/tdmpc2). The DMC tasks "
@@ -360,11 +371,13 @@ def render_report(ctx: Mapping) -> str:
     parts.append('<h2 id="runtime">Runtime</h2>')
     runs = ctx.get("runs")
     if runs is not None and not runs.empty:
-        parts.append("<p>From each run's run.json (the training process; compile and wall time as it "
-                     "records them).</p>")
+        parts.append("<p>One row per training job, from its run.json (the seeds of a job share one "
+                     "process and one compiled program; compile time is an upper bound: the first "
+                     "chunk, compilation included).</p>")
         parts.append(html_table(
-            ["Task", "Seed", "JAX backend", "Device", "Matmul precision", "Compile time (s)", "Wall time (s)"],
-            [[esc(r.task), esc(r.seed), esc(r.backend), esc(r.device_kind), esc(r.matmul_precision),
+            ["Job", "Run", "Seeds", "JAX backend", "Device", "Matmul precision", "Compile time (s)",
+             "Wall time (s)"],
+            [[esc(r.job), esc(r.run), esc(r.seeds), esc(r.backend), esc(r.device_kind), esc(r.matmul_precision),
               num(r.compile_time_s), num(r.wall_time_s)] for r in runs.itertuples(index=False)]))
     rt = ctx.get("runtimes")
     if rt is not None and not rt.empty:

@@ -85,7 +85,8 @@ def _stats(x) -> dict:
         return {"mean": math.nan, "sd": math.nan, "min": math.nan, "max": math.nan}
     if np.isnan(x).any():
         return {"mean": math.nan, "sd": math.nan, "min": math.nan, "max": math.nan}
-    return {"mean": float(x.mean()), "sd": float(x.std(ddof=0)), "min": float(x.min()), "max": float(x.max())}
+    sd = float(x.std(ddof=0)) if x.size > 1 else math.nan  # one seed: no spread (not 0)
+    return {"mean": float(x.mean()), "sd": sd, "min": float(x.min()), "max": float(x.max())}
 
 
 SCALING_COLUMNS = ["pool", "model_size", "params", "updates", "n_tasks", "n_seeds", "score_mean", "score_sd",

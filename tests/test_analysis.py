@@ -331,3 +331,16 @@ def test_episode_lengths_beside_returns_for_episodic_tasks(tmp_path, monkeypatch
     assert cli.main(["report", "--config", "results/resolved_config.yaml", "--no-jax"]) == 0
     html = open("results/report.html", encoding="utf-8").read()
     assert 'id="lengths"' not in html and "Episode length, episodic" not in html
+
+
+def test_dataset_stats_pool_row_has_totals_but_no_mixed_returns():
+    from tdmpc2core import report as R
+
+    summary = pd.DataFrame({"dataset": ["p"] * 4, "kind": ["pool"] * 4, "task": ["a", "a", "b", "b"],
+                            "return": [1.0, 3.0, 100.0, 300.0], "agent_steps": [10, 10, 20, 20],
+                            "terminated": [False, True, False, False]})
+    st = R.dataset_stats(summary).set_index("task")
+    assert st.loc["a", "mean"] == 2.0 and st.loc["b", "max"] == 300.0
+    total = st.loc["(all tasks)"]
+    assert total["episodes"] == 4 and total["agent_steps"] == 60 and total["terminated"] == 1
+    assert all(pd.isna(total[c]) for c in ("mean", "sd", "min", "median", "max"))  # scales differ

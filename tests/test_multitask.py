@@ -375,6 +375,10 @@ def test_scaling_and_task_tables_on_hand_made_evaluations(tmp_path):
     assert tasks.loc[("a", 1), "result"] == "fail"  # 405 < 500
     assert tasks.loc[("b", 1), "multi_min"] == pytest.approx(-120.0) and tasks.loc[("b", 1), "result"] == "pass"
     assert tasks.loc[("a", 1), "single_mean"] == pytest.approx(850.0) and tasks.loc[("b", 1), "single_agent_steps"] == 500
+    # one seed has no spread: NaN, not 0 (the report then shows the mean alone)
+    assert np.isnan(tasks.loc[("b", 1), "single_sd"]) and tasks.loc[("a", 1), "single_sd"] == pytest.approx(50.0)
+    one = S.scaling_table(final[(final["task"] != "c") & (final["seed"] == 0)], {}, ["p"], [1]).iloc[0]
+    assert one["n_seeds"] == 1 and np.isnan(one["score_sd"]) and one["score_mean"] == pytest.approx(40.0)
     out = tmp_path / "scaling.png"
     S.plot_scaling(table, tasks.reset_index(), out)
     assert out.stat().st_size > 10_000

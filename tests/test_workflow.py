@@ -193,6 +193,18 @@ def test_unknown_config_keys_are_refused(tmp_path):
     res = snakemake(wf, "-n", "--configfile", "episodic.yaml")
     assert res.returncode != 0
     assert "'yes' is not of type 'boolean'" in res.stdout + res.stderr
+    # what the library would refuse at the job's start is refused at load
+    for text, message in (
+            ("tasks: {pendulum: {agent: {model_size: 3}}}", "agent.model_size=3 is not a preset; accepted: [1, 5"),
+            ("tasks: {pendulum: {env_id: Pendulum-v2}}", "env_id: unknown env id 'Pendulum-v2'. Did you mean"),
+            ("multitask: {return_ranges: {pendulum: [0, -1]}}", "return_ranges.pendulum = [0, -1]: need [low, high]"),
+            ("tasks: {pendulum: {expected: {mean_min: -100, mean_max: -400}}}",
+             "tasks.pendulum.expected: mean_min -100 > mean_max -400"),
+            ("multitask: {expected: {demo: {pendulum: {mean_min: 5, mean_max: 1}}}}",
+             "multitask.expected.demo.pendulum: mean_min 5 > mean_max 1")):
+        (wf / "bad.yaml").write_text("protocols: {demo: {" + text + "}}\n")
+        res = snakemake(wf, "-n", "--configfile", "bad.yaml")
+        assert res.returncode != 0 and message in res.stdout + res.stderr, (text, res.stdout + res.stderr)
     # an episodic task in a pool the multi-task stage trains: refused at load (deviation M7)
     (wf / "episodic2.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n"
                                        "        agent: {episodic: true}\n")
@@ -478,6 +490,8 @@ def test_real_tiny_run_produces_report(tmp_path):
     assert sorted(ev["updates"].unique()) == [0, 2, 4] and set(ev["task"]) == {"pendulum"}
     assert ev["length"].eq(200).all() and ev["normalized_score"].isna().all()
     assert 'id="multitask"' in html and "no declared return range" in html
+    # the runtime table: one row per training job, the multi-task one included
+    assert "pool tiny, model size 1" in html and html.count("<td>train-single</td>") == 2
     # the episodic task: termination loss logged, terminated episodes in its dataset, its
     # episode lengths beside its returns in a table and the report
     met = pd.read_parquet(wf / "results/single/inverted-pendulum/seed0/metrics.parquet")

@@ -18,6 +18,8 @@ import os
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="resolved configuration (results/resolved_config.yaml)")
     parser.add_argument("--runs", default="results/single", help="folder of single-task runs")
+    parser.add_argument("--multi-runs", nargs="*", default=[],
+                        help="run.json files of the multi-task runs (their runtimes are shown)")
     parser.add_argument("--tables", default="results/tables", help="folder written by `tdmpc2 tables`")
     parser.add_argument("--figures", default="results/figures", help="folder written by `tdmpc2 figures`")
     parser.add_argument("--benchmarks", default="benchmarks/runs", help="Snakemake benchmark files (optional)")
@@ -40,12 +42,22 @@ _PROVENANCE_WORDS = ("provenance", "platform", "git", "commit", "precision", "de
                      "jax_backend", "default_backend", "hostname", "python")
 
 
-def _run_rows(cfg, runs_dir):
+def _run_rows(cfg, runs_dir, multi_runs=()):
+    """One row per training job: a single-task job's seeds share one process, so their
+    run.json files record the same compile and wall time (the first is shown); then one row
+    per multi-task run.json in ``multi_runs``."""
     import pandas as pd
 
     from .. import analysis as A
 
-    rows, first, missing = [], None, []
+    def times(flat):
+        row = {}
+        for col, names in _RUN_KEYS.items():
+            v = A.find_value(flat, *names)
+            row[col] = "not recorded" if v is None and col in ("backend", "device_kind", "matmul_precision") else v
+        return row
+
+    rows, first, missing, jobs = [], None, [], {}
     for task in cfg["tasks"]:
         for seed in cfg["seeds"]:
             path = os.path.join(A.run_dir(runs_dir, task, seed), "run.json")
@@ -54,12 +66,23 @@ def _run_rows(cfg, runs_dir):
                 missing.append(path)
                 continue
             first = first or flat
-            row = {"task": task, "seed": seed}
-            for col, names in _RUN_KEYS.items():
-                v = A.find_value(flat, *names)
-                row[col] = "not recorded" if v is None and col in ("backend", "device_kind", "matmul_precision") else v
-            rows.append(row)
-    cols = ["task", "seed"] + list(_RUN_KEYS)
+            in_job = A.find_value(flat, "seeds_in_job")
+            key = (task, tuple(in_job) if isinstance(in_job, (list, tuple)) else (seed,))
+            if key in jobs:
+                continue
+            jobs[key] = True
+            rows.append({"job": "train-single", "run": task, "seeds": ", ".join(str(s) for s in key[1]),
+                         **times(flat)})
+    for path in multi_runs:
+        flat = A.read_run_info(path)
+        if not flat:
+            missing.append(path)
+            continue
+        seeds = A.find_value(flat, "seeds") or []
+        rows.append({"job": "train-multi",
+                     "run": f"pool {A.find_value(flat, 'pool')}, model size {A.find_value(flat, 'model_size')}",
+                     "seeds": ", ".join(str(s) for s in seeds), **times(flat)})
+    cols = ["job", "run", "seeds"] + list(_RUN_KEYS)
     return pd.DataFrame(rows, columns=cols), first or {}, missing
 
 
@@ -155,7 +178,7 @@ def run(args) -> int:
             overview = _read_image(p)
             break
 
-    runs, first, missing = _run_rows(cfg, args.runs)
+    runs, first, missing = _run_rows(cfg, args.runs, args.multi_runs or ())
     bench = A.read_benchmarks(args.benchmarks).rename(
         columns={"s": "wall_s", "max_rss": "max_rss_mb", "cpu_time": "cpu_time_s"})
     notes = []

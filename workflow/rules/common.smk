@@ -71,17 +71,36 @@ def _check_agent_keys():
         from tdmpc2core.config import TDMPC2Config
     except Exception:  # the package is not importable here (e.g. only in a conda env): the job checks
         return
+    from tdmpc2core.config import MODEL_SIZES
+    from tdmpc2core.envs import suite_of
+
     accepted = {f.name for f in dataclasses.fields(TDMPC2Config)}
     for name, t in TASKS.items():
+        where = f"config: task {name!r} of protocol {PROTOCOL_NAME!r}"
         unknown = sorted(set(t["agent"]) - accepted)
         if unknown:
-            raise WorkflowError(
-                f"config: task {name!r} of protocol {PROTOCOL_NAME!r}: unknown agent setting(s) {unknown}; "
-                f"accepted: {sorted(accepted)}"
-            )
+            raise WorkflowError(f"{where}: unknown agent setting(s) {unknown}; accepted: {sorted(accepted)}")
+        size = t["agent"].get("model_size")
+        if size is not None and size not in MODEL_SIZES:
+            raise WorkflowError(f"{where}: agent.model_size={size!r} is not a preset; accepted: {sorted(MODEL_SIZES)}")
+        try:
+            suite_of(t["env_id"])  # the id alone: no suite is imported
+        except ValueError as e:
+            raise WorkflowError(f"{where}: env_id: {e}")
 
 
 _check_agent_keys()
+
+def _check_expected(where, exp):
+    """An expected range that can be met: mean_min <= mean_max."""
+    if exp and exp.get("mean_min") is not None and exp.get("mean_max") is not None \
+            and exp["mean_min"] > exp["mean_max"]:
+        raise WorkflowError(f"config: {where}: mean_min {exp['mean_min']} > mean_max {exp['mean_max']}: "
+                            "no final return could pass")
+
+
+for _name, _t in TASKS.items():
+    _check_expected(f"protocols.{PROTOCOL_NAME}.tasks.{_name}.expected", _t.get("expected"))
 
 # ---- episode datasets and pools -----------------------------------------------------
 ALLOW_EVICTED = bool(PROTOCOL.get("datasets", {}).get("allow_evicted", False))
@@ -174,7 +193,15 @@ if MULTITASK:
                 f"config: protocols.{PROTOCOL_NAME}.multitask.{_key} names task(s) {_bad} that no trained pool holds "
                 f"(pooled tasks: {sorted(_pooled)})"
             )
+    for _task, _rg in (MULTITASK.get("return_ranges") or {}).items():
+        if len(_rg) != 2 or not _rg[0] < _rg[1]:
+            raise WorkflowError(
+                f"config: protocols.{PROTOCOL_NAME}.multitask.return_ranges.{_task} = {_rg}: need [low, high] "
+                "with low < high"
+            )
     for _pool, _exp in (MULTITASK.get("expected") or {}).items():
+        for _task, _e in (_exp or {}).items():
+            _check_expected(f"protocols.{PROTOCOL_NAME}.multitask.expected.{_pool}.{_task}", _e)
         _bad = sorted(set(_exp or {}) - set(POOLS.get(_pool, [])))
         if _pool not in MT_POOLS or _bad:
             raise WorkflowError(

@@ -94,3 +94,8 @@ def multitask_report_inputs():
     if not MULTITASK:
         return []
     return [rules.scaling.output.scaling, rules.scaling.output.tasks, rules.scaling.output.figure]
+
+
+def multitask_run_files():
+    """The multi-task runs' run.json files (the report shows their runtimes)."""
+    return [f"{MULTI}/{pool}/size{size}/run.json" for pool in MT_POOLS for size in MT_SIZES]
