@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .config import TDMPC2Config, discount_from_episode_length, resolve_config
+from .online import eval_episode
 from .planner import act_with_policy, plan
 from .update import AgentState, Batch, embed, init_agent_state, update
 from .world_model import WorldModel
@@ -685,28 +686,16 @@ class TDMPC2MultiTask:
 
         def one_episode(params, key):
             e = embed(params["task_emb"], task)  # renormalised at look-up, not written back (M2)
-            k_reset, k_loop = jax.random.split(key)
-            state, obs = env.reset(k_reset)
 
-            def body(carry, inp):
-                state, obs, mean, ret, length, alive = carry
-                t, k = inp
-                k_act, k_step = jax.random.split(k)
+            def act(obs, mean, t0, k):
                 o = jnp.pad(obs, (0, pad))
                 if cfg.mpc:
-                    a, mean = plan(wm, params, o, mean, t == 0, True, gamma, k_act, e, mask)
+                    a, mean = plan(wm, params, o, mean, t0, True, gamma, k, e, mask)
                 else:
-                    a = act_with_policy(wm, params, o, True, k_act, e, mask)
-                state, out = env.step(state, a[:a_dim], k_step)  # the env gets its own dims only
-                ret = ret + alive * out.reward
-                length = length + alive.astype(jnp.int32)
-                alive = alive * (1.0 - out.terminated.astype(jnp.float32))
-                return (state, out.obs, mean, ret, length, alive), None
+                    a = act_with_policy(wm, params, o, True, k, e, mask)
+                return a[:a_dim], mean  # the env gets its own dims only
 
-            init = (state, obs, jnp.zeros((H, A), jnp.float32), jnp.zeros((), jnp.float32),
-                    jnp.zeros((), jnp.int32), jnp.ones((), jnp.float32))
-            (_, _, _, ret, length, _), _ = jax.lax.scan(body, init, (jnp.arange(T), jax.random.split(k_loop, T)))
-            return ret, length
+            return eval_episode(env, act, T, H, A, key)
 
         def per_seed(params, key):
             return jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))

@@ -255,42 +255,52 @@ def make_chunk_fn(agent):
     return jax.jit(jax.vmap(single, in_axes=(0, None, None)), donate_argnums=(0,))
 
 
+def eval_episode(env, act, T: int, H: int, A: int, key):
+    """One evaluation episode: a fresh initial state from ``key``, then T agent steps of
+    ``act(obs, mean, t0, key) -> (env_action, mean)`` (``mean`` [H, A], the planner's warm
+    start, zeros at the start). An episode that terminates stops accumulating reward: its
+    return sums the rewards up to and including the terminal step, and its length counts the
+    agent steps up to and including it (T when it never terminates).
+    Returns (return, length) scalars. Shared by the single- and multi-task agents."""
+    k_reset, k_loop = jax.random.split(key)
+    state, obs = env.reset(k_reset)
+
+    def body(carry, inp):
+        state, obs, mean, ret, length, alive = carry
+        t, k = inp
+        k_act, k_step = jax.random.split(k)
+        a, mean = act(obs, mean, t == 0, k_act)
+        state, out = env.step(state, a, k_step)
+        # where, not alive * reward: an env stepped past its terminal state may return NaN
+        ret = ret + jnp.where(alive > 0, out.reward, 0.0)
+        length = length + alive.astype(jnp.int32)
+        alive = alive * (1.0 - out.terminated.astype(jnp.float32))
+        return (state, out.obs, mean, ret, length, alive), None
+
+    init = (state, obs, jnp.zeros((H, A), jnp.float32), jnp.zeros((), jnp.float32),
+            jnp.zeros((), jnp.int32), jnp.ones((), jnp.float32))
+    (_, _, _, ret, length, _), _ = jax.lax.scan(body, init, (jnp.arange(T), jax.random.split(k_loop, T)))
+    return ret, length
+
+
 def make_eval_fn(agent, num_episodes: int):
     """A jitted function (params [seeds, ...], keys [seeds, 2]) -> (returns, lengths) [seeds, E].
 
-    Each of ``num_episodes`` episodes starts from a fresh initial state of its own key and
-    runs T agent steps with the planner in eval mode (no exploration noise; the elite is
-    still drawn at random, spec §6.5), t0 on the first step (spec §7). An episode that
-    terminates stops accumulating reward: its return sums the rewards up to and including
-    the terminal step, and its length counts the agent steps up to and including it (T
-    when it never terminates).
+    Each of ``num_episodes`` episodes (:func:`eval_episode`) starts from a fresh initial
+    state of its own key and runs T agent steps with the planner in eval mode (no
+    exploration noise; the elite is still drawn at random, spec §6.5), t0 on the first step
+    (spec §7).
     """
     env, cfg = agent.env, agent.cfg
     T, A, H = agent.episode_length, env.spec.action_dim, cfg.horizon
 
     def one_episode(params, key):
-        k_reset, k_loop = jax.random.split(key)
-        state, obs = env.reset(k_reset)
-
-        def body(carry, inp):
-            state, obs, mean, ret, length, alive = carry
-            t, k = inp
-            k_act, k_step = jax.random.split(k)
+        def act(obs, mean, t0, k):
             if cfg.mpc:
-                a, mean = plan(agent.wm, params, obs, mean, t == 0, True, agent.gamma, k_act)
-            else:
-                a = act_with_policy(agent.wm, params, obs, True, k_act)
-            state, out = env.step(state, a, k_step)
-            # where, not alive * reward: an env stepped past its terminal state may return NaN
-            ret = ret + jnp.where(alive > 0, out.reward, 0.0)
-            length = length + alive.astype(jnp.int32)
-            alive = alive * (1.0 - out.terminated.astype(jnp.float32))
-            return (state, out.obs, mean, ret, length, alive), None
+                return plan(agent.wm, params, obs, mean, t0, True, agent.gamma, k)
+            return act_with_policy(agent.wm, params, obs, True, k), mean
 
-        init = (state, obs, jnp.zeros((H, A), jnp.float32), jnp.zeros((), jnp.float32),
-                jnp.zeros((), jnp.int32), jnp.ones((), jnp.float32))
-        (_, _, _, ret, length, _), _ = jax.lax.scan(body, init, (jnp.arange(T), jax.random.split(k_loop, T)))
-        return ret, length
+        return eval_episode(env, act, T, H, A, key)
 
     def per_seed(params, key):
         return jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))
