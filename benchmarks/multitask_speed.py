@@ -29,9 +29,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tdmpc2core import flops  # noqa: E402
+from tdmpc2core.model import flops  # noqa: E402
 from tdmpc2core.dataset import EpisodeDataset, TaskInfo  # noqa: E402
-from tdmpc2core.multitask import TDMPC2MultiTask  # noqa: E402
+from tdmpc2core.agents.multitask import TDMPC2MultiTask  # noqa: E402
 
 
 def synthetic_pool(num_tasks: int, obs: int, actions: int, T: int, episodes: int, seed: int = 0) -> EpisodeDataset:

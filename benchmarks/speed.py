@@ -22,10 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from tdmpc2core import flops
-from tdmpc2core.agent import TDMPC2
-from tdmpc2core.planner import plan
-from tdmpc2core.update import Batch, init_agent_state, update
+from tdmpc2core.model import flops
+from tdmpc2core.agents.single_task import TDMPC2
+from tdmpc2core.model.planner import plan
+from tdmpc2core.model.update import Batch, init_agent_state, update
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,20 +5,20 @@ The single-task agent reproduces the paper-era official code (nicklashansen/tdmp
 the paper's mt30/mt80 models; ``docs/deviations.md`` lists every departure. Importing this
 package is cheap: environment suites are imported when an environment is made.
 """
-from .config import MODEL_SIZES, TDMPC2Config
+from .model.config import MODEL_SIZES, TDMPC2Config
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
     if name in ("TDMPC2", "TerminationError", "NoSampleableEpisodeError"):
-        from . import agent
+        from .agents import single_task as agent
         return getattr(agent, name)
     if name == "TrainingInterrupted":
-        from . import training
+        from .run import driver as training
         return training.TrainingInterrupted
     if name in ("TDMPC2MultiTask", "MultiTaskState"):
-        from . import multitask
+        from .agents import multitask
         return getattr(multitask, name)
     raise AttributeError(name)
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tdmpc2core import TDMPC2
-from tdmpc2core import replay as rp
-from tdmpc2core.agent import TerminationError
+from tdmpc2core.agents import replay as rp
+from tdmpc2core.agents.single_task import TerminationError
 
 TINY = dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16, num_elites=4,
             num_pi_trajs=2, iterations=1, batch_size=16)

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from tdmpc2core import analysis as A
-from tdmpc2core import published as P
+from tdmpc2core.report import analysis as A
+from tdmpc2core.report import published as P
 
 
 # --------------------------------------------------------------------------- helpers
@@ -334,7 +334,7 @@ def test_episode_lengths_beside_returns_for_episodic_tasks(tmp_path, monkeypatch
 
 
 def test_dataset_stats_pool_row_has_totals_but_no_mixed_returns():
-    from tdmpc2core import report as R
+    from tdmpc2core.report import html as R
 
     summary = pd.DataFrame({"dataset": ["p"] * 4, "kind": ["pool"] * 4, "task": ["a", "a", "b", "b"],
                             "return": [1.0, 3.0, 100.0, 300.0], "agent_steps": [10, 10, 20, 20],

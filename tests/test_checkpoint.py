@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tdmpc2core import checkpoint as ck
-from tdmpc2core.training import WALL_CLOCK_KEYS, SubChunkSizer, TrainingInterrupted
+from tdmpc2core.io import checkpoint as ck
+from tdmpc2core.run.driver import WALL_CLOCK_KEYS, SubChunkSizer, TrainingInterrupted
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".jax_cache"
@@ -396,7 +396,7 @@ def test_damaged_checkpoints_are_detected(tmp_path):
 KILL_SCRIPT = """
 import os, signal, sys
 import numpy as np
-from tdmpc2core import checkpoint as ck
+from tdmpc2core.io import checkpoint as ck
 directory, where = sys.argv[1], sys.argv[2]
 tree = {"w": np.arange(1_000_000, dtype=np.float32)}
 ck.save(directory, 100, tree, settings={})
@@ -457,7 +457,7 @@ def mt_agent(batch_size=16):
     """A two-task multi-task agent on random-action data of the two Line tasks (deterministic:
     the subprocess builds the same one)."""
     from tdmpc2core.dataset import EpisodeDataset, TaskInfo
-    from tdmpc2core.multitask import TDMPC2MultiTask
+    from tdmpc2core.agents.multitask import TDMPC2MultiTask
 
     rng = np.random.default_rng(0)
     cols = {k: [] for k in ("obs", "action", "reward", "episode", "task")}

@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tdmpc2core import replay as rp
-from tdmpc2core.config import TDMPC2Config, resolve_config
-from tdmpc2core.planner import estimate_value
-from tdmpc2core.update import Batch, td_targets, world_model_loss, wm_subtrees
-from tdmpc2core.world_model import WorldModel
+from tdmpc2core.agents import replay as rp
+from tdmpc2core.model.config import TDMPC2Config, resolve_config
+from tdmpc2core.model.planner import estimate_value
+from tdmpc2core.model.update import Batch, td_targets, world_model_loss, wm_subtrees
+from tdmpc2core.model.world_model import WorldModel
 
 OBS, ACT, H = 5, 2, 3
 BASE = dict(model_size=1, mlp_dim=16, latent_dim=16, enc_dim=16, num_q=2, horizon=H, dropout=0.0)
@@ -344,7 +344,7 @@ def test_run_no_longer_than_capacity_evicts_nothing_even_with_one_step_episodes(
 
 # ======================================================================= end to end
 from tdmpc2core import TDMPC2  # noqa: E402
-from tdmpc2core.agent import NoSampleableEpisodeError  # noqa: E402
+from tdmpc2core.agents.single_task import NoSampleableEpisodeError  # noqa: E402
 from tdmpc2core.envs.base import Env, EnvSpec  # noqa: E402
 
 
@@ -462,7 +462,7 @@ def test_episodic_run_resumed_from_a_checkpoint_equals_the_whole_run(tmp_path):
     # the variable-length replay (ring, episode table, staging areas) and the pending
     # updates are part of the checkpoint: a run stopped part-way and resumed from disk
     # equals the uninterrupted run bit for bit, its evaluations included
-    from tdmpc2core.training import TrainingInterrupted
+    from tdmpc2core.run.driver import TrainingInterrupted
 
     agent = TDMPC2(Balance(), n_envs=2, episodic=True, **dict(TINY, seed_steps=40))
     run = dict(seed=0, eval_every=80, eval_episodes=2)

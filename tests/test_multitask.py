@@ -14,11 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tdmpc2core import update as up
+from tdmpc2core.model import update as up
 from tdmpc2core.dataset import EpisodeDataset, TaskInfo
 from tdmpc2core.envs.base import Env, EnvSpec
-from tdmpc2core.multitask import TDMPC2MultiTask, official_task_dim, sample_slices
-from tdmpc2core.planner import plan, policy_trajectories
+from tdmpc2core.agents.multitask import TDMPC2MultiTask, official_task_dim, sample_slices
+from tdmpc2core.model.planner import plan, policy_trajectories
 
 TINY = dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16, num_elites=4, num_pi_trajs=2,
             iterations=1, task_dim=8)
@@ -341,7 +341,7 @@ def test_twin_task_probe_needs_the_task_embedding(twin):
 def test_scaling_and_task_tables_on_hand_made_evaluations(tmp_path):
     import pandas as pd
 
-    from tdmpc2core import scaling as S
+    from tdmpc2core.report import scaling as S
 
     rows = []
     for size, level in ((1, 0.4), (5, 0.6)):

@@ -11,10 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tdmpc2core import math as tm
-from tdmpc2core.config import MODEL_SIZES, TDMPC2Config, resolve_config
-from tdmpc2core.networks import MLP, NormedLinear, count_params
-from tdmpc2core.world_model import WorldModel
+from tdmpc2core.model import math as tm
+from tdmpc2core.model.config import MODEL_SIZES, TDMPC2Config, resolve_config
+from tdmpc2core.model.networks import MLP, NormedLinear, count_params
+from tdmpc2core.model.world_model import WorldModel
 
 OBS, ACT = 24, 6  # walker-like state task (spec §1.2 single-task column)
 

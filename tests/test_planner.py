@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tdmpc2core.config import TDMPC2Config, resolve_config
-from tdmpc2core.planner import estimate_value, plan
-from tdmpc2core.world_model import WorldModel
+from tdmpc2core.model.config import TDMPC2Config, resolve_config
+from tdmpc2core.model.planner import estimate_value, plan
+from tdmpc2core.model.world_model import WorldModel
 
 OBS, ACT, H = 4, 2, 3
 BASE = dict(model_size=1, mlp_dim=16, latent_dim=16, enc_dim=16, num_q=2, horizon=H)

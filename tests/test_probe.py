@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import tdmpc2core.agent as agent_mod
+import tdmpc2core.agents.single_task as agent_mod
 from tdmpc2core.envs.base import Env, EnvSpec
 
 T = 50

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tdmpc2core import replay as rp
-from tdmpc2core.config import TDMPC2Config, resolve_config
-from tdmpc2core.update import init_agent_state, update
-from tdmpc2core.world_model import WorldModel
+from tdmpc2core.agents import replay as rp
+from tdmpc2core.model.config import TDMPC2Config, resolve_config
+from tdmpc2core.model.update import init_agent_state, update
+from tdmpc2core.model.world_model import WorldModel
 
 T, OBS, ACT, H, B = 10, 5, 2, 3, 4
 N_ENVS, KEEP = 2, 5

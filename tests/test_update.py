@@ -15,10 +15,10 @@ import numpy as np
 import optax
 import pytest
 
-from tdmpc2core.config import TDMPC2Config, resolve_config
-from tdmpc2core.update import (AgentState, Batch, clip_coef, init_agent_state, make_optimizers, policy_loss,
+from tdmpc2core.model.config import TDMPC2Config, resolve_config
+from tdmpc2core.model.update import (AgentState, Batch, clip_coef, init_agent_state, make_optimizers, policy_loss,
                                td_targets, update, world_model_loss, wm_subtrees)
-from tdmpc2core.world_model import WorldModel
+from tdmpc2core.model.world_model import WorldModel
 
 OBS, ACT, H, B = 5, 2, 3, 4
 # the same tiny config as tests/test_replay.py, so the jitted update compiles once per session

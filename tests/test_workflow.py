@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tdmpc2core import published as P
+from tdmpc2core.report import published as P
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = "workflow/configs/paper-dmc.yaml"

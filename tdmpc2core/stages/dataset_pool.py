@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from ..dataset import load_dataset, pool_tasks, save_dataset
+    from ..io.dataset import load_dataset, pool_tasks, save_dataset
 
     ds = pool_tasks([load_dataset(p) for p in args.inputs])
     size = save_dataset(ds, args.out)

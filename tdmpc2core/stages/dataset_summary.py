@@ -26,8 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     import pandas as pd
 
-    from .. import atomic, figures
-    from ..dataset import read_episode_summary
+    from ..io import atomic
+    from ..report import figures
+    from ..io.dataset import read_episode_summary
 
     frames = []
     for kind, paths in (("task", args.tasks), ("pool", args.pools)):

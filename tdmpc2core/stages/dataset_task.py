@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from ..dataset import concatenate_episodes, load_dataset, save_dataset
+    from ..io.dataset import concatenate_episodes, load_dataset, save_dataset
 
     parts = [load_dataset(p) for p in args.inputs]
     ds = concatenate_episodes(parts)

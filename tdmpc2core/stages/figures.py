@@ -40,9 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from .. import analysis as A
-    from .. import figures as F
-    from .. import published as P
+    from ..report import analysis as A
+    from ..report import figures as F
+    from ..report import published as P
 
     if args.overview:
         if not args.config:

@@ -48,7 +48,7 @@ def _run_rows(cfg, runs_dir, multi_runs=()):
     per multi-task run.json in ``multi_runs``."""
     import pandas as pd
 
-    from .. import analysis as A
+    from ..report import analysis as A
 
     def times(flat):
         row = {}
@@ -135,9 +135,9 @@ def _multitask_context(cfg, args) -> dict:
 def run(args) -> int:
     import pandas as pd
 
-    from .. import analysis as A
-    from .. import provenance as PV
-    from .. import report as R
+    from ..report import analysis as A
+    from ..io import provenance as PV
+    from ..report import html as R
 
     cfg = A.load_run_config(args.config)
     with open(args.config) as fh:

@@ -102,7 +102,7 @@ class SignalStop:
 def open_checkpoint_dir(ckdir: Optional[Path], log: Callable[[str], None]) -> None:
     """Before training: a folder whose run finished (marker present) is cleared, so that a
     forced rerun trains anew; otherwise say whether the job resumes."""
-    from .. import checkpoint
+    from ..io import checkpoint
 
     if ckdir is None:
         return
@@ -119,7 +119,7 @@ def open_checkpoint_dir(ckdir: Optional[Path], log: Callable[[str], None]) -> No
 def close_checkpoint_dir(ckdir: Optional[Path], info: dict) -> None:
     """After the outputs are written: keep only the final checkpoint (the trained agent) and
     write the marker (``info`` plus the final checkpoint's path and the time)."""
-    from .. import atomic, checkpoint
+    from ..io import atomic, checkpoint
 
     if ckdir is None:
         return

@@ -36,7 +36,7 @@ CAVEAT = ("The pools are our own single-task runs' replay, not the paper's mt30 
 
 
 def _scaling_md(df, label, ranges_text) -> str:
-    from .. import analysis as A
+    from ..report import analysis as A
 
     view = df.copy()
     view["score"] = [A.mean_sd_text(m, s) for m, s in zip(view["score_mean"], view["score_sd"])]
@@ -52,7 +52,7 @@ def _scaling_md(df, label, ranges_text) -> str:
 
 
 def _tasks_md(df, label) -> str:
-    from .. import analysis as A
+    from ..report import analysis as A
 
     view = df.copy()
     view["multi"] = [A.mean_sd_text(m, s) for m, s in zip(view["multi_mean"], view["multi_sd"])]
@@ -76,8 +76,8 @@ def ranges_text(ranges: dict) -> str:
 def run(args) -> int:
     import pandas as pd
 
-    from .. import analysis as A
-    from .. import scaling as S
+    from ..report import analysis as A
+    from ..report import scaling as S
 
     cfg = A.load_run_config(args.config)
     mt = cfg.get("multitask")

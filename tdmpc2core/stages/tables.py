@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _single_task_md(df, label: str) -> str:
-    from .. import analysis as A
+    from ..report import analysis as A
 
     import pandas as pd
 
@@ -63,7 +63,7 @@ def _single_task_md(df, label: str) -> str:
 
 
 def _aggregate_md(df, label: str) -> str:
-    from .. import analysis as A
+    from ..report import analysis as A
 
     view = df.copy()
     view["mean_ci"] = [f"{a:.1f} [{b:.1f}, {c:.1f}]" if a == a else "" for a, b, c in
@@ -85,7 +85,7 @@ def _aggregate_md(df, label: str) -> str:
 
 
 def _final_md(df, tasks, label: str) -> str:
-    from .. import analysis as A
+    from ..report import analysis as A
 
     view = df.copy()
     view["expected"] = [A.expected_range_text(tasks[t].get("expected")) for t in view["task"]]
@@ -104,7 +104,7 @@ def _final_md(df, tasks, label: str) -> str:
 
 
 def _episode_lengths_md(df, label: str) -> str:
-    from .. import analysis as A
+    from ..report import analysis as A
 
     if df.empty:
         return (f"# Episode lengths of the episodic tasks\n\n{label}\n\n"
@@ -125,7 +125,7 @@ def _episode_lengths_md(df, label: str) -> str:
 
 
 def run(args) -> int:
-    from .. import analysis as A
+    from ..report import analysis as A
 
     cfg = A.load_run_config(args.config)
     tasks = cfg["tasks"]

@@ -66,11 +66,11 @@ def _run(args, spec: dict, log) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from .. import atomic, checkpoint, provenance
-    from ..dataset import load_dataset
-    from ..multitask import METRIC_KEYS, TDMPC2MultiTask
-    from ..networks import MATMUL_PRECISION, count_params
-    from ..training import TrainingInterrupted
+    from ..io import atomic, checkpoint, provenance
+    from ..io.dataset import load_dataset
+    from ..agents.multitask import METRIC_KEYS, TDMPC2MultiTask
+    from ..model.networks import MATMUL_PRECISION, count_params
+    from ..run.driver import TrainingInterrupted
 
     seeds = list(args.seeds)
     outdir = Path(args.outdir)

@@ -65,11 +65,12 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from .. import atomic, checkpoint, provenance
-    from ..agent import TDMPC2
-    from ..dataset import export_episodes, save_dataset
-    from ..networks import MATMUL_PRECISION
-    from ..training import TrainingInterrupted
+    from ..io import atomic, checkpoint, provenance
+    from ..agents.single_task import TDMPC2
+    from ..agents.export import export_episodes
+    from ..io.dataset import save_dataset
+    from ..model.networks import MATMUL_PRECISION
+    from ..run.driver import TrainingInterrupted
 
     agent = TDMPC2(spec["env_id"], n_envs=int(spec.get("n_envs", 1)),
                    episode_length=int(spec.get("episode_length", 1000)),

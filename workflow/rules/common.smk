@@ -68,10 +68,10 @@ def _check_agent_keys():
     """Refuse agent keys that tdmpc2core.TDMPC2 would refuse, before any job starts."""
     try:
         import dataclasses
-        from tdmpc2core.config import TDMPC2Config
+        from tdmpc2core.model.config import TDMPC2Config
     except Exception:  # the package is not importable here (e.g. only in a conda env): the job checks
         return
-    from tdmpc2core.config import MODEL_SIZES
+    from tdmpc2core.model.config import MODEL_SIZES
     from tdmpc2core.envs import suite_of
 
     accepted = {f.name for f in dataclasses.fields(TDMPC2Config)}
@@ -215,7 +215,7 @@ if MULTITASK:
         )
     try:
         import dataclasses as _dc
-        from tdmpc2core.config import TDMPC2Config as _Cfg
+        from tdmpc2core.model.config import TDMPC2Config as _Cfg
 
         _unknown = sorted(set(MULTITASK.get("agent") or {}) - {f.name for f in _dc.fields(_Cfg)} - {"task_dim"})
         if _unknown:

@@ -12,7 +12,7 @@ from typing import Optional
 
 import numpy as np
 
-from .online import METRIC_KEYS
+from ..agents.online import METRIC_KEYS
 
 PHASES = ("seed", "burst", "train")
 #: per-chunk record fields that measure wall-clock time (differ between two runs of the same seed)

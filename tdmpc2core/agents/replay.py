@@ -27,7 +27,7 @@ from typing import NamedTuple, Union
 import jax
 import jax.numpy as jnp
 
-from .update import Batch
+from ..model.update import Batch
 
 
 class Replay(NamedTuple):

@@ -52,11 +52,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .config import TDMPC2Config, discount_from_episode_length, resolve_config
+from ..model.config import TDMPC2Config, discount_from_episode_length, resolve_config
 from .online import eval_episode
-from .planner import act_with_policy, plan
-from .update import AgentState, Batch, embed, init_agent_state, update
-from .world_model import WorldModel
+from ..model.planner import act_with_policy, plan
+from ..model.update import AgentState, Batch, embed, init_agent_state, update
+from ..model.world_model import WorldModel
 
 METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss",
                "grad_norm", "pi_grad_norm", "pi_scale")
@@ -175,7 +175,7 @@ class TDMPC2MultiTask:
     def __init__(self, dataset, eval_envs=None, model_size: int = 5, task_dim: Optional[int] = None,
                  batch_size: int = 1024, *, return_ranges: Optional[Mapping[str, Sequence[float]]] = None,
                  backend: Optional[str] = None, **hyperparameters):
-        from .dataset import sampleable_episodes
+        from ..io.dataset import sampleable_episodes
 
         fields = {f.name for f in dataclasses.fields(TDMPC2Config)}
         unknown = sorted(set(hyperparameters) - fields)
@@ -240,7 +240,7 @@ class TDMPC2MultiTask:
     def _build_eval_envs(self, eval_envs):
         if eval_envs is None or eval_envs is False:
             return None
-        from .envs import Env, make_env
+        from ..envs import Env, make_env
 
         if eval_envs is True:
             missing = [t.name for t in self.tasks if not t.env_id]
@@ -434,8 +434,8 @@ class TDMPC2MultiTask:
           tdmpc2core.checkpoint.CheckpointMismatchError / CorruptCheckpointError: the
             folder's newest checkpoint has other settings (named) / none is usable.
         """
-        from . import checkpoint as ck
-        from .training import SubChunkSizer, TrainingInterrupted
+        from ..io import checkpoint as ck
+        from ..run.driver import SubChunkSizer, TrainingInterrupted
 
         if eval_every and self.eval_envs is None:
             raise ValueError("eval_every is set but the agent has no eval_envs: nothing to evaluate on "
@@ -601,8 +601,8 @@ class TDMPC2MultiTask:
         and the evaluation history and per-chunk records as host arrays. The dataset is not
         saved (its SHA-256 is compared instead). Returns the
         :class:`~tdmpc2core.checkpoint.CheckpointInfo`."""
-        from . import __version__
-        from . import checkpoint as ck
+        from .. import __version__
+        from ..io import checkpoint as ck
 
         seeds = [int(s) for s in np.asarray(state.seed)]
         updates = int(np.asarray(state.agent.updates)[0])
@@ -627,7 +627,7 @@ class TDMPC2MultiTask:
         Raises FileNotFoundError, :class:`~tdmpc2core.checkpoint.CorruptCheckpointError`, or
         :class:`~tdmpc2core.checkpoint.CheckpointMismatchError` naming each differing setting.
         """
-        from . import checkpoint as ck
+        from ..io import checkpoint as ck
 
         manifest = ck.read_manifest(path)
         run = manifest.get("settings", {}).get("run", {})
@@ -825,7 +825,7 @@ def _init_one(wm: WorldModel, key):
 
 
 def _is_playground(env_id: str) -> bool:
-    from .envs import suite_of
+    from ..envs import suite_of
 
     return suite_of(env_id) == "playground"
 

@@ -36,8 +36,8 @@ import jax
 import jax.numpy as jnp
 
 from . import replay as rp
-from .planner import act_with_policy, plan
-from .update import AgentState, update
+from ..model.planner import act_with_policy, plan
+from ..model.update import AgentState, update
 
 METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss",
                "grad_norm", "pi_grad_norm", "pi_scale")

@@ -27,22 +27,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import checkpoint, online
+from ..io import checkpoint
+from . import online
 from . import replay as rp
-from .config import TDMPC2Config, resolve_config
-from .envs import Env, make_env
-from .planner import act_with_policy, plan
-from .training import (SubChunkSizer, TrainingInterrupted, finalize_history, history_from_arrays,
+from ..model.config import TDMPC2Config, resolve_config
+from ..envs import Env, make_env
+from ..model.planner import act_with_policy, plan
+from ..run.driver import (SubChunkSizer, TrainingInterrupted, finalize_history, history_from_arrays,
                        history_to_arrays, new_history, working_history)
-from .update import init_agent_state
-from .world_model import WorldModel
+from ..model.update import init_agent_state
+from ..model.world_model import WorldModel
 
 _log = logging.getLogger("tdmpc2core")
 _UNSET = object()
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
     return __version__
 
 

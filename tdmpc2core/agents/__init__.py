@@ -1,0 +1,11 @@
+"""The two agents and what they compute on the device.
+
+* :mod:`.single_task`: :class:`~tdmpc2core.TDMPC2`, single-task online TD-MPC2 (spec §8);
+  its compiled training ticks in :mod:`.online`, its replay buffer in :mod:`.replay`, the
+  export of that replay as an episode dataset in :mod:`.export`.
+* :mod:`.multitask`: :class:`~tdmpc2core.TDMPC2MultiTask`, multi-task TD-MPC2 trained offline
+  on a pooled dataset (spec §10).
+
+Each agent builds its compiled programs (init, training chunk, evaluation) and hands them to
+the run driver (:mod:`tdmpc2core.run`), which owns everything a run does on the host.
+"""
