@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import logging
 import warnings
 from typing import Callable, Optional, Sequence, Union
 
@@ -33,6 +34,8 @@ from ..run import driver
 from ..run.driver import Chunk, EvalField, Run, RunOptions, RunProgram
 from . import online
 from . import replay as rp
+
+_log = logging.getLogger("tdmpc2core")
 
 
 class TerminationError(ValueError):
@@ -84,6 +87,11 @@ class TDMPC2:
         protocol uses 2.
       env_params: gymnax env params (None: the env's defaults).
       backend: Playground physics implementation (None: ``"jax"``, MJX).
+      max_nonfinite: episodes a seed may drop for a non-finite observation or reward (NaN
+        physics) before the run stops with ``FloatingPointError`` (docs/deviations.md O6).
+        Each dropped episode is reported (env index, agent step) at the next boundary between
+        calls of the compiled program; its rows never reach the replay or a loss. Not part of
+        a checkpoint's settings (raise it and resume).
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` (the official
         config.yaml names; ``lr`` is ``learning_rate``), each at its paper default. The
         ``model_size`` preset {1, 5, 19, 48, 317} fills enc_dim, mlp_dim, latent_dim,
@@ -106,13 +114,16 @@ class TDMPC2:
 
     def __init__(self, env_id: str, n_envs: int = 1, model_size: int = 5, *,
                  episode_length: int = 1000, action_repeat: int = 1, env_params=None,
-                 backend: Optional[str] = None, **hyperparameters):
+                 backend: Optional[str] = None, max_nonfinite: int = 10, **hyperparameters):
         fields = {f.name for f in dataclasses.fields(TDMPC2Config)}
         unknown = sorted(set(hyperparameters) - fields)
         if unknown:
             raise TypeError(f"TDMPC2: unknown hyperparameter(s) {unknown}; accepted: {sorted(fields)}")
         if int(n_envs) < 1:
             raise ValueError(f"n_envs={n_envs!r} must be >= 1")
+        if int(max_nonfinite) < 0:
+            raise ValueError(f"max_nonfinite={max_nonfinite!r} must be >= 0")
+        self.max_nonfinite = int(max_nonfinite)
         self.n_envs = int(n_envs)
         if isinstance(env_id, Env):  # a prebuilt environment (e.g. a custom task)
             self.env = env_id
@@ -358,6 +369,7 @@ class OnlineProgram(RunProgram):
         self.steps_per_tick = agent.n_envs
         self.burst_tick = -(-agent.seed_steps // agent.n_envs)  # first tick with agent_steps >= seed_steps
         self._warned_waiting = False
+        self._seeds, self._seen_nonfinite = None, None
 
     # ---- state
     def init_state(self, seeds, total_steps):
@@ -406,11 +418,39 @@ class OnlineProgram(RunProgram):
                 "the paper-era TD-MPC2 bootstraps through every episode end, so it refuses terminating "
                 "tasks. Use a non-terminating task (e.g. the DMC suite) or the episodic mode (TDMPC2(..., "
                 "episodic=True); in the pipeline, agent: {episodic: true}).")
-        bad = int(np.max(np.asarray(state.nonfinite)))
-        if bad > 0:
+        self._report_nonfinite(state, agent_steps)
+        metrics = {k: np.asarray(v) for k, v in state.metrics.items()}
+        bad = sorted(k for k, v in metrics.items() if not np.all(np.isfinite(v)))
+        if bad:
             raise FloatingPointError(
-                f"{agent.env_id}: {bad} non-finite observation(s) or reward(s) by agent step {agent_steps} "
-                "(NaN physics); check the env, its action bounds and its backend.")
+                f"{agent.env_id}: non-finite training metrics {bad} by agent step {agent_steps} (the parameters "
+                "diverged); the run stops here, so the last checkpoint written is the last good one.")
+
+    def start(self, state, run: Run) -> None:
+        self._seeds = list(run.seeds)
+        self._seen_nonfinite = np.asarray(state.nonfinite).copy()
+
+    def _report_nonfinite(self, state, agent_steps) -> None:
+        """Log each newly dropped episode (seed, env index, agent step); stop past the limit."""
+        agent = self.agent
+        counts, steps = np.asarray(state.nonfinite), np.asarray(state.nonfinite_step)  # [S, n_envs]
+        seen, seeds = self._seen_nonfinite, self._seeds
+        for i, e in zip(*np.nonzero(counts > seen)):
+            _log.warning("%s: seed %d, env %d: dropped %d episode(s) for a non-finite observation or reward "
+                         "(NaN physics), the last at agent step %d; their rows never entered the replay "
+                         "(%d of max_nonfinite=%d for this seed)", agent.env_id, seeds[i], e,
+                         counts[i, e] - seen[i, e], steps[i, e], counts[i].sum(), agent.max_nonfinite)
+        self._seen_nonfinite = counts.copy()
+        over = [i for i in range(counts.shape[0]) if counts[i].sum() > agent.max_nonfinite]
+        if over:
+            detail = "; ".join(f"seed {seeds[i]}: " + ", ".join(f"env {e} x{counts[i, e]} (last at agent step "
+                                                                 f"{steps[i, e]})" for e in np.nonzero(counts[i])[0])
+                               for i in over)
+            raise FloatingPointError(
+                f"{agent.env_id}: more than max_nonfinite={agent.max_nonfinite} episodes dropped for non-finite "
+                f"observations or rewards by agent step {agent_steps} ({detail}): the environment produces NaN "
+                "physics (check its action bounds, its backend and its parameters). The run stops here; its last "
+                "checkpoint is the last good one (raise max_nonfinite and rerun to continue).")
 
     def chunk_record(self, state, rec, chunk: Chunk, run: Run):
         agent = self.agent
