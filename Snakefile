@@ -12,7 +12,7 @@
 # Rules only name files and call one `tdmpc2 <stage>` command (tdmpc2core/cli.py).
 # docs/pipeline.md explains the configuration, reruns and SLURM.
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.20")
 
@@ -20,8 +20,8 @@ min_version("9.20")
 configfile: "config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
-
+# validated against workflow/schemas/config.schema.yaml; a refusal is one line naming the key
+include: "workflow/rules/validate.smk"
 
 include: "workflow/rules/common.smk"
 

@@ -175,17 +175,31 @@ def test_unknown_config_keys_are_refused(tmp_path):
     wf = copy_workflow(tmp_path)
     res = snakemake(wf, "-n", "--config", "bogus=1")
     assert res.returncode != 0
-    assert "Additional properties are not allowed ('bogus' was unexpected)" in res.stdout + res.stderr
+    assert "config: unknown key 'bogus' in the top level (set by --config); accepted there: bootstrap_reps, " \
+        in res.stdout + res.stderr
 
+    # a misspelt key: one line naming it, where it is and the closest accepted key (no schema dump)
     (wf / "typo.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent_step: 5\n")
     res = snakemake(wf, "-n", "--configfile", "typo.yaml")
+    out = res.stdout + res.stderr
     assert res.returncode != 0
-    assert "('agent_step' was unexpected)" in res.stdout + res.stderr
+    assert ("config: unknown key 'agent_step' in protocols.demo.tasks.pendulum (set in typo.yaml); "
+            "did you mean 'agent_steps'?") in out
+    assert "Failed validating" not in out and "On instance" not in out and len(out.splitlines()) <= 6, out
+    (wf / "typo2.yaml").write_text("protocols: {demo: {tasks: {pendulum: {published: cartpol-balance}}}}\n")
+    res = snakemake(wf, "-n", "--configfile", "typo2.yaml")
+    assert ("config: protocols.demo.tasks.pendulum.published (set in typo2.yaml): 'cartpol-balance' is not "
+            "accepted; did you mean 'cartpole-balance'?") in res.stdout + res.stderr
 
     (wf / "agent.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent: {num_sample: 5}\n")
     res = snakemake(wf, "-n", "--configfile", "agent.yaml")
     assert res.returncode != 0
-    assert "unknown agent setting(s) ['num_sample']" in res.stdout + res.stderr
+    assert ("config: unknown agent setting 'num_sample' in protocols.demo.tasks.pendulum.agent; did you mean "
+            "'num_samples'?") in res.stdout + res.stderr
+    (wf / "agent2.yaml").write_text("protocols: {demo: {defaults: {agent: {num_sampels: 5}}}}\n")
+    res = snakemake(wf, "-n", "--configfile", "agent2.yaml")
+    assert "unknown agent setting 'num_sampels' in protocols.demo.defaults.agent; did you mean 'num_samples'?" \
+        in res.stdout + res.stderr
 
     # `episodic` marks a task that terminates (docs/pipeline.md): a boolean
     (wf / "episodic.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n"
@@ -195,8 +209,29 @@ def test_unknown_config_keys_are_refused(tmp_path):
     assert "'yes' is not of type 'boolean'" in res.stdout + res.stderr
     # what the library would refuse at the job's start is refused at load
     for text, message in (
-            ("tasks: {pendulum: {agent: {model_size: 3}}}", "agent.model_size=3 is not a preset; accepted: [1, 5"),
-            ("tasks: {pendulum: {env_id: Pendulum-v2}}", "env_id: unknown env id 'Pendulum-v2'. Did you mean"),
+            ("tasks: {pendulum: {agent: {model_size: 3}}}",
+             "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): model_size=3 is not a preset; accepted: [1, 5"),
+            ("tasks: {pendulum: {env_id: Pendulum-v2}}", "env_id 'Pendulum-v2': unknown env id 'Pendulum-v2'. Did you mean"),
+            # the library's own checks (tdmpc2core.model.config.validate_config), as the job would run them
+            ("tasks: {pendulum: {agent: {horizon: 0}}}",
+             "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): horizon=0 must be >= 1"),
+            ("defaults: {agent: {num_elites: 65}}",
+             "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): num_elites=65 exceeds num_samples=64"),
+            ("tasks: {cartpole-balance: {episode_length: 999}}", "episode_length=999 (simulator steps) is not divisible"),
+            # a batch larger than the replay holds at the first update: Pendulum's 5 episodes of 201
+            # rows before the burst at seed_steps 1000 give 5 x (201 - 3) slices of horizon + 1 rows
+            ("tasks: {pendulum: {agent: {batch_size: 991}}}",
+             "batch_size=991 exceeds the 990 distinct training slices (horizon + 1 consecutive rows of one episode) "
+             "that the replay at the first update (seed_steps=1000, n_envs=1, T=200, horizon=3) holds"),
+            ("tasks: {pendulum: {n_envs: 6}}", "seed_steps=1000 is too small: with n_envs=6"),
+            # the pool's exported episodes: 2 seeds x (29 Pendulum episodes of 201 rows + 19 CartpoleBalance
+            # episodes of 501 rows); horizon 3 leaves 2 x (29 x 198 + 19 x 498) = 30,408 slices
+            ("multitask: {batch_size: 30409}",
+             "multitask (pool demo, model size 1): batch_size=30409 exceeds the 30408 distinct training slices"),
+            ("multitask: {agent: {num_elites: 100}}",
+             "multitask (pool demo, model size 1): num_elites=100 exceeds num_samples=64"),
+            ("multitask: {agent: {num_sample: 1}}",
+             "unknown agent setting 'num_sample' in protocols.demo.multitask.agent; did you mean 'num_samples'?"),
             ("multitask: {return_ranges: {pendulum: [0, -1]}}", "return_ranges.pendulum = [0, -1]: need [low, high]"),
             ("tasks: {pendulum: {expected: {mean_min: -100, mean_max: -400}}}",
              "tasks.pendulum.expected: mean_min -100 > mean_max -400"),
@@ -231,7 +266,8 @@ def test_unknown_config_keys_are_refused(tmp_path):
     assert res.returncode != 0 and "multitask.agent.model_size" in res.stdout + res.stderr
     (wf / "mt3.yaml").write_text("protocols:\n  demo:\n    multitask: {model_sizes: [7]}\n")
     res = snakemake(wf, "-n", "--configfile", "mt3.yaml")
-    assert res.returncode != 0 and "7 is not one of [1, 5, 19, 48, 317]" in res.stdout + res.stderr
+    assert res.returncode != 0 and ("config: protocols.demo.multitask.model_sizes.0 (set in mt3.yaml): 7 is not "
+                                    "accepted; accepted: [1, 5, 19, 48, 317]") in res.stdout + res.stderr
     (wf / "mt4.yaml").write_text("protocols:\n  demo:\n    multitask: {expected: {demo: {walker: {mean_min: 1}}}}\n")
     res = snakemake(wf, "-n", "--configfile", "mt4.yaml")
     assert res.returncode != 0 and "task(s) ['walker'] are not in pool 'demo'" in res.stdout + res.stderr
@@ -239,6 +275,30 @@ def test_unknown_config_keys_are_refused(tmp_path):
     res = snakemake(wf, "-n", "--config", "protocol=nope")
     assert res.returncode != 0
     assert "protocol 'nope' has no entry under 'protocols'" in res.stdout + res.stderr
+
+
+def test_dry_run_needs_no_jax(tmp_path):
+    """A login node without JAX: `snakemake -n` loads the workflow, whose checks are the
+    library's plain-Python ones (tdmpc2core.model.config, tdmpc2core.envs ids), and refuses a
+    bad value all the same."""
+    wf = copy_workflow(tmp_path)
+    nojax = tmp_path / "nojax"
+    for mod in ("jax", "jaxlib", "flax", "optax"):
+        (nojax / mod).mkdir(parents=True)
+        (nojax / mod / "__init__.py").write_text(f'raise ImportError("{mod} is not installed here (test stand-in)")\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    env["PYTHONPATH"] = str(nojax)
+
+    def dry(*args):
+        return subprocess.run([sys.executable, "-m", "snakemake", "-n", *args], cwd=wf, capture_output=True,
+                              text=True, timeout=600, env=env)
+
+    assert job_stats(ok(dry("--cores", "2")))["total"] == 15
+    assert job_stats(ok(dry("--cores", "2", "--configfile", PAPER)))["total"] == 79
+    (wf / "bad.yaml").write_text("protocols: {demo: {tasks: {pendulum: {agent: {horizon: 0}}}}}\n")
+    res = dry("--configfile", "bad.yaml")
+    assert res.returncode != 0 and "horizon=0 must be >= 1" in res.stdout + res.stderr
+    assert "ImportError" not in res.stdout + res.stderr
 
 
 # --------------------------------------------------------------------------- runs

@@ -207,6 +207,23 @@ def first_update_slices(cfg: TDMPC2Config, *, episode_length: int, n_envs: int =
     return slices_in_episodes([T + 1] * held, H)
 
 
+def episodes_held_at_end(cfg: TDMPC2Config, *, agent_steps: int, episode_length: int, n_envs: int = 1) -> int:
+    """Complete episodes a fixed-length single-task run's replay holds when it ends, i.e. what
+    its episode dataset exports (``cfg`` resolved; ``episodic=False``).
+
+    The run is ceil(agent_steps / n_envs) ticks; each environment's k-th episode ends at tick
+    k T - 1 and enters the replay at the top of tick k T, so an episode that ends at the last
+    tick is not in it: n_envs x floor((ticks - 1) / T) episodes, at most
+    :func:`capacity_episodes` of them held.
+    """
+    if cfg.episodic:
+        raise ValueError("episodic runs end episodes early: their count is known only after the run")
+    T, n = int(episode_length), int(n_envs)
+    ticks = -(-int(agent_steps) // n)
+    committed = n * (max(ticks - 1, 0) // T)
+    return min(committed, capacity_episodes(cfg.buffer_size, int(agent_steps), T))
+
+
 def check_batch_size(batch_size: int, slices: int, data: str, hint: str = "") -> None:
     """Refuse a batch of more slices than the data holds distinct ones (``data`` says which
     data, e.g. "the replay at the first update"; ``hint`` says what to change)."""
@@ -257,5 +274,5 @@ def config_from_kwargs(**kwargs) -> TDMPC2Config:
 __all__ = [
     "MODEL_SIZES", "TDMPC2Config", "resolve_config", "validate_config", "config_from_kwargs",
     "discount_from_episode_length", "seed_steps_from_episode_length", "slices_in_episodes",
-    "capacity_episodes", "first_update_slices", "check_batch_size", "check_first_update",
+    "capacity_episodes", "first_update_slices", "episodes_held_at_end", "check_batch_size", "check_first_update",
 ]
