@@ -321,6 +321,9 @@ def add_arguments(p):
 
 
 def run(args):
+    fail = os.environ.get("TDMPC2_TEST_FAIL")  # "task:seed": that job fails (tests of failed runs)
+    if fail and fail.split(":")[0] == args.task and int(fail.split(":")[1]) in args.seeds:
+        raise SystemExit(3)
     spec = json.loads(args.spec)
     ar, n, every = spec["action_repeat"], spec["agent_steps"], spec["eval_every"]
     steps = sorted(set(range(0, n + 1, every)) | {n})
@@ -417,6 +420,10 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
 
     out = ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
     assert "17 of 17 steps (100%) done" in out
+    # the end of the run says where the report is and how the checks went
+    assert f"Report: {wf / 'results/report.html'}" in out
+    assert "Final-score check (results/tables/final_scores.csv): all 2 pass their expected range." in out
+    assert "Multi-task check (results/tables/multitask_tasks.csv): " in out
     html = (wf / "results" / "report.html").read_text(encoding="utf-8")
     assert "Demo at laptop scale: NOT the paper&#x27;s protocol" in html
     assert html.count("data:image/png;base64,") == 7  # 2 x (eval, train), overview, datasets, multi-task
@@ -448,6 +455,46 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
 
     assert "Nothing to be done" in ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
 
+    # a deleted run folder: a plain rerun rebuilds exactly that seed's job and what depends on it
+    report = wf / "results/report.html"
+    before = report.stat().st_mtime_ns
+    shutil.rmtree(wf / "results/single/pendulum/seed1")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    assert sorted(j for j in planned_jobs(out) if j[0].startswith("train_")) == [
+        ("train_multi", ""), ("train_single_seeds_1", "pendulum")]
+    assert job_stats(out) == {"train_single_seeds_1": 1, "figure_overview": 1, "figures_task": 1,
+                              "tables": 1, "dataset_task": 1, "dataset_pool": 1, "dataset_summary": 1,
+                              "train_multi": 1, "scaling": 1, "report": 1, "all": 1, "total": 11}
+    assert ("dataset_task", "pendulum") in planned_jobs(out) and ("figures_task", "pendulum") in planned_jobs(out)
+    out = ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
+    assert (wf / "results/single/pendulum/seed1/run.json").exists() and report.stat().st_mtime_ns > before
+    assert "Final-score check (results/tables/final_scores.csv): all 2 pass" in out
+    assert "Nothing to be done" in ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+
+    # a job fails under --keep-going: Snakemake deletes its outputs, so the report, which shows
+    # them, is moved aside with a banner and a line saying so; the other jobs still ran
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    res = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--keep-going", "--configfile",
+                          "small.yaml", "--forcerun", "results/single/pendulum/seed1/eval.parquet",
+                          "results/single/cartpole-balance/seed0/eval.parquet"],
+                         cwd=wf, capture_output=True, text=True, timeout=600,
+                         env={**env, "TDMPC2_TEST_FAIL": "pendulum:1"})
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert not (wf / "results/single/pendulum/seed1").exists() or not (
+        wf / "results/single/pendulum/seed1/run.json").exists()
+    assert not report.exists(), out[-3000:]
+    stale = (wf / "results/report.stale.html").read_text(encoding="utf-8")
+    assert "<b>Out of date.</b>" in stale and "results/single/pendulum/seed1" in stale
+    assert re.search(r"results/report.html showed results this run did not complete \(\d+ missing, \d+ replaced: "
+                     r"[^)]*results/single/pendulum/seed1.*\); moved to results/report.stale.html", out), out[-3000:]
+    assert "Failed job(s): train_single_seeds_1 (task=pendulum)" in out
+    # the same command without the failure: the missing run and the report are rebuilt, the
+    # stale copy removed
+    out = ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
+    assert report.exists() and not (wf / "results/report.stale.html").exists()
+    assert "Removed results/report.stale.html" in out
+
     # rerun one seed: exactly its training job, then what depends on it
     out = ok(snakemake(wf, "-n", "--cores", "all", "--configfile", "small.yaml",
                        "--forcerun", "results/single/pendulum/seed1/eval.parquet"))
@@ -478,6 +525,99 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     # Snakemake's own report of the outputs flagged with report()
     ok(snakemake(wf, "--report", "smk-report.zip", "--configfile", "small.yaml"))
     assert (wf / "smk-report.zip").stat().st_size > 10_000
+
+
+STOPPABLE_TRAINER = '''
+"""Test stand-in for `tdmpc2 train-single` that stops as the real one does: chunks of
+--max-chunk-seconds, SIGTERM/SIGINT handled by the real SignalStop (a checkpoint at the next
+chunk boundary, exit 128 + the signal number), and a rerun resumes from the checkpoint (the
+resumed session runs its remaining chunks without waiting)."""
+import json, os, sys, time
+from pathlib import Path
+from tdmpc2core.stages.resumable import SignalStop
+
+CHUNKS = 600
+
+
+def add_arguments(p):
+    for a in ("--task", "--spec", "--outdir", "--checkpoint-dir"):
+        p.add_argument(a, required=True)
+    p.add_argument("--seeds", type=int, nargs="+", required=True)
+    p.add_argument("--checkpoint-every", type=int, required=True)
+    p.add_argument("--keep-checkpoints", type=int, required=True)
+    p.add_argument("--max-chunk-seconds", type=float, required=True)
+
+
+def run(args):
+    log = lambda m: print(f"[train-single {args.task}] {m}", file=sys.stderr, flush=True)
+    ck = Path(args.checkpoint_dir)
+    ck.mkdir(parents=True, exist_ok=True)
+    state = ck / "state.json"
+    step = json.loads(state.read_text())["step"] if state.exists() else 0
+    resumed = step > 0
+    log(f"resumed from {state} at {step} agent steps" if resumed else "training starts")
+    with SignalStop(log, True) as stop:
+        while step < CHUNKS:
+            if not resumed:
+                time.sleep(args.max_chunk_seconds)
+            step += 1
+            if stop.should_stop():
+                state.write_text(json.dumps({"step": step}))
+                log(f"stopped by {stop.name} at {step}/{CHUNKS} agent steps: checkpoint {state} (0.0 MB, 0.0 s); "
+                    "rerun the same command to resume")
+                return stop.exit_code
+    for s in args.seeds:
+        d = Path(args.outdir) / f"seed{s}"
+        d.mkdir(parents=True, exist_ok=True)
+        for f in ("eval.parquet", "metrics.parquet", "episodes.parquet"):
+            (d / f).write_text("stand-in")
+        (d / "run.json").write_text(json.dumps({"resumed_from": step if resumed else None}))
+    log("done")
+    return 0
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_snakemake_alone_stops_training_with_a_checkpoint(tmp_path, sig):
+    """A supervisor, a notebook or `kill` signals the snakemake process alone (not its process
+    group): the running training jobs stop at their next chunk boundary with a checkpoint, the
+    run ends with one line per stopped job (no tracebacks), and the same command resumes them."""
+    wf = copy_workflow(tmp_path)
+    shutil.copytree(ROOT / "tdmpc2core", wf / "tdmpc2core", ignore=shutil.ignore_patterns("__pycache__"))
+    (wf / "tdmpc2core" / "stages" / "train_single.py").write_text(STOPPABLE_TRAINER)
+    (wf / "s.yaml").write_text("seeds_per_job: 1\nmax_chunk_seconds: 0.2\n")
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile=s.yaml",
+           "results/single/pendulum/seed0/run.json", "results/single/cartpole-balance/seed0/run.json"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    logs = [wf / f"logs/train_single/{t}/seeds_0.log" for t in ("pendulum", "cartpole-balance")]
+    # a session of its own, so that only the snakemake process is signalled
+    smk = subprocess.Popen(cmd, cwd=wf, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
+    deadline = time.time() + 120
+    while not all(p.exists() and "training starts" in p.read_text() for p in logs):
+        assert time.time() < deadline and smk.poll() is None, smk.communicate()[0][-4000:]
+        time.sleep(0.1)
+    t0 = time.time()
+    os.kill(smk.pid, sig)  # the snakemake process alone
+    out = smk.communicate(timeout=120)[0]
+    # 600 chunks of 0.2 s were left: they stopped at the next boundary instead
+    assert time.time() - t0 < 20, out[-4000:]
+    assert smk.returncode != 0
+    assert "Traceback" not in out and "RuntimeError" not in out and "RuleException" not in out, out[-4000:]
+    for task, log in zip(("pendulum", "cartpole-balance"), logs):
+        assert f"stopped by SIGTERM" in log.read_text()
+        assert (wf / f"checkpoints/single/{task}/seeds_0/state.json").exists()
+        assert re.search(rf"train_single_seeds_0 \(task {task}\): stopped at \d+/600 agent steps, checkpoint "
+                         rf"checkpoints/single/{task}/seeds_0/state.json; run the same snakemake command to resume",
+                         out), out[-4000:]
+    assert out.index("Stopped 2 training job(s):") > out.index("Shutting down")  # the run's last lines
+    assert not (wf / "results/single/pendulum/seed0/run.json").exists()
+    # the same command resumes both jobs from their checkpoints
+    res = subprocess.run(cmd, cwd=wf, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    for task, log in zip(("pendulum", "cartpole-balance"), logs):
+        assert "resumed from" in log.read_text()
+        assert json.loads((wf / f"results/single/{task}/seed0/run.json").read_text())["resumed_from"] == 600
 
 
 TINY = """\
