@@ -241,6 +241,13 @@ BAD = {
     "action width": (None, lambda m: {**m, "tasks": [{**m["tasks"][0], "action_dim": 1}]},
                      "column 'action' has width 2, but the task table's largest action_dim is 1"),
     "incomplete episode": (lambda t: t.slice(0, t.num_rows - 1), None, "is not complete"),
+    # nothing is dropped without a word: another column or metadata key is refused
+    "extra column": (lambda t: t.append_column("advantage", pa.array(np.zeros(t.num_rows, np.float32))), None,
+                     r"unknown column\(s\) \['advantage'\]; a tdmpc2core.episodes file has exactly the columns"),
+    "extra metadata key": (None, lambda m: {**m, "reward_scale": 0.1},
+                           r"unknown key\(s\) \['reward_scale'\] in the 'tdmpc2core.dataset' metadata"),
+    "extra task key": (None, lambda m: {**m, "tasks": [{**m["tasks"][0], "reward_scale": 0.1}]},
+                       "a task table entry must have the keys"),
 }
 
 
@@ -336,4 +343,11 @@ def test_stages_join_pool_and_refuse_bad_inputs_leaving_nothing(tmp_path):
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
     res = cli("dataset-task", "--inputs", paths["a0"], paths["b0"], "--out", tmp_path / "out/y.parquet")
     assert res.returncode != 0 and "disagrees with dataset 0" in res.stderr
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    # an episode file with a column the format does not have: refused by name, not pooled without it
+    extra = rewrite(paths["b0"], tmp_path / "extra.parquet",
+                    lambda t: t.append_column("advantage", pa.array(np.zeros(t.num_rows, np.float32))))
+    res = cli("dataset-pool", "--inputs", tmp_path / "tasks/a.parquet", extra, "--out", tmp_path / "out/p.parquet")
+    assert res.returncode == 1 and "extra.parquet: unknown column(s) ['advantage']" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
