@@ -344,3 +344,33 @@ def test_dataset_stats_pool_row_has_totals_but_no_mixed_returns():
     total = st.loc["(all tasks)"]
     assert total["episodes"] == 4 and total["agent_steps"] == 60 and total["terminated"] == 1
     assert all(pd.isna(total[c]) for c in ("mean", "sd", "min", "median", "max"))  # scales differ
+
+
+# --------------------------------------------------------------------------- the report, read as a reviewer would
+def test_loss_plot_draws_only_chunks_where_an_update_ran(tmp_path, monkeypatch):
+    """The seed phase runs no update: its metrics rows hold the initial zeros, which a loss
+    curve must not draw (nor a mean line jumping from them)."""
+    from tdmpc2core.report import figures as F
+
+    rows = []
+    for seed in (0, 1):
+        for step in range(0, 6001, 500):
+            updates = 0 if step < 1000 else step  # the burst of 1000 updates at agent step 1000
+            rows.append({"seed": seed, "env_frames": step, "updates": updates,
+                         "total_loss": 0.0 if updates == 0 else 5.0 / (1 + step / 1000) + seed,
+                         "train_return": float(step)})
+    figs = []
+    monkeypatch.setattr(F, "save_atomic", lambda fig, path, dpi=110: figs.append(fig))
+    F.plot_train("pendulum", pd.DataFrame(rows), tmp_path / "t.png")
+    ret_ax, loss_ax = figs[0].axes
+    assert loss_ax.get_lines(), "no loss drawn"
+    for line in loss_ax.get_lines():
+        x, y = line.get_xdata(), line.get_ydata()
+        assert min(x) == 1000 and (np.asarray(y) > 0).all(), (line.get_label(), list(x), list(y))
+    assert loss_ax.get_yscale() == "log"
+    assert min(ret_ax.get_lines()[0].get_xdata()) == 0  # the return panel keeps the seed phase
+    # nothing computed yet: the panel says so instead of drawing zeros
+    figs.clear()
+    F.plot_train("pendulum", pd.DataFrame(rows[:2]), tmp_path / "t.png")
+    assert not figs[0].axes[1].get_lines()
+    assert "no update ran" in figs[0].axes[1].texts[0].get_text()
