@@ -21,6 +21,9 @@ def test_attempts_accumulate_across_sessions_and_a_finished_run_starts_anew(tmp_
     assert (recs[0]["end_step"], recs[2]["start_step"], recs[2]["end_step"]) == (3000, 3000, 6000)
     assert all(r["wall_seconds"] is not None for r in (recs[0], recs[2])) and recs[1]["wall_seconds"] is None
     assert attempts.read(ck) == recs and a2.path == a3.path
+    refused = attempts.begin(ck, "agent steps")  # e.g. the folder holds another run's checkpoints
+    refused.discard()
+    assert attempts.read(ck) == recs
     # the run finished (its completion marker): a forced rerun is a new run with its own list
     (ck / attempts.FINISHED_MARKER).write_text("{}")
     a4 = attempts.begin(ck, "agent steps")

@@ -66,6 +66,12 @@ class Attempt:
             r["start_step"] = int(start_step)
         self._write()
 
+    def discard(self) -> None:
+        """Drop this session's record (a session that did not run this folder's run, e.g. one
+        refused because the folder holds another run's checkpoints)."""
+        self._records.pop()
+        self._write()
+
     def records(self) -> list[dict]:
         """Every attempt of the run so far, oldest first (copies)."""
         return [dict(r) for r in self._records]
