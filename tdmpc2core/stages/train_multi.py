@@ -66,7 +66,7 @@ def _run(args, spec: dict, log) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from ..io import atomic, checkpoint, provenance
+    from ..io import atomic, attempts, checkpoint, provenance
     from ..io.dataset import load_dataset
     from ..agents.multitask import METRIC_KEYS, TDMPC2MultiTask
     from ..model.networks import MATMUL_PRECISION, count_params
@@ -97,6 +97,9 @@ def _run(args, spec: dict, log) -> int:
         + f"; seeds {seeds}, {updates} updates, evaluation every {eval_every} updates")
 
     ckdir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    # this session's record beside the checkpoints (before the folder is opened: a finished run's
+    # folder starts a new list); run.json gets every attempt of a resumed run
+    attempt = attempts.begin(ckdir, "updates")
     open_checkpoint_dir(ckdir, log)  # a finished run's folder is cleared: a forced rerun trains anew
 
     compile_s = {"first_chunk": None}
@@ -149,8 +152,10 @@ def _run(args, spec: dict, log) -> int:
                      f"{exc.checkpoint.seconds:.1f} s); rerun the same command to resume"
                      if exc.checkpoint is not None else "no checkpoint (no --checkpoint-dir)")
             log(f"stopped by {stop.name} at {exc.step}/{updates} updates: {where}")
+            attempt.end(f"stopped by {stop.name}", end_step=exc.step, start_step=prog["start"])
             return stop.exit_code
         except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
+            attempt.discard()  # not a session of the run whose checkpoints the folder holds
             log(f"error: {exc}")
             log(mismatch_message(ckdir))
             return 2
@@ -158,6 +163,7 @@ def _run(args, spec: dict, log) -> int:
     prov = provenance.collect(".", include_jax=True)
     records = hist["chunks"]  # one per chunk of the schedule, including those of earlier sessions
     started_at = prog["start"] if prog["start"] is not None else updates
+    attempt.end("completed", end_step=updates, start_step=started_at)
 
     # ---- eval.parquet: seed x evaluation x task x episode
     n_eval = len(hist["eval_updates"])
@@ -225,6 +231,7 @@ def _run(args, spec: dict, log) -> int:
                             f"{prov['platform'].get('jax_default_matmul_precision')}",
         "compile_seconds_upper_bound": compile_s["first_chunk"], "wall_seconds": wall,
         "training_wall_seconds_all_sessions": hist["wall_seconds"], "resumed_from_updates": started_at or None,
+        "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
         "checkpoint_dir": str(ckdir) if ckdir is not None else None,
         "provenance": prov,
     })
