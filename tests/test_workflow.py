@@ -224,6 +224,10 @@ def test_unknown_config_keys_are_refused(tmp_path):
              "batch_size=991 exceeds the 990 distinct training slices (horizon + 1 consecutive rows of one episode) "
              "that the replay at the first update (seed_steps=1000, n_envs=1, T=200, horizon=3) holds"),
             ("tasks: {pendulum: {n_envs: 6}}", "seed_steps=1000 is too small: with n_envs=6"),
+            # an episodic task's first update waits for data (R3): its batch is bounded by the run
+            ("tasks: {pendulum: {agent: {episodic: true, batch_size: 6001}}}",
+             "batch_size=6001 exceeds the 6000 distinct training slices (horizon + 1 consecutive rows of one "
+             "episode) that the whole run (6000 agent steps, at most one slice each) holds"),
             # the pool's exported episodes: 2 seeds x (29 Pendulum episodes of 201 rows + 19 CartpoleBalance
             # episodes of 501 rows); horizon 3 leaves 2 x (29 x 198 + 19 x 498) = 30,408 slices
             ("multitask: {batch_size: 30409}",

@@ -184,25 +184,26 @@ def capacity_episodes(buffer_size: int, run_agent_steps: int, T: int) -> int:
     return max(1, math.ceil(min(buffer_size, max(run_agent_steps, 1)) / T))
 
 
-def first_update_slices(cfg: TDMPC2Config, *, episode_length: int, n_envs: int = 1) -> int:
+def first_update_slices(cfg: TDMPC2Config, *, episode_length: int, n_envs: int = 1) -> Optional[int]:
     """Distinct training slices the replay of a single-task online run holds when its first
-    update runs (``cfg`` resolved: ``seed_steps`` set).
+    update runs (``cfg`` resolved: ``seed_steps`` set); None for an episodic run.
 
     The first update is the seed-phase burst, at tick b = ceil(seed_steps / n_envs) (one tick
     is one agent step of each of the ``n_envs`` environments; spec §8). An episode enters the
-    replay at the top of the tick after it ended, before that tick's updates.
+    replay at the top of the tick after it ended, before that tick's updates. With
+    fixed-length episodes (``episodic=False``) every episode is T agent steps, so each
+    environment has completed floor(b / T) episodes by then, and the replay holds
+    min(n_envs x floor(b / T), ceil(buffer_size / T)) of them, each of T + 1 - H slices.
 
-    * Fixed-length episodes (``episodic=False``): every episode is T agent steps, so each
-      environment has completed floor(b / T) episodes by then, and the replay holds
-      min(n_envs x floor(b / T), ceil(buffer_size / T)) of them, each of T + 1 - H slices.
-    * Episodic (``episodic=True``): episodes may end early, so their number is unknown before
-      the run; every slice starts at a distinct row of a complete episode, and the n_envs x b
-      agent steps collected by the burst give at most that many slices: the bound returned.
+    An episodic run's episodes may end early, and its first update waits until an episode long
+    enough to sample exists (docs/deviations.md R3), so what the replay holds then is known only
+    during the run: None (the workflow bounds such a run's batch by the run's length instead:
+    at most one slice per agent step).
     """
+    if cfg.episodic:
+        return None
     T, H, n = int(episode_length), int(cfg.horizon), int(n_envs)
     b = -(-int(cfg.seed_steps) // n)
-    if cfg.episodic:
-        return n * b
     held = min(n * (b // T), capacity_episodes(cfg.buffer_size, n * b, T))
     return slices_in_episodes([T + 1] * held, H)
 
@@ -234,32 +235,32 @@ def check_batch_size(batch_size: int, slices: int, data: str, hint: str = "") ->
 
 
 def check_first_update(cfg: TDMPC2Config, *, episode_length: int, n_envs: int) -> None:
-    """The first update of a single-task online run can be fed (``cfg`` resolved).
+    """The first update of a single-task online run with fixed-length episodes can be fed
+    (``cfg`` resolved; an episodic run's is known only during the run, see
+    :func:`first_update_slices`).
 
     Raises:
-      ValueError: ``n_envs < 1``; with fixed-length episodes, seed_steps ending before the
-        first episode does (the burst would find no complete episode); a batch_size above
-        :func:`first_update_slices`.
+      ValueError: ``n_envs < 1``; seed_steps ending before the first episode does (the burst
+        would find no complete episode); a batch_size above :func:`first_update_slices`.
     """
     T, n = int(episode_length), int(n_envs)
     if n < 1:
         raise ValueError(f"n_envs={n_envs!r} must be >= 1")
+    if cfg.episodic:
+        return
     b = -(-int(cfg.seed_steps) // n)
-    if not cfg.episodic and b < T:
+    if b < T:
         raise ValueError(
             f"seed_steps={cfg.seed_steps} is too small: with n_envs={n} the first episode (T={T} agent steps) "
             f"ends at tick {T}, after the seed-phase burst of updates; use seed_steps >= {T * n} "
             f"(default: max(1000, 5 T) = {max(1000, 5 * T)})")
     slices = first_update_slices(cfg, episode_length=T, n_envs=n)
-    if cfg.episodic:
-        hint = f"lower batch_size to at most {slices} or raise seed_steps"
-    else:
-        per_round = n * (T + 1 - cfg.horizon)  # slices added per T ticks
-        need = -(-int(cfg.batch_size) // per_round) * T * n
-        hint = f"lower batch_size to at most {slices}, or raise seed_steps to {need} or more"
+    per_round = n * (T + 1 - cfg.horizon)  # slices added per T ticks
+    need = -(-int(cfg.batch_size) // per_round) * T * n
     check_batch_size(cfg.batch_size, slices,
-                     f"the replay at the first update ({'at most ' if cfg.episodic else ''}seed_steps="
-                     f"{cfg.seed_steps}, n_envs={n}, T={T}, horizon={cfg.horizon})", hint)
+                     f"the replay at the first update (seed_steps={cfg.seed_steps}, n_envs={n}, T={T}, "
+                     f"horizon={cfg.horizon})",
+                     f"lower batch_size to at most {slices}, or raise seed_steps to {need} or more")
 
 
 def config_from_kwargs(**kwargs) -> TDMPC2Config:

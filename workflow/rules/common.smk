@@ -118,6 +118,13 @@ def _check_task(name, t):
                                              n_envs=int(t.get("n_envs") or 1))
     except (ValueError, TypeError) as e:
         raise WorkflowError(f"config: {where}.agent (T = {T} agent steps): {e}")
+    if cfg.episodic:  # its first update's data is known only during the run: bounded by the run
+        try:
+            LIBRARY_CONFIG.check_batch_size(cfg.batch_size, int(t["agent_steps"]),
+                                            f"the whole run ({t['agent_steps']} agent steps, at most one slice each)",
+                                            "lower agent.batch_size")
+        except ValueError as e:
+            raise WorkflowError(f"config: {where}.agent: {e}")
     return T, cfg
 
 
