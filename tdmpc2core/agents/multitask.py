@@ -52,8 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..model.config import (TDMPC2Config, check_batch_size, discount_from_episode_length, resolve_config,
-                            slices_in_episodes)
+from ..model.config import TDMPC2Config, discount_from_episode_length, resolve_config
 from .online import eval_episode
 from ..model.planner import act_with_policy, plan
 from ..model.update import AgentState, Batch, embed, init_agent_state, update
@@ -219,11 +218,6 @@ class TDMPC2MultiTask:
         self.wm = WorldModel(self.cfg, self.obs_dim, self.action_dim, self.task_dim, self.num_tasks)
 
         starts, rows, ep_task = sampleable_episodes(dataset, c.horizon)
-        # a batch of more slices than the pool holds would repeat slices (the workflow checks its
-        # prediction of the pool with the same function at load)
-        check_batch_size(c.batch_size, slices_in_episodes(rows, c.horizon),
-                         f"the pooled dataset ({len(rows)} sampleable episodes, horizon {c.horizon})",
-                         "lower batch_size")
         self.num_episodes = int(len(starts))
         self.dataset_nbytes = int(getattr(dataset, "nbytes", 0))
         self.dataset_provenance = dict(getattr(dataset, "provenance", {}) or {})
