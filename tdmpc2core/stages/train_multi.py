@@ -67,6 +67,7 @@ def _run(args, spec: dict, log) -> int:
     import pyarrow as pa
 
     from ..io import atomic, attempts, checkpoint, provenance
+    from ..model.config import check_batch_size, slices_in_episodes
     from ..io.dataset import load_dataset
     from ..agents.multitask import METRIC_KEYS, TDMPC2MultiTask
     from ..model.networks import MATMUL_PRECISION, count_params
@@ -85,6 +86,10 @@ def _run(args, spec: dict, log) -> int:
         agent_kwargs["batch_size"] = int(spec["batch_size"])
     agent = TDMPC2MultiTask(dataset, eval_envs=True, model_size=args.model_size,
                             return_ranges=spec.get("return_ranges"), backend=spec.get("backend"), **agent_kwargs)
+    # a batch of more slices than the pool holds would repeat slices: refused with the check the
+    # workflow runs on its prediction of the pool at load (tdmpc2core.model.config)
+    check_batch_size(agent.cfg.batch_size, slices_in_episodes(dataset.episode_rows, agent.cfg.horizon),
+                     f"the pooled dataset {args.dataset}", "lower multitask.batch_size")
     updates = int(spec["updates"])
     eval_every = int(spec.get("eval_every", 0)) or None
     eval_episodes = int(spec.get("eval_episodes", 10))
