@@ -84,3 +84,16 @@ def test_config_and_env_ids_import_no_jax(tmp_path):
                          env={"PYTHONPATH": f"{fake_jax(tmp_path)}:{ROOT}", "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["playground", "500", "2500", "no", "jax"]
+
+
+def test_the_agent_runs_the_same_first_update_check():
+    """The job builds TDMPC2, whose configuration goes through resolve_config with its n_envs:
+    the refusal the workflow gives at load is the one the job gives."""
+    from tdmpc2core import TDMPC2
+
+    kw = {k: v for k, v in DEMO.items() if k != "batch_size"}
+    assert TDMPC2("Pendulum-v1", batch_size=990, **kw).cfg.batch_size == 990
+    with pytest.raises(ValueError, match="batch_size=991 exceeds the 990 distinct training slices"):
+        TDMPC2("Pendulum-v1", batch_size=991, **kw)
+    with pytest.raises(ValueError, match="batch_size=793 exceeds the 792"):  # 2 envs: 4 episodes at the burst
+        TDMPC2("Pendulum-v1", n_envs=2, batch_size=793, **kw)
