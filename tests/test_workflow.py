@@ -688,6 +688,13 @@ def test_real_tiny_run_produces_report(tmp_path):
     # Pendulum has no declared return range here, so no normalized score (and the report says so)
     import pandas as pd
 
+    # the pool the workflow predicted at load (its batch check) is the pool the runs exported
+    from tdmpc2core.model import config as C
+    from tdmpc2core.dataset import load_dataset as _load
+
+    pool = _load(wf / "results/datasets/pools/tiny.parquet")
+    cfg = C.validate_config(C.TDMPC2Config(model_size=1, seed_steps=200), episode_length=200)
+    assert pool.num_episodes == C.episodes_held_at_end(cfg, agent_steps=500, episode_length=200) == 2
     run = json.loads((wf / "results/multi/tiny/size1/run.json").read_text())
     assert run["task_dim"] == 8 and run["gammas"] == {"pendulum": 0.975} and run["return_ranges"] == {"pendulum": None}
     ev = pd.read_parquet(wf / "results/multi/tiny/size1/eval.parquet")
@@ -779,6 +786,7 @@ def test_sigterm_then_rerun_of_the_target_resumes_and_equals_a_fresh_run(tmp_pat
     stopped = sorted(ckdir.glob("step_*"))
     assert stopped and 500 <= int(stopped[-1].name.split("_")[1]) < 700  # ... but not the checkpoints
 
+    assert "train_single_seeds_0_1 (task pendulum): stopped at " in out  # the run's last lines
     out = ok(snakemake(wf, "--cores", "2", "--configfile=p.yaml", target))
     assert f"resumed from checkpoints/single/pendulum/seeds_0_1/{stopped[-1].name}" in log.read_text()
     resumed = {p: (pd.read_parquet(p) if p.suffix == ".parquet" else json.loads(p.read_text())) for p in outs}
@@ -803,6 +811,12 @@ def test_sigterm_then_rerun_of_the_target_resumes_and_equals_a_fresh_run(tmp_pat
             run = json.loads(p.read_text())
             assert resumed[p]["resumed_from_agent_steps"] == int(stopped[-1].name.split("_")[1])
             assert run["resumed_from_agent_steps"] is None
+            # every session of the resumed run, for the report's runtime table; the forced rerun is a new run
+            att = resumed[p]["attempts"]
+            assert [a["outcome"] for a in att] == ["stopped by SIGTERM", "completed"]
+            assert (att[0]["start_step"], att[1]["start_step"], att[1]["end_step"]) == (
+                0, resumed[p]["resumed_from_agent_steps"], 700)
+            assert [a["outcome"] for a in run["attempts"]] == ["completed"]
             assert run["final_eval_return"] == resumed[p]["final_eval_return"]
 
 
