@@ -1,5 +1,5 @@
-# What a run says when it ends, and how a local run stops (docs/pipeline.md, "Reruns" and
-# "Stopping a run"). Plain Python in the Snakemake process; no rule here.
+# What a run says when it ends, and how a local run stops (docs/pipeline.md, "Rerunning one
+# seed, one task" and "Stopping a local run"). Plain Python in the Snakemake process; no rule here.
 #
 # * onsuccess: where the report is and whether every task passed its expected range.
 # * onerror (a job failed, or the run was stopped): one line per training job that was
