@@ -693,7 +693,7 @@ def test_real_tiny_run_produces_report(tmp_path):
     from tdmpc2core.dataset import load_dataset as _load
 
     pool = _load(wf / "results/datasets/pools/tiny.parquet")
-    cfg = C.validate_config(C.TDMPC2Config(model_size=1, seed_steps=200), episode_length=200)
+    cfg = C.resolve_config(C.TDMPC2Config(model_size=1, seed_steps=200), episode_length=200, action_dim=1)
     assert pool.num_episodes == C.episodes_held_at_end(cfg, agent_steps=500, episode_length=200) == 2
     run = json.loads((wf / "results/multi/tiny/size1/run.json").read_text())
     assert run["task_dim"] == 8 and run["gammas"] == {"pendulum": 0.975} and run["return_ranges"] == {"pendulum": None}
