@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tdmpc2core.envs import EnvState, StepOut, list_env_ids, make_env
+from tdmpc2core.envs import EnvState, StepOut, list_env_ids, make_env, time_limit
+from tdmpc2core.envs.ids import GYMNAX_MAX_STEPS
 
 KEY = jax.random.PRNGKey(0)
 
@@ -78,6 +79,9 @@ def test_list_env_ids_matches_installed_gymnax_and_brax():
         env, params = gymnax.make(env_id)
         is_box = type(env.action_space(params)).__name__ == "Box"
         assert is_box == (env_id in ids["gymnax"]), env_id
+        if is_box:  # the time limit tdmpc2core.envs.time_limit computes without gymnax
+            assert GYMNAX_MAX_STEPS[env_id] == int(params.max_steps_in_episode), env_id
+    assert set(GYMNAX_MAX_STEPS) == set(ids["gymnax"])
     assert set(ids["brax"]) == set(brax_envs._envs) - {"fast"}
 
 
@@ -92,6 +96,8 @@ def test_pendulum_spec(pendulum):
     assert (s.suite, s.obs_dim, s.action_dim) == ("gymnax", 3, 1)
     assert s.action_low == (-2.0,) and s.action_high == (2.0,)
     assert (s.action_repeat, s.episode_length, s.sim_episode_length) == (1, 200, 200)
+    assert time_limit("Pendulum-v1", episode_length=1000) == s.episode_length  # gymnax: its own limit
+    assert time_limit("Pendulum-v1", action_repeat=3) == make_env("Pendulum-v1", action_repeat=3).spec.episode_length
     assert s.backend is None and s.can_terminate is False
 
 
@@ -190,6 +196,7 @@ def test_mountaincar_terminates_at_goal_and_truncates_at_time_limit():
     s = env.spec
     assert s.can_terminate and (s.obs_dim, s.action_dim) == (2, 1)
     assert s.episode_length == 999 // 3 == 333 and s.sim_episode_length == 999
+    assert time_limit("MountainCarContinuous-v0", action_repeat=3) == s.episode_length
     T = s.episode_length
     step = jax.jit(env.step)
     state, _ = env.reset(KEY)
@@ -306,6 +313,7 @@ def test_playground_cartpole_balance_jit_vmap():
     raw = env.playground_env
     assert s.suite == "playground" and s.backend == "jax" and not s.can_terminate
     assert (s.episode_length, s.sim_episode_length, s.action_repeat) == (500, 1000, 2)
+    assert time_limit("CartpoleBalance", action_repeat=2, episode_length=1000) == s.episode_length
     assert s.obs_dim == raw.observation_size == 5
     assert s.action_dim == raw.action_size == 1
     assert s.action_low == (-1.0,) and s.action_high == (1.0,)

@@ -27,6 +27,7 @@ from typing import NamedTuple, Union
 import jax
 import jax.numpy as jnp
 
+from ..model.config import capacity_episodes  # noqa: F401 (one definition: the workflow's checks use it)
 from ..model.update import Batch
 
 
@@ -40,9 +41,6 @@ class Replay(NamedTuple):
     env_slot: jnp.ndarray     # [n_envs] int32: slot each env is writing
 
 
-def capacity_episodes(buffer_size: int, run_agent_steps: int, T: int) -> int:
-    """Complete episodes kept: ceil(min(buffer_size, run length) / T), at least 1."""
-    return max(1, math.ceil(min(buffer_size, max(run_agent_steps, 1)) / T))
 
 
 def init_replay(num_complete: int, n_envs: int, T: int, obs_dim: int, action_dim: int) -> Replay:

@@ -8,19 +8,17 @@ Usage::
     done = out.terminated | out.truncated             # no auto-reset: caller resets
 
 ``reset``/``step`` are jittable and vmappable; ``Env`` objects are hashable. Importing this
-package is cheap: the suites are imported inside :func:`make_env`. See
+package is cheap and imports no JAX: the ids, :func:`suite_of` and :func:`time_limit`
+are plain Python (:mod:`tdmpc2core.envs.ids`); JAX and the suites are imported by
+:func:`make_env` and on first use of ``Env``, ``EnvSpec``, ``EnvState`` or ``StepOut``. See
 :mod:`tdmpc2core.envs.base` for the step semantics (units, action mapping, action
 repeat, time limit).
 """
 
 from __future__ import annotations
 
-import difflib
-
-from tdmpc2core.envs.base import SUITES, Env, EnvSpec, EnvState, StepOut, check_repeat_and_length
-from tdmpc2core.envs.brax_env import BRAX_ENVS
-from tdmpc2core.envs.gymnax_env import GYMNAX_CONTINUOUS, GYMNAX_DISCRETE, discrete_error
-from tdmpc2core.envs.playground_env import PLAYGROUND_DMC_ENVS
+# plain Python: the ids, their suites and time limits (no JAX; :mod:`.ids`)
+from tdmpc2core.envs.ids import SUITES, check_repeat_and_length, list_env_ids, suite_of, time_limit
 
 __all__ = [
     "Env",
@@ -30,42 +28,18 @@ __all__ = [
     "make_env",
     "list_env_ids",
     "suite_of",
+    "time_limit",
 ]
 
-
-def list_env_ids() -> dict[str, list[str]]:
-    """Accepted ids per suite: ``{"gymnax": [...], "brax": [...], "playground": [...]}``.
-
-    gymnax: continuous-action ids of gymnax 1.0.1; brax: brax 0.14.2 registry names with
-    flat observations; playground: every MuJoCo Playground DM Control suite task.
-    """
-    return {
-        "gymnax": list(GYMNAX_CONTINUOUS),
-        "brax": list(BRAX_ENVS),
-        "playground": list(PLAYGROUND_DMC_ENVS),
-    }
+_BASE_NAMES = ("Env", "EnvSpec", "EnvState", "StepOut")
 
 
-def suite_of(env_id: str) -> str:
-    """Suite name of an accepted id (no import of the suite).
+def __getattr__(name):  # lazy: the environment interface imports JAX
+    if name in _BASE_NAMES:
+        from tdmpc2core.envs import base
 
-    Raises:
-        ValueError: discrete gymnax id or unknown id (message lists the accepted ids).
-    """
-    if env_id in GYMNAX_CONTINUOUS:
-        return "gymnax"
-    if env_id in BRAX_ENVS:
-        return "brax"
-    if env_id in PLAYGROUND_DMC_ENVS:
-        return "playground"
-    if env_id in GYMNAX_DISCRETE:
-        raise discrete_error(env_id)
-    ids = list_env_ids()
-    every = [i for suite in SUITES for i in ids[suite]]
-    close = difflib.get_close_matches(str(env_id), every, n=3)
-    hint = f" Did you mean {close}?" if close else ""
-    listing = "; ".join(f"{suite}: {ids[suite]}" for suite in SUITES)
-    raise ValueError(f"unknown env id {env_id!r}.{hint} Accepted ids per suite: {listing}")
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,

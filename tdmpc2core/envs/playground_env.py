@@ -23,37 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from tdmpc2core.envs.base import Env, EnvSpec, fresh_dicts
+from tdmpc2core.envs.ids import PLAYGROUND_DMC_ENVS
 
 DEFAULT_BACKEND = "jax"
-
-# playground 0.2.0: mujoco_playground.registry.dm_control_suite.ALL_ENVS (checked by tests).
-PLAYGROUND_DMC_ENVS: tuple[str, ...] = (
-    "AcrobotSwingup",
-    "AcrobotSwingupSparse",
-    "BallInCup",
-    "CartpoleBalance",
-    "CartpoleBalanceSparse",
-    "CartpoleSwingup",
-    "CartpoleSwingupSparse",
-    "CheetahRun",
-    "FingerSpin",
-    "FingerTurnEasy",
-    "FingerTurnHard",
-    "FishSwim",
-    "HopperHop",
-    "HopperStand",
-    "HumanoidStand",
-    "HumanoidWalk",
-    "HumanoidRun",
-    "PendulumSwingup",
-    "PointMass",
-    "ReacherEasy",
-    "ReacherHard",
-    "SwimmerSwimmer6",
-    "WalkerRun",
-    "WalkerStand",
-    "WalkerWalk",
-)
 
 _NEVER = 10**9  # Playground episode_length: never reached
 _RESERVED = ("impl", "action_repeat", "episode_length")

@@ -282,6 +282,11 @@ def interval_estimates(matrix: np.ndarray, reps: int = 2_000, seed: int = 0,
         f"rliable stratified bootstrap, percentile, {reps} reps"
 
 
+#: an aggregate gets a bootstrap confidence interval only from at least this many scores
+#: (seeds x tasks) and seeds; below that the resamples only restate the few numbers
+MIN_CI_SCORES = 5
+MIN_CI_SEEDS = 2
+
 AGGREGATE_COLUMNS = [
     "step", "agent_steps", "n_tasks", "n_seeds", "mean_score", "mean_score_ci_low", "mean_score_ci_high",
     "iqm_score", "iqm_score_ci_low", "iqm_score_ci_high", "mean_return",
@@ -321,17 +326,26 @@ def aggregate_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
             return
         dropped = sorted(set().union(*(set(s.index) for s in per_task.values())) - set(common))
         matrix = np.array([[per_task[t][s] for t in per_task] for s in common], dtype=float)
-        points, ci, method = interval_estimates(matrix / SCORE_DIVISOR, reps=reps, seed=seed)
+        if matrix.size >= MIN_CI_SCORES and len(common) >= MIN_CI_SEEDS:
+            points, ci, method = interval_estimates(matrix / SCORE_DIVISOR, reps=reps, seed=seed)
+            r.update(mean_score_ci_low=ci[0, 0], mean_score_ci_high=ci[1, 0],
+                     iqm_score_ci_low=ci[0, 1], iqm_score_ci_high=ci[1, 1], method=method)
+        else:  # a bootstrap of so few numbers only restates them
+            points = _agg(matrix / SCORE_DIVISOR)
+            r["note"] = (r["note"] + "; " if r["note"] else "") + (
+                f"no confidence interval from {matrix.size} score(s) ({len(per_task)} task(s) x {len(common)} "
+                f"seed(s)): a bootstrap needs at least {MIN_CI_SEEDS} seeds and {MIN_CI_SCORES} scores")
+        if len(per_task) == 1:
+            r["note"] = (r["note"] + "; " if r["note"] else "") + "one task: not an aggregate over tasks"
         r.update(n_seeds=len(common), mean_score=points[0], iqm_score=points[1],
-                 mean_score_ci_low=ci[0, 0], mean_score_ci_high=ci[1, 0],
-                 iqm_score_ci_low=ci[0, 1], iqm_score_ci_high=ci[1, 1],
-                 mean_return=float(matrix.mean(axis=0).mean()), method=method)
+                 mean_return=float(matrix.mean(axis=0).mean()))
         if pub_vals and len(pub_vals) == len(per_task) and all(np.isfinite(v) for v in pub_vals.values()):
             pm = float(np.mean(list(pub_vals.values())))
             r.update(published_mean_return=pm, published_mean_score=pm / SCORE_DIVISOR)
         elif note == "":
             lacking = [t for t in per_task if not np.isfinite(pub_vals.get(t, math.nan))]
-            r["note"] = "published curve has no point at this step for: " + ", ".join(lacking)
+            r["note"] = ("published curve has no point at this step for: " + ", ".join(lacking)
+                         + ("; " + r["note"] if r["note"] else ""))
         if dropped:
             r["note"] = (r["note"] + "; " if r["note"] else "") + f"seeds left out (not in every task): {dropped}"
         rows.append(r)

@@ -66,9 +66,12 @@ def _aggregate_md(df, label: str) -> str:
     from ..report import analysis as A
 
     view = df.copy()
-    view["mean_ci"] = [f"{a:.1f} [{b:.1f}, {c:.1f}]" if a == a else "" for a, b, c in
+    def ci(a, b, c):  # no interval when too few scores were bootstrapped (the note says so)
+        return "" if a != a else (f"{a:.1f}" if b != b else f"{a:.1f} [{b:.1f}, {c:.1f}]")
+
+    view["mean_ci"] = [ci(a, b, c) for a, b, c in
                        zip(view["mean_score"], view["mean_score_ci_low"], view["mean_score_ci_high"])]
-    view["iqm_ci"] = [f"{a:.1f} [{b:.1f}, {c:.1f}]" if a == a else "" for a, b, c in
+    view["iqm_ci"] = [ci(a, b, c) for a, b, c in
                       zip(view["iqm_score"], view["iqm_score_ci_low"], view["iqm_score_ci_high"])]
     cols = ["step", "n_tasks", "n_seeds", "mean_ci", "iqm_ci", "published_mean_score", "mean_return",
             "published_mean_return", "note"]
@@ -78,8 +81,10 @@ def _aggregate_md(df, label: str) -> str:
     return (f"# Aggregate scores over the tasks with a published curve\n\n{label}\n\n"
             "Normalized score = DMControl return / 10 (0–100). Mean: mean over tasks of the mean "
             "over seeds; IQM: interquartile mean over all seed x task scores. 95% confidence "
-            f"intervals: {method or 'stratified bootstrap'} (seeds resampled within each task). "
-            "Published: the TD-MPC2 mean over the same tasks (the paper reports raw returns "
+            + (f"intervals: {method} (seeds resampled within each task), given from at least "
+                 f"{A.MIN_CI_SEEDS} seeds and {A.MIN_CI_SCORES} scores. " if method else
+                 "intervals: none (too few scores for a bootstrap; the note says how many). ")
+            + "Published: the TD-MPC2 mean over the same tasks (the paper reports raw returns "
             "averaged over tasks: the return columns). `final`: each task's last evaluation.\n\n"
             + A.markdown_table(view, cols, heads))
 

@@ -66,7 +66,8 @@ def _run(args, spec: dict, log) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from ..io import atomic, checkpoint, provenance
+    from ..io import atomic, attempts, checkpoint, provenance
+    from ..model.config import check_batch_size, slices_in_episodes
     from ..io.dataset import load_dataset
     from ..agents.multitask import METRIC_KEYS, TDMPC2MultiTask
     from ..model.networks import MATMUL_PRECISION, count_params
@@ -85,6 +86,10 @@ def _run(args, spec: dict, log) -> int:
         agent_kwargs["batch_size"] = int(spec["batch_size"])
     agent = TDMPC2MultiTask(dataset, eval_envs=True, model_size=args.model_size,
                             return_ranges=spec.get("return_ranges"), backend=spec.get("backend"), **agent_kwargs)
+    # a batch of more slices than the pool holds would repeat slices: refused with the check the
+    # workflow runs on its prediction of the pool at load (tdmpc2core.model.config)
+    check_batch_size(agent.cfg.batch_size, slices_in_episodes(dataset.episode_rows, agent.cfg.horizon),
+                     f"the pooled dataset {args.dataset}", "lower multitask.batch_size")
     updates = int(spec["updates"])
     eval_every = int(spec.get("eval_every", 0)) or None
     eval_episodes = int(spec.get("eval_episodes", 10))
@@ -97,6 +102,9 @@ def _run(args, spec: dict, log) -> int:
         + f"; seeds {seeds}, {updates} updates, evaluation every {eval_every} updates")
 
     ckdir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    # this session's record beside the checkpoints (before the folder is opened: a finished run's
+    # folder starts a new list); run.json gets every attempt of a resumed run
+    attempt = attempts.begin(ckdir, "updates")
     open_checkpoint_dir(ckdir, log)  # a finished run's folder is cleared: a forced rerun trains anew
 
     compile_s = {"first_chunk": None}
@@ -149,8 +157,10 @@ def _run(args, spec: dict, log) -> int:
                      f"{exc.checkpoint.seconds:.1f} s); rerun the same command to resume"
                      if exc.checkpoint is not None else "no checkpoint (no --checkpoint-dir)")
             log(f"stopped by {stop.name} at {exc.step}/{updates} updates: {where}")
+            attempt.end(f"stopped by {stop.name}", end_step=exc.step, start_step=prog["start"])
             return stop.exit_code
         except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
+            attempt.discard()  # not a session of the run whose checkpoints the folder holds
             log(f"error: {exc}")
             log(mismatch_message(ckdir))
             return 2
@@ -158,6 +168,7 @@ def _run(args, spec: dict, log) -> int:
     prov = provenance.collect(".", include_jax=True)
     records = hist["chunks"]  # one per chunk of the schedule, including those of earlier sessions
     started_at = prog["start"] if prog["start"] is not None else updates
+    attempt.end("completed", end_step=updates, start_step=started_at)
 
     # ---- eval.parquet: seed x evaluation x task x episode
     n_eval = len(hist["eval_updates"])
@@ -225,6 +236,7 @@ def _run(args, spec: dict, log) -> int:
                             f"{prov['platform'].get('jax_default_matmul_precision')}",
         "compile_seconds_upper_bound": compile_s["first_chunk"], "wall_seconds": wall,
         "training_wall_seconds_all_sessions": hist["wall_seconds"], "resumed_from_updates": started_at or None,
+        "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
         "checkpoint_dir": str(ckdir) if ckdir is not None else None,
         "provenance": prov,
     })

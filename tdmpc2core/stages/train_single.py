@@ -65,7 +65,7 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from ..io import atomic, checkpoint, provenance
+    from ..io import atomic, attempts, checkpoint, provenance
     from ..agents.single_task import TDMPC2
     from ..agents.export import export_episodes
     from ..io.dataset import save_dataset
@@ -86,6 +86,9 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
         (outdir / f"seed{seed}" / "run.json").unlink(missing_ok=True)
 
     ckdir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    # this session's record beside the checkpoints (before the folder is opened: a finished run's
+    # folder starts a new list); run.json gets every attempt of a resumed run
+    attempt = attempts.begin(ckdir, "agent steps")
     open_checkpoint_dir(ckdir, log)  # a finished run's folder is cleared: a forced rerun trains anew
 
     t_start = time.perf_counter()
@@ -142,8 +145,10 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
                      f"{exc.checkpoint.seconds:.1f} s); rerun the same command to resume"
                      if exc.checkpoint is not None else "no checkpoint (no --checkpoint-dir)")
             log(f"stopped by {stop.name} at {exc.agent_steps}/{n_timesteps} agent steps: {where}")
+            attempt.end(f"stopped by {stop.name}", end_step=exc.agent_steps, start_step=prog["start"])
             return stop.exit_code
         except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
+            attempt.discard()  # not a session of the run whose checkpoints the folder holds
             log(f"error: {exc}")
             log(mismatch_message(ckdir))
             return 2
@@ -151,6 +156,7 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     prov = provenance.collect(".", include_jax=True)
     # agent steps this session started from (0: a fresh run; nothing ran: the run was already trained)
     started_at = prog["start"] if prog["start"] is not None else n_timesteps
+    attempt.end("completed", end_step=n_timesteps, start_step=started_at)
     rows = hist["chunks"]  # one row per chunk of the schedule, including those of earlier sessions
 
     for i, seed in enumerate(seeds):
@@ -204,6 +210,7 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
             "compile_seconds_upper_bound": compile_s["total"], "wall_seconds": wall,
             "training_wall_seconds_all_sessions": hist["wall_seconds"],
             "resumed_from_agent_steps": started_at or None,
+            "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
             "checkpoint_dir": str(ckdir) if ckdir is not None else None,
             "provenance": prov,
         })
