@@ -1,4 +1,4 @@
-"""One pure-JAX environment interface over gymnax, Brax and MuJoCo Playground (DMC).
+"""One environment interface over gymnax, Brax, MuJoCo Playground (DMC) and dm_control.
 
 Usage::
 
@@ -7,7 +7,9 @@ Usage::
     state, out = env.step(state, action, key)         # action: f32[action_dim] in [-1, 1]
     done = out.terminated | out.truncated             # no auto-reset: caller resets
 
-``reset``/``step`` are jittable and vmappable; ``Env`` objects are hashable. Importing this
+``reset``/``step`` are jittable and vmappable (pure JAX for gymnax, Brax and Playground; a
+host callback for dm_control, :mod:`tdmpc2core.envs.dmcontrol_env`); ``Env`` objects are
+hashable. Importing this
 package is cheap: the suites are imported inside :func:`make_env`. See
 :mod:`tdmpc2core.envs.base` for the step semantics (units, action mapping, action
 repeat, time limit).
@@ -19,6 +21,7 @@ import difflib
 
 from tdmpc2core.envs.base import SUITES, Env, EnvSpec, EnvState, StepOut, check_repeat_and_length
 from tdmpc2core.envs.brax_env import BRAX_ENVS
+from tdmpc2core.envs.dmcontrol_env import DMCONTROL_ENVS, PREFIX as DMC_PREFIX, unknown_id_error
 from tdmpc2core.envs.gymnax_env import GYMNAX_CONTINUOUS, GYMNAX_DISCRETE, discrete_error
 from tdmpc2core.envs.playground_env import PLAYGROUND_DMC_ENVS
 
@@ -34,15 +37,20 @@ __all__ = [
 
 
 def list_env_ids() -> dict[str, list[str]]:
-    """Accepted ids per suite: ``{"gymnax": [...], "brax": [...], "playground": [...]}``.
+    """Accepted ids per suite: ``{"gymnax": [...], "brax": [...], "playground": [...],
+    "dmcontrol": [...]}``.
 
     gymnax: continuous-action ids of gymnax 1.0.1; brax: brax 0.14.2 registry names with
-    flat observations; playground: every MuJoCo Playground DM Control suite task.
+    flat observations; playground: every MuJoCo Playground DM Control suite task;
+    dmcontrol: ``"dmc:"`` + the official TD-MPC2 name of every dm_control 1.0.50 suite task
+    but lqr, and of the official custom tasks defined here (``dmc:cheetah-run``,
+    ``dmc:cup-catch``, ``dmc:walker-walk-backwards``).
     """
     return {
         "gymnax": list(GYMNAX_CONTINUOUS),
         "brax": list(BRAX_ENVS),
         "playground": list(PLAYGROUND_DMC_ENVS),
+        "dmcontrol": list(DMCONTROL_ENVS),
     }
 
 
@@ -50,7 +58,9 @@ def suite_of(env_id: str) -> str:
     """Suite name of an accepted id (no import of the suite).
 
     Raises:
-        ValueError: discrete gymnax id or unknown id (message lists the accepted ids).
+        ValueError: discrete gymnax id or unknown id (message lists the accepted ids); a
+            ``dmc:`` id that is unknown or refused (message says why, with close matches
+            and the accepted dm_control ids).
     """
     if env_id in GYMNAX_CONTINUOUS:
         return "gymnax"
@@ -58,6 +68,10 @@ def suite_of(env_id: str) -> str:
         return "brax"
     if env_id in PLAYGROUND_DMC_ENVS:
         return "playground"
+    if env_id in DMCONTROL_ENVS:
+        return "dmcontrol"
+    if isinstance(env_id, str) and env_id.startswith(DMC_PREFIX):
+        raise unknown_id_error(env_id)
     if env_id in GYMNAX_DISCRETE:
         raise discrete_error(env_id)
     ids = list_env_ids()
@@ -74,17 +88,19 @@ def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
 
     Args:
         env_id: a gymnax continuous-action id (``"Pendulum-v1"``), a Brax name
-            (``"inverted_pendulum"``) or a Playground DM Control name
-            (``"CartpoleBalance"``); see :func:`list_env_ids`.
+            (``"inverted_pendulum"``), a Playground DM Control name
+            (``"CartpoleBalance"``) or a dm_control id (``"dmc:cheetah-run"``); see
+            :func:`list_env_ids`.
         action_repeat: simulator steps per agent step (int >= 1).
         episode_length: simulator steps per episode, so the time limit is
             T = ``episode_length // action_repeat`` agent steps (must be divisible by
-            ``action_repeat``). IGNORED for gymnax, whose time limit is the env's own
+            ``action_repeat``; dm_control: control steps, 1000 for every suite task).
+            IGNORED for gymnax, whose time limit is the env's own
             ``params.max_steps_in_episode`` simulator steps
             (T = ``max_steps_in_episode // action_repeat``, rounded down).
         env_params: suite-specific: gymnax ``EnvParams`` (or a dict of fields to
             replace); Brax constructor kwargs (dict); Playground extra
-            ``config_overrides`` (dict). ``None`` = defaults.
+            ``config_overrides`` (dict); dm_control: must be ``None``. ``None`` = defaults.
         backend: Playground physics implementation (``"jax"`` = MJX, the default, or
             ``"warp"``); must be ``None`` for gymnax and Brax (pick Brax's pipeline
             with ``env_params={"backend": ...}``).
@@ -95,8 +111,8 @@ def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
     Raises:
         ValueError: unknown id (lists accepted ids), discrete-action gymnax id (lists the
             continuous ones), ``action_repeat < 1``, ``episode_length`` not a positive
-            multiple of ``action_repeat`` (Brax/Playground), ``backend`` given for a
-            non-Playground env, or bad ``env_params``.
+            multiple of ``action_repeat`` (Brax/Playground/dm_control), ``backend`` given
+            for a non-Playground env, or bad ``env_params``.
     """
     suite = suite_of(env_id)
     check_repeat_and_length(action_repeat, episode_length, check_length=suite != "gymnax")
@@ -110,6 +126,13 @@ def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
         from tdmpc2core.envs.gymnax_env import GymnaxEnv
 
         return GymnaxEnv(env_id, action_repeat=action_repeat, env_params=env_params)
+    if suite == "dmcontrol":
+        if env_params is not None:
+            raise ValueError(f"env_params={env_params!r}: dm_control tasks take none (the official "
+                             "construction is used); pass env_params=None")
+        from tdmpc2core.envs.dmcontrol_env import DMControlEnv
+
+        return DMControlEnv(env_id, action_repeat=action_repeat, episode_length=episode_length)
     if suite == "brax":
         from tdmpc2core.envs.brax_env import BraxEnv
 
