@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import difflib
 import threading
+import time
 import warnings
 from typing import NamedTuple
 
@@ -242,6 +243,12 @@ class _Host:
         self.obs_layout = tuple((k, int(np.asarray(v).size)) for k, v in obs.items())
         self.obs_dim = sum(n for _, n in self.obs_layout)
         self._lock = threading.Lock()
+        self.stats = {"calls": 0, "items": 0, "seconds": 0.0}
+
+    def _count(self, t0, items):
+        self.stats["calls"] += 1
+        self.stats["items"] += int(items)
+        self.stats["seconds"] += time.perf_counter() - t0
 
     # ---------------------------------------------------------------- one item
     def _read(self, phys_out, model_out):
@@ -257,8 +264,10 @@ class _Host:
             np.copyto(getattr(self.physics.model, f), model[a:b].view(dtype).reshape(shape))
         m, d = self.physics.model.ptr, self.physics.data.ptr
         self._mujoco.mj_setState(m, d, np.ascontiguousarray(phys).view(np.float64), self.sig)
-        # dm_control's stepping expects the position/velocity stage of the current state
-        self._mujoco.mj_step1(m, d)
+        # dm_control's stepping expects the position/velocity stage of the current state; a
+        # non-finite state raises PhysicsError here (MuJoCo would reset it with a warning)
+        with self.physics.check_invalid_state():
+            self._mujoco.mj_step1(m, d)
 
     def _obs(self):
         obs = self.task.get_observation(self.physics)
@@ -273,6 +282,7 @@ class _Host:
 
     # ---------------------------------------------------------------- batches
     def reset(self, seeds):
+        t0 = time.perf_counter()
         seeds = np.asarray(seeds)
         batch = seeds.shape
         phys = np.empty(batch + (2 * self.state_size,), np.uint32)
@@ -284,9 +294,11 @@ class _Host:
                 ts = self.env.reset()
                 obs[i] = np.concatenate([np.asarray(v).ravel() for v in ts.observation.values()]).astype(np.float32)
                 self._read(phys[i], model[i])
+            self._count(t0, seeds.size)
         return phys, model, obs
 
     def step(self, phys, model, action, repeat, agent_units):
+        t0 = time.perf_counter()
         batch = phys.shape[:-1]
         action = np.broadcast_to(action, batch + action.shape[-1:])
         phys_out = np.array(phys, np.uint32, copy=True)
@@ -312,6 +324,7 @@ class _Host:
                 except self._physics_error:
                     obs[i] = np.nan
                     reward[i] = np.nan
+            self._count(t0, reward.size)
         return phys_out, obs, reward
 
 
@@ -356,6 +369,16 @@ class DMControlEnv(Env):
     def n_sub_steps(self) -> int:
         """MuJoCo steps per control (simulator) step."""
         return self._host.n_sub_steps
+
+    def host_stats(self, reset: bool = False) -> dict:
+        """Host work since the env was built (or the last ``reset=True``): ``calls`` (host
+        callbacks), ``items`` (env resets and agent steps, over all batch elements) and
+        ``seconds`` (wall time inside the callbacks). ``reset=True`` zeroes the counters
+        after reading them."""
+        out = dict(self._host.stats)
+        if reset:
+            self._host.stats.update(calls=0, items=0, seconds=0.0)
+        return out
 
     @staticmethod
     def reset_seed(key) -> jax.Array:
