@@ -170,6 +170,38 @@ def test_paper_config_is_self_contained():
         assert t.get("agent_steps", block["defaults"]["agent_steps"]) == fp["agent_steps"], task
 
 
+PAPER_DMCONTROL = "workflow/configs/paper-dmc-dmcontrol.yaml"
+
+
+def test_paper_dmcontrol_config_is_the_paper_protocol_on_dm_control(tmp_path):
+    """The same tasks, steps, seeds and settings as paper-dmc.yaml; only the simulator (every
+    env_id the dm_control id of the published task), the label and the declared return
+    ranges of the multi-task evaluation differ. It plans the same 79 jobs."""
+    paper = yaml.safe_load((ROOT / PAPER).read_text())
+    dmc = yaml.safe_load((ROOT / PAPER_DMCONTROL).read_text())
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    jsonschema.Draft202012Validator(schema).validate(dmc)
+    a, b = paper["protocols"]["paper"], dmc["protocols"]["paper"]
+    assert "dm_control" in b["label"] and "Playground" not in b["label"]
+    assert list(b["tasks"]) == list(a["tasks"])
+    for task, t in b["tasks"].items():
+        assert t["env_id"] == f"dmc:{task}" == f"dmc:{t['published']}"
+        assert {k: v for k, v in t.items() if k != "env_id"} == {k: v for k, v in a["tasks"][task].items()
+                                                                 if k != "env_id"}, task
+    assert b["multitask"].pop("return_ranges") == {t: [0.0, 1000.0] for t in b["tasks"]}
+    for key in set(a) | set(b):
+        if key not in ("label", "tasks"):
+            assert a.get(key) == b.get(key), key
+    assert {k: v for k, v in paper.items() if k != "protocols"} == {k: v for k, v in dmc.items() if k != "protocols"}
+
+    out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "4", "--configfile", PAPER_DMCONTROL))
+    assert job_stats(out)["total"] == 79 and job_stats(out)["train_single_seeds_0_1_2"] == 22
+    specs = shell_specs(out)
+    assert {t: s["env_id"] for t, (s, _) in specs.items()} == {t: f"dmc:{t}" for t in a["tasks"]}
+    assert all(seeds == "0 1 2" for _, seeds in specs.values())
+    assert all(s["return_ranges"][t] == [0.0, 1000.0] for (s, _) in multi_specs(out).values() for t in a["tasks"])
+
+
 # --------------------------------------------------------------------------- validation
 def test_unknown_config_keys_are_refused(tmp_path):
     wf = copy_workflow(tmp_path)

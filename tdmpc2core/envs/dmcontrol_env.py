@@ -45,11 +45,11 @@ batch. The result is bit-identical to stepping a dm_control environment continuo
 Randomness: each reset seeds the task's ``numpy.random.RandomState`` with a uint32 drawn
 from the reset's JAX key (:meth:`DMControlEnv.reset_seed`) and calls the task's own
 ``initialize_episode``; the same key gives the same initial state. The official wrapper
-draws all episodes of a run from one RandomState seeded once (docs/deviations.md E3).
+draws all episodes of a run from one RandomState seeded once (docs/deviations.md E4).
 
 A diverging simulation (dm_control's ``PhysicsError``) gives NaN observation and reward
 for that step (the state is left as it was); the training loop counts non-finite values
-and stops with a FloatingPointError.
+and stops with a FloatingPointError (docs/deviations.md E6).
 """
 
 from __future__ import annotations
