@@ -137,6 +137,20 @@ def test_spec_and_action_rescale():
         host.low, host.high = np.full(6, -1.0), np.full(6, 1.0)
 
 
+def test_raw_step_is_one_control_step_in_env_units():
+    """The lower-level contract of Env (one simulator step, env units) matches an agent step
+    of action repeat 1 when the action maps exactly (0.5 on [-1, 1] is 0.5)."""
+    env = make_env("dmc:walker-walk", action_repeat=1)
+    state, _ = env.reset(KEY)
+    a = jnp.full((6,), 0.5)
+    inner, obs, reward, term = env._raw_step(state.inner, env.scale_action(a), KEY)
+    nxt, out = env.step(state, a, KEY)
+    np.testing.assert_array_equal(np.asarray(obs), np.asarray(out.obs))
+    assert np.asarray(reward) == np.asarray(out.reward) and not bool(term)
+    np.testing.assert_array_equal(np.asarray(inner.physics), np.asarray(nxt.inner.physics))
+    assert env.n_sub_steps == 10  # walker: 0.025 s control steps of 0.0025 s MuJoCo steps
+
+
 def test_episode_is_1000_control_steps_never_terminated():
     for repeat, T in ((2, 500), (1, 1000)):
         env = make_env("dmc:pendulum-swingup", action_repeat=repeat)

@@ -150,7 +150,7 @@ def run(args) -> int:
     out = args.outdir
     A.write_text_atomic(os.path.join(out, "single_task.csv"), single.to_csv(index=False))
     used, note = A.simulator_text(tasks)
-    A.write_text_atomic(os.path.join(out, "single_task.md"), _single_task_md(single, f"{label} {used}", note))
+    A.write_text_atomic(os.path.join(out, "single_task.md"), _single_task_md(single, f"{label}\n\n{used}", note))
     A.write_text_atomic(os.path.join(out, "aggregate.csv"), agg.to_csv(index=False))
     A.write_text_atomic(os.path.join(out, "aggregate.md"), _aggregate_md(agg, label))
     A.write_text_atomic(os.path.join(out, "final_scores.csv"), final.to_csv(index=False))
