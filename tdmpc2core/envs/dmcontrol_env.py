@@ -64,7 +64,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tdmpc2core.envs.base import Env, EnvSpec, EnvState, StepOut
+from tdmpc2core.envs.base import Env, EnvSpec, EnvState, StepOut, check_repeat_and_length
 from tdmpc2core.envs.dmcontrol_tasks import CUSTOM_TASKS, REFUSED
 
 PREFIX = "dmc:"
@@ -338,14 +338,16 @@ class DMControlEnv(Env):
             episode_length // action_repeat agent steps.
 
     Raises:
-        ValueError: unknown or refused id (close matches and the accepted ids named); a
-            task that fails to build (e.g. quadruped-escape needs an OpenGL context:
+        ValueError: unknown or refused id (close matches and the accepted ids named);
+            ``action_repeat`` < 1 or ``episode_length`` not a multiple of it; a task that
+            fails to build (e.g. quadruped-escape needs an OpenGL context:
             ``MUJOCO_GL=egl`` or ``osmesa``).
     """
 
     def __init__(self, env_id: str, *, action_repeat: int = 1, episode_length: int = 1000):
         if env_id not in DMCONTROL_ENVS:
             raise unknown_id_error(env_id)
+        check_repeat_and_length(action_repeat, episode_length, check_length=True)
         host = _Host(dmc_name(env_id), action_repeat)
         self._host = host
         self._token = None
