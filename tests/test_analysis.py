@@ -402,3 +402,31 @@ def test_loss_plot_draws_only_chunks_where_an_update_ran(tmp_path, monkeypatch):
     F.plot_train("pendulum", pd.DataFrame(rows[:2]), tmp_path / "t.png")
     assert not figs[0].axes[1].get_lines()
     assert "no update ran" in figs[0].axes[1].texts[0].get_text()
+
+
+# --------------------------------------------------------------------------- simulators
+def test_simulator_text_names_the_simulators_and_what_they_mean_for_the_comparison():
+    dmc = {"cheetah-run": {"env_id": "dmc:cheetah-run"}, "cup-catch": {"env_id": "dmc:cup-catch"}}
+    used, note = A.simulator_text(dmc, {"dm-control": "1.0.50"})
+    assert used == "Simulator: dm_control 1.0.50 (2 tasks)."
+    assert "like for like" in note and "approximate" not in note
+    mixed = {"pendulum": {"env_id": "Pendulum-v1"}, "cartpole-balance": {"env_id": "CartpoleBalance"},
+             "cheetah-run": {"env_id": "dmc:cheetah-run"}}
+    assert A.simulators(mixed) == {"dmcontrol": ["cheetah-run"], "playground": ["cartpole-balance"],
+                                   "gymnax": ["pendulum"]}
+    used, note = A.simulator_text(mixed)
+    assert used == "Simulator: dm_control (1 task); MuJoCo Playground (MJX) (1 task); gymnax (1 task)."
+    assert "MuJoCo Playground (cartpole-balance)" in note and "approximate" in note and "like for like" in note
+    used, note = A.simulator_text({"c": {"env_id": "CartpoleBalance"}})
+    assert "approximate" in note and "like for like" not in note
+
+    from tdmpc2core.report import html as R
+
+    ctx = {"protocol": "paper", "label": "x", "is_paper": True, "generated": "now",
+           "final": pd.DataFrame(columns=A.FINAL_COLUMNS), "single": pd.DataFrame(columns=A.SINGLE_TASK_COLUMNS),
+           "aggregate": pd.DataFrame(columns=A.AGGREGATE_COLUMNS),
+           "simulator": A.simulator_text(dmc, {"dm-control": "1.0.50"})}
+    html = R.render_report(ctx)
+    banner = html.split('<div class="banner', 1)[1].split("</div>", 1)[0]
+    assert "Simulator: dm_control 1.0.50 (2 tasks)." in banner
+    assert "MuJoCo Playground, whose physics" not in html

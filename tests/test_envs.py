@@ -21,7 +21,7 @@ KEY = jax.random.PRNGKey(0)
 def test_import_does_not_import_suites():
     code = (
         "import sys, tdmpc2core.envs as E; E.list_env_ids(); "
-        "print([m for m in ('gymnax', 'brax', 'mujoco_playground') if m in sys.modules])"
+        "print([m for m in ('gymnax', 'brax', 'mujoco_playground', 'dm_control') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -34,7 +34,7 @@ def test_unknown_id_lists_accepted_ids():
     msg = str(e.value)
     assert "'Pendulum-v9'" in msg
     assert "Pendulum-v1" in msg and "inverted_pendulum" in msg and "CartpoleBalance" in msg
-    for suite in ("gymnax", "brax", "playground"):
+    for suite in ("gymnax", "brax", "playground", "dmcontrol"):
         assert suite in msg
 
 
@@ -68,7 +68,7 @@ def test_list_env_ids_matches_installed_gymnax_and_brax():
     from brax import envs as brax_envs
 
     ids = list_env_ids()
-    assert set(ids) == {"gymnax", "brax", "playground"}
+    assert set(ids) == {"gymnax", "brax", "playground", "dmcontrol"}  # dmcontrol: tests/test_dmcontrol.py
     assert {"Pendulum-v1", "MountainCarContinuous-v0", "Reacher-misc", "PointRobot-misc"} <= set(
         ids["gymnax"]
     )

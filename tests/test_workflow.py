@@ -170,6 +170,38 @@ def test_paper_config_is_self_contained():
         assert t.get("agent_steps", block["defaults"]["agent_steps"]) == fp["agent_steps"], task
 
 
+PAPER_DMCONTROL = "workflow/configs/paper-dmc-dmcontrol.yaml"
+
+
+def test_paper_dmcontrol_config_is_the_paper_protocol_on_dm_control(tmp_path):
+    """The same tasks, steps, seeds and settings as paper-dmc.yaml; only the simulator (every
+    env_id the dm_control id of the published task), the label and the declared return
+    ranges of the multi-task evaluation differ. It plans the same 79 jobs."""
+    paper = yaml.safe_load((ROOT / PAPER).read_text())
+    dmc = yaml.safe_load((ROOT / PAPER_DMCONTROL).read_text())
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    jsonschema.Draft202012Validator(schema).validate(dmc)
+    a, b = paper["protocols"]["paper"], dmc["protocols"]["paper"]
+    assert "dm_control" in b["label"] and "Playground" not in b["label"]
+    assert list(b["tasks"]) == list(a["tasks"])
+    for task, t in b["tasks"].items():
+        assert t["env_id"] == f"dmc:{task}" == f"dmc:{t['published']}"
+        assert {k: v for k, v in t.items() if k != "env_id"} == {k: v for k, v in a["tasks"][task].items()
+                                                                 if k != "env_id"}, task
+    assert b["multitask"].pop("return_ranges") == {t: [0.0, 1000.0] for t in b["tasks"]}
+    for key in set(a) | set(b):
+        if key not in ("label", "tasks"):
+            assert a.get(key) == b.get(key), key
+    assert {k: v for k, v in paper.items() if k != "protocols"} == {k: v for k, v in dmc.items() if k != "protocols"}
+
+    out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "4", "--configfile", PAPER_DMCONTROL))
+    assert job_stats(out)["total"] == 79 and job_stats(out)["train_single_seeds_0_1_2"] == 22
+    specs = shell_specs(out)
+    assert {t: s["env_id"] for t, (s, _) in specs.items()} == {t: f"dmc:{t}" for t in a["tasks"]}
+    assert all(seeds == "0 1 2" for _, seeds in specs.values())
+    assert all(s["return_ranges"][t] == [0.0, 1000.0] for (s, _) in multi_specs(out).values() for t in a["tasks"])
+
+
 # --------------------------------------------------------------------------- validation
 def test_unknown_config_keys_are_refused(tmp_path):
     wf = copy_workflow(tmp_path)
@@ -716,6 +748,64 @@ def test_real_tiny_run_produces_report(tmp_path):
     assert set(lengths["task"]) == {"inverted-pendulum"} and list(lengths["agent_steps"]) == [0, 300]
     assert lengths["length_mean"].between(1, 100).all()
     assert 'id="lengths"' in html
+
+
+DMCONTROL_TINY = """\
+protocol: dmc-tiny
+seeds: [0, 1]
+seeds_per_job: 2
+threads_per_job: 1
+jax_cache_dir: .jax_cache
+checkpoint_every: 1000
+bootstrap_reps: 200
+protocols:
+  dmc-tiny:
+    label: "dm_control test run: NOT the paper's protocol"
+    defaults:
+      action_repeat: 2
+      episode_length: 200
+      agent_steps: 2000
+      eval_every: 1000
+      eval_episodes: 2
+      n_envs: 2
+      agent: {model_size: 1, mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16, num_elites: 4,
+              num_pi_trajs: 2, iterations: 1, batch_size: 16, seed_steps: 200}
+      resources: {gpu: 0, runtime: 30, mem_mb: 4000}
+    tasks:
+      cartpole-balance:
+        env_id: dmc:cartpole-balance
+        published: cartpole-balance
+        expected: null
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_TRAIN_SINGLE, reason="no train-single stage")
+def test_real_dmcontrol_run_of_two_seeds_produces_report(tmp_path):
+    """Two seeds on dm_control itself, 2,000 agent steps each, through the whole pipeline
+    (training with the host-stepped simulator, export, tables, figures, report); and the
+    user-facing dmcontrol-smoke.yaml plans."""
+    import pandas as pd
+
+    wf = copy_workflow(tmp_path)
+    plan = ok(snakemake(wf, "-n", "--cores", "2", "--configfile", "workflow/configs/dmcontrol-smoke.yaml"))
+    assert job_stats(plan)["train_single_seeds_0_1"] == 1
+    (wf / "dmc.yaml").write_text(DMCONTROL_TINY)
+    ok(snakemake(wf, "--cores", "2", "--configfile", "dmc.yaml", timeout=1500))
+    for seed in (0, 1):
+        run = wf / "results/single/cartpole-balance" / f"seed{seed}"
+        ev = pd.read_parquet(run / "eval.parquet")
+        assert sorted(ev["agent_steps"].unique()) == [0, 1000, 2000] and ev["length"].eq(100).all()
+        assert ev["return"].between(0, 200).all()
+        info = json.loads((run / "run.json").read_text())
+        assert "dm-control" in json.dumps(info)
+    from tdmpc2core.dataset import load_dataset
+
+    ds = load_dataset(wf / "results/datasets/tasks/cartpole-balance.parquet")
+    assert ds.tasks[0].episode_length == 100 and not ds.terminated.any()
+    html = (wf / "results" / "report.html").read_text(encoding="utf-8")
+    banner = html.split('<div class="banner', 1)[1].split("</div>", 1)[0]
+    assert "Simulator: dm_control" in banner and "like for like" in html
 
 
 PREEMPT = """\

@@ -33,7 +33,8 @@ mode (no exploration noise; t0 on each episode's first step), with the task's em
 action mask; logged per task, the mean over tasks, and the normalized score. The normalized
 score of a task is ``100 (return - low) / (high - low)`` for the task's declared return range
 ``(low, high)``; Playground DM Control tasks default to ``(0, T x action_repeat)``, i.e.
-``(0, 1000)`` in the paper's protocol, which is the paper's ``return / 10``. Other tasks need
+``(0, 1000)`` in the paper's protocol, which is the paper's ``return / 10`` (dm_control tasks,
+``dmc:`` ids, the same). Other tasks need
 a declared range (``return_ranges``); without one their normalized score is NaN, and so is
 the mean over tasks (never a silent mix of normalised and raw returns).
 """
@@ -285,8 +286,9 @@ class TDMPC2MultiTask:
                 if not hi > lo:
                     raise ValueError(f"return_ranges[{t.name!r}] = {given[t.name]!r}: need low < high")
                 out[t.name] = (lo, hi)
-            elif self.eval_envs is not None and self.eval_envs[i].spec.suite == "playground":
-                # DM Control: rewards in [0, 1] per simulator step (the paper's return / 10)
+            elif self.eval_envs is not None and self.eval_envs[i].spec.suite in ("playground", "dmcontrol"):
+                # DM Control (Playground's MJX ports or dm_control itself): rewards in [0, 1] per
+                # simulator step (the paper's return / 10)
                 out[t.name] = (0.0, float(t.episode_length * t.action_repeat))
             else:
                 out[t.name] = None

@@ -57,7 +57,7 @@ class NoSampleableEpisodeError(ValueError):
 
 
 class TDMPC2:
-    """Single-task online TD-MPC2 (spec §1-§9) on gymnax, Brax or MuJoCo Playground.
+    """Single-task online TD-MPC2 (spec §1-§9) on gymnax, Brax, MuJoCo Playground or dm_control.
 
     Two modes:
 
@@ -75,8 +75,10 @@ class TDMPC2:
       ends; the replay is a ring of rows with an episode table (docs/deviations.md R1, R3).
 
     Args:
-      env_id: gymnax id (``Pendulum-v1``), Brax name (``inverted_pendulum``) or Playground DM
-        Control name (``CartpoleBalance``); see :func:`tdmpc2core.envs.list_env_ids`. Or a
+      env_id: gymnax id (``Pendulum-v1``), Brax name (``inverted_pendulum``), Playground DM
+        Control name (``CartpoleBalance``) or dm_control task (``dmc:cheetah-run``, the paper's
+        own simulator, stepped on the host inside the compiled program); see
+        :func:`tdmpc2core.envs.list_env_ids`. Or a
         prebuilt :class:`tdmpc2core.envs.Env` (a custom task; its spec fixes T and the action
         repeat, and the other env arguments are ignored).
       n_envs: environments in lockstep; the planner plans for each, and each tick runs

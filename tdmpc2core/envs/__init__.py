@@ -1,4 +1,4 @@
-"""One pure-JAX environment interface over gymnax, Brax and MuJoCo Playground (DMC).
+"""One environment interface over gymnax, Brax, MuJoCo Playground (DMC) and dm_control.
 
 Usage::
 
@@ -7,7 +7,9 @@ Usage::
     state, out = env.step(state, action, key)         # action: f32[action_dim] in [-1, 1]
     done = out.terminated | out.truncated             # no auto-reset: caller resets
 
-``reset``/``step`` are jittable and vmappable; ``Env`` objects are hashable. Importing this
+``reset``/``step`` are jittable and vmappable (pure JAX for gymnax, Brax and Playground; a
+host callback for dm_control, :mod:`tdmpc2core.envs.dmcontrol_env`); ``Env`` objects are
+hashable. Importing this
 package is cheap and imports no JAX: the ids, :func:`suite_of` and :func:`time_limit`
 are plain Python (:mod:`tdmpc2core.envs.ids`); JAX and the suites are imported by
 :func:`make_env` and on first use of ``Env``, ``EnvSpec``, ``EnvState`` or ``StepOut``. See
@@ -48,17 +50,19 @@ def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
 
     Args:
         env_id: a gymnax continuous-action id (``"Pendulum-v1"``), a Brax name
-            (``"inverted_pendulum"``) or a Playground DM Control name
-            (``"CartpoleBalance"``); see :func:`list_env_ids`.
+            (``"inverted_pendulum"``), a Playground DM Control name
+            (``"CartpoleBalance"``) or a dm_control id (``"dmc:cheetah-run"``); see
+            :func:`list_env_ids`.
         action_repeat: simulator steps per agent step (int >= 1).
         episode_length: simulator steps per episode, so the time limit is
             T = ``episode_length // action_repeat`` agent steps (must be divisible by
-            ``action_repeat``). IGNORED for gymnax, whose time limit is the env's own
+            ``action_repeat``; dm_control: control steps, 1000 for every suite task).
+            IGNORED for gymnax, whose time limit is the env's own
             ``params.max_steps_in_episode`` simulator steps
             (T = ``max_steps_in_episode // action_repeat``, rounded down).
         env_params: suite-specific: gymnax ``EnvParams`` (or a dict of fields to
             replace); Brax constructor kwargs (dict); Playground extra
-            ``config_overrides`` (dict). ``None`` = defaults.
+            ``config_overrides`` (dict); dm_control: must be ``None``. ``None`` = defaults.
         backend: Playground physics implementation (``"jax"`` = MJX, the default, or
             ``"warp"``); must be ``None`` for gymnax and Brax (pick Brax's pipeline
             with ``env_params={"backend": ...}``).
@@ -69,8 +73,8 @@ def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
     Raises:
         ValueError: unknown id (lists accepted ids), discrete-action gymnax id (lists the
             continuous ones), ``action_repeat < 1``, ``episode_length`` not a positive
-            multiple of ``action_repeat`` (Brax/Playground), ``backend`` given for a
-            non-Playground env, or bad ``env_params``.
+            multiple of ``action_repeat`` (Brax/Playground/dm_control), ``backend`` given
+            for a non-Playground env, or bad ``env_params``.
     """
     suite = suite_of(env_id)
     check_repeat_and_length(action_repeat, episode_length, check_length=suite != "gymnax")
@@ -84,6 +88,13 @@ def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
         from tdmpc2core.envs.gymnax_env import GymnaxEnv
 
         return GymnaxEnv(env_id, action_repeat=action_repeat, env_params=env_params)
+    if suite == "dmcontrol":
+        if env_params is not None:
+            raise ValueError(f"env_params={env_params!r}: dm_control tasks take none (the official "
+                             "construction is used); pass env_params=None")
+        from tdmpc2core.envs.dmcontrol_env import DMControlEnv
+
+        return DMControlEnv(env_id, action_repeat=action_repeat, episode_length=episode_length)
     if suite == "brax":
         from tdmpc2core.envs.brax_env import BraxEnv
 

@@ -12,10 +12,11 @@ Every environment is seen by the agent through :class:`Env`: pure JAX ``reset`` 
 
 Units: an *agent step* is one call of :meth:`Env.step`; a *simulator step* is one step of
 the wrapped suite's own environment (one gymnax ``step_env``, one Brax ``env.step``, one
-Playground ``env.step``, i.e. one control step of ``ctrl_dt`` seconds). One agent step is
-``action_repeat`` simulator steps.
+Playground ``env.step``, i.e. one control step of ``ctrl_dt`` seconds, one dm_control control
+step of ``control_timestep`` seconds). One agent step is ``action_repeat`` simulator steps.
 
-Suite adapters subclass :class:`Env` and implement ``_raw_reset`` / ``_raw_step``.
+Suite adapters subclass :class:`Env` and implement ``_raw_reset`` / ``_raw_step``; an adapter
+may also override ``step`` (the dm_control one does the whole action repeat in one host call).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class EnvSpec:
 
     Attributes:
         env_id: the id given to :func:`make_env`.
-        suite: ``"gymnax"``, ``"brax"`` or ``"playground"``.
+        suite: ``"gymnax"``, ``"brax"``, ``"playground"`` or ``"dmcontrol"``.
         obs_dim: length of the flat float32 observation.
         action_dim: length of the action vector.
         action_low, action_high: the env's own action bounds (length ``action_dim``);

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import difflib
 
-SUITES = ("gymnax", "brax", "playground")
+from tdmpc2core.envs.dmcontrol_ids import DMCONTROL_ENVS, PREFIX as DMC_PREFIX, unknown_id_error
+
+SUITES = ("gymnax", "brax", "playground", "dmcontrol")
 
 # Continuous-action ids in gymnax 1.0.1 -> whether the env has a true terminal state.
 GYMNAX_CONTINUOUS: dict[str, bool] = {
@@ -133,15 +135,20 @@ def check_repeat_and_length(action_repeat: int, episode_length: int, *, check_le
 
 
 def list_env_ids() -> dict[str, list[str]]:
-    """Accepted ids per suite: ``{"gymnax": [...], "brax": [...], "playground": [...]}``.
+    """Accepted ids per suite: ``{"gymnax": [...], "brax": [...], "playground": [...],
+    "dmcontrol": [...]}``.
 
     gymnax: continuous-action ids of gymnax 1.0.1; brax: brax 0.14.2 registry names with
-    flat observations; playground: every MuJoCo Playground DM Control suite task.
+    flat observations; playground: every MuJoCo Playground DM Control suite task;
+    dmcontrol: ``"dmc:"`` + the official TD-MPC2 name of every dm_control 1.0.50 suite task
+    but lqr, and of the official custom tasks defined here (``dmc:cheetah-run``,
+    ``dmc:cup-catch``, ``dmc:walker-walk-backwards``; :mod:`.dmcontrol_ids`).
     """
     return {
         "gymnax": list(GYMNAX_CONTINUOUS),
         "brax": list(BRAX_ENVS),
         "playground": list(PLAYGROUND_DMC_ENVS),
+        "dmcontrol": list(DMCONTROL_ENVS),
     }
 
 
@@ -149,7 +156,9 @@ def suite_of(env_id: str) -> str:
     """Suite name of an accepted id (no import of the suite).
 
     Raises:
-        ValueError: discrete gymnax id or unknown id (message lists the accepted ids).
+        ValueError: discrete gymnax id or unknown id (message lists the accepted ids); a
+            ``dmc:`` id that is unknown or refused (message says why, with close matches
+            and the accepted dm_control ids).
     """
     if env_id in GYMNAX_CONTINUOUS:
         return "gymnax"
@@ -157,6 +166,10 @@ def suite_of(env_id: str) -> str:
         return "brax"
     if env_id in PLAYGROUND_DMC_ENVS:
         return "playground"
+    if env_id in DMCONTROL_ENVS:
+        return "dmcontrol"
+    if isinstance(env_id, str) and env_id.startswith(DMC_PREFIX):
+        raise unknown_id_error(env_id)
     if env_id in GYMNAX_DISCRETE:
         raise discrete_error(env_id)
     ids = list_env_ids()
@@ -172,7 +185,7 @@ def time_limit(env_id: str, *, action_repeat: int = 1, episode_length: int = 100
     these arguments (default env params), without building it.
 
     gymnax: ``GYMNAX_MAX_STEPS[env_id] // action_repeat`` (``episode_length`` is ignored, as
-    by ``make_env``); Brax and Playground: ``episode_length // action_repeat``.
+    by ``make_env``); Brax, Playground and dm_control: ``episode_length // action_repeat``.
 
     Raises:
         ValueError: an id :func:`suite_of` refuses, a bad ``action_repeat`` or

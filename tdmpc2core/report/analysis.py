@@ -505,6 +505,57 @@ def expected_range_text(exp: Optional[Mapping]) -> str:
     return ", ".join(parts) or "none"
 
 
+# --------------------------------------------------------------------------- simulators
+SIMULATOR_LABELS = {"dmcontrol": "dm_control", "playground": "MuJoCo Playground (MJX)",
+                    "gymnax": "gymnax", "brax": "Brax"}
+
+
+def simulators(tasks: Mapping[str, Mapping]) -> dict[str, list[str]]:
+    """{suite: [task, ...]} of the tasks' ``env_id`` (suites in ``SIMULATOR_LABELS`` order; an
+    id no suite accepts is listed under ``"unknown"``). Imports no simulator."""
+    from ..envs import suite_of
+
+    out: dict[str, list[str]] = {}
+    for task, settings in tasks.items():
+        try:
+            suite = suite_of(str(settings.get("env_id", "")))
+        except ValueError:
+            suite = "unknown"
+        out.setdefault(suite, []).append(task)
+    order = list(SIMULATOR_LABELS) + ["unknown"]
+    return {k: out[k] for k in order if k in out}
+
+
+def simulator_text(tasks: Mapping[str, Mapping], versions: Optional[Mapping[str, Optional[str]]] = None
+                   ) -> tuple[str, str]:
+    """(which simulator the runs used, what that means for the comparison with the published
+    DMControl curves), as plain sentences for the report's banner and the tables.
+
+    ``versions``: installed package versions (``dm-control``, ``playground``), named when given.
+    """
+    sims = simulators(tasks)
+    versions = versions or {}
+    pkg = {"dmcontrol": "dm-control", "playground": "playground"}
+
+    def name(suite):
+        v = versions.get(pkg.get(suite, ""))
+        return SIMULATOR_LABELS.get(suite, suite) + (f" {v}" if v else "")
+
+    used = "Simulator: " + "; ".join(f"{name(s)} ({len(t)} task{'s' * (len(t) != 1)})"
+                                     for s, t in sims.items()) + "."
+    notes = []
+    if "playground" in sims:
+        notes.append("The DMC tasks run on MuJoCo Playground"
+                     + (f" ({', '.join(sims['playground'])})" if "dmcontrol" in sims else "")
+                     + ", whose physics differ from dm_control's: comparisons with the published "
+                     "curves are approximate.")
+    if "dmcontrol" in sims:
+        notes.append("The dm_control tasks run on dm_control itself, the paper's simulator, with the "
+                     "official wrapper's conventions: comparisons with the published curves are like "
+                     "for like (our seeds and random streams are our own).")
+    return used, " ".join(notes)
+
+
 # --------------------------------------------------------------------------- runtimes
 def read_benchmarks(root: str | os.PathLike) -> pd.DataFrame:
     """Every Snakemake ``benchmark:`` file under ``root`` (one row each).
@@ -604,6 +655,7 @@ __all__ = [
     "aggregate_table", "final_score_check", "expected_range_text", "read_benchmarks", "flatten",
     "find_value", "read_run_info", "markdown_table", "mean_sd_text", "is_episodic", "episode_length_table",
     "SINGLE_TASK_COLUMNS", "AGGREGATE_COLUMNS", "FINAL_COLUMNS", "EPISODE_LENGTH_COLUMNS",
+    "SIMULATOR_LABELS", "simulators", "simulator_text",
 ]
 
 

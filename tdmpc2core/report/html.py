@@ -378,7 +378,8 @@ def render_report(ctx: Mapping) -> str:
     job, wall_s, max_rss_mb, cpu_time_s), ``runs`` (DataFrame: one row per attempt of each training
     job, the columns of ``tdmpc2core.stages.report.RUN_COLUMNS``),
     ``packages`` / ``run_packages`` (dicts), ``git`` (dict), ``platform`` (dict),
-    ``config_yaml`` (str), ``notes`` (list of str), ``datasets`` (DataFrame of
+    ``config_yaml`` (str), ``simulator`` ((sentence naming the simulators used, sentence on
+    the comparison) of :func:`tdmpc2core.analysis.simulator_text`), ``notes`` (list of str), ``datasets`` (DataFrame of
     :func:`dataset_stats`, optional) and ``datasets_figure`` ((kind, data) or None), and
     ``multitask`` (optional dict: ``scaling`` and ``tasks`` DataFrames of
     :mod:`tdmpc2core.report.scaling`, ``ranges`` (task -> (low, high) or None), ``settings`` (the
@@ -386,6 +387,10 @@ def render_report(ctx: Mapping) -> str:
     """
     is_paper = bool(ctx.get("is_paper"))
     banner_cls = "paper" if is_paper else "demo"
+    # which simulator the runs used, and what it means for the published curves
+    sim_used, sim_note = ctx.get("simulator") or ("", "The DMC tasks here run on MuJoCo Playground, "
+                                                  "whose physics differ from dm_control's: comparisons "
+                                                  "are approximate.")
     protocol_text = ("the paper's protocol" if is_paper else "NOT the paper's protocol")
     parts = [
         "<!DOCTYPE html>",
@@ -395,12 +400,12 @@ def render_report(ctx: Mapping) -> str:
         "<h1>TD-MPC2 reproduction report</h1>",
         f'<div class="banner {banner_cls}"><b>{esc(ctx.get("label"))}</b><br>'
         f'Protocol <code>{esc(ctx.get("protocol"))}</code>'
-        + ("" if protocol_text.lower() in str(ctx.get("label") or "").lower() else f": {protocol_text}") + ".</div>",
+        + ("" if protocol_text.lower() in str(ctx.get("label") or "").lower() else f": {protocol_text}") + "."
+        + (f'<br>{esc(sim_used)}' if sim_used else "") + "</div>",
         f'<p class="muted">Generated {esc(ctx.get("generated"))}. Paper: Hansen, Su, Wang, '
         "TD-MPC2: Scalable, Robust World Models for Continuous Control (ICLR 2024). Published "
-        "curves: the official repository's results folder (nicklashansen/tdmpc2). The DMC tasks "
-        "here run on MuJoCo Playground, whose physics differ from dm_control's: comparisons are "
-        "approximate.</p>",
+        "curves: the official repository's results folder (nicklashansen/tdmpc2). "
+        f"{esc(sim_note)}</p>",
         '<nav><a href="#final">Final scores</a>'
         + ('<a href="#lengths">Episode lengths</a>' if ctx.get("episodic") else "")
         + '<a href="#single">Single-task table</a>'

@@ -245,6 +245,7 @@ def run(args) -> int:
         "run_provenance": run_prov,
         "git": PV.git_info(args.repo), "platform": PV.platform_info(include_jax=not args.no_jax),
         "config_yaml": config_yaml, "notes": notes,
+        "simulator": A.simulator_text(tasks, PV.package_versions(("dm-control", "playground"))),
         "datasets": datasets, "datasets_figure": datasets_figure,
         "multitask": multitask,
     }

@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-seed", type=int, default=0)
 
 
-def _single_task_md(df, label: str) -> str:
+def _single_task_md(df, label: str, simulator_note: str = "") -> str:
     from ..report import analysis as A
 
     import pandas as pd
@@ -57,8 +57,9 @@ def _single_task_md(df, label: str) -> str:
             "Returns at exactly the listed agent steps. Ours: mean over seeds of each seed's mean "
             "evaluation return, ± the population sd over seeds, and the lowest – highest seed. "
             "Published: mean ± population sd over the paper's seeds. Band: our mean inside or "
-            "outside the published TD-MPC2 mean ± 1 sd (bounds included). Playground's physics "
-            "differ from dm_control's: the comparison is approximate.\n\n"
+            "outside the published TD-MPC2 mean ± 1 sd (bounds included). "
+            + (simulator_note or "Playground's physics differ from dm_control's: the comparison is approximate.")
+            + "\n\n"
             + A.markdown_table(view, cols, heads))
 
 
@@ -153,7 +154,8 @@ def run(args) -> int:
 
     out = args.outdir
     A.write_text_atomic(os.path.join(out, "single_task.csv"), single.to_csv(index=False))
-    A.write_text_atomic(os.path.join(out, "single_task.md"), _single_task_md(single, label))
+    used, note = A.simulator_text(tasks)
+    A.write_text_atomic(os.path.join(out, "single_task.md"), _single_task_md(single, f"{label}\n\n{used}", note))
     A.write_text_atomic(os.path.join(out, "aggregate.csv"), agg.to_csv(index=False))
     A.write_text_atomic(os.path.join(out, "aggregate.md"), _aggregate_md(agg, label))
     A.write_text_atomic(os.path.join(out, "final_scores.csv"), final.to_csv(index=False))
