@@ -406,18 +406,20 @@ def test_loss_plot_draws_only_chunks_where_an_update_ran(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- simulators
 def test_simulator_text_names_the_simulators_and_what_they_mean_for_the_comparison():
+    from tdmpc2core.envs import suite_of
+
     dmc = {"cheetah-run": {"env_id": "dmc:cheetah-run"}, "cup-catch": {"env_id": "dmc:cup-catch"}}
-    used, note = A.simulator_text(dmc, {"dm-control": "1.0.50"})
+    used, note = A.simulator_text(dmc, suite_of, {"dm-control": "1.0.50"})
     assert used == "Simulator: dm_control 1.0.50 (2 tasks)."
     assert "like for like" in note and "approximate" not in note
     mixed = {"pendulum": {"env_id": "Pendulum-v1"}, "cartpole-balance": {"env_id": "CartpoleBalance"},
              "cheetah-run": {"env_id": "dmc:cheetah-run"}}
-    assert A.simulators(mixed) == {"dmcontrol": ["cheetah-run"], "playground": ["cartpole-balance"],
+    assert A.simulators(mixed, suite_of) == {"dmcontrol": ["cheetah-run"], "playground": ["cartpole-balance"],
                                    "gymnax": ["pendulum"]}
-    used, note = A.simulator_text(mixed)
+    used, note = A.simulator_text(mixed, suite_of)
     assert used == "Simulator: dm_control (1 task); MuJoCo Playground (MJX) (1 task); gymnax (1 task)."
     assert "MuJoCo Playground (cartpole-balance)" in note and "approximate" in note and "like for like" in note
-    used, note = A.simulator_text({"c": {"env_id": "CartpoleBalance"}})
+    used, note = A.simulator_text({"c": {"env_id": "CartpoleBalance"}}, suite_of)
     assert "approximate" in note and "like for like" not in note
 
     from tdmpc2core.report import html as R
@@ -425,7 +427,7 @@ def test_simulator_text_names_the_simulators_and_what_they_mean_for_the_comparis
     ctx = {"protocol": "paper", "label": "x", "is_paper": True, "generated": "now",
            "final": pd.DataFrame(columns=A.FINAL_COLUMNS), "single": pd.DataFrame(columns=A.SINGLE_TASK_COLUMNS),
            "aggregate": pd.DataFrame(columns=A.AGGREGATE_COLUMNS),
-           "simulator": A.simulator_text(dmc, {"dm-control": "1.0.50"})}
+           "simulator": A.simulator_text(dmc, suite_of, {"dm-control": "1.0.50"})}
     html = R.render_report(ctx)
     banner = html.split('<div class="banner', 1)[1].split("</div>", 1)[0]
     assert "Simulator: dm_control 1.0.50 (2 tasks)." in banner

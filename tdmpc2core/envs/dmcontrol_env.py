@@ -64,7 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tdmpc2core.envs.base import Env, EnvSpec, EnvState, StepOut, check_repeat_and_length
-from tdmpc2core.envs.dmcontrol_ids import (_UNALIAS, DMCONTROL_ENVS, MT30_TASKS, PREFIX, REFUSED_TASKS,  # noqa: F401
+from tdmpc2core.envs.dmcontrol_ids import (_SUITE_TASKS, _UNALIAS, DMCONTROL_ENVS, MT30_TASKS, PREFIX, REFUSED_TASKS,  # noqa: F401
                                             SUITE_TASKS, dmc_name, official_name, unknown_id_error)
 from tdmpc2core.envs.dmcontrol_tasks import CUSTOM_TASKS, REFUSED  # noqa: F401
 

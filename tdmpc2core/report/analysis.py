@@ -510,11 +510,10 @@ SIMULATOR_LABELS = {"dmcontrol": "dm_control", "playground": "MuJoCo Playground 
                     "gymnax": "gymnax", "brax": "Brax"}
 
 
-def simulators(tasks: Mapping[str, Mapping]) -> dict[str, list[str]]:
+def simulators(tasks: Mapping[str, Mapping], suite_of) -> dict[str, list[str]]:
     """{suite: [task, ...]} of the tasks' ``env_id`` (suites in ``SIMULATOR_LABELS`` order; an
-    id no suite accepts is listed under ``"unknown"``). Imports no simulator."""
-    from ..envs import suite_of
-
+    id no suite accepts is listed under ``"unknown"``). ``suite_of``: env id -> suite name
+    (:func:`tdmpc2core.envs.suite_of`, given by the caller: this layer imports no env code)."""
     out: dict[str, list[str]] = {}
     for task, settings in tasks.items():
         try:
@@ -526,14 +525,15 @@ def simulators(tasks: Mapping[str, Mapping]) -> dict[str, list[str]]:
     return {k: out[k] for k in order if k in out}
 
 
-def simulator_text(tasks: Mapping[str, Mapping], versions: Optional[Mapping[str, Optional[str]]] = None
-                   ) -> tuple[str, str]:
+def simulator_text(tasks: Mapping[str, Mapping], suite_of,
+                   versions: Optional[Mapping[str, Optional[str]]] = None) -> tuple[str, str]:
     """(which simulator the runs used, what that means for the comparison with the published
     DMControl curves), as plain sentences for the report's banner and the tables.
 
-    ``versions``: installed package versions (``dm-control``, ``playground``), named when given.
+    ``suite_of`` as :func:`simulators`; ``versions``: installed package versions
+    (``dm-control``, ``playground``), named when given.
     """
-    sims = simulators(tasks)
+    sims = simulators(tasks, suite_of)
     versions = versions or {}
     pkg = {"dmcontrol": "dm-control", "playground": "playground"}
 

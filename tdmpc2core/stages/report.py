@@ -169,6 +169,7 @@ def _multitask_context(cfg, args) -> dict:
 def run(args) -> int:
     import pandas as pd
 
+    from ..envs import suite_of
     from ..report import analysis as A
     from ..io import provenance as PV
     from ..report import html as R
@@ -245,7 +246,7 @@ def run(args) -> int:
         "run_provenance": run_prov,
         "git": PV.git_info(args.repo), "platform": PV.platform_info(include_jax=not args.no_jax),
         "config_yaml": config_yaml, "notes": notes,
-        "simulator": A.simulator_text(tasks, PV.package_versions(("dm-control", "playground"))),
+        "simulator": A.simulator_text(tasks, suite_of, PV.package_versions(("dm-control", "playground"))),
         "datasets": datasets, "datasets_figure": datasets_figure,
         "multitask": multitask,
     }

@@ -131,6 +131,7 @@ def _episode_lengths_md(df, label: str) -> str:
 
 
 def run(args) -> int:
+    from ..envs import suite_of
     from ..report import analysis as A
 
     cfg = A.load_run_config(args.config)
@@ -154,7 +155,7 @@ def run(args) -> int:
 
     out = args.outdir
     A.write_text_atomic(os.path.join(out, "single_task.csv"), single.to_csv(index=False))
-    used, note = A.simulator_text(tasks)
+    used, note = A.simulator_text(tasks, suite_of)
     A.write_text_atomic(os.path.join(out, "single_task.md"), _single_task_md(single, f"{label}\n\n{used}", note))
     A.write_text_atomic(os.path.join(out, "aggregate.csv"), agg.to_csv(index=False))
     A.write_text_atomic(os.path.join(out, "aggregate.md"), _aggregate_md(agg, label))
