@@ -31,6 +31,7 @@ from ..model.planner import act_with_policy, plan
 from ..model.update import init_agent_state
 from ..model.world_model import WorldModel
 from ..run import driver
+from ..run.compiled import Compiled
 from ..run.driver import Chunk, EvalField, Run, RunOptions, RunProgram
 from . import online
 from . import replay as rp
@@ -156,6 +157,9 @@ class TDMPC2:
         self.wm = WorldModel(self.cfg, self.spec.obs_dim, self.spec.action_dim)
         self._chunk_fns: dict = {}
         self._eval_fns: dict = {}
+        #: seconds spent tracing, lowering and compiling each program in this process
+        #: ({"init" | "chunk" | "eval": {"trace_lower_s", "compile_s", "calls_compiled"}})
+        self.compile_seconds: dict = {}
 
     # hashing by identity: jitted closures capture ``self``
     def __hash__(self):
@@ -183,7 +187,8 @@ class TDMPC2:
                 k_params, k_run = jax.random.split(key)
                 return online.init_run_state(self, init_agent_state(self.wm, k_params), k_run, run_agent_steps)
 
-            fn = self._chunk_fns[("init", run_agent_steps)] = jax.jit(jax.vmap(one))
+            fn = self._chunk_fns[("init", run_agent_steps)] = Compiled(jax.jit(jax.vmap(one)), "init",
+                                                                       self.compile_seconds)
         return fn(keys)
 
     # ---- acting ----------------------------------------------------------------
@@ -211,7 +216,8 @@ class TDMPC2:
         rerun). Returns (returns, lengths), numpy [n_seeds, num_episodes]."""
         fn = self._eval_fns.get(num_episodes)
         if fn is None:
-            fn = self._eval_fns[num_episodes] = online.make_eval_fn(self, num_episodes)
+            fn = self._eval_fns[num_episodes] = Compiled(online.make_eval_fn(self, num_episodes), "eval",
+                                                         self.compile_seconds)
         n_seeds = jax.tree_util.tree_leaves(state.agent.params)[0].shape[0]
         seeds = list(range(n_seeds)) if seeds is None else list(seeds)
         keys = jnp.stack([jax.random.fold_in(jax.random.PRNGKey(int(s) + 10_000_019), eval_index) for s in seeds])
@@ -222,7 +228,7 @@ class TDMPC2:
     def _chunk(self):
         """The compiled training chunk: (state, start tick, ticks) -> state (seeds vmapped)."""
         if "chunk" not in self._chunk_fns:
-            self._chunk_fns["chunk"] = online.make_chunk_fn(self)
+            self._chunk_fns["chunk"] = Compiled(online.make_chunk_fn(self), "chunk", self.compile_seconds)
         return self._chunk_fns["chunk"]
 
     def program(self) -> "OnlineProgram":
