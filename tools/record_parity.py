@@ -495,10 +495,60 @@ def record_planner(torch, agent, cfg, draws, out, prefix, task=None):
         agent._estimate_value = orig
 
 
+def purge_official_modules():
+    for name in list(sys.modules):
+        if name in ("common", "tdmpc2") or name.startswith("common."):
+            del sys.modules[name]
+
+
+def record_later_layouts(torch, root: Path, variants, out, files):
+    """The nested Q layout, from the later code itself: each variant's 5f6fade state dict
+    converted by the later code's own ``api_model_conversion`` and loaded into its
+    ``WorldModel``; its ``state_dict()`` is recorded (tensors as arrays; the non-tensor
+    entries' values in ``meta``)."""
+    src = root / "tdmpc2"
+    purge_official_modules()
+    sys.path.insert(0, str(src))
+    try:
+        import common.layers as llayers
+        import common.world_model as lwm
+        for name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None)
+            if f and Path(f).resolve().is_relative_to(src):
+                files[str(Path(f).resolve().relative_to(root))] = sha256(Path(f).resolve())
+        non_tensor = {}
+        for vname, (cfg_dict, sd5) in variants.items():
+            cfg = make_cfg(cfg_dict)
+            model = lwm.WorldModel(cfg)  # on the CPU already (its .to() re-creates the views)
+            source = {k: torch.from_numpy(v.copy()) for k, v in sd5.items()}
+            if cfg.episodic:  # 5f6fade has no termination head: fixed random weights for it
+                g = np.random.default_rng(5)
+                for k, v in model.state_dict().items():
+                    if k.startswith("_termination."):
+                        shp = tuple(v.shape)
+                        x = (g.standard_normal(shp) / math.sqrt(shp[-1])) if len(shp) == 2 else 0.1 * g.standard_normal(shp)
+                        source[k] = torch.from_numpy(np.asarray(x, np.float32))
+            converted = llayers.api_model_conversion(model.state_dict(), source)
+            model.load_state_dict(converted)
+            for k, v in model.state_dict().items():
+                if isinstance(v, torch.Tensor):
+                    out[f"{vname}/{k}"] = to_np(v)
+                else:
+                    non_tensor[f"{vname}/{k}"] = [type(v).__name__, list(v) if isinstance(v, tuple) else
+                                                  (None if v is None else str(v))]
+        return non_tensor
+    finally:
+        sys.path.remove(str(src))
+        purge_official_modules()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--official", required=True, help="a checkout of nicklashansen/tdmpc2 (at 5f6fade)")
     ap.add_argument("--commit", help="the checkout's commit, if it is not a git work tree (e.g. a git archive)")
+    ap.add_argument("--later", help="optional: a checkout of a later commit (e.g. e9f5932) to record the nested "
+                    "Q-ensemble layout of its state dicts from (needs tensordict)")
+    ap.add_argument("--later-commit", help="the later checkout's commit, if it is not a git work tree")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"))
     args = ap.parse_args(argv)
 
@@ -597,6 +647,30 @@ def main(argv=None):
                                      if k.startswith("weights/")})
         record_updates(torch, agent, cfg, draws, out, "upd", tasks=[0, 1, 1, 0, 1, 0, 0, 1])
         write("multitask", out, dict(multi=dict(cfg)))
+    multi_sd = {k[len("weights/"):]: v for k, v in out.items() if k.startswith("weights/")}
+
+    # ---- the later (nested) layout, from the later code
+    if args.later:
+        lroot = Path(args.later).resolve()
+        lcommit = git_commit(lroot) or args.later_commit
+        if not lcommit:
+            sys.exit("error: the later checkout's commit is unknown: pass --later-commit SHA")
+        single_sd = {k[len("weights/"):]: v for k, v in np.load(outdir / "parity_single.npz").items()
+                     if k.startswith("weights/")}
+        lfiles = {}
+        variants = {"single": (dict(SINGLE, episodic=False), single_sd),
+                    "episodic": (dict(SINGLE, episodic=True), single_sd),
+                    "multi": (dict(MULTI, episodic=False), multi_sd)}
+        lout = {}
+        non_tensor = record_later_layouts(torch, lroot, variants, lout, lfiles)
+        if not lfiles or not non_tensor:
+            sys.exit("error: nothing recorded from the later checkout; refusing to write")
+        import tensordict
+        lmeta = dict(meta, later_commit=lcommit, tensordict_version=tensordict.__version__, later_files_sha256=dict(sorted(lfiles.items())),
+                     non_tensor_entries=non_tensor, configs=dict(single=dict(SINGLE), multi=dict(MULTI)))
+        path = outdir / "parity_layouts.npz"
+        np.savez_compressed(path, **lout, meta=np.array(json.dumps(lmeta, sort_keys=True, default=list)))
+        written.append(path)
     for p in written:
         print(f"wrote {p} ({p.stat().st_size} bytes)")
 

@@ -23,8 +23,10 @@ Key layouts (spec §3; ``docs/fidelity.md`` lists them in full):
 * Q ensemble, layout ``"nested"`` (the torch.compile refactor of late 2024 and later):
   ``_Qs.params.<i>.<name>``, the same tensors again under ``_detach_Qs_params.<i>.<name>``,
   ``_target_Qs_params.<i>.<name>``, the non-tensor entries ``<prefix>.__batch_size`` and
-  ``<prefix>.__device`` of each of the three, and the buffers ``log_std_min``,
-  ``log_std_dif`` and (multi-task) ``_action_masks``.
+  ``<prefix>.__device`` of each of the three (as tensordict 0.8.3, the official pin, writes
+  them; newer tensordict versions write data-less ``_Qs.module.*``, ``_detach_Qs.module.*``
+  and ``_target_Qs.module.*`` templates instead, which are ignored), and the buffers
+  ``log_std_min``, ``log_std_dif`` and (multi-task) ``_action_masks``.
 
 Our layout (:mod:`tdmpc2core.model.networks`): ``NormedLinear_<i>`` holds ``Dense_0``
 (``kernel`` [in, out] = the official ``weight`` transposed, ``bias``) and ``LayerNorm_0``
@@ -53,6 +55,7 @@ _QS_PREFIXES = {"flat": ("_Qs.params", "_target_Qs.params"),
                 "nested": ("_Qs.params", "_detach_Qs_params", "_target_Qs_params")}
 _NON_TENSOR = ("__batch_size", "__device")
 _BUFFERS = ("log_std_min", "log_std_dif", "_action_masks")
+_SHADOW = re.compile(r"(_Qs|_detach_Qs|_target_Qs)\.module\.")
 
 
 class OfficialWeightsError(ValueError):
@@ -220,6 +223,46 @@ def expected_shapes(arch: OfficialArchitecture, layout: str = "flat") -> dict:
     return shapes
 
 
+def key_map(arch: OfficialArchitecture, layout: str = "flat") -> dict:
+    """{official tensor key: (path, transposed)}: where each weight of ``layout`` lives in
+    our trees. ``path`` starts with ``"params"`` or ``"target_qs"`` and continues with the
+    keys of that tree (e.g. ``("params", "qs", "NormedLinear_0", "Dense_0", "kernel")``);
+    ``transposed``: the official array is ours with its last two axes swapped (Linear
+    weights). The nested layout's ``_detach_Qs_params.*`` map to the online Qs again; its
+    buffers are not weights and are not listed.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r}; accepted: {list(LAYOUTS)}")
+    mods, q = _modules(arch)
+    out = {}
+
+    def layer(prefix, root, i, name, ln):
+        base = root + ((name, "Dense_0") if ln else (name,))
+        out[f"{prefix}.{i}.weight"] = (base + ("kernel",), True)
+        out[f"{prefix}.{i}.bias"] = (base + ("bias",), False)
+        if ln:
+            out[f"{prefix}.{i}.ln.weight"] = (root + (name, "LayerNorm_0", "scale"), False)
+            out[f"{prefix}.{i}.ln.bias"] = (root + (name, "LayerNorm_0", "bias"), False)
+
+    for prefix, (ours, layers) in mods.items():
+        for (i, name, ln, _, _) in layers:
+            layer(prefix, ("params", ours), i, name, ln)
+    if arch.num_tasks:
+        out["_task_emb.weight"] = (("params", "task_emb"), False)
+    roots = {"_Qs.params": ("params", "qs"), "_detach_Qs_params": ("params", "qs"),
+             "_target_Qs_params": ("target_qs",), "_target_Qs.params": ("target_qs",)}
+    for prefix in _QS_PREFIXES[layout]:
+        if layout == "flat":
+            for (i, name, ln, _, _) in q:
+                layer("tmp", roots[prefix], i, name, ln)
+            for n, (i, pname) in _flat_q_names(q).items():
+                out[f"{prefix}.{n}"] = out.pop(f"tmp.{i}.{pname}")
+        else:
+            for (i, name, ln, _, _) in q:
+                layer(prefix, roots[prefix], i, name, ln)
+    return out
+
+
 # ------------------------------------------------------------------------ reading
 def load_official(path) -> dict:
     """Read an official ``.pt`` checkpoint: ``torch.load(path, map_location="cpu",
@@ -251,6 +294,8 @@ def load_official(path) -> dict:
 
 def _to_numpy(v):
     if hasattr(v, "detach") and hasattr(v, "numpy"):  # a torch tensor (torch imported by its owner)
+        if getattr(v, "is_meta", False):  # a data-less template tensor (newer tensordict)
+            return v
         return v.detach().cpu().numpy()
     return v
 
@@ -359,7 +404,11 @@ def from_official(state_dict: Mapping, expected: Optional[OfficialArchitecture] 
     arch = expected if expected is not None else infer_architecture(sd)
     want = expected_shapes(arch, layout)
     what = arch.describe()
-    tensors = {k: v for k, v in sd.items() if not (layout == "nested" and k.rsplit(".", 1)[-1] in _NON_TENSOR)}
+    # the nested layout's non-tensor entries, and the stateless module templates that newer
+    # tensordict versions also write (``_Qs.module.*``, ``_detach_Qs.module.*``,
+    # ``_target_Qs.module.*``: meta tensors, no weights), carry nothing to convert
+    tensors = {k: v for k, v in sd.items()
+               if not (layout == "nested" and (k.rsplit(".", 1)[-1] in _NON_TENSOR or _SHADOW.match(k)))}
     # the buffers carry no weights: a dict without them (e.g. trimmed by hand) is accepted
     missing = [k for k in want if k not in tensors and k not in _BUFFERS]
     if missing:
@@ -395,40 +444,16 @@ def from_official(state_dict: Mapping, expected: Optional[OfficialArchitecture] 
                     raise OfficialWeightsError(f"key {k!r} differs from {twin!r}; they are views of the same "
                                                "parameters in the official code")
 
-    def arr(k, transpose=False):
+    trees = {"params": {}, "target_qs": {}}
+    for k, (path, transposed) in key_map(arch, layout).items():
+        if k.startswith("_detach_Qs_params."):
+            continue  # checked equal to its _Qs.params twin above
         a = np.asarray(tensors[k])
-        return np.ascontiguousarray(np.swapaxes(a, -1, -2) if transpose else a).copy()
-
-    def layer(get, ln: bool):
-        out = {"Dense_0": {"kernel": get("weight", True), "bias": get("bias", False)}}
-        if ln:
-            out["LayerNorm_0"] = {"scale": get("ln.weight", False), "bias": get("ln.bias", False)}
-        return out
-
-    mods, q = _modules(arch)
-    params = {}
-    for prefix, (ours, layers) in mods.items():
-        tree = {}
-        for (i, name, ln, _, _) in layers:
-            got = layer(lambda n, t, i=i, prefix=prefix: arr(f"{prefix}.{i}.{n}", t), ln)
-            tree[name] = got if ln else got["Dense_0"]
-        params[ours] = tree
-
-    def q_tree(prefix):
-        flat = {v: n for n, v in _flat_q_names(q).items()}
-        tree = {}
-        for (i, name, ln, _, _) in q:
-            if layout == "flat":
-                got = layer(lambda n, t, i=i: arr(f"{prefix}.{flat[(i, n)]}", t), ln)
-            else:
-                got = layer(lambda n, t, i=i: arr(f"{prefix}.{i}.{n}", t), ln)
-            tree[name] = got if ln else got["Dense_0"]
-        return tree
-
-    params["qs"] = q_tree("_Qs.params")
-    target = q_tree(_QS_PREFIXES[layout][-1])
-    if arch.num_tasks:
-        params["task_emb"] = arr("_task_emb.weight")
+        node = trees
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = np.ascontiguousarray(np.swapaxes(a, -1, -2) if transposed else a).copy()
+    params, target = trees["params"], trees["target_qs"]
     buffers = {k: np.asarray(tensors[k]) for k in ("log_std_min", "log_std_dif", "_action_masks") if k in tensors}
     return OfficialWeights(params=params, target_qs=target, architecture=arch, layout=layout, buffers=buffers)
 
@@ -481,33 +506,15 @@ def to_official(params: Mapping, target_qs: Optional[Mapping] = None, *, layout:
     arch = architecture_of_params(params)
     if arch.episodic and layout == "flat":
         raise ValueError("the flat (5f6fade) layout has no termination head: use layout='nested' for an episodic model")
-    target_qs = params["qs"] if target_qs is None else target_qs
-    mods, q = _modules(arch)
+    trees = {"params": params, "target_qs": params["qs"] if target_qs is None else target_qs}
     out = {}
-
-    def put(prefix, i, node, ln):
-        d = node["Dense_0"] if ln else node
-        out[f"{prefix}.{i}.weight"] = np.ascontiguousarray(np.swapaxes(np.asarray(d["kernel"], np.float32), -1, -2))
-        out[f"{prefix}.{i}.bias"] = np.asarray(d["bias"], np.float32).copy()
-        if ln:
-            out[f"{prefix}.{i}.ln.weight"] = np.asarray(node["LayerNorm_0"]["scale"], np.float32).copy()
-            out[f"{prefix}.{i}.ln.bias"] = np.asarray(node["LayerNorm_0"]["bias"], np.float32).copy()
-
-    for prefix, (ours, layers) in mods.items():
-        for (i, name, ln, _, _) in layers:
-            put(prefix, i, params[ours][name], ln)
-    if layout == "flat":
-        names = _flat_q_names(q)
-        for prefix, tree in (("_Qs.params", params["qs"]), ("_target_Qs.params", target_qs)):
-            for (i, name, ln, _, _) in q:
-                put("q", i, tree[name], ln)
-            for n, (i, pname) in names.items():
-                out[f"{prefix}.{n}"] = out.pop(f"q.{i}.{pname}")
-    else:
-        for prefix, tree in (("_Qs.params", params["qs"]), ("_detach_Qs_params", params["qs"]),
-                             ("_target_Qs_params", target_qs)):
-            for (i, name, ln, _, _) in q:
-                put(prefix, i, tree[name], ln)
+    for k, (path, transposed) in key_map(arch, layout).items():
+        node = trees
+        for part in path:
+            node = node[part]
+        a = np.asarray(node, np.float32)
+        out[k] = np.ascontiguousarray(np.swapaxes(a, -1, -2) if transposed else a).copy()
+    if layout == "nested":
         out["log_std_min"] = np.asarray(log_std_min, np.float32)
         out["log_std_dif"] = np.asarray(np.float32(log_std_max) - np.float32(log_std_min), np.float32)
         if arch.num_tasks:
@@ -517,8 +524,6 @@ def to_official(params: Mapping, target_qs: Optional[Mapping] = None, *, layout:
             if m.shape != (arch.num_tasks, arch.action_dim):
                 raise ValueError(f"action_masks has shape {m.shape}, expected {(arch.num_tasks, arch.action_dim)}")
             out["_action_masks"] = m.copy()
-    if arch.num_tasks:
-        out["_task_emb.weight"] = np.asarray(params["task_emb"], np.float32).copy()
     return out
 
 
@@ -536,7 +541,7 @@ def save_official(path, params: Mapping, target_qs: Optional[Mapping] = None, *,
         import torch
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("writing an official .pt checkpoint needs PyTorch: pip install -e '.[official]'") from e
-    sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in
+    sd = {k: torch.from_numpy(np.array(v, np.float32, order="C", copy=True)) for k, v in
           to_official(params, target_qs, layout=layout, **kwargs).items()}
     if layout == "nested":
         K = int(sd["_Qs.params.0.weight"].shape[0])
@@ -576,5 +581,5 @@ def agent_state(wm, weights: OfficialWeights):
 
 
 __all__ = ["REFERENCE_COMMIT", "LAYOUTS", "OfficialArchitecture", "OfficialWeights", "OfficialWeightsError",
-           "expected_shapes", "load_official", "detect_layout", "infer_architecture", "from_official",
+           "expected_shapes", "key_map", "load_official", "detect_layout", "infer_architecture", "from_official",
            "architecture_of_params", "to_official", "save_official", "agent_state"]
