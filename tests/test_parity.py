@@ -208,7 +208,7 @@ def test_running_scale_after_several_updates(modules):
     for i, b in enumerate(d["math/scale_batches"]):
         s = tm.running_scale_update(s, jnp.asarray(b), 0.01)
         close(f"S[{i}]", "running_scale", s, d["math/scale_values"][i])
-        # deviation N9: q / S in float32 here, q * (1 / S) with a Python-float reciprocal there
+        # q / S here, q * (1 / S.item()) there: bit for bit the same (see the N9 test below)
         close(f"q/S[{i}]", "scaled_q", jnp.asarray(b) / s, d["math/scale_scaled"][i])
 
 
@@ -385,3 +385,66 @@ def test_multi_task_planner_parts_for_two_tasks_of_different_dims(mt):
         mask = jnp.asarray(d["action_masks"][t])
         assert int(mask.sum()) == c["action_dims"][t]
         _check_plan(wm, w, d, f"plan{t}", np.float32(d["discount"][t]), e, mask)
+
+
+# ------------------------------------------------------------------ documented deviations (docs/deviations.md)
+def test_symlog_of_tiny_values_keeps_them(modules):
+    # N8: log1p / expm1 here, log(1 + x) / exp(x) - 1 in 5f6fade: below float32's epsilon
+    # the official symlog rounds to 0, ours keeps x (elsewhere they agree to 2.3e-7 relative)
+    d, _ = modules
+    y, ref = d["math/y"], d["math/symlog"]
+    ours = np.asarray(tm.symlog(jnp.asarray(y)))
+    tiny = np.abs(y) < 6e-8
+    assert tiny.any() and np.all(ref[tiny] == 0.0) and np.array_equal(ours[tiny], y[tiny])
+    assert float(tm.symexp(jnp.float32(1e-9))) == pytest.approx(1e-9, rel=1e-6)  # exp(1e-9) - 1 = 0 in float32
+
+
+def test_layernorm_fast_variance():
+    # N6: Flax's LayerNorm computes var = E[x^2] - E[x]^2 (fast variance); torch's is
+    # two-pass. Equal to float rounding on the networks' activations (the module parities
+    # above), but it loses precision when |mean| >> spread, which torch's does not.
+    from tdmpc2core.model.networks import NormedLinear
+    m = NormedLinear(16, "mish")
+    p = {"params": {"Dense_0": {"kernel": jnp.eye(16), "bias": jnp.zeros(16)},
+                    "LayerNorm_0": {"scale": jnp.ones(16), "bias": jnp.zeros(16)}}}
+    g = np.random.default_rng(0)
+
+    def two_pass(x):
+        x = np.asarray(x, np.float64)
+        h = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+        return h * np.tanh(np.logaddexp(0.0, h))
+
+    ordinary = g.standard_normal((4, 16)).astype(np.float32)
+    np.testing.assert_allclose(m.apply(p, ordinary), two_pass(ordinary), rtol=1e-5, atol=1e-6)
+    offset = (1000.0 + 0.01 * g.standard_normal((4, 16))).astype(np.float32)
+    assert np.max(np.abs(np.asarray(m.apply(p, offset)) - two_pass(offset))) > 0.1
+
+
+def test_scale_division_is_the_official_reciprocal_multiplication():
+    # N9: the policy loss divides Q by S in float32; 5f6fade multiplies by 1 / S.item(), a
+    # Python float rounded to float32 in the product. XLA rewrites the division by a scalar
+    # into a multiplication by its float32 reciprocal, so the two agree bit for bit (a true
+    # division, e.g. numpy's, would differ by 1 ulp in about a tenth of the entries).
+    g = np.random.default_rng(1)
+    q = (100 * g.standard_normal(4096)).astype(np.float32)
+    div = jax.jit(lambda q, s: q / s)
+    for S in g.uniform(1.0, 500.0, 20).astype(np.float32):
+        theirs = q * np.float32(1.0 / float(S))
+        np.testing.assert_array_equal(np.asarray(div(q, S)), theirs)
+    assert np.count_nonzero(q / S != theirs) > 0  # the true quotient is not what either computes
+
+
+@pytest.mark.parametrize("bins", [0, 1])
+def test_num_bins_0_and_1_are_refused(bins):
+    # F2: the official regression variants (0: plain, 1: symlog) are not implemented
+    with pytest.raises(ValueError, match=f"num_bins={bins} is not supported.*num_bins >= 2"):
+        resolve_config(TDMPC2Config(num_bins=bins), episode_length=500, action_dim=2)
+
+
+def test_warm_start_from_the_zero_mean_is_a_fresh_start():
+    # O6: the training warm start starts at zeros and the seed phase leaves it there, so the
+    # first planned step after the seed phase starts as at t0 (5f6fade: from the mean left by
+    # the step-0 evaluation)
+    z = jnp.zeros((3, 2), jnp.float32)
+    np.testing.assert_array_equal(warm_start(z, False), warm_start(jnp.ones((3, 2)), True))
+    np.testing.assert_array_equal(warm_start(z, False), z)

@@ -30,7 +30,24 @@ __all__ = [
     "make_env",
     "list_env_ids",
     "suite_of",
+    "default_action_repeat",
+    "PAPER_ACTION_REPEAT",
 ]
+
+#: The paper's action repeat per suite (spec §2): DMC tasks (Playground's DM Control ports)
+#: repeat each action twice, so their 1000-step episodes are T = 500 agent steps; gymnax and
+#: Brax tasks are not in the paper and take 1.
+PAPER_ACTION_REPEAT = {"gymnax": 1, "brax": 1, "playground": 2}
+
+
+def default_action_repeat(env_id: str) -> int:
+    """The action repeat ``make_env`` uses when none is given: 2 for the DM Control tasks (the
+    paper's protocol, spec §2), 1 for gymnax and Brax.
+
+    Raises:
+        ValueError: unknown or discrete-action id.
+    """
+    return PAPER_ACTION_REPEAT[suite_of(env_id)]
 
 
 def list_env_ids() -> dict[str, list[str]]:
@@ -68,7 +85,7 @@ def suite_of(env_id: str) -> str:
     raise ValueError(f"unknown env id {env_id!r}.{hint} Accepted ids per suite: {listing}")
 
 
-def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
+def make_env(env_id: str, *, action_repeat: int | None = None, episode_length: int = 1000,
              env_params=None, backend: str | None = None) -> Env:
     """Build an :class:`Env` for ``env_id``, dispatching on the id.
 
@@ -76,7 +93,9 @@ def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
         env_id: a gymnax continuous-action id (``"Pendulum-v1"``), a Brax name
             (``"inverted_pendulum"``) or a Playground DM Control name
             (``"CartpoleBalance"``); see :func:`list_env_ids`.
-        action_repeat: simulator steps per agent step (int >= 1).
+        action_repeat: simulator steps per agent step (int >= 1); None: the paper's for the
+            suite (:func:`default_action_repeat`: 2 for DM Control, so the default
+            ``episode_length`` of 1000 gives the paper's T = 500; 1 for gymnax and Brax).
         episode_length: simulator steps per episode, so the time limit is
             T = ``episode_length // action_repeat`` agent steps (must be divisible by
             ``action_repeat``). IGNORED for gymnax, whose time limit is the env's own
@@ -99,6 +118,8 @@ def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
             non-Playground env, or bad ``env_params``.
     """
     suite = suite_of(env_id)
+    if action_repeat is None:
+        action_repeat = PAPER_ACTION_REPEAT[suite]
     check_repeat_and_length(action_repeat, episode_length, check_length=suite != "gymnax")
     if backend is not None and suite != "playground":
         raise ValueError(
