@@ -549,6 +549,8 @@ def main(argv=None):
     ap.add_argument("--later", help="optional: a checkout of a later commit (e.g. e9f5932) to record the nested "
                     "Q-ensemble layout of its state dicts from (needs tensordict)")
     ap.add_argument("--later-commit", help="the later checkout's commit, if it is not a git work tree")
+    ap.add_argument("--force", action="store_true",
+                    help="write even if the official files differ from those the existing fixtures name")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"))
     args = ap.parse_args(argv)
 
@@ -602,6 +604,15 @@ def main(argv=None):
 
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
+    # an edited checkout at the right commit would record other numbers: compare its files'
+    # hashes with those the existing fixtures were recorded from
+    old = outdir / "parity_modules.npz"
+    if old.exists() and not args.force:
+        prev = json.loads(str(np.load(old)["meta"]))
+        for f, h in prev.get("official_files_sha256", {}).items():
+            if files.get(f, h) != h:
+                sys.exit(f"error: {f} differs from the file the existing fixtures were recorded from "
+                         f"(SHA-256 {files[f][:12]}... vs {h[:12]}...): an edited checkout? (--force to write anyway)")
     written = []
 
     def write(name, arrays, cfgs):

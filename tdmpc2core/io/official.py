@@ -9,7 +9,7 @@ official names, so only reading or writing a ``.pt`` file (:func:`load_official`
 :func:`save_official`) needs PyTorch (``pip install -e '.[official]'``); ``.pt`` files are
 read with ``torch.load(..., weights_only=True)`` only: no pickled code runs.
 
-Key layouts (spec §3; ``docs/fidelity.md`` lists them in full):
+Key layouts (the official module order of spec §3):
 
 * modules: ``_encoder.state.<i>.*``, ``_dynamics.<i>.*``, ``_reward.<i>.*``, ``_pi.<i>.*``,
   ``_termination.<i>.*`` (episodic, eece801 and later), ``_task_emb.weight`` (multi-task),
@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
 import numpy as np
 
