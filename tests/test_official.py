@@ -205,7 +205,7 @@ def test_agent_state_holds_the_weights_or_names_the_mismatch():
 # ------------------------------------------------------------------ .pt files (PyTorch)
 def _torch():
     return pytest.importorskip("torch", reason="PyTorch is not installed: pip install -e '.[official]' "
-                                               "to run the .pt reading/writing tests")
+                                               "to run the .pt reading/writing tests", exc_type=ImportError)
 
 
 @pytest.mark.parametrize("layout", O.LAYOUTS)

@@ -308,12 +308,14 @@ def _check_update(wm, w, d, gamma, masks=None):
                 close(f"{u} {k} after the world-model step", "params", v, after_wm[k])
 
 
+@pytest.mark.slow
 def test_single_task_two_updates(st):
     wm, w, d = st
     assert float(d["discount"]) == pytest.approx(wm.cfg.gamma) and wm.cfg.gamma == discount_from_episode_length(100)
     _check_update(wm, w, d, wm.cfg.gamma)
 
 
+@pytest.mark.slow
 def test_multi_task_two_updates_with_padded_tasks(mt):
     wm, w, d, c = mt
     gammas = jnp.asarray(d["discount"], jnp.float32)
