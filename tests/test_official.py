@@ -1,5 +1,6 @@
-"""The official-weights converter (tdmpc2core.io.official): both Q-ensemble layouts, every
-model size, single-task, multi-task and episodic, bit-exact round trips, clear errors.
+"""The official-weights converter (tdmpc2core.model.official; tdmpc2core.io.official for the
+.pt files): both Q-ensemble layouts, every model size, single-task, multi-task and episodic,
+bit-exact round trips, clear errors.
 
 The nested layout is checked against ``tests/fixtures/parity_layouts.npz``: state dicts that
 the later official code (e9f5932, tensordict 0.8.3 as it pins) wrote after converting the
@@ -17,7 +18,8 @@ import jax
 import numpy as np
 import pytest
 
-from tdmpc2core.io import official as O
+from tdmpc2core.io.official import load_official, save_official
+from tdmpc2core.model import official as O
 from tdmpc2core.model.config import MODEL_SIZES, TDMPC2Config, resolve_config
 from tdmpc2core.model.networks import count_params
 from tdmpc2core.model.world_model import WorldModel
@@ -215,12 +217,12 @@ def test_pt_round_trip_through_torch_save_and_weights_only_load(tmp_path, layout
     params = init_np(wm, 1)
     masks = np.array([[1, 0], [1, 1]], np.float32)
     path = tmp_path / "model.pt"
-    written = O.save_official(path, params, layout=layout, action_masks=masks)
+    written = save_official(path, O.to_official(params, layout=layout, action_masks=masks))
     if layout == "nested":
         assert written["_Qs.params.__batch_size"] == torch.Size([3]) and written["_Qs.params.__device"] is None
     raw = torch.load(path, weights_only=True)
     assert set(raw) == {"model"}
-    w = O.from_official(O.load_official(path))
+    w = O.from_official(load_official(path))
     assert w.layout == layout and same(w.params, params) and same(w.target_qs, params["qs"])
 
 
@@ -229,7 +231,7 @@ def test_pt_written_as_the_official_save_does_is_read(tmp_path):
     d, _ = load_npz("single")
     sd = {k[len("weights/"):]: torch.from_numpy(v) for k, v in d.items() if k.startswith("weights/")}
     torch.save({"model": sd}, tmp_path / "official.pt")
-    got = O.from_official(O.load_official(tmp_path / "official.pt"))
+    got = O.from_official(load_official(tmp_path / "official.pt"))
     assert same(got.params, O.from_official({k: v.numpy() for k, v in sd.items()}).params)
     assert O.from_official({"model": sd}).layout == "flat"  # torch tensors and the wrapper dict accepted
 
@@ -244,6 +246,6 @@ def test_pt_with_pickled_code_is_refused(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"model": {"x": _Payload()}}, path)
     with pytest.raises(pickle.UnpicklingError):
-        O.load_official(path)
+        load_official(path)
     with pytest.raises(FileNotFoundError, match="no official checkpoint"):
-        O.load_official(tmp_path / "missing.pt")
+        load_official(tmp_path / "missing.pt")

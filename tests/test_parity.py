@@ -3,7 +3,7 @@
 The fixtures ``tests/fixtures/parity_*.npz`` were written by ``tools/record_parity.py``,
 which runs the official model files unmodified on the CPU on fixed weights and inputs and
 records its random draws; here the same weights go through the converter
-(:mod:`tdmpc2core.io.official`) and the same draws are injected. No PyTorch is needed.
+(:mod:`tdmpc2core.model.official`) and the same draws are injected. No PyTorch is needed.
 
 Tolerances (``|ours - official| <= atol + rtol |official|`` elementwise) are stated per
 quantity in :data:`TOL`; ``docs/fidelity.md`` lists the largest differences observed.
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tdmpc2core.io import official
+from tdmpc2core.model import official
 from tdmpc2core.model import math as tm
 from tdmpc2core.model.config import TDMPC2Config, discount_from_episode_length, resolve_config
 from tdmpc2core.model.planner import estimate_value, mppi_update, policy_trajectories, warm_start
