@@ -10,7 +10,7 @@ dataset + one update, in the agent's ``fori_loop``), seeds vmapped. Runs unchang
 
 Reported per configuration: compile seconds (first chunk of 2 updates), updates/s (median of
 --repeats timed chunks after compilation), GFLOP/s (the official algorithm's update FLOPs,
-``tdmpc2core/flops.py``, with all K Q members), and the days that ``--updates`` updates take
+``tdmpc2core/model/flops.py``, with all K Q members), and the days that ``--updates`` updates take
 at that speed.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Speed benchmark: updates/s, planning latency, agent steps/s and achieved GFLOP/s.
 
-GFLOP/s are counted as the official algorithm's FLOPs (tdmpc2core/flops.py), so exact
+GFLOP/s are counted as the official algorithm's FLOPs (tdmpc2core/model/flops.py), so exact
 savings (evaluating only the random Q pair) show as a higher figure. Runs unchanged on a GPU.
 
     python benchmarks/speed.py                 # demo config + model_size 1 and 5, paper planner

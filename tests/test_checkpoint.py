@@ -126,19 +126,21 @@ def test_chunked_and_wall_time_capped_equals_whole(whole):
 def test_schedule_is_absolute_and_eval_index_continues():
     from tdmpc2core import TDMPC2
 
+    from tdmpc2core.run.driver import plan
+
     agent = TDMPC2("Pendulum-v1", n_envs=N_ENVS, **AGENT)
-    whole_plan, at_start = agent.schedule(STEPS, 200)
+    whole_plan, at_start = plan(agent.program(), STEPS, 200)
     assert at_start and whole_plan[0][:2] == ("seed", 0)
     cuts = [a for _, a, _, _ in whole_plan] + [STEPS // N_ENVS]
     # a continuation from tick 120 (an arbitrary, checkpointed tick) cuts at the same absolute ticks
-    rest, at_start2 = agent.schedule(STEPS - 240, 200, start_tick=120, total_timesteps=STEPS)
+    rest, at_start2 = plan(agent.program(), STEPS - 240, 200, start_tick=120, total_steps=STEPS)
     assert not at_start2
     assert [a for _, a, _, _ in rest][1:] == [c for c in cuts if c > 120][:-1]
     assert [(p, e) for p, a, _, e in rest if a > 120] == [(p, e) for p, a, _, e in whole_plan if a > 120]
     # evaluation keys: index = evaluations before the tick (0 at the start, then 1 per 200 agent steps)
     assert [agent.eval_index(t, 200) for t in (0, 100, 200, 300, 350)] == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="past total_timesteps"):
-        agent.schedule(400, 200, start_tick=200, total_timesteps=STEPS)
+        plan(agent.program(), 400, 200, start_tick=200, total_steps=STEPS)
 
 
 def test_sub_chunk_sizer_probes_then_fills_the_cap():

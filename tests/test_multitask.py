@@ -290,12 +290,17 @@ def test_embedding_rows_have_norm_at_most_one_after_an_update(twin):
 
 
 # --------------------------------------------------------------------- runs
-def test_schedule_is_absolute_in_updates():
-    plan_, at_start = TDMPC2MultiTask.schedule(0, 25, eval_every=10, log_every=5, fresh=True)
+def test_schedule_is_absolute_in_updates(twin):
+    from tdmpc2core.run.driver import plan
+
+    program = twin[1].program()
+    plan_, at_start = plan(program, 25, eval_every=10, log_every=5)
+    plan_ = [c[1:] for c in plan_]  # (start, updates, evaluate_after); the phase is always "train"
     assert at_start
     assert [(a, n) for a, n, _ in plan_] == [(0, 5), (5, 5), (10, 5), (15, 5), (20, 5)]
     assert [a + n for a, n, ev in plan_ if ev] == [10, 20, 25]
-    plan_, at_start = TDMPC2MultiTask.schedule(7, 10, eval_every=10, log_every=None, fresh=False)
+    plan_, at_start = plan(program, 10, eval_every=10, start_tick=7, log_every=None)
+    plan_ = [c[1:] for c in plan_]
     assert not at_start and plan_ == [(7, 3, True), (10, 7, True)]
 
 

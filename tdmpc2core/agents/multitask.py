@@ -5,7 +5,7 @@ single-task agents, then evaluated on every task. This module does the same with
 :class:`tdmpc2core.dataset.EpisodeDataset` of one or many tasks:
 
 * a learnable task embedding [num_tasks, task_dim] with max-norm 1 (PyTorch's
-  ``Embedding(max_norm=1)``, emulated: :func:`tdmpc2core.update.renorm_rows`), concatenated
+  ``Embedding(max_norm=1)``, emulated: :func:`tdmpc2core.model.update.renorm_rows`), concatenated
   to the inputs of every module (encoder, dynamics, reward, policy, Q);
 * observations zero-padded to the largest task's width, actions to the largest action
   width; each task's action mask (ones on its own dims) multiplies the policy's mean,
@@ -42,9 +42,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import logging
-import math
-import time
 import warnings
 from typing import Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
@@ -53,23 +50,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..model.config import TDMPC2Config, discount_from_episode_length, resolve_config
-from .online import eval_episode
 from ..model.planner import act_with_policy, plan
 from ..model.update import AgentState, Batch, embed, init_agent_state, update
 from ..model.world_model import WorldModel
+from ..run import driver
+from ..run.driver import EvalField, Run, RunOptions, RunProgram
+from .online import eval_episode
 
 METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss",
                "grad_norm", "pi_grad_norm", "pi_scale")
 #: the official code's task_dim (spec §1.2): 96 for model sizes 1 and 317 and for mt80, else 64
 TASK_DIM_LARGE, TASK_DIM_SMALL = 96, 64
 EVAL_KEY_OFFSET = 10_000_019  # as the single-task agent's evaluation keys
-_log = logging.getLogger("tdmpc2core")
-_UNSET = object()
 # history key <- evaluate() key
 _EVAL_FIELDS = (("eval_returns", "returns"), ("eval_lengths", "lengths"), ("eval_return", "return"),
                 ("eval_mean_return", "mean_return"), ("normalized_score_per_task", "normalized_score_per_task"),
                 ("normalized_score", "normalized_score"))
-_WALL_CLOCK = ("chunk_seconds", "wall_time_s", "updates_per_s")
 
 
 def official_task_dim(model_size: int, num_tasks: int) -> int:
@@ -158,7 +154,7 @@ class TDMPC2MultiTask:
       return_ranges: {task name: (low, high)} declared return ranges for the normalized
         score; Playground DM Control tasks default to (0, T x action_repeat).
       backend: Playground physics backend of the evaluation envs (None: MJX).
-      **hyperparameters: any field of :class:`~tdmpc2core.config.TDMPC2Config` at its paper
+      **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` at its paper
         default (the single-task agent's). ``gamma`` set explicitly applies to every task;
         ``seed_steps`` and ``buffer_size`` have no role offline.
 
@@ -353,36 +349,15 @@ class TDMPC2MultiTask:
         """``n_updates`` more updates of every seed (one call of the compiled program)."""
         return self._chunk()(state, self.data, jnp.int32(n_updates))
 
-    @staticmethod
-    def schedule(start: int, n_updates: int, eval_every: Optional[int], log_every: Optional[int],
-                 fresh: bool, total: Optional[int] = None):
-        """Host plan: (list of (chunk_start, chunk_updates, evaluate_after), evaluate_at_start).
-
-        Chunks end at the multiples of ``eval_every`` and ``log_every`` (absolute update counts,
-        so a continued run keeps the cadence) and at the end of the call; evaluations at the
-        multiples of ``eval_every``, at the end of the run (``total`` updates; None: the end
-        of this call), and before the first update of a fresh run.
-        """
-        end = start + int(n_updates)
-        total = end if total is None else int(total)
-        if end > total:
-            raise ValueError(f"this call would run to update {end}, past total_timesteps={total}")
-        cuts = {start, end}
-        for every in (eval_every, log_every):
-            if every:
-                cuts |= set(range((start // every + 1) * every, end, every))
-        cuts = sorted(cuts)
-        plan_ = [(a, b - a, bool(eval_every) and (b % eval_every == 0 or b == total))
-                 for a, b in zip(cuts[:-1], cuts[1:])]
-        return plan_, bool(eval_every) and fresh
+    def program(self) -> "OfflineProgram":
+        """What this agent computes for the run driver (:mod:`tdmpc2core.run.driver`)."""
+        return OfflineProgram(self)
 
     def train(self, seed: Union[None, int, Sequence[int]] = None, n_timesteps: int = 1_000_000, *,
               eval_every: Optional[int] = None, eval_episodes: int = 10, log_every: Optional[int] = None,
               callback: Optional[Callable[[dict], None]] = None, state: Optional[MultiTaskState] = None,
               history: Optional[dict] = None, total_timesteps: Optional[int] = None,
-              max_chunk_seconds: Optional[float] = None, checkpoint_dir=None, checkpoint_every: Optional[int] = None,
-              keep_checkpoints: Optional[int] = 2, resume: bool = True,
-              should_stop: Optional[Callable[[], bool]] = None, progress: Optional[Callable[[dict], None]] = None):
+              options: Optional[RunOptions] = None, **run_options):
         """Run ``n_timesteps`` more updates for every seed (vmapped, one jitted program).
 
         A run may be done in one call, continued in several (``state``/``history`` of the
@@ -409,16 +384,19 @@ class TDMPC2MultiTask:
             donated; the returned history extends ``history``. Updates, RNG and evaluation
             keys derive from the state and the update count, so a run continued in chunks
             equals the run left whole.
+          options, **run_options: how the run is driven on the host
+            (:class:`tdmpc2core.run.driver.RunOptions`, or its fields as keywords), counted in
+            updates:
           max_chunk_seconds: wall-time cap of one call of the compiled program (chunks are
             split on the host, sized from the measured seconds per update; an evaluation
             cannot be split). Results are unchanged.
           checkpoint_dir, checkpoint_every, keep_checkpoints, resume, should_stop, progress:
             as :meth:`tdmpc2core.TDMPC2.train`, counted in updates: checkpoints every
             ``checkpoint_every`` updates, at the end of the call and when ``should_stop``
-            stops the run (raising :class:`~tdmpc2core.training.TrainingInterrupted`);
-            ``progress`` gets ``updates``, ``start_updates``, ``end_updates``,
-            ``total_updates``, ``chunk_updates``, ``seconds``, ``updates_per_s``,
-            ``last_normalized_score`` after every call of the program.
+            stops the run (raising :class:`~tdmpc2core.run.driver.TrainingInterrupted`);
+            ``progress`` gets the driver's dict (:func:`tdmpc2core.run.driver.train`: ``updates``,
+            ``start_updates``, ``end_updates``, ``total_updates``, ``steps``, ``seconds``,
+            ``updates_per_s``, ...) and ``last_normalized_score`` after every call of the program.
         Returns:
           (state, history): ``history`` holds ``eval_updates`` [n_evals], ``eval_returns`` /
           ``eval_lengths`` [n_evals, S, num_tasks, E], ``eval_return`` [n_evals, S, num_tasks],
@@ -431,131 +409,17 @@ class TDMPC2MultiTask:
           ValueError: ``eval_every`` without eval envs; ``seed`` disagreeing with ``state``;
             a call past ``total_timesteps``; ``resume=False`` with checkpoints in the folder.
           TrainingInterrupted: ``should_stop`` returned True.
-          tdmpc2core.checkpoint.CheckpointMismatchError / CorruptCheckpointError: the
+          tdmpc2core.io.checkpoint.CheckpointMismatchError / CorruptCheckpointError: the
             folder's newest checkpoint has other settings (named) / none is usable.
         """
-        from ..io import checkpoint as ck
-        from ..run.driver import SubChunkSizer, TrainingInterrupted
-
         if eval_every and self.eval_envs is None:
             raise ValueError("eval_every is set but the agent has no eval_envs: nothing to evaluate on "
                              "(pass eval_envs=True or one env per task)")
-        eval_every = int(eval_every) if eval_every else None
-        log_every = int(log_every) if log_every else None
-        if checkpoint_every is not None and int(checkpoint_every) < 1:
-            raise ValueError(f"checkpoint_every={checkpoint_every!r} must be >= 1 updates (or None)")
-        if checkpoint_dir is not None and state is None:
-            latest = ck.latest_checkpoint(checkpoint_dir)
-            if latest is not None and not resume:
-                raise ValueError(f"{checkpoint_dir} holds checkpoints of a run (newest {latest.name}); pass "
-                                 "resume=True to continue it, or delete them (tdmpc2core.checkpoint.clear)")
-            if latest is not None:
-                total = int(total_timesteps if total_timesteps is not None else n_timesteps)
-                state, history, _ = self.restore(latest, seeds=[0] if seed is None else seed, total_timesteps=total,
-                                                 eval_every=eval_every, eval_episodes=eval_episodes,
-                                                 log_every=log_every)
-                total_timesteps = total
-                n_timesteps = max(total - int(np.asarray(state.agent.updates)[0]), 0)
-                _log.info("resumed from %s at %d updates", latest, int(np.asarray(state.agent.updates)[0]))
-        fresh = state is None
-        if fresh:
-            state = self.init(0 if seed is None else seed)
-        elif seed is not None and [int(s) for s in np.atleast_1d(seed)] != [int(s) for s in np.asarray(state.seed)]:
-            raise ValueError(f"seed={seed!r} disagrees with the state's seeds {np.asarray(state.seed).tolist()}")
-        seeds = [int(s) for s in np.asarray(state.seed)]
-        start = int(np.asarray(state.agent.updates)[0])
-        end = start + int(n_timesteps)
-        total_timesteps = end if total_timesteps is None else int(total_timesteps)
-        plan_, eval_at_start = self.schedule(start, n_timesteps, eval_every, log_every if log_every else eval_every,
-                                             fresh, total=total_timesteps)
-        hist = _working_history(history)
-        wall_before = hist["wall_seconds"]
-        t_start = time.perf_counter()
-        sizer = SubChunkSizer(max_chunk_seconds)
-        last_saved, saved = [start], [None]
-
-        def wall():
-            return wall_before + time.perf_counter() - t_start
-
-        def do_eval(st):
-            res = self.evaluate(st, eval_episodes)
-            hist["eval_updates"].append(int(np.asarray(st.agent.updates)[0]))
-            for k, src in _EVAL_FIELDS:
-                hist[k].append(res[src])
-            return res
-
-        def save(at):
-            hist["wall_seconds"] = wall()
-            info = self.save_checkpoint(checkpoint_dir, state, hist, total_timesteps=total_timesteps,
-                                        eval_every=eval_every, eval_episodes=eval_episodes, log_every=log_every,
-                                        keep=keep_checkpoints)
-            last_saved[0], saved[0] = at, info
-            return info
-
-        def checkpoint_due(at):
-            return (checkpoint_dir is not None and checkpoint_every is not None
-                    and at // int(checkpoint_every) > last_saved[0] // int(checkpoint_every))
-
-        def stop_if_asked(at):
-            if should_stop is not None and should_stop():
-                info = None
-                if checkpoint_dir is not None:
-                    info = saved[0] if last_saved[0] == at and saved[0] is not None else save(at)
-                hist["wall_seconds"] = wall()
-                raise TrainingInterrupted(state, _finalize_history(hist, len(seeds), self.num_tasks, eval_episodes,
-                                                                   self.task_names), at, info, unit="updates")
-
-        if eval_at_start:
-            do_eval(state)
-        for a, n, evaluate_after in plan_:
-            b = a + n
-            at, seconds = a, 0.0
-            while at < b:
-                stop_at = b
-                if checkpoint_dir is not None and checkpoint_every is not None:
-                    stop_at = min(b, (at // int(checkpoint_every) + 1) * int(checkpoint_every))
-                k = sizer.ticks("train", stop_at - at)
-                t0 = time.perf_counter()
-                state = self.run_updates(state, k)
-                jax.block_until_ready(state)
-                dt = time.perf_counter() - t0
-                sizer.record("train", k, dt)
-                seconds += dt
-                at += k
-                if progress is not None:
-                    progress({"updates": at, "start_updates": start, "end_updates": end,
-                              "total_updates": total_timesteps, "chunk_updates": k, "seconds": dt,
-                              "updates_per_s": k / max(dt, 1e-9),
-                              "last_normalized_score": (np.asarray(hist["normalized_score"][-1])
-                                                        if hist["normalized_score"] else None)})
-                if at < b:  # a boundary inside a chunk of the schedule
-                    if checkpoint_due(at):
-                        save(at)
-                    stop_if_asked(at)
-            rec = {"updates": b, "chunk_updates": n, "chunk_seconds": seconds, "wall_time_s": wall(),
-                   "updates_per_s": n / max(seconds, 1e-9)}
-            for k_ in METRIC_KEYS:
-                rec[k_] = np.asarray(state.metrics[k_])
-            bad = [k_ for k_ in METRIC_KEYS if not np.all(np.isfinite(rec[k_]))]
-            if bad:
-                raise FloatingPointError(f"non-finite training metrics {bad} after {b} updates")
-            if evaluate_after:
-                res = do_eval(state)
-                rec["eval_mean_return"] = res["mean_return"]
-                rec["normalized_score"] = res["normalized_score"]
-                rec["eval_return"] = res["return"]
-                rec["eval_position"] = len(hist["eval_updates"]) - 1
-            hist["chunks"].append(rec)
-            if callback is not None:
-                callback(rec)
-            if checkpoint_dir is not None and (b == end or checkpoint_due(b)):
-                save(b)
-            if b < end:
-                stop_if_asked(b)
-        if checkpoint_dir is not None and not plan_ and last_saved[0] != end:
-            save(end)
-        hist["wall_seconds"] = wall()
-        return state, _finalize_history(hist, len(seeds), self.num_tasks, eval_episodes, self.task_names)
+        return driver.train(self.program(), None if seed is None else np.atleast_1d(seed), n_timesteps,
+                            eval_every=eval_every, eval_episodes=eval_episodes, callback=callback, state=state,
+                            history=history, total_steps=total_timesteps,
+                            extra={"log_every": int(log_every) if log_every else None},
+                            options=driver.run_options(options, run_options))
 
     # ---- checkpoints --------------------------------------------------------------------
     @property
@@ -572,82 +436,31 @@ class TDMPC2MultiTask:
             self._dataset_sha256 = h.hexdigest()
         return self._dataset_sha256
 
-    def checkpoint_settings(self, seeds, total_timesteps: int, eval_every: Optional[int], eval_episodes: int,
-                            log_every: Optional[int]) -> dict:
-        """Everything that changes a checkpoint's shapes or numbers: the agent class, its
-        configuration (:attr:`config`: hyperparameters and the task table), the data's
-        SHA-256, the evaluation envs, and the run's seeds, length, evaluation protocol and
-        metric cadence. Not included (they change nothing): ``max_chunk_seconds``, the
-        checkpoint cadence and count, callbacks."""
-        envs = None if self.eval_envs is None else [[e.spec.env_id, e.spec.suite, e.spec.backend, repr(e._token)]
-                                                    for e in self.eval_envs]
-        return {
-            "agent_class": type(self).__name__,
-            "agent": self.config,
-            "dataset_sha256": self.dataset_sha256,
-            "eval_envs": envs,
-            "run": {"seeds": [int(s) for s in seeds], "total_timesteps": int(total_timesteps),
-                    "eval_every": int(eval_every) if eval_every else None,
-                    "eval_episodes": int(eval_episodes) if eval_every else None,
-                    "log_every": int(log_every) if log_every else None},
-        }
-
     def save_checkpoint(self, directory, state: MultiTaskState, history: Optional[dict], *, total_timesteps: int,
                         eval_every: Optional[int] = None, eval_episodes: int = 10, log_every: Optional[int] = None,
                         keep: Optional[int] = None):
         """Write ``state`` and ``history`` as checkpoint ``step_{updates}`` of ``directory``
-        (:mod:`tdmpc2core.checkpoint`): parameters with the task embedding, target Qs, both
-        Adam states, the running scale, the update counter, the seeds' keys, the last metrics,
-        and the evaluation history and per-chunk records as host arrays. The dataset is not
-        saved (its SHA-256 is compared instead). Returns the
-        :class:`~tdmpc2core.checkpoint.CheckpointInfo`."""
-        from .. import __version__
-        from ..io import checkpoint as ck
+        (:func:`tdmpc2core.run.driver.save_checkpoint`): parameters with the task embedding,
+        target Qs, both Adam states, the running scale, the update counter, the seeds' keys,
+        the last metrics, and the history. The dataset is not saved (its SHA-256 is compared
+        instead). Returns the :class:`~tdmpc2core.io.checkpoint.CheckpointInfo`."""
+        run = Run(tuple(int(s) for s in np.asarray(state.seed)), int(total_timesteps),
+                  int(eval_every) if eval_every else None, int(eval_episodes),
+                  (("log_every", int(log_every) if log_every else None),))
+        return driver.save_checkpoint(self.program(), directory, state, history, run, keep=keep)
 
-        seeds = [int(s) for s in np.asarray(state.seed)]
-        updates = int(np.asarray(state.agent.updates)[0])
-        hist = _working_history(None) if history is None else history
-        host = _history_to_arrays(hist, len(seeds), self.num_tasks, eval_episodes)
-        meta = {"updates": updates, "evaluations": len(hist["eval_updates"]), "wall_seconds": hist["wall_seconds"],
-                "tasks": list(self.task_names), "tdmpc2core_version": __version__, "jax_version": jax.__version__,
-                "backend": jax.default_backend()}
-        info = ck.save(directory, updates, {"state": state},
-                       settings=self.checkpoint_settings(seeds, total_timesteps, eval_every, eval_episodes, log_every),
-                       host=host, meta=meta, keep=keep)
-        _log.info("checkpoint %s written: %d updates, %.1f MB, %.2f s", info.path, updates, info.bytes / 1e6,
-                  info.seconds)
-        return info
-
-    def restore(self, path, *, seeds=None, total_timesteps: Optional[int] = None, eval_every=_UNSET,
-                eval_episodes: Optional[int] = None, log_every=_UNSET):
+    def restore(self, path, *, seeds=None, total_timesteps: Optional[int] = None, eval_every=driver.UNSET,
+                eval_episodes: Optional[int] = None, log_every=driver.UNSET):
         """Read checkpoint ``path`` into this agent's state: (state, history, manifest).
 
         Run settings given are compared with the checkpoint's, those not given taken from it;
-        the agent's own settings (:meth:`checkpoint_settings`) are always compared.
-        Raises FileNotFoundError, :class:`~tdmpc2core.checkpoint.CorruptCheckpointError`, or
-        :class:`~tdmpc2core.checkpoint.CheckpointMismatchError` naming each differing setting.
+        the agent's own settings (class, configuration and task table, the data's SHA-256,
+        the evaluation envs) are always compared.
+        Raises FileNotFoundError, :class:`~tdmpc2core.io.checkpoint.CorruptCheckpointError`, or
+        :class:`~tdmpc2core.io.checkpoint.CheckpointMismatchError` naming each differing setting.
         """
-        from ..io import checkpoint as ck
-
-        manifest = ck.read_manifest(path)
-        run = manifest.get("settings", {}).get("run", {})
-        seeds = run.get("seeds") if seeds is None else [int(s) for s in np.atleast_1d(np.asarray(seeds))]
-        total_timesteps = run.get("total_timesteps") if total_timesteps is None else int(total_timesteps)
-        eval_every = run.get("eval_every") if eval_every is _UNSET else eval_every
-        log_every = run.get("log_every") if log_every is _UNSET else log_every
-        if eval_episodes is None:
-            eval_episodes = run.get("eval_episodes") or 10
-        if seeds is None or total_timesteps is None:
-            raise ck.CorruptCheckpointError(f"checkpoint {path}: its manifest has no run settings")
-        settings = self.checkpoint_settings(seeds, total_timesteps, eval_every, eval_episodes, log_every)
-        diffs = ck.compare_settings(manifest.get("settings", {}), settings)
-        if diffs:
-            raise ck.CheckpointMismatchError(
-                f"checkpoint {path} was made with other settings than this run's (" + "; ".join(diffs) + ")")
-        template = {"state": jax.eval_shape(lambda: self.init(seeds))}
-        tree, host, manifest = ck.restore(path, template, settings=settings)
-        state = jax.tree_util.tree_map(jnp.asarray, tree["state"])
-        return state, _history_from_arrays(host, self.task_names), manifest
+        return driver.restore(self.program(), path, seeds=seeds, total_steps=total_timesteps,
+                              eval_every=eval_every, eval_episodes=eval_episodes, log_every=log_every)
 
     # ---- acting and evaluation --------------------------------------------------------
     def act(self, params, obs, task: int, t0, eval_mode: bool, key, prev_mean=None):
@@ -752,69 +565,80 @@ class TDMPC2MultiTask:
                 "normalized_score_per_task": norm, "normalized_score": norm.mean(axis=-1)}
 
 
-# ---- the history as host arrays (what a checkpoint keeps besides the state) ----------------
-def _working_history(history: Optional[dict]) -> dict:
-    """A copy of ``history`` (as ``train`` returns it, or None) in its working (list) form."""
-    out = {k: [] for k in ("eval_updates", *(k for k, _ in _EVAL_FIELDS))}
-    out.update(chunks=[], wall_seconds=0.0)
-    if history is not None:
-        out["eval_updates"] = [int(x) for x in np.asarray(history["eval_updates"]).reshape(-1)]
-        for k, _ in _EVAL_FIELDS:
-            out[k] = list(np.asarray(history[k]))
-        out["chunks"] = [dict(c) for c in history["chunks"]]
-        out["wall_seconds"] = float(history.get("wall_seconds", 0.0))
-    return out
+class OfflineProgram(RunProgram):
+    """:class:`TDMPC2MultiTask` for the run driver: a tick is one update of every seed; chunks
+    also end at every ``log_every`` updates (a training-metric record)."""
 
+    unit = "updates"
+    unit_key = "updates"
+    phases = ("train",)
+    steps_per_tick = 1
+    attached_keys = ("eval_mean_return", "normalized_score", "eval_return")
 
-def _finalize_history(hist: dict, S: int, K: int, E: int, task_names) -> dict:
-    n = len(hist["eval_updates"])
-    empty = {"eval_returns": ((0, S, K, E), np.float64), "eval_lengths": ((0, S, K, E), np.int32),
-             "eval_return": ((0, S, K), np.float64), "eval_mean_return": ((0, S), np.float64),
-             "normalized_score_per_task": ((0, S, K), np.float64), "normalized_score": ((0, S), np.float64)}
-    out = {"eval_updates": np.asarray(hist["eval_updates"], np.int64).reshape(n)}
-    for k, _ in _EVAL_FIELDS:
-        out[k] = np.stack(hist[k]) if n else np.zeros(*empty[k])
-    out.update(chunks=list(hist["chunks"]), tasks=list(task_names), wall_seconds=float(hist["wall_seconds"]))
-    return out
+    def __init__(self, agent: TDMPC2MultiTask):
+        self.agent = agent
 
+    def init_state(self, seeds, total_steps):
+        return self.agent.init(seeds)
 
-def _history_to_arrays(hist: dict, S: int, K: int, E: int) -> dict:
-    h = _finalize_history(hist, S, K, E, [])
-    chunks = h["chunks"]
-    c = len(chunks)
-    d = {f"eval/{k}": np.asarray(h[k]) for k in ("eval_updates", *(k for k, _ in _EVAL_FIELDS))}
-    d["wall_seconds"] = np.asarray(h["wall_seconds"], np.float64)
-    d["chunks/updates"] = np.asarray([r["updates"] for r in chunks], np.int64).reshape(c)
-    d["chunks/chunk_updates"] = np.asarray([r["chunk_updates"] for r in chunks], np.int64).reshape(c)
-    d["chunks/eval_position"] = np.asarray([r.get("eval_position", -1) for r in chunks], np.int64).reshape(c)
-    for k in _WALL_CLOCK:
-        d[f"chunks/{k}"] = np.asarray([r[k] for r in chunks], np.float64).reshape(c)
-    for k in METRIC_KEYS:
-        d[f"chunks/{k}"] = np.stack([np.asarray(r[k], np.float32) for r in chunks]) if c else np.zeros((0, S), np.float32)
-    return d
+    def state_tick(self, state) -> int:
+        return int(np.asarray(state.agent.updates)[0])
 
+    def state_seeds(self, state):
+        return [int(s) for s in np.asarray(state.seed)]
 
-def _history_from_arrays(d: dict, task_names) -> dict:
-    hist = _working_history(None)
-    hist["eval_updates"] = [int(x) for x in d["eval/eval_updates"]]
-    for k, _ in _EVAL_FIELDS:
-        hist[k] = list(np.asarray(d[f"eval/{k}"]))
-    hist["wall_seconds"] = float(d["wall_seconds"])
-    for j in range(len(d["chunks/updates"])):
-        rec = {"updates": int(d["chunks/updates"][j]), "chunk_updates": int(d["chunks/chunk_updates"][j])}
-        for k in _WALL_CLOCK:
-            rec[k] = float(d[f"chunks/{k}"][j])
+    def cuts(self, start_tick, end_tick, run):
+        every = dict(run.extra).get("log_every")
+        return set(range((start_tick // every + 1) * every, end_tick, every)) if every else set()
+
+    def advance(self, state, start_tick, n_ticks):
+        return jax.block_until_ready(self.agent.run_updates(state, n_ticks))
+
+    def chunk_record(self, state, rec, chunk, run):
+        rec["chunk_updates"] = chunk.ticks
         for k in METRIC_KEYS:
-            rec[k] = np.asarray(d[f"chunks/{k}"][j])
-        pos = int(d["chunks/eval_position"][j])
-        if pos >= 0:
-            rec["eval_mean_return"] = np.asarray(d["eval/eval_mean_return"][pos])
-            rec["normalized_score"] = np.asarray(d["eval/normalized_score"][pos])
-            rec["eval_return"] = np.asarray(d["eval/eval_return"][pos])
-            rec["eval_position"] = pos
-        hist["chunks"].append(rec)
-    shape = np.asarray(d["eval/eval_returns"]).shape
-    return _finalize_history(hist, shape[1], shape[2], shape[3], task_names)
+            rec[k] = np.asarray(state.metrics[k])
+        bad = [k for k in METRIC_KEYS if not np.all(np.isfinite(rec[k]))]
+        if bad:
+            raise FloatingPointError(f"non-finite training metrics {bad} after {rec['updates']} updates")
+        return state
+
+    def evaluate(self, state, tick, run) -> dict:
+        res = self.agent.evaluate(state, run.eval_episodes)
+        return {"eval_updates": int(np.asarray(state.agent.updates)[0]),
+                **{key: res[src] for key, src in _EVAL_FIELDS}}
+
+    def eval_fields(self, n_seeds, eval_episodes):
+        S, K, E = n_seeds, self.agent.num_tasks, eval_episodes
+        shapes = {"eval_returns": (S, K, E), "eval_lengths": (S, K, E), "eval_return": (S, K),
+                  "eval_mean_return": (S,), "normalized_score_per_task": (S, K), "normalized_score": (S,)}
+        return [EvalField("eval_updates", "eval_updates", np.int64)] + [
+            EvalField(key, key, np.int32 if key == "eval_lengths" else np.float64, shapes[key])
+            for key, _ in _EVAL_FIELDS]
+
+    def attach_eval(self, rec, ev):
+        rec["eval_mean_return"] = np.asarray(ev["eval_mean_return"])
+        rec["normalized_score"] = np.asarray(ev["normalized_score"])
+        rec["eval_return"] = np.asarray(ev["eval_return"])
+
+    def finalize(self, history):
+        history["tasks"] = list(self.agent.task_names)
+
+    def progress_fields(self, hist):
+        evals = hist["evals"]
+        return {"last_normalized_score": np.asarray(evals[-1]["normalized_score"]) if evals else None}
+
+    def identity(self) -> dict:
+        """The class, the configuration (hyperparameters and the task table), the data's
+        SHA-256 and the evaluation envs: what makes a checkpoint this agent's."""
+        agent = self.agent
+        envs = None if agent.eval_envs is None else [[e.spec.env_id, e.spec.suite, e.spec.backend, repr(e._token)]
+                                                     for e in agent.eval_envs]
+        return {"agent_class": type(agent).__name__, "agent": agent.config, "dataset_sha256": agent.dataset_sha256,
+                "eval_envs": envs}
+
+    def meta(self, state, tick):
+        return {"tasks": list(self.agent.task_names)}
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -17,7 +17,7 @@ A *tick* is one agent step of each of the ``n_envs`` environments in lockstep:
 Episodic mode (``cfg.episodic``, spec §11; :func:`tick_episodic`): episodes have variable
 lengths and each environment restarts on its own when its episode ends (terminated, or
 truncated at T): at the top of the next tick its episode is committed to the
-:class:`~tdmpc2core.replay.EpisodicReplay` (env order) and it resets. The phases stay in
+:class:`~tdmpc2core.agents.replay.EpisodicReplay` (env order) and it resets. The phases stay in
 agent steps (a tick is still ``n_envs`` agent steps). An update needs an episode of at least
 H + 1 rows to sample from; until one exists, the scheduled updates (the burst included)
 wait and run at the first tick that has one (docs/deviations.md R3; the reference crashes

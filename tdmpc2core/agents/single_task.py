@@ -17,9 +17,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import logging
-import math
-import time
 import warnings
 from typing import Callable, Optional, Sequence, Union
 
@@ -27,24 +24,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..io import checkpoint
-from . import online
-from . import replay as rp
-from ..model.config import TDMPC2Config, resolve_config
 from ..envs import Env, make_env
+from ..model.config import TDMPC2Config, resolve_config
 from ..model.planner import act_with_policy, plan
-from ..run.driver import (SubChunkSizer, TrainingInterrupted, finalize_history, history_from_arrays,
-                       history_to_arrays, new_history, working_history)
 from ..model.update import init_agent_state
 from ..model.world_model import WorldModel
-
-_log = logging.getLogger("tdmpc2core")
-_UNSET = object()
-
-
-def _version() -> str:
-    from .. import __version__
-    return __version__
+from ..run import driver
+from ..run.driver import Chunk, EvalField, Run, RunOptions, RunProgram
+from . import online
+from . import replay as rp
 
 
 class TerminationError(ValueError):
@@ -96,7 +84,7 @@ class TDMPC2:
         protocol uses 2.
       env_params: gymnax env params (None: the env's defaults).
       backend: Playground physics implementation (None: ``"jax"``, MJX).
-      **hyperparameters: any field of :class:`~tdmpc2core.config.TDMPC2Config` (the official
+      **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` (the official
         config.yaml names; ``lr`` is ``learning_rate``), each at its paper default. The
         ``model_size`` preset {1, 5, 19, 48, 317} fills enc_dim, mlp_dim, latent_dim,
         num_enc_layers and num_q left as None; explicit widths override it.
@@ -215,64 +203,22 @@ class TDMPC2:
         ret, length = fn(state.agent.params, keys)
         return np.asarray(ret), np.asarray(length)
 
-    # ---- training --------------------------------------------------------------
+    # ---- training (the run driver, :mod:`tdmpc2core.run.driver`, does the host side) ------
     def _chunk(self):
+        """The compiled training chunk: (state, start tick, ticks) -> state (seeds vmapped)."""
         if "chunk" not in self._chunk_fns:
             self._chunk_fns["chunk"] = online.make_chunk_fn(self)
         return self._chunk_fns["chunk"]
 
-    def schedule(self, n_timesteps: int, eval_every: Optional[int], *, start_tick: int = 0,
-                 total_timesteps: Optional[int] = None):
-        """Host plan of one ``train`` call, in absolute ticks (one tick = ``n_envs`` agent steps).
-
-        Args:
-          n_timesteps: agent steps of this call, from ``start_tick`` (rounded up to whole ticks).
-          eval_every: agent steps between evaluations (None: none).
-          start_tick: ticks already done (a continued or resumed run).
-          total_timesteps: the whole run's length in agent steps (the final evaluation is at
-            its end); None: the end of this call.
-        Returns:
-          (plan, eval_at_start): plan is a list of (phase, start_tick, n_ticks,
-          evaluate_after) with phase in {"seed", "burst", "train"}; chunks end at every
-          multiple of ``eval_every`` agent steps, around the burst tick and at the call's end;
-          eval_at_start: evaluate before the first tick (a run starting at tick 0).
-        """
-        n = self.n_envs
-        start_tick = int(start_tick)
-        end_tick = start_tick + -(-int(n_timesteps) // n)
-        total_ticks = end_tick if total_timesteps is None else -(-int(total_timesteps) // n)
-        if end_tick > total_ticks:
-            raise ValueError(f"this call would run to agent step {end_tick * n}, past total_timesteps="
-                             f"{total_timesteps}")
-        burst_tick = -(-self.seed_steps // n)  # first tick with agent_steps >= seed_steps
-        cuts = {start_tick, end_tick}
-        period = self._eval_period(eval_every)
-        if period:
-            first = -(-start_tick // period) * period
-            cuts |= set(range(first, end_tick + 1, period))
-        if start_tick <= burst_tick < end_tick:
-            cuts |= {burst_tick, burst_tick + 1}
-        cuts = sorted(cuts)
-        evals = set()
-        if period:
-            evals = {i for i in cuts if i > start_tick and (i % period == 0 or i == total_ticks)}
-        plan_ = []
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            phase = "seed" if b <= burst_tick else ("burst" if a == burst_tick else "train")
-            plan_.append((phase, a, b - a, b in evals))
-        return plan_, bool(period) and start_tick == 0
-
-    def _eval_period(self, eval_every: Optional[int]) -> int:
-        """Ticks between evaluations: the ticks i with i * n_envs a multiple of eval_every (0: none)."""
-        if not eval_every:
-            return 0
-        return int(eval_every) // math.gcd(self.n_envs, int(eval_every))
+    def program(self) -> "OnlineProgram":
+        """What this agent computes for the run driver (:mod:`tdmpc2core.run.driver`)."""
+        return OnlineProgram(self)
 
     def eval_index(self, tick: int, eval_every: Optional[int]) -> int:
         """Index of the evaluation at ``tick`` (0 = before training): the number of
         evaluations before it in the run's schedule. Evaluation keys come from (seed, index),
         so a resumed run evaluates on the same initial states as an uninterrupted one."""
-        period = self._eval_period(eval_every)
+        period = self.program().eval_period(eval_every)
         return -(-int(tick) // period) if period else 0
 
     @staticmethod
@@ -286,10 +232,7 @@ class TDMPC2:
     def train(self, seed: Union[int, Sequence[int]] = 0, n_timesteps: int = 1_000_000, *,
               eval_every: Optional[int] = None, eval_episodes: int = 10,
               callback: Optional[Callable[[dict], None]] = None, state=None, history: Optional[dict] = None,
-              total_timesteps: Optional[int] = None, max_chunk_seconds: Optional[float] = None,
-              checkpoint_dir=None, checkpoint_every: Optional[int] = None, keep_checkpoints: Optional[int] = 2,
-              resume: bool = True, should_stop: Optional[Callable[[], bool]] = None,
-              progress: Optional[Callable[[dict], None]] = None):
+              total_timesteps: Optional[int] = None, options: Optional[RunOptions] = None, **run_options):
         """Train for ``n_timesteps`` agent steps per seed (several seeds vmapped in one program).
 
         A run may be done in one call, continued in several (``state``/``history`` of the
@@ -312,18 +255,22 @@ class TDMPC2:
           eval_every: agent steps between evaluations (also at step 0 and at the end of the
             run); None: no evaluation.
           eval_episodes: episodes per evaluation.
-          callback: called on the host after every chunk of the schedule (:meth:`schedule`)
+          callback: called on the host after every chunk of the schedule
+            (:func:`tdmpc2core.run.driver.schedule`)
             with a dict of numpy values (``phase``, ``agent_steps``, ``env_frames``,
             ``updates``, the metrics, ``train_return``, ``eval_return`` when the chunk ended
             with an evaluation, wall-clock ``chunk_seconds``, ``wall_time_s``,
             ``agent_steps_per_s``).
           state, history: the state and history returned by a previous call (the state's
             buffers are donated to this call); the returned history extends ``history``.
+          options, **run_options: how the run is driven on the host
+            (:class:`tdmpc2core.run.driver.RunOptions`, or its fields as keywords; none of
+            them changes a number), counted in agent steps:
           max_chunk_seconds: wall-time cap of one call of the compiled program: chunks are
             split on the host into calls sized from the measured seconds per tick, so that
             ``should_stop`` is polled at least that often (a single tick, such as the
             seed-phase burst, and an evaluation cannot be split). Results are unchanged.
-          checkpoint_dir: folder of this run's checkpoints (:mod:`tdmpc2core.checkpoint`);
+          checkpoint_dir: folder of this run's checkpoints (:mod:`tdmpc2core.io.checkpoint`);
             one run per folder. A checkpoint is written every ``checkpoint_every`` agent
             steps (None: only at the end of the call and when stopped), at the end of the
             call, and when ``should_stop`` stops the run; the newest ``keep_checkpoints`` are
@@ -334,7 +281,7 @@ class TDMPC2:
             is an error.
           should_stop: polled on the host after every call of the compiled program; when it
             returns True the run writes a checkpoint (with ``checkpoint_dir``) and raises
-            :class:`~tdmpc2core.training.TrainingInterrupted`.
+            :class:`~tdmpc2core.run.driver.TrainingInterrupted`.
           progress: called after every call of the compiled program with a dict:
             ``phase``, ``agent_steps``, ``start_agent_steps`` and ``end_agent_steps`` of this
             call, ``total_agent_steps``, ``ticks``, ``seconds``, ``agent_steps_per_s``,
@@ -356,244 +303,186 @@ class TDMPC2:
             burst: docs/deviations.md R3.)
           FloatingPointError: non-finite observations or rewards from the env.
           TrainingInterrupted: ``should_stop`` returned True.
-          tdmpc2core.checkpoint.CheckpointMismatchError: the newest checkpoint of
+          tdmpc2core.io.checkpoint.CheckpointMismatchError: the newest checkpoint of
             ``checkpoint_dir`` was made with other settings (named).
-          tdmpc2core.checkpoint.CorruptCheckpointError: checkpoints exist but none is usable.
+          tdmpc2core.io.checkpoint.CorruptCheckpointError: checkpoints exist but none is usable.
           ValueError: a state of other seeds, a replay sized for another run length, a call
             past ``total_timesteps``.
         """
-        seeds = [int(s) for s in np.atleast_1d(np.asarray(seed))]
-        eval_every = int(eval_every) if eval_every else None
-        n = self.n_envs
-        if checkpoint_every is not None and int(checkpoint_every) < 1:
-            raise ValueError(f"checkpoint_every={checkpoint_every!r} must be >= 1 agent steps (or None)")
-        if checkpoint_dir is not None and state is None:
-            latest = checkpoint.latest_checkpoint(checkpoint_dir)
-            if latest is not None and not resume:
-                raise ValueError(f"{checkpoint_dir} holds checkpoints of a run (newest {latest.name}); pass "
-                                 "resume=True to continue it, or delete them (tdmpc2core.checkpoint.clear)")
-            if latest is not None:
-                total = int(total_timesteps if total_timesteps is not None else n_timesteps)
-                state, history, _ = self.restore(latest, seeds=seeds, total_timesteps=total,
-                                                 eval_every=eval_every, eval_episodes=eval_episodes)
-                total_timesteps = total
-                n_timesteps = max(total - self.state_tick(state) * n, 0)
-                _log.info("resumed from %s at %d agent steps", latest, self.state_tick(state) * n)
-        if state is None:
-            total_timesteps = int(n_timesteps if total_timesteps is None else total_timesteps)
-            state = self.init(seeds, total_timesteps)
-            start_tick = 0
-        else:
-            start_tick = self.state_tick(state)
-            n_state_seeds = np.asarray(state.tick).shape[0]
-            if n_state_seeds != len(seeds):
-                raise ValueError(f"the state holds {n_state_seeds} seed(s), seed={seeds} names {len(seeds)}")
-            if total_timesteps is None:
-                total_timesteps = start_tick * n + int(n_timesteps)
-            else:
-                if self.episodic:  # a ring of 2 C rows (replay.EpisodicReplay)
-                    unit = "rows"
-                    want = 2 * rp.capacity_steps(self.cfg.buffer_size, int(total_timesteps), self.episode_length)
-                else:
-                    unit = "episode slots"
-                    want = rp.capacity_episodes(self.cfg.buffer_size, int(total_timesteps), self.episode_length) + n
-                have = int(state.replay.obs.shape[1])
-                if want != have:
-                    raise ValueError(
-                        f"the state's replay has {have} {unit}, a run of total_timesteps={total_timesteps} "
-                        f"needs {want}; pass the total_timesteps the run was started with")
-        plan_, eval_at_start = self.schedule(n_timesteps, eval_every, start_tick=start_tick,
-                                             total_timesteps=total_timesteps)
-        end_tick = start_tick + -(-int(n_timesteps) // n)
-        total_steps = -(-int(total_timesteps) // n) * n
-        hist = working_history(history)
-        wall_before = hist["wall_seconds"]
-        t_start = time.perf_counter()
-        sizer = SubChunkSizer(max_chunk_seconds)
-        chunk_fn = self._chunk()
-        last_saved, saved = [start_tick], [None]  # tick of the last checkpoint written, and its info
+        return driver.train(self.program(), [int(s) for s in np.atleast_1d(np.asarray(seed))], n_timesteps,
+                            eval_every=eval_every, eval_episodes=eval_episodes, callback=callback, state=state,
+                            history=history, total_steps=total_timesteps,
+                            options=driver.run_options(options, run_options))
 
-        def wall():
-            return wall_before + time.perf_counter() - t_start
-
-        def do_eval(tick):
-            agent_steps = tick * n
-            rets, lens = self.evaluate(state, eval_episodes, eval_index=self.eval_index(tick, eval_every),
-                                       seeds=seeds)
-            hist["eval_agent_steps"].append(agent_steps)
-            hist["eval_env_frames"].append(agent_steps * self.action_repeat)
-            hist["eval_returns"].append(rets)
-            hist["eval_lengths"].append(lens)
-            return rets
-
-        def save(tick):
-            hist["wall_seconds"] = wall()
-            info = self.save_checkpoint(checkpoint_dir, state, hist, seeds=seeds, total_timesteps=total_timesteps,
-                                        eval_every=eval_every, eval_episodes=eval_episodes, keep=keep_checkpoints)
-            last_saved[0], saved[0] = tick, info
-            return info
-
-        def checkpoint_due(tick):
-            return (checkpoint_dir is not None and checkpoint_every is not None
-                    and (tick * n) // int(checkpoint_every) > (last_saved[0] * n) // int(checkpoint_every))
-
-        def stop_if_asked(tick):
-            if should_stop is not None and should_stop():
-                info = None
-                if checkpoint_dir is not None:
-                    info = saved[0] if last_saved[0] == tick and saved[0] is not None else save(tick)
-                hist["wall_seconds"] = wall()
-                raise TrainingInterrupted(state, finalize_history(hist, len(seeds), eval_episodes), tick * n, info)
-
-        warned_waiting = [False]
-        if eval_at_start:
-            do_eval(0)
-        for phase, a, n_ticks, evaluate_after in plan_:
-            b = a + n_ticks
-            tick, seconds = a, 0.0
-            while tick < b:
-                stop_at = b
-                if checkpoint_dir is not None and checkpoint_every is not None:
-                    next_ckpt = -(-((tick * n) // int(checkpoint_every) + 1) * int(checkpoint_every) // n)
-                    stop_at = min(b, next_ckpt)
-                k = sizer.ticks(phase, stop_at - tick)
-                t0 = time.perf_counter()
-                state = chunk_fn(state, jnp.int32(tick), jnp.int32(k))
-                jax.block_until_ready(state)
-                dt = time.perf_counter() - t0
-                sizer.record(phase, k, dt)
-                seconds += dt
-                tick += k
-                self._check_run(state, tick * n)
-                if progress is not None:
-                    progress({"phase": phase, "agent_steps": tick * n, "start_agent_steps": start_tick * n,
-                              "end_agent_steps": end_tick * n, "total_agent_steps": total_steps,
-                              "ticks": k, "seconds": dt, "agent_steps_per_s": k * n / max(dt, 1e-9),
-                              "last_eval_return": (np.mean(hist["eval_returns"][-1], axis=-1)
-                                                   if hist["eval_returns"] else None)})
-                if tick < b:  # a boundary inside a chunk of the schedule
-                    if checkpoint_due(tick):
-                        save(tick)
-                    stop_if_asked(tick)
-            agent_steps = b * n
-            rec = {"phase": phase, "agent_steps": agent_steps, "env_frames": agent_steps * self.action_repeat,
-                   "updates": np.asarray(state.agent.updates), "chunk_seconds": seconds,
-                   "wall_time_s": wall(),
-                   "agent_steps_per_s": (b - a) * n / max(seconds, 1e-9)}
-            for k_ in online.metric_keys(self.cfg):
-                rec[k_] = np.asarray(state.metrics[k_])
-            if self.episodic:
-                rec["pending_updates"] = np.asarray(state.pending_updates)
-                if phase != "seed" and rec["pending_updates"].max() > 0 and not warned_waiting[0]:
-                    warned_waiting[0] = True
-                    warnings.warn(self._waiting_message(state, agent_steps, seeds), RuntimeWarning, stacklevel=2)
-            cnt = np.asarray(state.finished_count)
-            rec["train_return"] = np.where(cnt > 0, np.asarray(state.finished_return_sum, np.float64)
-                                           / np.maximum(cnt, 1), np.nan)
-            state = state._replace(finished_return_sum=jnp.zeros_like(state.finished_return_sum),
-                                   finished_count=jnp.zeros_like(state.finished_count))
-            if evaluate_after:
-                rec["eval_returns"] = do_eval(b)
-                rec["eval_return"] = rec["eval_returns"].mean(axis=1)
-                rec["eval_position"] = len(hist["eval_agent_steps"]) - 1
-            hist["chunks"].append(rec)
-            if callback is not None:
-                callback(rec)
-            if checkpoint_dir is not None and (b == end_tick or checkpoint_due(b)):
-                save(b)
-            if b < end_tick:
-                stop_if_asked(b)
-        if checkpoint_dir is not None and not plan_ and last_saved[0] != end_tick:
-            save(end_tick)  # nothing to run (a finished run resumed): make sure the end is saved
-        hist["wall_seconds"] = wall()
-        history = finalize_history(hist, len(seeds), eval_episodes)
-        if self.episodic and int(np.max(np.asarray(state.pending_updates))) > 0:
-            raise NoSampleableEpisodeError(self._waiting_message(state, end_tick * n, seeds, final=True),
-                                           state=state, history=history)
-        return state, history
-
-    # ---- checkpoints -------------------------------------------------------------
-    def checkpoint_settings(self, seeds, total_timesteps: int, eval_every: Optional[int], eval_episodes: int) -> dict:
-        """Everything that changes a checkpoint's shapes or numbers: the agent class, its
-        resolved configuration (:attr:`config`), the env params, and the run's seeds,
-        length and evaluation protocol. Not included (they change neither): chunk sizes,
-        ``max_chunk_seconds``, the checkpoint cadence and count, callbacks."""
-        return {
-            "agent_class": type(self).__name__,
-            "agent": self.config,
-            "env_params": self.env._token,
-            "run": {"seeds": [int(s) for s in seeds], "total_timesteps": int(total_timesteps),
-                    "eval_every": int(eval_every) if eval_every else None,
-                    "eval_episodes": int(eval_episodes) if eval_every else None},
-        }
-
+    # ---- checkpoints (the run driver's, for this agent) ------------------------------
     def save_checkpoint(self, directory, state, history: Optional[dict], *, seeds, total_timesteps: int,
                         eval_every: Optional[int] = None, eval_episodes: int = 10, keep: Optional[int] = None):
-        """Write ``state`` and ``history`` as checkpoint ``step_{agent steps}`` of ``directory``.
+        """Write ``state`` and ``history`` as checkpoint ``step_{agent steps}`` of ``directory``
+        (:func:`tdmpc2core.run.driver.save_checkpoint`): parameters, target Qs, both Adam
+        states, the running scale, the replay, environment states, observations, the planner's
+        warm start, PRNG keys, counters, the last metrics, and the history. Returns the
+        :class:`tdmpc2core.io.checkpoint.CheckpointInfo`."""
+        run = Run(tuple(int(s) for s in seeds), int(total_timesteps), int(eval_every) if eval_every else None,
+                  int(eval_episodes))
+        return driver.save_checkpoint(self.program(), directory, state, history, run, keep=keep)
 
-        The full training state: parameters, target Qs, both Adam states, the running scale,
-        the replay, environment states, observations, the planner's warm start, PRNG keys,
-        counters (``tick``, updates), the last metrics; and, as host arrays, the evaluation
-        history and per-chunk records (:func:`tdmpc2core.training.history_to_arrays`).
-        Returns the :class:`tdmpc2core.checkpoint.CheckpointInfo` (path, bytes, seconds).
-        """
-        import jax as _jax
-
-        tick = self.state_tick(state)
-        hist = new_history() if history is None else history  # working (lists) or returned (arrays) form
-        host = history_to_arrays(hist, len(list(seeds)), eval_episodes)
-        meta = {"agent_steps": tick * self.n_envs, "env_frames": tick * self.n_envs * self.action_repeat,
-                "tick": tick, "evaluations": len(hist["eval_agent_steps"]), "wall_seconds": hist["wall_seconds"],
-                "tdmpc2core_version": _version(), "jax_version": _jax.__version__, "backend": _jax.default_backend()}
-        info = checkpoint.save(directory, tick * self.n_envs, {"state": state},
-                               settings=self.checkpoint_settings(seeds, total_timesteps, eval_every, eval_episodes),
-                               host=host, meta=meta, keep=keep)
-        _log.info("checkpoint %s written: %d agent steps, %.1f MB, %.2f s", info.path, tick * self.n_envs,
-                  info.bytes / 1e6, info.seconds)
-        return info
-
-    def restore(self, path, *, seeds=None, total_timesteps: Optional[int] = None, eval_every=_UNSET,
+    def restore(self, path, *, seeds=None, total_timesteps: Optional[int] = None, eval_every=driver.UNSET,
                 eval_episodes: Optional[int] = None):
-        """Read checkpoint ``path`` (a ``step_*`` folder) into this agent's state.
+        """Read checkpoint ``path`` (a ``step_*`` folder) into this agent's state: (state,
+        history, manifest), the state as ``train`` returns it (leading seed axis).
 
         The run settings given (``seeds``, ``total_timesteps``, ``eval_every``,
         ``eval_episodes``) are compared with the checkpoint's; those not given are taken from
-        it. The agent's own settings (:meth:`checkpoint_settings`) are always compared.
-        Returns (state, history, manifest): the state as ``train`` returns it (leading seed
-        axis), the history up to the checkpoint, and the manifest (``settings``, ``meta``,
-        sizes).
+        it; the agent's own settings (class, resolved config, env params) are always compared.
         Raises:
           FileNotFoundError: no such checkpoint.
-          tdmpc2core.checkpoint.CorruptCheckpointError: incomplete or damaged.
-          tdmpc2core.checkpoint.CheckpointMismatchError: made with other settings (each
+          tdmpc2core.io.checkpoint.CorruptCheckpointError: incomplete or damaged.
+          tdmpc2core.io.checkpoint.CheckpointMismatchError: made with other settings (each
             differing setting named with both values) or of another state layout.
         """
-        manifest = checkpoint.read_manifest(path)
-        run = manifest.get("settings", {}).get("run", {})
-        seeds = run.get("seeds") if seeds is None else [int(s) for s in np.atleast_1d(np.asarray(seeds))]
-        total_timesteps = run.get("total_timesteps") if total_timesteps is None else int(total_timesteps)
-        eval_every = run.get("eval_every") if eval_every is _UNSET else eval_every
-        if eval_episodes is None:
-            eval_episodes = run.get("eval_episodes") or 10
-        if seeds is None or total_timesteps is None:
-            raise checkpoint.CorruptCheckpointError(f"checkpoint {path}: its manifest has no run settings")
-        settings = self.checkpoint_settings(seeds, total_timesteps, eval_every, eval_episodes)
-        diffs = checkpoint.compare_settings(manifest.get("settings", {}), settings)
-        if diffs:  # before building the template: a mismatch is reported at once
-            raise checkpoint.CheckpointMismatchError(
-                f"checkpoint {path} was made with other settings than this run's (" + "; ".join(diffs) + ")")
-        template = {"state": jax.eval_shape(lambda: self.init(seeds, total_timesteps))}
-        tree, host, manifest = checkpoint.restore(path, template, settings=settings)
-        state = jax.tree_util.tree_map(jnp.asarray, tree["state"])
-        return state, history_from_arrays(host), manifest
+        return driver.restore(self.program(), path, seeds=seeds, total_steps=total_timesteps,
+                              eval_every=eval_every, eval_episodes=eval_episodes)
 
-    def _waiting_message(self, state, agent_steps, seeds, final=False):
-        H = self.cfg.horizon
+
+class OnlineProgram(RunProgram):
+    """:class:`TDMPC2` for the run driver: a tick is ``n_envs`` agent steps of every seed
+    (:mod:`tdmpc2core.agents.online`); phases ``seed`` (random actions, no updates),
+    ``burst`` (the tick of the seed-phase burst of updates) and ``train``."""
+
+    unit = "agent steps"
+    unit_key = "agent_steps"
+    phases = ("seed", "burst", "train")
+
+    def __init__(self, agent: TDMPC2):
+        self.agent = agent
+        self.steps_per_tick = agent.n_envs
+        self.burst_tick = -(-agent.seed_steps // agent.n_envs)  # first tick with agent_steps >= seed_steps
+        self._warned_waiting = False
+
+    # ---- state
+    def init_state(self, seeds, total_steps):
+        return self.agent.init(seeds, total_steps)
+
+    def state_tick(self, state) -> int:
+        return TDMPC2.state_tick(state)
+
+    def check_state(self, state, run: Run, total_given: bool) -> None:
+        agent = self.agent
+        n_state_seeds = np.asarray(state.tick).shape[0]
+        if n_state_seeds != len(run.seeds):
+            raise ValueError(f"the state holds {n_state_seeds} seed(s), seed={list(run.seeds)} names "
+                             f"{len(run.seeds)}")
+        if not total_given:
+            return
+        if agent.episodic:  # a ring of 2 C rows (replay.EpisodicReplay)
+            unit = "rows"
+            want = 2 * rp.capacity_steps(agent.cfg.buffer_size, run.total_steps, agent.episode_length)
+        else:
+            unit = "episode slots"
+            want = rp.capacity_episodes(agent.cfg.buffer_size, run.total_steps, agent.episode_length) + agent.n_envs
+        have = int(state.replay.obs.shape[1])
+        if want != have:
+            raise ValueError(f"the state's replay has {have} {unit}, a run of total_timesteps={run.total_steps} "
+                             f"needs {want}; pass the total_timesteps the run was started with")
+
+    # ---- the schedule's cut points: the burst tick is a chunk of its own
+    def cuts(self, start_tick, end_tick, run):
+        return {self.burst_tick, self.burst_tick + 1} if start_tick <= self.burst_tick < end_tick else set()
+
+    def phase(self, a, b):
+        return "seed" if b <= self.burst_tick else ("burst" if a == self.burst_tick else "train")
+
+    # ---- compute
+    def advance(self, state, start_tick, n_ticks):
+        state = self.agent._chunk()(state, jnp.int32(start_tick), jnp.int32(n_ticks))
+        return jax.block_until_ready(state)
+
+    def after_call(self, state, agent_steps):
+        agent = self.agent
+        term = int(np.max(np.asarray(state.terminations)))
+        if term > 0 and not agent.cfg.episodic:
+            raise TerminationError(
+                f"{agent.env_id}: the environment terminated {term} time(s) by agent step {agent_steps}; "
+                "the paper-era TD-MPC2 bootstraps through every episode end, so it refuses terminating "
+                "tasks. Use a non-terminating task (e.g. the DMC suite) or the episodic mode (TDMPC2(..., "
+                "episodic=True); in the pipeline, agent: {episodic: true}).")
+        bad = int(np.max(np.asarray(state.nonfinite)))
+        if bad > 0:
+            raise FloatingPointError(
+                f"{agent.env_id}: {bad} non-finite observation(s) or reward(s) by agent step {agent_steps} "
+                "(NaN physics); check the env, its action bounds and its backend.")
+
+    def chunk_record(self, state, rec, chunk: Chunk, run: Run):
+        agent = self.agent
+        rec["env_frames"] = rec["agent_steps"] * agent.action_repeat
+        rec["updates"] = np.asarray(state.agent.updates)
+        for k in online.metric_keys(agent.cfg):
+            rec[k] = np.asarray(state.metrics[k])
+        if agent.episodic:
+            rec["pending_updates"] = np.asarray(state.pending_updates)
+            if chunk.phase != "seed" and rec["pending_updates"].max() > 0 and not self._warned_waiting:
+                self._warned_waiting = True
+                warnings.warn(self.waiting_message(state, rec["agent_steps"], run.seeds), RuntimeWarning,
+                              stacklevel=4)
+        cnt = np.asarray(state.finished_count)
+        rec["train_return"] = np.where(cnt > 0, np.asarray(state.finished_return_sum, np.float64)
+                                       / np.maximum(cnt, 1), np.nan)
+        return state._replace(finished_return_sum=jnp.zeros_like(state.finished_return_sum),
+                              finished_count=jnp.zeros_like(state.finished_count))
+
+    # ---- evaluation and the history
+    def evaluate(self, state, tick, run: Run) -> dict:
+        agent = self.agent
+        agent_steps = tick * agent.n_envs
+        rets, lens = agent.evaluate(state, run.eval_episodes, eval_index=agent.eval_index(tick, run.eval_every),
+                                    seeds=run.seeds)
+        return {"eval_agent_steps": agent_steps, "eval_env_frames": agent_steps * agent.action_repeat,
+                "eval_returns": rets, "eval_lengths": lens}
+
+    def eval_fields(self, n_seeds, eval_episodes):
+        S, E = n_seeds, eval_episodes
+        return [EvalField("eval_agent_steps", "agent_steps", np.int64), EvalField("eval_env_frames", "env_frames", np.int64),
+                EvalField("eval_returns", "returns", np.float32, (S, E)),
+                EvalField("eval_lengths", "lengths", np.int32, (S, E))]
+
+    attached_keys = ("eval_returns", "eval_return")
+
+    def attach_eval(self, rec, ev):
+        rec["eval_returns"] = np.asarray(ev["eval_returns"])
+        rec["eval_return"] = rec["eval_returns"].mean(axis=1)
+
+    def finalize(self, history):
+        history["eval_return"] = history["eval_returns"].mean(axis=-1)
+
+    def progress_fields(self, hist):
+        evals = hist["evals"]
+        return {"last_eval_return": np.mean(evals[-1]["eval_returns"], axis=-1) if evals else None}
+
+    # ---- identity (checkpoint settings)
+    def identity(self) -> dict:
+        """Everything of the agent that changes a checkpoint's shapes or numbers: the class,
+        its resolved configuration (:attr:`TDMPC2.config`) and the env params."""
+        return {"agent_class": type(self.agent).__name__, "agent": self.agent.config,
+                "env_params": self.agent.env._token}
+
+    def meta(self, state, tick):
+        return {"env_frames": tick * self.agent.n_envs * self.agent.action_repeat}
+
+    # ---- end of a call
+    def finish(self, state, history, end_tick, run):
+        if self.agent.episodic and int(np.max(np.asarray(state.pending_updates))) > 0:
+            raise NoSampleableEpisodeError(
+                self.waiting_message(state, end_tick * self.agent.n_envs, run.seeds, final=True),
+                state=state, history=history)
+
+    def waiting_message(self, state, agent_steps, seeds, final=False):
+        agent = self.agent
+        H = agent.cfg.horizon
         pending = np.asarray(state.pending_updates)
         longest = np.asarray(state.replay.longest)
         which = [s for s, p in zip(seeds, pending) if p > 0]
         longest_txt = ", ".join(f"seed {s}: {int(l)}" for s, l, p in zip(seeds, longest, pending) if p > 0)
-        head = (f"{self.env_id}: by agent step {agent_steps} the replay held no episode of at least "
+        head = (f"{agent.env_id}: by agent step {agent_steps} the replay held no episode of at least "
                 f"horizon + 1 = {H + 1} rows (at least H = {H} agent steps, plus its reset row) for seed(s) {which}; "
                 f"longest complete episode (agent steps): {longest_txt}. TD-MPC2 trains on slices of "
                 f"H + 1 rows inside one episode (spec §9), so ")
@@ -603,17 +492,3 @@ class TDMPC2:
                     "seed phase, or check why the task terminates so soon.")
         return head + (f"{int(pending.max())} scheduled update(s) are waiting and will run at the first "
                        "tick that has such an episode (docs/deviations.md R3).")
-
-    def _check_run(self, state, agent_steps):
-        term = int(np.max(np.asarray(state.terminations)))
-        if term > 0 and not self.cfg.episodic:
-            raise TerminationError(
-                f"{self.env_id}: the environment terminated {term} time(s) by agent step {agent_steps}; "
-                "the paper-era TD-MPC2 bootstraps through every episode end, so it refuses terminating "
-                "tasks. Use a non-terminating task (e.g. the DMC suite) or the episodic mode (TDMPC2(..., "
-                "episodic=True); in the pipeline, agent: {episodic: true}).")
-        bad = int(np.max(np.asarray(state.nonfinite)))
-        if bad > 0:
-            raise FloatingPointError(
-                f"{self.env_id}: {bad} non-finite observation(s) or reward(s) by agent step {agent_steps} "
-                "(NaN physics); check the env, its action bounds and its backend.")

@@ -2,7 +2,7 @@
 
 Every module is a single network; the world model is a dict of their parameters
 (``encoder``, ``dynamics``, ``reward``, ``qs`` (stacked over the K ensemble members on
-axis 0), ``pi``, and ``termination`` in the episodic mode). :mod:`tdmpc2core.world_model`
+axis 0), ``pi``, and ``termination`` in the episodic mode). :mod:`tdmpc2core.model.world_model`
 applies them. Keeping the Q members stacked lets a call evaluate only the random pair it
 needs (exactly the same numbers as evaluating all K and selecting two).
 
@@ -102,7 +102,7 @@ def init_params(modules: dict, key, obs_dim: int, action_dim: int, latent_dim: i
 
     Multi-task (``num_tasks > 0`` and ``task_dim > 0``): ``task_emb`` is the embedding table
     [num_tasks, task_dim], initialised uniform(-0.02, 0.02) (spec §3.7); its max-norm 1 is
-    applied at look-up (:func:`tdmpc2core.update.renorm_rows`). The single-task key stream is
+    applied at look-up (:func:`tdmpc2core.model.update.renorm_rows`). The single-task key stream is
     unchanged (the embedding draws from a key of its own).
     """
     keys = jax.random.split(key, 6)

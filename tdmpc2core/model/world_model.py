@@ -28,7 +28,7 @@ def _cat(*xs):
 
 @dataclasses.dataclass(frozen=True)
 class WorldModel:
-    """Applies the TD-MPC2 networks for a resolved :class:`~tdmpc2core.config.TDMPC2Config`."""
+    """Applies the TD-MPC2 networks for a resolved :class:`~tdmpc2core.model.config.TDMPC2Config`."""
 
     cfg: object
     obs_dim: int

@@ -100,7 +100,7 @@ def plot_eval(task: str, scores: pd.DataFrame, path: str | os.PathLike,
 
     Args:
       task: our task name (title).
-      scores: :func:`tdmpc2core.analysis.seed_scores` rows of this task.
+      scores: :func:`tdmpc2core.report.analysis.seed_scores` rows of this task.
       path: output file (``.png`` or ``.svg``).
       published_task: dm_control name of the published curve, or None.
       subtitle: a second title line (e.g. the env id).

@@ -119,7 +119,7 @@ def final_section(final: pd.DataFrame, expected_text: Mapping[str, str], episodi
 
 def episode_length_section(lengths: pd.DataFrame) -> str:
     """Every evaluation of the episodic tasks: return beside episode length, over seeds
-    (:func:`tdmpc2core.analysis.episode_length_table`)."""
+    (:func:`tdmpc2core.report.analysis.episode_length_table`)."""
     rows, cells = [], []
     for r in lengths.itertuples(index=False):
         rows.append([esc(r.task), num(r.agent_steps, 0), num(r.n_seeds, 0), _mean_sd(r.return_mean, r.return_sd),
@@ -257,9 +257,9 @@ def render_report(ctx: Mapping) -> str:
     """The report's HTML from plain data.
 
     ``ctx`` keys: ``protocol``, ``label``, ``is_paper`` (bool), ``generated`` (str),
-    ``final`` / ``single`` / ``aggregate`` (DataFrames of :mod:`tdmpc2core.analysis`),
+    ``final`` / ``single`` / ``aggregate`` (DataFrames of :mod:`tdmpc2core.report.analysis`),
     ``episodic`` (names of the episodic tasks) and ``episode_lengths`` (DataFrame of
-    :func:`tdmpc2core.analysis.episode_length_table`; shown when ``episodic`` is not empty),
+    :func:`tdmpc2core.report.analysis.episode_length_table`; shown when ``episodic`` is not empty),
     ``expected_text`` (task -> text), ``figures`` (list of (task, subtitle, [(alt, kind,
     data)])), ``overview`` ((kind, data) or None), ``runtimes`` (DataFrame with columns
     job, wall_s, max_rss_mb, cpu_time_s), ``runs`` (DataFrame: one row per training job with
@@ -268,7 +268,7 @@ def render_report(ctx: Mapping) -> str:
     ``config_yaml`` (str), ``notes`` (list of str), ``datasets`` (DataFrame of
     :func:`dataset_stats`, optional) and ``datasets_figure`` ((kind, data) or None), and
     ``multitask`` (optional dict: ``scaling`` and ``tasks`` DataFrames of
-    :mod:`tdmpc2core.scaling`, ``ranges`` (task -> (low, high) or None), ``settings`` (the
+    :mod:`tdmpc2core.report.scaling`, ``ranges`` (task -> (low, high) or None), ``settings`` (the
     resolved multitask block) and ``figure`` ((kind, data) or None)).
     """
     is_paper = bool(ctx.get("is_paper"))

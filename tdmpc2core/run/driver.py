@@ -1,22 +1,45 @@
-"""The host side of a training run: wall-time-capped sub-chunks, interruption, and the
-training history as plain numpy arrays (what a checkpoint keeps besides the device state).
+"""The run driver: everything a training run does on the host, for both agents.
 
-None of this changes a number of the run: a chunk of ticks split into several calls of the
-same compiled program gives bit-identical states (a tick depends only on its absolute index
-and the state, :mod:`tdmpc2core.online`), and the history is only read back.
+An agent describes *what* to compute through a :class:`RunProgram` (its initial state, the
+compiled program that advances the run by some ticks, its evaluation, its chunk records and
+the settings that identify it); :func:`train` decides *when*:
+
+* the schedule (:func:`schedule`): chunks in absolute ticks that end at every evaluation, at
+  the agent's own cut points (the seed-phase burst; the metric cadence) and at the call's end;
+* wall-time-capped calls of the compiled program (:class:`SubChunkSizer`), so a stop request
+  (``should_stop``, e.g. a signal handler's flag) is acted on within ``max_chunk_seconds``;
+* checkpoints (:mod:`tdmpc2core.io.checkpoint`): every ``checkpoint_every`` steps, at the
+  end, and when stopped; the settings check and the rotation; resuming from the newest;
+* the history (evaluations and per-chunk records) in memory and in checkpoints;
+* progress and chunk callbacks.
+
+None of this changes a number of the run: a tick depends only on its absolute index and the
+state, so a chunk split into several calls of the same compiled program, a run continued in
+several ``train`` calls and a run resumed from a checkpoint by a new process give the same
+states (bit for bit on CPU), and the history is only read back.
+
+Units: the driver counts *ticks* (one call-granule of the compiled program); the run's own
+unit (``agent steps`` for the single-task agent, one tick = ``n_envs`` agent steps;
+``updates`` for the multi-task agent, one tick = one update) is ``ticks x steps_per_tick``.
+Every option given to :func:`train` (``n_timesteps``, ``eval_every``, ``checkpoint_every``)
+counts the run's own unit.
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
-from typing import Optional
+import time
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from ..agents.online import METRIC_KEYS
+from ..io import checkpoint as ck
 
-PHASES = ("seed", "burst", "train")
+_log = logging.getLogger("tdmpc2core")
+UNSET = object()
 #: per-chunk record fields that measure wall-clock time (differ between two runs of the same seed)
-WALL_CLOCK_KEYS = ("chunk_seconds", "wall_time_s", "agent_steps_per_s")
+WALL_CLOCK_KEYS = ("chunk_seconds", "wall_time_s", "agent_steps_per_s", "updates_per_s")
 
 
 class TrainingInterrupted(RuntimeError):
@@ -30,7 +53,7 @@ class TrainingInterrupted(RuntimeError):
       step: the run's position in its own unit (``unit``: "agent steps" for
         :class:`~tdmpc2core.TDMPC2`, "updates" for :class:`~tdmpc2core.TDMPC2MultiTask`);
         ``agent_steps`` is the same number.
-      checkpoint: the :class:`tdmpc2core.checkpoint.CheckpointInfo` written, or None.
+      checkpoint: the :class:`tdmpc2core.io.checkpoint.CheckpointInfo` written, or None.
     """
 
     def __init__(self, state, history, step: int, checkpoint=None, unit: str = "agent steps"):
@@ -41,6 +64,214 @@ class TrainingInterrupted(RuntimeError):
         self.step = self.agent_steps = int(step)
         self.unit = unit
         self.checkpoint = checkpoint
+
+
+# ----------------------------------------------------------------------------- options
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a run is driven on the host; none of these changes a number of the run.
+
+    Attributes:
+      checkpoint_dir: folder of this run's checkpoints (one run per folder); None: none.
+      checkpoint_every: steps (the run's unit) between checkpoints; None: only at the end
+        of the call and when stopped.
+      keep_checkpoints: newest checkpoints kept (None: all).
+      resume: with ``checkpoint_dir``, continue from its newest complete checkpoint; with
+        False a folder holding checkpoints is an error.
+      max_chunk_seconds: wall-time cap of one call of the compiled program (None: a whole
+        chunk of the schedule per call).
+      should_stop: polled after every call; True stops the run (checkpoint, then
+        :class:`TrainingInterrupted`).
+      progress: called after every call of the compiled program (:func:`train`).
+    """
+
+    checkpoint_dir: Any = None
+    checkpoint_every: Optional[int] = None
+    keep_checkpoints: Optional[int] = 2
+    resume: bool = True
+    max_chunk_seconds: Optional[float] = None
+    should_stop: Optional[Callable[[], bool]] = None
+    progress: Optional[Callable[[dict], None]] = None
+
+    def __post_init__(self):
+        if self.checkpoint_every is not None and int(self.checkpoint_every) < 1:
+            raise ValueError(f"checkpoint_every={self.checkpoint_every!r} must be >= 1 (or None)")
+        if self.max_chunk_seconds is not None and not self.max_chunk_seconds > 0:
+            raise ValueError(f"max_chunk_seconds must be > 0 (or None: no cap), got {self.max_chunk_seconds!r}")
+
+
+def run_options(options: Optional[RunOptions], kwargs: dict) -> RunOptions:
+    """``options`` with the fields given as keywords replaced (the agents' ``train`` accepts
+    both). Raises TypeError naming an unknown field."""
+    names = {f.name for f in dataclasses.fields(RunOptions)}
+    unknown = sorted(set(kwargs) - names)
+    if unknown:
+        raise TypeError(f"train: unknown option(s) {unknown}; accepted: {sorted(names)}")
+    return dataclasses.replace(options if options is not None else RunOptions(), **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """The settings of one run that fix its numbers (compared on restore) and its cadence.
+
+    ``seeds``; ``total_steps`` (the whole run's length in its unit); ``eval_every`` (steps
+    between evaluations, None: none); ``eval_episodes``; ``extra`` (the agent's own run
+    settings, e.g. the multi-task ``log_every``).
+    """
+
+    seeds: tuple
+    total_steps: int
+    eval_every: Optional[int]
+    eval_episodes: int
+    extra: tuple = ()  # sorted (name, value) pairs
+
+    def settings(self) -> dict:
+        d = {"seeds": [int(s) for s in self.seeds], "total_timesteps": int(self.total_steps),
+             "eval_every": int(self.eval_every) if self.eval_every else None,
+             "eval_episodes": int(self.eval_episodes) if self.eval_every else None}
+        d.update(dict(self.extra))
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalField:
+    """One array the history keeps per evaluation: ``key`` in the history ``train`` returns,
+    ``host`` its name in a checkpoint's host arrays (under ``eval/``), its dtype and its
+    per-evaluation shape."""
+
+    key: str
+    host: str
+    dtype: Any
+    shape: tuple = ()
+
+
+class Chunk(NamedTuple):
+    """One chunk of the schedule: ``phase``, ``start`` tick, ``ticks``, and whether an
+    evaluation follows it (``evaluate_after``)."""
+
+    phase: str
+    start: int
+    ticks: int
+    evaluate_after: bool
+
+
+# ----------------------------------------------------------------------------- the interface
+class RunProgram:
+    """What an agent supplies to the driver (subclass it; the defaults fit an agent without
+    phases, extra cut points or end-of-run checks).
+
+    Class attributes: ``unit`` (words, for messages), ``unit_key`` (the key of the run's
+    position in records, progress and checkpoint metadata), ``phases`` (the chunk phases, in
+    the order a run meets them), ``steps_per_tick`` (set per agent).
+    """
+
+    unit = "steps"
+    unit_key = "steps"
+    phases: tuple = ("train",)
+    steps_per_tick = 1
+
+    # ---- required
+    def init_state(self, seeds: Sequence[int], total_steps: int):
+        """The run's initial state (leading seed axis)."""
+        raise NotImplementedError
+
+    def state_tick(self, state) -> int:
+        """Ticks done by ``state`` (the same for every seed)."""
+        raise NotImplementedError
+
+    def state_seeds(self, state) -> Optional[list]:
+        """The seeds a state holds, when the state records them (else None)."""
+        return None
+
+    def advance(self, state, start_tick: int, n_ticks: int):
+        """``n_ticks`` more ticks of the compiled program from ``start_tick`` (blocks until done)."""
+        raise NotImplementedError
+
+    def evaluate(self, state, tick: int, run: Run) -> dict:
+        """One evaluation at ``tick``: a dict with a value for every :meth:`eval_fields` key."""
+        raise NotImplementedError
+
+    def eval_fields(self, n_seeds: int, eval_episodes: int) -> list[EvalField]:
+        raise NotImplementedError
+
+    def chunk_record(self, state, record: dict, chunk: Chunk, run: Run):
+        """Fill ``record`` (which holds ``phase`` and the run's position) at the end of
+        ``chunk`` with the last metrics and whatever else the agent logs per chunk; return the
+        state (the agent may reset per-chunk counters in it). The driver adds the wall-clock
+        fields and the evaluation."""
+        raise NotImplementedError
+
+    def identity(self) -> dict:
+        """The settings that make a checkpoint this agent's (class, config, data, envs)."""
+        raise NotImplementedError
+
+    # ---- optional
+    def check_state(self, state, run: Run, total_given: bool) -> None:
+        """Refuse a given (or restored) state that cannot continue ``run`` (raises ValueError);
+        ``total_given``: the run's length was given, not derived from this call."""
+
+    def cuts(self, start_tick: int, end_tick: int, run: Run) -> set:
+        """Ticks in (start, end) where a chunk must end besides the evaluations."""
+        return set()
+
+    def phase(self, a: int, b: int) -> str:
+        """The phase of the chunk [a, b)."""
+        return self.phases[0]
+
+    def eval_period(self, eval_every: Optional[int]) -> int:
+        """Ticks between evaluations: the smallest tick count that is a whole number of
+        ``eval_every`` steps (0: no evaluation)."""
+        if not eval_every:
+            return 0
+        return int(eval_every) // math.gcd(self.steps_per_tick, int(eval_every))
+
+    def after_call(self, state, step: int) -> None:
+        """Checks after every call of the compiled program (raise to end the run)."""
+
+    def attach_eval(self, record: dict, evaluation: dict) -> None:
+        """Copy what a chunk record shows of the evaluation that ended it."""
+
+    attached_keys: tuple = ()
+
+    def meta(self, state, tick: int) -> dict:
+        """Free metadata of a checkpoint besides the run's position."""
+        return {}
+
+    def finalize(self, history: dict) -> None:
+        """Add derived entries to the history ``train`` returns."""
+
+    def progress_fields(self, history: dict) -> dict:
+        """Entries of the progress dict from the history so far."""
+        return {}
+
+    def finish(self, state, history: dict, end_tick: int, run: Run) -> None:
+        """After the last chunk of a call (raise to report what went wrong)."""
+
+
+# ----------------------------------------------------------------------------- schedule
+def schedule(program: RunProgram, start_tick: int, end_tick: int, total_ticks: int, run: Run):
+    """The host plan of one call, in absolute ticks.
+
+    Chunks end at every multiple of the evaluation period, at the program's cut points and
+    at the call's end; an evaluation follows each chunk that ends at a multiple of the
+    period or at the end of the run (``total_ticks``). Returns (chunks, evaluate_at_start):
+    a list of :class:`Chunk`, and whether to evaluate before the first tick (a run at tick 0).
+
+    Raises:
+      ValueError: ``end_tick`` past ``total_ticks``.
+    """
+    if end_tick > total_ticks:
+        raise ValueError(f"this call would run to {end_tick * program.steps_per_tick} {program.unit}, past "
+                         f"total_timesteps={run.total_steps}")
+    cuts = {start_tick, end_tick}
+    period = program.eval_period(run.eval_every)
+    if period:
+        cuts |= set(range(-(-start_tick // period) * period, end_tick + 1, period))
+    cuts |= {c for c in program.cuts(start_tick, end_tick, run) if start_tick < c < end_tick}
+    cuts = sorted(cuts)
+    chunks = [Chunk(program.phase(a, b), a, b - a, bool(period) and (b % period == 0 or b == total_ticks))
+              for a, b in zip(cuts[:-1], cuts[1:])]
+    return chunks, bool(period) and start_tick == 0
 
 
 class SubChunkSizer:
@@ -80,95 +311,346 @@ class SubChunkSizer:
         self._last_ticks[phase] = int(ticks)
 
 
-# ------------------------------------------------------------------------- history
+# ----------------------------------------------------------------------------- history
 def new_history() -> dict:
-    """An empty history in its working (list) form."""
-    return {"eval_agent_steps": [], "eval_env_frames": [], "eval_returns": [], "eval_lengths": [],
-            "chunks": [], "wall_seconds": 0.0}
+    """An empty history in its working form: ``evals`` (one dict per evaluation, keyed by the
+    program's evaluation fields), ``chunks`` (one record per chunk of the schedule),
+    ``wall_seconds``."""
+    return {"evals": [], "chunks": [], "wall_seconds": 0.0}
 
 
-def working_history(history: Optional[dict]) -> dict:
-    """A copy of ``history`` (as ``train`` returns it) in its working (list) form."""
+def working_history(program: RunProgram, history: Optional[dict]) -> dict:
+    """A copy of ``history`` (None, the working form, or as ``train`` returns it) in its
+    working form."""
     if history is None:
         return new_history()
-    return {
-        "eval_agent_steps": [int(x) for x in np.asarray(history["eval_agent_steps"]).reshape(-1)],
-        "eval_env_frames": [int(x) for x in np.asarray(history["eval_env_frames"]).reshape(-1)],
-        "eval_returns": list(np.asarray(history["eval_returns"])),
-        "eval_lengths": list(np.asarray(history["eval_lengths"])),
-        "chunks": [dict(c) for c in history["chunks"]],
-        "wall_seconds": float(history.get("wall_seconds", 0.0)),
-    }
+    if "evals" in history:
+        evals = [dict(e) for e in history["evals"]]
+    else:
+        fields = program.eval_fields(1, 1)
+        n = len(np.asarray(history[fields[0].key]).reshape(-1))
+        evals = [{f.key: np.asarray(history[f.key])[i] for f in fields} for i in range(n)]
+    return {"evals": evals, "chunks": [dict(c) for c in history["chunks"]],
+            "wall_seconds": float(history.get("wall_seconds", 0.0))}
 
 
-def finalize_history(hist: dict, n_seeds: int, eval_episodes: int) -> dict:
-    """The working history as ``train`` returns it: numpy arrays ``eval_agent_steps`` and
-    ``eval_env_frames`` [n_evals] int64, ``eval_returns`` [n_evals, n_seeds, episodes] f32,
-    ``eval_lengths`` (same shape, int32), ``eval_return`` [n_evals, n_seeds] (mean over the
-    episodes), ``chunks`` (list of per-chunk dicts), ``wall_seconds`` (float, training wall
-    time summed over the sessions of a resumed run)."""
-    n_eval = len(hist["eval_agent_steps"])
-    E = int(eval_episodes)
-    out = {
-        "eval_agent_steps": np.asarray(hist["eval_agent_steps"], np.int64).reshape(n_eval),
-        "eval_env_frames": np.asarray(hist["eval_env_frames"], np.int64).reshape(n_eval),
-        "eval_returns": (np.stack(hist["eval_returns"]) if n_eval else np.zeros((0, n_seeds, E), np.float32)),
-        "eval_lengths": (np.stack(hist["eval_lengths"]) if n_eval else np.zeros((0, n_seeds, E), np.int32)),
-        "chunks": list(hist["chunks"]),
-        "wall_seconds": float(hist["wall_seconds"]),
-    }
-    out["eval_return"] = out["eval_returns"].mean(axis=-1)
+def finalize_history(program: RunProgram, hist: dict, n_seeds: int, eval_episodes: int) -> dict:
+    """The working history as ``train`` returns it: one array per evaluation field
+    ``[n_evals, ...]``, ``chunks`` (the per-chunk records), ``wall_seconds`` (training wall
+    time summed over the sessions of a resumed run), and the program's derived entries
+    (:meth:`RunProgram.finalize`)."""
+    out = {}
+    for f in program.eval_fields(n_seeds, eval_episodes):
+        vals = [np.asarray(e[f.key], f.dtype) for e in hist["evals"]]
+        out[f.key] = np.stack(vals) if vals else np.zeros((0, *f.shape), f.dtype)
+    out["chunks"] = list(hist["chunks"])
+    out["wall_seconds"] = float(hist["wall_seconds"])
+    program.finalize(out)
     return out
 
 
-def history_to_arrays(hist: dict, n_seeds: int, eval_episodes: int) -> dict[str, np.ndarray]:
+def _host_dtype(v):
+    if isinstance(v, (bool, np.bool_)):
+        return np.bool_
+    if isinstance(v, int):
+        return np.int64
+    if isinstance(v, float):
+        return np.float64
+    return np.asarray(v).dtype
+
+
+def history_to_arrays(program: RunProgram, hist: dict, n_seeds: int, eval_episodes: int) -> dict:
     """The history as a flat dict of numpy arrays (the ``host`` part of a checkpoint).
 
-    Keys: ``eval/agent_steps``, ``eval/env_frames``, ``eval/returns``, ``eval/lengths``;
-    ``chunks/phase`` (int8 index into :data:`PHASES`), ``chunks/agent_steps``,
-    ``chunks/env_frames``, ``chunks/updates`` [n_chunks, n_seeds], one
-    ``chunks/<metric>`` [n_chunks, n_seeds] per metric and ``train_return``, the wall-clock
-    fields, ``chunks/eval_position`` (index into the evaluations of the evaluation that ended
-    the chunk, -1 if none); ``wall_seconds``.
+    ``eval/<host name>`` [n_evals, ...] per evaluation field; ``chunks/<key>`` [n_chunks,
+    ...] per key of the chunk records (``phase`` as an int8 index into the program's phases;
+    ``eval_position``: index of the evaluation that ended the chunk, -1 if none; what a
+    record shows of that evaluation is not stored twice); ``wall_seconds``.
     """
-    h = finalize_history(hist, n_seeds, eval_episodes)
+    h = finalize_history(program, hist, n_seeds, eval_episodes)
+    d = {f"eval/{f.host}": h[f.key] for f in program.eval_fields(n_seeds, eval_episodes)}
+    d["wall_seconds"] = np.asarray(h["wall_seconds"], np.float64)
     chunks = h["chunks"]
     c = len(chunks)
-    d = {"eval/agent_steps": h["eval_agent_steps"], "eval/env_frames": h["eval_env_frames"],
-         "eval/returns": np.asarray(h["eval_returns"], np.float32),
-         "eval/lengths": np.asarray(h["eval_lengths"], np.int32),
-         "wall_seconds": np.asarray(h["wall_seconds"], np.float64),
-         "chunks/phase": np.asarray([PHASES.index(r["phase"]) for r in chunks], np.int8).reshape(c),
-         "chunks/eval_position": np.asarray([r.get("eval_position", -1) for r in chunks], np.int64).reshape(c)}
-    for k in ("agent_steps", "env_frames"):
-        d[f"chunks/{k}"] = np.asarray([r[k] for r in chunks], np.int64).reshape(c)
-    for k in WALL_CLOCK_KEYS:
-        d[f"chunks/{k}"] = np.asarray([r[k] for r in chunks], np.float64).reshape(c)
-    for k, dtype in [("updates", np.int32), *[(m, np.float32) for m in METRIC_KEYS], ("train_return", np.float64)]:
-        d[f"chunks/{k}"] = (np.stack([np.asarray(r[k], dtype) for r in chunks]) if c
-                            else np.zeros((0, n_seeds), dtype))
+    d["chunks/phase"] = np.asarray([program.phases.index(r["phase"]) for r in chunks], np.int8).reshape(c)
+    d["chunks/eval_position"] = np.asarray([r.get("eval_position", -1) for r in chunks], np.int64).reshape(c)
+    skip = {"phase", "eval_position", *program.attached_keys}
+    for k in (k for k in (chunks[0] if chunks else {}) if k not in skip):
+        dtype = _host_dtype(chunks[0][k])
+        d[f"chunks/{k}"] = np.stack([np.asarray(r[k], dtype) for r in chunks])
     return d
 
 
-def history_from_arrays(d: dict[str, np.ndarray]) -> dict:
+def history_from_arrays(program: RunProgram, d: dict) -> dict:
     """Inverse of :func:`history_to_arrays`: the history as ``train`` returns it."""
-    returns = np.asarray(d["eval/returns"])
+    fields = program.eval_fields(1, 1)
+    out = {f.key: np.asarray(d[f"eval/{f.host}"], f.dtype) for f in fields}
+    n_eval = len(out[fields[0].key])
+    evals = [{f.key: out[f.key][i] for f in fields} for i in range(n_eval)]
+    positions = np.asarray(d["chunks/eval_position"])
+    phases = np.asarray(d.get("chunks/phase", np.zeros(len(positions), np.int8)))
+    keys = [k.split("/", 1)[1] for k in d if k.startswith("chunks/")
+            and k not in ("chunks/phase", "chunks/eval_position")]
     chunks = []
-    for j in range(len(d["chunks/phase"])):
-        rec = {"phase": PHASES[int(d["chunks/phase"][j])],
-               "agent_steps": int(d["chunks/agent_steps"][j]), "env_frames": int(d["chunks/env_frames"][j])}
-        for k in WALL_CLOCK_KEYS:
-            rec[k] = float(d[f"chunks/{k}"][j])
-        for k in ("updates", *METRIC_KEYS, "train_return"):
-            rec[k] = np.asarray(d[f"chunks/{k}"][j])
-        pos = int(d["chunks/eval_position"][j])
+    for j, pos in enumerate(positions):
+        rec = {"phase": program.phases[int(phases[j])]}
+        for k in keys:
+            v = np.asarray(d[f"chunks/{k}"][j])
+            rec[k] = v.item() if v.ndim == 0 else v  # scalars back as Python numbers, per-seed values as arrays
         if pos >= 0:
-            rec["eval_position"] = pos
-            rec["eval_returns"] = returns[pos]
-            rec["eval_return"] = returns[pos].mean(axis=1)
+            rec["eval_position"] = int(pos)
+            program.attach_eval(rec, evals[int(pos)])
         chunks.append(rec)
-    hist = {"eval_agent_steps": list(np.asarray(d["eval/agent_steps"])),
-            "eval_env_frames": list(np.asarray(d["eval/env_frames"])),
-            "eval_returns": list(returns), "eval_lengths": list(np.asarray(d["eval/lengths"])),
-            "chunks": chunks, "wall_seconds": float(d["wall_seconds"])}
-    return finalize_history(hist, returns.shape[1], returns.shape[2])
+    out["chunks"] = chunks
+    out["wall_seconds"] = float(d["wall_seconds"])
+    program.finalize(out)
+    return out
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def _settings(program: RunProgram, run: Run) -> dict:
+    return {**program.identity(), "run": run.settings()}
+
+
+def save_checkpoint(program: RunProgram, directory, state, history: Optional[dict], run: Run,
+                    keep: Optional[int] = None):
+    """Write ``state`` and ``history`` as checkpoint ``step_{steps}`` of ``directory``
+    (:mod:`tdmpc2core.io.checkpoint`): the whole device state, the history as host arrays
+    (:func:`history_to_arrays`), the settings that identify the run (the program's
+    :meth:`~RunProgram.identity` and ``run``) and metadata. Returns the
+    :class:`~tdmpc2core.io.checkpoint.CheckpointInfo`."""
+    import jax
+
+    from .. import __version__
+
+    tick = program.state_tick(state)
+    step = tick * program.steps_per_tick
+    hist = working_history(program, history)
+    host = history_to_arrays(program, hist, len(run.seeds), run.eval_episodes)
+    meta = {program.unit_key: step, "tick": tick, **program.meta(state, tick), "evaluations": len(hist["evals"]),
+            "wall_seconds": hist["wall_seconds"], "tdmpc2core_version": __version__, "jax_version": jax.__version__,
+            "backend": jax.default_backend()}
+    info = ck.save(directory, step, {"state": state}, settings=_settings(program, run), host=host, meta=meta,
+                   keep=keep)
+    _log.info("checkpoint %s written: %d %s, %.1f MB, %.2f s", info.path, step, program.unit, info.bytes / 1e6,
+              info.seconds)
+    return info
+
+
+def restore(program: RunProgram, path, *, seeds=None, total_steps: Optional[int] = None, eval_every=UNSET,
+            eval_episodes: Optional[int] = None, **extra):
+    """Read checkpoint ``path`` (a ``step_*`` folder): (state, history, manifest).
+
+    The run settings given (``seeds``, ``total_steps``, ``eval_every``, ``eval_episodes``,
+    the program's own ``extra`` ones) are compared with the checkpoint's; those not given
+    (None, or ``UNSET`` where None is a value) are taken from it. The program's identity is
+    always compared.
+
+    Raises:
+      FileNotFoundError: no such checkpoint.
+      tdmpc2core.io.checkpoint.CorruptCheckpointError: incomplete or damaged.
+      tdmpc2core.io.checkpoint.CheckpointMismatchError: made with other settings (each
+        differing setting named with both values) or of another state layout.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    manifest = ck.read_manifest(path)
+    stored = manifest.get("settings", {}).get("run", {})
+    seeds = stored.get("seeds") if seeds is None else [int(s) for s in np.atleast_1d(np.asarray(seeds))]
+    total = stored.get("total_timesteps") if total_steps is None else int(total_steps)
+    eval_every = stored.get("eval_every") if eval_every is UNSET else eval_every
+    extra = {k: (stored.get(k) if v is UNSET else v) for k, v in extra.items()}
+    if eval_episodes is None:
+        eval_episodes = stored.get("eval_episodes") or 10
+    if seeds is None or total is None:
+        raise ck.CorruptCheckpointError(f"checkpoint {path}: its manifest has no run settings")
+    run = Run(tuple(int(s) for s in seeds), int(total), int(eval_every) if eval_every else None, int(eval_episodes),
+              tuple(sorted(extra.items())))
+    settings = _settings(program, run)
+    diffs = ck.compare_settings(manifest.get("settings", {}), settings)
+    if diffs:  # before building the template: a mismatch is reported at once
+        raise ck.CheckpointMismatchError(
+            f"checkpoint {path} was made with other settings than this run's (" + "; ".join(diffs) + ")")
+    template = {"state": jax.eval_shape(lambda: program.init_state(list(run.seeds), run.total_steps))}
+    tree, host, manifest = ck.restore(path, template, settings=settings)
+    state = jax.tree_util.tree_map(jnp.asarray, tree["state"])
+    return state, history_from_arrays(program, host), manifest
+
+
+# ----------------------------------------------------------------------------- the run
+def plan(program: RunProgram, n_steps: int, eval_every: Optional[int] = None, *, start_tick: int = 0,
+         total_steps: Optional[int] = None, **extra):
+    """The schedule of a call that runs ``n_steps`` more steps from ``start_tick`` (as
+    :func:`train` makes it): (chunks, evaluate_at_start). ``total_steps``: the whole run's
+    length (None: the end of this call)."""
+    n = program.steps_per_tick
+    end_tick = int(start_tick) + -(-int(n_steps) // n)
+    total_steps = end_tick * n if total_steps is None else int(total_steps)
+    run = Run((), total_steps, int(eval_every) if eval_every else None, 1, tuple(sorted(extra.items())))
+    return schedule(program, int(start_tick), end_tick, -(-total_steps // n), run)
+
+
+def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, eval_every: Optional[int] = None,
+          eval_episodes: int = 10, callback: Optional[Callable[[dict], None]] = None, state=None,
+          history: Optional[dict] = None, total_steps: Optional[int] = None, extra: Optional[dict] = None,
+          options: RunOptions = RunOptions()):
+    """Run ``n_steps`` more steps (the program's unit) of every seed; the body of both agents'
+    ``train``.
+
+    A run may be done in one call, continued in several (``state``/``history`` of the
+    previous call, ``total_steps`` given to each), or resumed from ``options.checkpoint_dir``
+    by a new process (the call then runs to ``total_steps``, default ``n_steps``).
+
+    Args:
+      program: the agent's :class:`RunProgram`.
+      seeds: the seeds (None: the state's, or [0] for a new run).
+      n_steps: steps of this call, from where ``state`` is (rounded up to whole ticks).
+      eval_every, eval_episodes: evaluation cadence (steps; None: none) and episodes per
+        evaluation; evaluations also before the first tick of a run and at its end.
+      callback: called after every chunk of the schedule with its record.
+      state, history: a previous call's result to continue (the state's buffers are donated).
+      total_steps: the whole run's length (None: the end of this call).
+      extra: the program's own run settings (e.g. ``log_every``), part of the checkpoint
+        settings.
+      options: :class:`RunOptions` (checkpoints, wall-time cap, stop requests, progress).
+        ``progress`` gets a dict after every call of the compiled program: ``phase``,
+        ``step``, ``start``/``end`` of this call and ``total`` (steps), ``ticks``, ``steps``
+        and ``seconds`` of the call, ``rate`` (steps/s), ``unit``; the same position under
+        the unit's names (e.g. ``agent_steps``, ``start_agent_steps``, ``end_agent_steps``,
+        ``total_agent_steps``, ``agent_steps_per_s``); and the program's fields (the last
+        evaluation's summary).
+    Returns:
+      (state, history) as :func:`finalize_history` describes.
+    Raises:
+      TrainingInterrupted: ``should_stop`` returned True (after the checkpoint).
+      ValueError: seeds disagreeing with the state, a call past ``total_steps``, resume=False
+        with checkpoints in the folder, or what the program's checks raise.
+      tdmpc2core.io.checkpoint.CheckpointMismatchError / CorruptCheckpointError: the
+        folder's newest checkpoint has other settings (named) / none is usable.
+    """
+    opts = options
+    n = program.steps_per_tick
+    eval_every = int(eval_every) if eval_every else None
+    extra = dict(extra or {})
+    seeds = None if seeds is None else [int(s) for s in np.atleast_1d(np.asarray(seeds))]
+    ckdir = opts.checkpoint_dir
+    if ckdir is not None and state is None:
+        latest = ck.latest_checkpoint(ckdir)
+        if latest is not None and not opts.resume:
+            raise ValueError(f"{ckdir} holds checkpoints of a run (newest {latest.name}); pass resume=True to "
+                             "continue it, or delete them (tdmpc2core.io.checkpoint.clear)")
+        if latest is not None:
+            total = int(total_steps if total_steps is not None else n_steps)
+            state, history, _ = restore(program, latest, seeds=[0] if seeds is None else seeds, total_steps=total,
+                                        eval_every=eval_every, eval_episodes=eval_episodes, **extra)
+            total_steps = total
+            n_steps = max(total - program.state_tick(state) * n, 0)
+            _log.info("resumed from %s at %d %s", latest, program.state_tick(state) * n, program.unit)
+    total_given = total_steps is not None
+    fresh = state is None
+    if fresh:
+        seeds = [0] if seeds is None else seeds
+        total_steps = int(n_steps if total_steps is None else total_steps)
+        state = program.init_state(seeds, total_steps)
+        start_tick = 0
+    else:
+        start_tick = program.state_tick(state)
+        held = program.state_seeds(state)
+        if held is not None:
+            if seeds is not None and seeds != held:
+                raise ValueError(f"seed={seeds!r} disagrees with the state's seeds {held}")
+            seeds = held
+        if total_steps is None:
+            total_steps = start_tick * n + int(n_steps)
+    run = Run(tuple(seeds), int(total_steps), eval_every, int(eval_episodes), tuple(sorted(extra.items())))
+    if not fresh:
+        program.check_state(state, run, total_given)
+    end_tick = start_tick + -(-int(n_steps) // n)
+    total_ticks = -(-int(total_steps) // n)
+    chunks, eval_at_start = schedule(program, start_tick, end_tick, total_ticks, run)
+
+    S, E = len(seeds), int(eval_episodes)
+    hist = working_history(program, history)
+    wall_before = hist["wall_seconds"]
+    t_start = time.perf_counter()
+    sizer = SubChunkSizer(opts.max_chunk_seconds)
+    every = int(opts.checkpoint_every) if opts.checkpoint_every is not None else None
+    last_saved, saved = [start_tick], [None]  # tick of the last checkpoint written, and its info
+
+    def wall():
+        return wall_before + time.perf_counter() - t_start
+
+    def do_eval(tick):
+        ev = program.evaluate(state, tick, run)
+        hist["evals"].append(ev)
+        return ev
+
+    def save(tick):
+        hist["wall_seconds"] = wall()
+        info = save_checkpoint(program, ckdir, state, hist, run, keep=opts.keep_checkpoints)
+        last_saved[0], saved[0] = tick, info
+        return info
+
+    def checkpoint_due(tick):
+        return ckdir is not None and every is not None and (tick * n) // every > (last_saved[0] * n) // every
+
+    def stop_if_asked(tick):
+        if opts.should_stop is not None and opts.should_stop():
+            info = None
+            if ckdir is not None:
+                info = saved[0] if last_saved[0] == tick and saved[0] is not None else save(tick)
+            hist["wall_seconds"] = wall()
+            raise TrainingInterrupted(state, finalize_history(program, hist, S, E), tick * n, info, unit=program.unit)
+
+    u = program.unit_key
+    if eval_at_start:
+        do_eval(0)
+    for chunk in chunks:
+        a, b = chunk.start, chunk.start + chunk.ticks
+        tick, seconds = a, 0.0
+        while tick < b:
+            stop_at = b
+            if ckdir is not None and every is not None:
+                stop_at = min(b, -(-((tick * n) // every + 1) * every // n))  # the next checkpoint's tick
+            k = sizer.ticks(chunk.phase, stop_at - tick)
+            t0 = time.perf_counter()
+            state = program.advance(state, tick, k)
+            dt = time.perf_counter() - t0
+            sizer.record(chunk.phase, k, dt)
+            seconds += dt
+            tick += k
+            program.after_call(state, tick * n)
+            if opts.progress is not None:
+                rate = k * n / max(dt, 1e-9)
+                p = {"phase": chunk.phase, "step": tick * n, "start": start_tick * n, "end": end_tick * n,
+                     "total": total_ticks * n, "ticks": k, "steps": k * n, "seconds": dt, "rate": rate,
+                     "unit": program.unit, u: tick * n, f"start_{u}": start_tick * n, f"end_{u}": end_tick * n,
+                     f"total_{u}": total_ticks * n, f"{u}_per_s": rate}
+                p.update(program.progress_fields(hist))
+                opts.progress(p)
+            if tick < b:  # a boundary inside a chunk of the schedule
+                if checkpoint_due(tick):
+                    save(tick)
+                stop_if_asked(tick)
+        rec = {"phase": chunk.phase, u: b * n}
+        state = program.chunk_record(state, rec, chunk, run)
+        rec.update(chunk_seconds=seconds, wall_time_s=wall())
+        rec[f"{u}_per_s"] = chunk.ticks * n / max(seconds, 1e-9)
+        if chunk.evaluate_after:
+            ev = do_eval(b)
+            rec["eval_position"] = len(hist["evals"]) - 1
+            program.attach_eval(rec, ev)
+        hist["chunks"].append(rec)
+        if callback is not None:
+            callback(rec)
+        if ckdir is not None and (b == end_tick or checkpoint_due(b)):
+            save(b)
+        if b < end_tick:
+            stop_if_asked(b)
+    if ckdir is not None and not chunks and last_saved[0] != end_tick:
+        save(end_tick)  # nothing to run (a finished run resumed): make sure the end is saved
+    hist["wall_seconds"] = wall()
+    history = finalize_history(program, hist, S, E)
+    program.finish(state, history, end_tick, run)
+    return state, history

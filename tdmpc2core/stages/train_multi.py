@@ -110,7 +110,7 @@ def _run(args, spec: dict, log) -> int:
         if prog["start"] is None:  # the first call compiles: it does not set the rate
             prog["start"] = p["start_updates"]
         else:
-            prog["updates"] += p["chunk_updates"]
+            prog["updates"] += p["steps"]
             prog["seconds"] += p["seconds"]
         prog["done"] = p["updates"]
         if p["last_normalized_score"] is not None:
