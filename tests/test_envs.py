@@ -99,6 +99,9 @@ def test_pendulum_spec(pendulum):
     assert time_limit("Pendulum-v1", episode_length=1000) == s.episode_length  # gymnax: its own limit
     assert time_limit("Pendulum-v1", action_repeat=3) == make_env("Pendulum-v1", action_repeat=3).spec.episode_length
     assert s.backend is None and s.can_terminate is False
+    # the action repeat make_env takes when none is given: the paper's 2 for DM Control only
+    from tdmpc2core.envs import default_action_repeat
+    assert [default_action_repeat(i) for i in ("Pendulum-v1", "inverted_pendulum", "CartpoleBalance")] == [1, 1, 2]
 
 
 def test_env_is_hashable_and_static(pendulum):
@@ -320,6 +323,11 @@ def test_playground_cartpole_balance_jit_vmap():
     cfg = raw._config
     assert cfg.impl == "jax" and cfg.action_repeat == 1 and cfg.episode_length >= 10**6
     assert make_env("CartpoleBalance", action_repeat=2).spec.backend == "jax"  # default
+    # no action repeat given: the paper's DMC protocol (repeat 2, T = 1000 / 2 = 500 agent
+    # steps), not T = 1000 (docs/deviations.md E4)
+    d = make_env("CartpoleBalance").spec
+    assert (d.action_repeat, d.episode_length, d.sim_episode_length) == (2, 500, 1000)
+    assert make_env("CartpoleBalance", action_repeat=1).spec.episode_length == 1000  # explicit wins
 
     n, steps = 4, 3
     actions = jnp.linspace(-1.0, 1.0, n)[:, None]  # per-env constant actions

@@ -1,4 +1,4 @@
-"""Non-finite data is kept out (docs/deviations.md O6): an episode with a NaN observation or
+"""Non-finite data is kept out (docs/deviations.md O8): an episode with a NaN observation or
 reward, at a step or at its reset, is dropped whole (it never reaches the replay's committed
 episodes, a batch or a loss), each drop is counted per env and logged with the env index and
 the agent step, and past ``max_nonfinite`` drops the run stops with a clear error, its last

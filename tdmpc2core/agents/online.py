@@ -112,7 +112,7 @@ def _finite_obs(obs):
 def _drop(rs: RunState, bad, steps_before) -> RunState:
     """Drop the episodes in progress of the envs in ``bad`` [n_envs] (a non-finite observation
     or reward): they are never committed to the replay, and the event is counted per env
-    (once per episode) with the agent step it happened at (docs/deviations.md O6)."""
+    (once per episode) with the agent step it happened at (docs/deviations.md O8)."""
     new = bad & ~rs.discard
     return rs._replace(discard=rs.discard | bad, nonfinite=rs.nonfinite + new.astype(jnp.int32),
                        nonfinite_step=jnp.where(new, steps_before, rs.nonfinite_step).astype(jnp.int32))

@@ -86,12 +86,13 @@ class TDMPC2:
         ``n_envs`` updates (the reference uses 1; docs/deviations.md O2).
       episode_length: simulator steps per episode (Brax, Playground); T = episode_length /
         action_repeat agent steps. gymnax uses its params' ``max_steps_in_episode``.
-      action_repeat: simulator steps per agent step (rewards summed); the paper's DMC
-        protocol uses 2.
+      action_repeat: simulator steps per agent step (rewards summed); None (default): the
+        paper's for the suite, 2 for DM Control tasks (so the default 1000-step episode is
+        T = 500 agent steps, spec §2) and 1 for gymnax and Brax (docs/deviations.md E9).
       env_params: gymnax env params (None: the env's defaults).
       backend: Playground physics implementation (None: ``"jax"``, MJX).
       max_nonfinite: episodes a seed may drop for a non-finite observation or reward (NaN
-        physics) before the run stops with ``FloatingPointError`` (docs/deviations.md O6).
+        physics) before the run stops with ``FloatingPointError`` (docs/deviations.md O8).
         Each dropped episode is reported (env index, agent step) at the next boundary between
         calls of the compiled program; its rows never reach the replay or a loss. Not part of
         a checkpoint's settings (raise it and resume).
@@ -116,7 +117,7 @@ class TDMPC2:
     """
 
     def __init__(self, env_id: str, n_envs: int = 1, model_size: int = 5, *,
-                 episode_length: int = 1000, action_repeat: int = 1, env_params=None,
+                 episode_length: int = 1000, action_repeat: Optional[int] = None, env_params=None,
                  backend: Optional[str] = None, max_nonfinite: int = 10, **hyperparameters):
         fields = {f.name for f in dataclasses.fields(TDMPC2Config)}
         unknown = sorted(set(hyperparameters) - fields)

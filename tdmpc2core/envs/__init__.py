@@ -20,7 +20,8 @@ repeat, time limit).
 from __future__ import annotations
 
 # plain Python: the ids, their suites and time limits (no JAX; :mod:`.ids`)
-from tdmpc2core.envs.ids import SUITES, check_repeat_and_length, list_env_ids, suite_of, time_limit
+from tdmpc2core.envs.ids import (PAPER_ACTION_REPEAT, SUITES, check_repeat_and_length, default_action_repeat,
+                                 list_env_ids, suite_of, time_limit)
 
 __all__ = [
     "Env",
@@ -31,6 +32,8 @@ __all__ = [
     "list_env_ids",
     "suite_of",
     "time_limit",
+    "default_action_repeat",
+    "PAPER_ACTION_REPEAT",
 ]
 
 _BASE_NAMES = ("Env", "EnvSpec", "EnvState", "StepOut")
@@ -44,7 +47,7 @@ def __getattr__(name):  # lazy: the environment interface imports JAX
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
+def make_env(env_id: str, *, action_repeat: int | None = None, episode_length: int = 1000,
              env_params=None, backend: str | None = None) -> Env:
     """Build an :class:`Env` for ``env_id``, dispatching on the id.
 
@@ -53,7 +56,10 @@ def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
             (``"inverted_pendulum"``), a Playground DM Control name
             (``"CartpoleBalance"``) or a dm_control id (``"dmc:cheetah-run"``); see
             :func:`list_env_ids`.
-        action_repeat: simulator steps per agent step (int >= 1).
+        action_repeat: simulator steps per agent step (int >= 1); None: the paper's for the
+            suite (:func:`default_action_repeat`: 2 for DM Control, Playground's ports and
+            dm_control alike, so the default ``episode_length`` of 1000 gives the paper's
+            T = 500; 1 for gymnax and Brax).
         episode_length: simulator steps per episode, so the time limit is
             T = ``episode_length // action_repeat`` agent steps (must be divisible by
             ``action_repeat``; dm_control: control steps, 1000 for every suite task).
@@ -77,6 +83,8 @@ def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
             for a non-Playground env, or bad ``env_params``.
     """
     suite = suite_of(env_id)
+    if action_repeat is None:
+        action_repeat = PAPER_ACTION_REPEAT[suite]
     check_repeat_and_length(action_repeat, episode_length, check_length=suite != "gymnax")
     if backend is not None and suite != "playground":
         raise ValueError(

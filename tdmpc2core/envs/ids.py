@@ -180,7 +180,23 @@ def suite_of(env_id: str) -> str:
     raise ValueError(f"unknown env id {env_id!r}.{hint} Accepted ids per suite: {listing}")
 
 
-def time_limit(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000) -> int:
+#: The paper's action repeat per suite (spec §2): DMC tasks (Playground's DM Control ports and
+#: dm_control itself) repeat each action twice, so their 1000-step episodes are T = 500 agent
+#: steps; gymnax and Brax tasks are not in the paper and take 1.
+PAPER_ACTION_REPEAT = {"gymnax": 1, "brax": 1, "playground": 2, "dmcontrol": 2}
+
+
+def default_action_repeat(env_id: str) -> int:
+    """The action repeat ``make_env`` uses when none is given: 2 for the DM Control tasks (the
+    paper's protocol, spec §2), 1 for gymnax and Brax.
+
+    Raises:
+        ValueError: unknown or discrete-action id.
+    """
+    return PAPER_ACTION_REPEAT[suite_of(env_id)]
+
+
+def time_limit(env_id: str, *, action_repeat: int | None = None, episode_length: int = 1000) -> int:
     """T, the time limit in agent steps, of the environment ``make_env`` would build with
     these arguments (default env params), without building it.
 
@@ -193,6 +209,8 @@ def time_limit(env_id: str, *, action_repeat: int = 1, episode_length: int = 100
           shorter than ``action_repeat``.
     """
     suite = suite_of(env_id)
+    if action_repeat is None:
+        action_repeat = PAPER_ACTION_REPEAT[suite]
     check_repeat_and_length(action_repeat, episode_length, check_length=suite != "gymnax")
     if suite == "gymnax":
         T = GYMNAX_MAX_STEPS[env_id] // action_repeat
@@ -204,5 +222,6 @@ def time_limit(env_id: str, *, action_repeat: int = 1, episode_length: int = 100
 
 
 __all__ = ["SUITES", "GYMNAX_CONTINUOUS", "GYMNAX_DISCRETE", "GYMNAX_MAX_STEPS", "BRAX_ENVS",
-           "PLAYGROUND_DMC_ENVS", "list_env_ids", "suite_of", "time_limit", "check_repeat_and_length",
+           "PLAYGROUND_DMC_ENVS", "PAPER_ACTION_REPEAT", "list_env_ids", "suite_of", "time_limit",
+           "default_action_repeat", "check_repeat_and_length",
            "discrete_error"]

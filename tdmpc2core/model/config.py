@@ -111,12 +111,21 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int,
         multi-task agent checks its batch against its dataset, :func:`check_batch_size`).
 
     Raises:
-      ValueError: unknown model_size, values the architecture cannot take, T too short
+      ValueError: unknown model_size, values the architecture cannot take (num_bins < 2, the
+        official 0 / 1 regression variants, is refused; vmin >= vmax), or T too short
         for a slice of horizon + 1 rows (T >= H + 1; episodic mode, whose episodes may end
         earlier anyway: T >= H), or (with ``n_envs``) a first update the replay cannot feed.
     """
     if cfg.model_size not in MODEL_SIZES:
         raise ValueError(f"model_size={cfg.model_size!r} is not a preset; accepted: {sorted(MODEL_SIZES)}")
+    if isinstance(cfg.num_bins, bool) or not isinstance(cfg.num_bins, int) or cfg.num_bins < 2:
+        # the official two_hot / two_hot_inv special-case 0 (plain regression) and 1 (symlog
+        # regression): not implemented here (docs/deviations.md F2)
+        raise ValueError(f"num_bins={cfg.num_bins!r} is not supported: the two-hot value and reward heads need "
+                         f"num_bins >= 2 (paper default 101); the official code's num_bins 0 (plain regression) "
+                         f"and 1 (symlog regression) variants are not implemented")
+    if not cfg.vmin < cfg.vmax:
+        raise ValueError(f"vmin={cfg.vmin!r} must be below vmax={cfg.vmax!r} (the two-hot support, spec §4.2)")
     preset = MODEL_SIZES[cfg.model_size]
     widths = {k: (getattr(cfg, k) if getattr(cfg, k) is not None else preset[k]) for k in WIDTH_KEYS}
     if widths["latent_dim"] % cfg.simnorm_dim:

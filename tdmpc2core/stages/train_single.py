@@ -74,7 +74,7 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
 
     agent = TDMPC2(spec["env_id"], n_envs=int(spec.get("n_envs", 1)),
                    episode_length=int(spec.get("episode_length", 1000)),
-                   action_repeat=int(spec.get("action_repeat", 1)), backend=spec.get("backend"),
+                   action_repeat=(None if spec.get("action_repeat") is None else int(spec["action_repeat"])), backend=spec.get("backend"),
                    **spec.get("agent", {}))
     n_timesteps = int(spec["agent_steps"])
     eval_every = int(spec.get("eval_every", 0)) or None

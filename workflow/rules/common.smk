@@ -52,6 +52,14 @@ def _merge_task(name, defaults, task):
             out[key] = {**out.get(key, {}), **value}
         else:
             out[key] = copy.deepcopy(value)
+    if "action_repeat" not in out and "env_id" in out:
+        # the paper's for the suite (2 for DM Control, 1 otherwise), as the library's default
+        from tdmpc2core.envs.ids import default_action_repeat
+
+        try:
+            out["action_repeat"] = default_action_repeat(out["env_id"])
+        except ValueError:
+            pass  # the env id check below names the problem
     missing = [k for k in SPEC_KEYS if k not in out]
     if missing:
         raise WorkflowError(
