@@ -13,7 +13,7 @@ its checkpoints)::
 
 A record: ``attempt`` (1, 2, ...), ``started_utc``, ``ended_utc``, ``wall_seconds``,
 ``start_step`` / ``end_step`` (in ``unit``; the step a session resumed from and reached),
-``outcome`` and ``pid``. A session killed without a word (SIGKILL, out of memory, a node
+``outcome``, ``pid`` and ``compile_seconds`` (per program: init, chunk, eval). A session killed without a word (SIGKILL, out of memory, a node
 failure) leaves its record ``running``; the next session marks it ``ended without a record
 (killed or crashed)``. A folder whose run had finished (its completion marker present) starts
 a new list: a forced rerun is a new run.
@@ -55,11 +55,15 @@ class Attempt:
         if self.path is not None:
             atomic.write_json(self.path, {"attempts": self._records})
 
-    def end(self, outcome: str, end_step: Optional[int] = None, start_step: Optional[int] = None) -> None:
+    def end(self, outcome: str, end_step: Optional[int] = None, start_step: Optional[int] = None,
+            compile_seconds: Optional[dict] = None) -> None:
         """Close this session's record: its outcome, the step it reached (and, if the caller
-        learnt it only now, the step it resumed from)."""
+        learnt it only now, the step it resumed from), and the seconds it spent tracing,
+        lowering and compiling each program (``{program: seconds}``)."""
         r = self.record
         r.update(ended_utc=_utc(), wall_seconds=round(time.perf_counter() - self._t0, 3), outcome=str(outcome))
+        if compile_seconds is not None:
+            r["compile_seconds"] = {k: round(float(v), 3) for k, v in compile_seconds.items()}
         if end_step is not None:
             r["end_step"] = int(end_step)
         if start_step is not None:

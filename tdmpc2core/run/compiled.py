@@ -61,9 +61,14 @@ class Compiled:
         return self.jitted.lower(*args)
 
 
+def per_program(timings: dict) -> dict:
+    """``{program: trace + lower + compile seconds}`` of ``timings``."""
+    return {k: float(r["trace_lower_s"] + r["compile_s"]) for k, r in timings.items()}
+
+
 def total_seconds(timings: dict) -> float:
     """Trace, lower and compile seconds of every program in ``timings``."""
     return float(sum(r["trace_lower_s"] + r["compile_s"] for r in timings.values()))
 
 
-__all__ = ["Compiled", "total_seconds"]
+__all__ = ["Compiled", "per_program", "total_seconds"]

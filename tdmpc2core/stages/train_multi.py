@@ -71,6 +71,7 @@ def _run(args, spec: dict, log) -> int:
     from ..io.dataset import load_dataset
     from ..agents.multitask import METRIC_KEYS, TDMPC2MultiTask
     from ..model.networks import MATMUL_PRECISION, count_params
+    from ..run.compiled import per_program
     from ..run.driver import TrainingInterrupted
 
     seeds = list(args.seeds)
@@ -107,7 +108,6 @@ def _run(args, spec: dict, log) -> int:
     attempt = attempts.begin(ckdir, "updates")
     open_checkpoint_dir(ckdir, log)  # a finished run's folder is cleared: a forced rerun trains anew
 
-    compile_s = {"first_chunk": None}
     prog = {"last_log": time.perf_counter(), "updates": 0, "seconds": 0.0, "start": None, "score": None, "done": 0}
 
     def left() -> str:
@@ -133,8 +133,6 @@ def _run(args, spec: dict, log) -> int:
             log(msg)
 
     def on_chunk(rec):
-        if compile_s["first_chunk"] is None:
-            compile_s["first_chunk"] = rec["chunk_seconds"]  # upper bound: it includes the compilation
         prog["last_log"] = time.perf_counter()
         prog["done"] = rec["updates"]
         msg = (f"{rec['updates']}/{updates} updates, {rec['updates_per_s']:.1f} updates/s{left()}, "
@@ -157,7 +155,8 @@ def _run(args, spec: dict, log) -> int:
                      f"{exc.checkpoint.seconds:.1f} s); rerun the same command to resume"
                      if exc.checkpoint is not None else "no checkpoint (no --checkpoint-dir)")
             log(f"stopped by {stop.name} at {exc.step}/{updates} updates: {where}")
-            attempt.end(f"stopped by {stop.name}", end_step=exc.step, start_step=prog["start"])
+            attempt.end(f"stopped by {stop.name}", end_step=exc.step, start_step=prog["start"],
+                        compile_seconds=per_program(agent.compile_seconds))
             return stop.exit_code
         except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
             attempt.discard()  # not a session of the run whose checkpoints the folder holds
@@ -168,7 +167,8 @@ def _run(args, spec: dict, log) -> int:
     prov = provenance.collect(".", include_jax=True)
     records = hist["chunks"]  # one per chunk of the schedule, including those of earlier sessions
     started_at = prog["start"] if prog["start"] is not None else updates
-    attempt.end("completed", end_step=updates, start_step=started_at)
+    attempt.end("completed", end_step=updates, start_step=started_at,
+                compile_seconds=per_program(agent.compile_seconds))
 
     # ---- eval.parquet: seed x evaluation x task x episode
     n_eval = len(hist["eval_updates"])
@@ -234,7 +234,8 @@ def _run(args, spec: dict, log) -> int:
         "updates_per_s_median": float(np.median(speeds)) if speeds else None,
         "matmul_precision": f"float32 ({MATMUL_PRECISION.name}); jax_default_matmul_precision="
                             f"{prov['platform'].get('jax_default_matmul_precision')}",
-        "compile_seconds_upper_bound": compile_s["first_chunk"], "wall_seconds": wall,
+        "compile_seconds": per_program(agent.compile_seconds), "compile_detail": agent.compile_seconds,
+        "wall_seconds": wall,
         "training_wall_seconds_all_sessions": hist["wall_seconds"], "resumed_from_updates": started_at or None,
         "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
         "checkpoint_dir": str(ckdir) if ckdir is not None else None,
@@ -242,7 +243,9 @@ def _run(args, spec: dict, log) -> int:
     })
     close_checkpoint_dir(ckdir, {"pool": args.pool, "model_size": args.model_size, "seeds": seeds,
                                  "updates": updates, "outdir": str(outdir)})
-    log(f"done in {wall:.0f} s" + ("" if final is None else
+    log(f"done in {wall:.0f} s (compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in
+                                                     per_program(agent.compile_seconds).items()) + ")"
+        + ("" if final is None else
                                    "; final normalized score " + " ".join(
                                        "n/a" if x is None else f"{x:.1f}" for x in final["normalized_score"])))
     return 0

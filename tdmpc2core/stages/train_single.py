@@ -70,6 +70,7 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     from ..agents.export import export_episodes
     from ..io.dataset import save_dataset
     from ..model.networks import MATMUL_PRECISION
+    from ..run.compiled import per_program
     from ..run.driver import TrainingInterrupted
 
     agent = TDMPC2(spec["env_id"], n_envs=int(spec.get("n_envs", 1)),
@@ -92,8 +93,6 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     open_checkpoint_dir(ckdir, log)  # a finished run's folder is cleared: a forced rerun trains anew
 
     t_start = time.perf_counter()
-    compile_s = {"total": 0.0}
-    seen_phases: set = set()
     # progress: rate of the training ticks of this session (seed-phase ticks are far faster)
     prog = {"last_log": time.perf_counter(), "train_steps": 0, "train_seconds": 0.0, "last_eval": None,
             "start": None}
@@ -121,9 +120,6 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
             log(status(p["agent_steps"], p["total_agent_steps"], p["phase"], p["agent_steps_per_s"]))
 
     def on_chunk(rec):
-        if rec["phase"] not in seen_phases:
-            seen_phases.add(rec["phase"])
-            compile_s["total"] += rec["chunk_seconds"]  # upper bound: the first chunk of a phase compiles
         if "eval_return" in rec:
             prog["last_eval"] = rec["eval_return"]
         prog["last_log"] = time.perf_counter()
@@ -145,7 +141,8 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
                      f"{exc.checkpoint.seconds:.1f} s); rerun the same command to resume"
                      if exc.checkpoint is not None else "no checkpoint (no --checkpoint-dir)")
             log(f"stopped by {stop.name} at {exc.agent_steps}/{n_timesteps} agent steps: {where}")
-            attempt.end(f"stopped by {stop.name}", end_step=exc.agent_steps, start_step=prog["start"])
+            attempt.end(f"stopped by {stop.name}", end_step=exc.agent_steps, start_step=prog["start"],
+                        compile_seconds=per_program(agent.compile_seconds))
             return stop.exit_code
         except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
             attempt.discard()  # not a session of the run whose checkpoints the folder holds
@@ -156,7 +153,8 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     prov = provenance.collect(".", include_jax=True)
     # agent steps this session started from (0: a fresh run; nothing ran: the run was already trained)
     started_at = prog["start"] if prog["start"] is not None else n_timesteps
-    attempt.end("completed", end_step=n_timesteps, start_step=started_at)
+    attempt.end("completed", end_step=n_timesteps, start_step=started_at,
+                compile_seconds=per_program(agent.compile_seconds))
     rows = hist["chunks"]  # one row per chunk of the schedule, including those of earlier sessions
 
     for i, seed in enumerate(seeds):
@@ -207,7 +205,8 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
             "dataset_episodes": episodes.num_episodes, "dataset_agent_steps": episodes.num_transitions,
             "matmul_precision": f"float32 ({MATMUL_PRECISION.name}); jax_default_matmul_precision="
                                 f"{prov['platform'].get('jax_default_matmul_precision')}",
-            "compile_seconds_upper_bound": compile_s["total"], "wall_seconds": wall,
+            "compile_seconds": per_program(agent.compile_seconds),
+            "compile_detail": agent.compile_seconds, "wall_seconds": wall,
             "training_wall_seconds_all_sessions": hist["wall_seconds"],
             "resumed_from_agent_steps": started_at or None,
             "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
@@ -218,6 +217,8 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     # run finished, so that a forced rerun of this job trains anew instead of resuming
     close_checkpoint_dir(ckdir, {"task": args.task, "seeds": seeds, "agent_steps": n_timesteps,
                                  "outdir": str(outdir)})
-    log(f"done in {wall:.0f} s; final eval return " +
-        (" ".join(f"{x:.1f}" for x in hist["eval_return"][-1]) if len(hist["eval_agent_steps"]) else "n/a"))
+    log(f"done in {wall:.0f} s (compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in
+                                                     per_program(agent.compile_seconds).items())
+        + "); final eval return "
+        + (" ".join(f"{x:.1f}" for x in hist["eval_return"][-1]) if len(hist["eval_agent_steps"]) else "n/a"))
     return 0
