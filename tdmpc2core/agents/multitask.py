@@ -327,7 +327,8 @@ class TDMPC2MultiTask:
         seeds = [int(s) for s in np.atleast_1d(np.asarray(seed, dtype=np.int64))]
         program = _init_program(self.wm)
         states = [program(jax.random.PRNGKey(s)) for s in seeds]
-        self.compile_seconds["init"] = dict(program.timings["init"])  # when compiled (maybe by an equal agent)
+        if "init" in program.timings:  # when it was compiled (maybe for an equal agent); not under eval_shape
+            self.compile_seconds["init"] = dict(program.timings["init"])
         agent, run_keys = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *states)
         metrics = {k: jnp.zeros((len(seeds),), jnp.float32) for k in METRIC_KEYS}
         return MultiTaskState(agent=agent, key=run_keys, seed=jnp.asarray(seeds, jnp.int32), metrics=metrics)
