@@ -5,14 +5,14 @@
 #   snakemake --workflow-profile workflow/profiles/slurm --configfile workflow/configs/paper-dmc.yaml
 #
 # DAG: resolve_config -> train_single_seeds_* (one job per task and seed group)
-#      -> figures_task (per task), figure_overview, tables -> report -> all
+#      -> figures_task (per task), figure_overview, tables -> report -> all (every output)
 #      train_single_* (each seed's episodes.parquet) -> dataset_task -> dataset_pool
 #      -> dataset_summary -> report
 #      dataset_pool -> train_multi (per pool and model size) -> scaling -> report
 # Rules only name files and call one `tdmpc2 <stage>` command (tdmpc2core/cli.py).
 # docs/pipeline.md explains the configuration, reruns and SLURM.
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.20")
 
@@ -20,8 +20,8 @@ min_version("9.20")
 configfile: "config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
-
+# validated against workflow/schemas/config.schema.yaml; a refusal is one line naming the key
+include: "workflow/rules/validate.smk"
 
 include: "workflow/rules/common.smk"
 
@@ -41,13 +41,6 @@ localrules:
     report,
 
 
-rule all:
-    """The report (and through it every run, figure and table)."""
-    default_target: True
-    input:
-        "results/report.html",
-
-
 include: "workflow/rules/resolve.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/figures.smk"
@@ -55,3 +48,35 @@ include: "workflow/rules/tables.smk"
 include: "workflow/rules/datasets.smk"
 include: "workflow/rules/multitask.smk"
 include: "workflow/rules/report.smk"
+
+
+# Every output of the DAG, not only the report: Snakemake does not rebuild a missing file
+# whose consumers are all present and newer, so with the report alone as the target a deleted
+# run folder (or the outputs Snakemake deleted after a job failed) stayed missing under a
+# complete-looking report. With every file a target, a plain rerun rebuilds exactly what is
+# missing and what depends on it.
+EVERY_OUTPUT = [
+    RESOLVED,
+    *[f for name in RUN_FILES for f in all_run_files(name)],
+    *[task_dataset(t) for t in TASKS],
+    *[pool_dataset(p) for p in POOLS],
+    *rules.dataset_summary.output,
+    *expand(f"{FIGURES}/{{task}}_{{kind}}.png", task=list(TASKS), kind=["eval", "train"]),
+    *rules.figure_overview.output,
+    *rules.tables.output,
+    *[f for name in MULTI_FILES for f in multi_files(name)],
+    *(rules.scaling.output if MULTITASK else []),
+    *rules.report.output,
+]
+
+
+rule all:
+    """Every run, dataset, figure and table, and the report."""
+    default_target: True
+    input:
+        EVERY_OUTPUT,
+
+
+# the end of a run (where the report is, the checks; stopped jobs, a stale report moved aside)
+# and how a local run stops on SIGTERM/SIGINT
+include: "workflow/rules/hooks.smk"

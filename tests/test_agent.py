@@ -3,6 +3,7 @@ determinism, seeds vmapped vs alone, seed-phase actions, terminations, argument 
 from __future__ import annotations
 
 import hashlib
+import os
 
 import jax
 import numpy as np
@@ -173,20 +174,22 @@ def test_seed_steps_shorter_than_an_episode_is_refused():
 
 
 # ------------------------------------------- non-episodic numbers pinned bit for bit
-# Recorded at commit e4a5fff (before the episodic mode existed) with jax/jaxlib 0.10.2,
-# flax 0.12.8, optax 0.2.8 on the project's CPU (x86-64): sha256 prefixes of every leaf of
-# the final agent state (parameters, target Qs, both Adam states, S, the stale-gradient
-# norm, the update count) and of the replay arrays, plus exact floats. The episodic mode
-# must leave non-episodic runs bit-identical. XLA's CPU code may round differently on
-# another jaxlib or another CPU family, hence the version guard.
-BASELINE_VERSIONS = ("0.10.2", "0.10.2")
+# Recorded with jax/jaxlib 0.10.1, flax 0.12.8, optax 0.2.8 on the project's CPU (x86-64), by
+# tools/record_pins.py (first recorded at e4a5fff on 0.10.2, before the episodic mode existed;
+# re-recorded when the pin moved to 0.10.1, jax-ml/jax#39103: every digest moved, the pi kernel
+# sums by at most 1.1e-6 (2.3e-6 relative), the evaluation returns after training by at most
+# 21.6): sha256 prefixes of every leaf of the final agent state (parameters, target Qs, both
+# Adam states, S, the stale-gradient norm, the update count) and of the replay arrays, plus
+# exact floats. The episodic mode must leave non-episodic runs bit-identical. XLA's CPU code
+# may round differently on another jaxlib or another CPU family, hence the version guard.
+BASELINE_VERSIONS = ("0.10.1", "0.10.1")
 BASELINE = {
-    1: dict(agent="e4b58bddefedc343", replay="060be1dd1fe87ca4",
-            pi_kernel_sum=[0.06597654293000232, 0.054997476618154906], updates=[259, 259]),
-    2: dict(agent="9206fe3c70ee321c", replay="df6a22a5781d6811",
-            pi_kernel_sum=[-0.4909480599453673, 0.03441472153645009], updates=[418, 418],
+    1: dict(agent="508329c09f656346", replay="b7510625d15c8c1b",
+            pi_kernel_sum=[0.06597645838337485, 0.05499760487873573], updates=[259, 259]),
+    2: dict(agent="37c861aab1eb283b", replay="0357b5a474ded436",
+            pi_kernel_sum=[-0.4909469281556085, 0.03441473771817982], updates=[418, 418],
             eval_returns=[[[-1618.657470703125, -1019.6524047851562], [-1195.46826171875, -1314.8651123046875]],
-                          [[-1532.35302734375, -1567.054931640625], [-1464.4071044921875, -1348.5107421875]]]),
+                          [[-1526.026611328125, -1567.85205078125], [-1464.4071044921875, -1326.95458984375]]]),
 }
 
 
@@ -209,9 +212,20 @@ def fingerprint(state):
 
 
 def require_baseline_versions():
+    """The pins hold for the JAX they were recorded with, on CPU. Elsewhere they are skipped,
+    except in CI (``CI`` set, as .ci/run does): there another JAX fails loudly, so a moved pin
+    is re-recorded on purpose (tools/record_pins.py) rather than skipped without a word."""
     import jaxlib
-    if (jax.__version__, jaxlib.__version__) != BASELINE_VERSIONS or jax.default_backend() != "cpu":
-        pytest.skip(f"baseline recorded with jax/jaxlib {BASELINE_VERSIONS} on CPU")
+    got = (jax.__version__, jaxlib.__version__)
+    if jax.default_backend() != "cpu":
+        pytest.skip(f"baseline recorded on CPU, running on {jax.default_backend()}")
+    if got != BASELINE_VERSIONS:
+        msg = (f"baseline recorded with jax/jaxlib {BASELINE_VERSIONS}, running {got}: re-record the pins "
+               "(python tools/record_pins.py) in a commit of their own, after checking that the change is float "
+               "rounding only (tests/test_parity.py still passes)")
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
 
 
 @pytest.mark.slow

@@ -236,6 +236,21 @@ def test_tables_figures_report_stages(tmp_path, monkeypatch):
             with open(runs / task / f"seed{seed}" / "run.json", "w") as fh:
                 json.dump({"seed": seed, "provenance": {"matmul_precision": "highest", "wall_time_s": 12.5,
                                                         "platform": {"jax_backend": "cpu", "device_kind": "cpu"}}}, fh)
+    # pendulum's job (both seeds) was stopped once and resumed: run.json records both attempts
+    # (tdmpc2core.io.attempts), as the training stage writes them
+    attempts = [{"attempt": 1, "started_utc": "2026-01-01T10:00:00Z", "ended_utc": "2026-01-01T10:03:33Z",
+                 "wall_seconds": 213.3, "start_step": None, "end_step": 3000, "unit": "agent steps",
+                 "outcome": "stopped by SIGTERM", "pid": 1},
+                {"attempt": 2, "started_utc": "2026-01-01T11:00:00Z", "ended_utc": "2026-01-01T11:01:51Z",
+                 "wall_seconds": 111.2, "start_step": 3000, "end_step": 6000, "unit": "agent steps",
+                 "outcome": "completed", "pid": 2}]
+    for seed in (0, 1):
+        with open(runs / "pendulum" / f"seed{seed}" / "run.json", "w") as fh:
+            json.dump({"seed": seed, "seeds_in_job": [0, 1], "attempts": attempts,
+                       "wall_seconds": 111.23456789, "compile_seconds_upper_bound": 409.65476666600017,
+                       "resumed_from_agent_steps": 3000,
+                       "matmul_precision": "float32 (HIGHEST); jax_default_matmul_precision=None",
+                       "provenance": {"platform": {"jax_backend": "cpu", "device_kind": "cpu"}}}, fh)
     cfg = {"protocol": "demo", "label": "Demo at laptop scale: NOT the paper's protocol", "seeds": [0, 1],
            "bootstrap_reps": 200,
            "tasks": {"pendulum": {"env_id": "Pendulum-v1", "action_repeat": 1, "agent_steps": 6000,
@@ -266,7 +281,20 @@ def test_tables_figures_report_stages(tmp_path, monkeypatch):
     assert html.count("data:image/png;base64,") == 5  # 2 tasks x 2 figures + overview
     assert not re.search(r'(src|href)="(?!#|data:)', html)  # nothing outside the file
     assert "<td class=\"result\">FAIL</td>" in html and "<td class=\"result\">PASS</td>" in html
-    assert "highest" in html  # matmul precision from run.json
+    # the matmul precision in words (from run.json), not an XLA enum
+    assert "full float32: every matrix product in float32, no reduced-precision passes (JAX precision HIGHEST)" in html
+    # every attempt of the resumed job, and its total; the raw floats rounded
+    assert html.count("<td>train-single</td><td>pendulum</td><td>0, 1</td>") == 2
+    assert "<td>1 of 2</td><td class=\"num\">? → 3,000 agent steps</td><td>stopped by SIGTERM</td>" in html
+    assert "<td>2 of 2</td><td class=\"num\">3,000 → 6,000 agent steps</td><td>completed</td>" in html
+    assert "train-single pendulum (seeds 0, 1): 324.5 s over 2 attempts" in html
+    assert "409.65476666600017" not in html and "409.7" in html and "111.23456789" not in html
+    # what the demo-like run cannot show, said plainly instead of empty tables and a CI from two numbers
+    assert "Nothing in this run can be set beside the paper's single-task table." in html
+    assert "<b>cartpole-balance</b>: no step in common with the published curve" in html
+    assert "What this run cannot show:" in html and "that task's own score, not an aggregate over tasks" in html
+    agg = pd.read_csv("results/tables/aggregate.csv")
+    assert agg["mean_score_ci_low"].isna().all() and "no confidence interval from 2 score(s)" in agg["note"].iloc[-1]
     assert "jax</td><td>" in html  # package versions
     assert "Git commit" in html and "cartpole-balance" in html
 
@@ -344,3 +372,63 @@ def test_dataset_stats_pool_row_has_totals_but_no_mixed_returns():
     total = st.loc["(all tasks)"]
     assert total["episodes"] == 4 and total["agent_steps"] == 60 and total["terminated"] == 1
     assert all(pd.isna(total[c]) for c in ("mean", "sd", "min", "median", "max"))  # scales differ
+
+
+# --------------------------------------------------------------------------- the report, read as a reviewer would
+def test_loss_plot_draws_only_chunks_where_an_update_ran(tmp_path, monkeypatch):
+    """The seed phase runs no update: its metrics rows hold the initial zeros, which a loss
+    curve must not draw (nor a mean line jumping from them)."""
+    from tdmpc2core.report import figures as F
+
+    rows = []
+    for seed in (0, 1):
+        for step in range(0, 6001, 500):
+            updates = 0 if step < 1000 else step  # the burst of 1000 updates at agent step 1000
+            rows.append({"seed": seed, "env_frames": step, "updates": updates,
+                         "total_loss": 0.0 if updates == 0 else 5.0 / (1 + step / 1000) + seed,
+                         "train_return": float(step)})
+    figs = []
+    monkeypatch.setattr(F, "save_atomic", lambda fig, path, dpi=110: figs.append(fig))
+    F.plot_train("pendulum", pd.DataFrame(rows), tmp_path / "t.png")
+    ret_ax, loss_ax = figs[0].axes
+    assert loss_ax.get_lines(), "no loss drawn"
+    for line in loss_ax.get_lines():
+        x, y = line.get_xdata(), line.get_ydata()
+        assert min(x) == 1000 and (np.asarray(y) > 0).all(), (line.get_label(), list(x), list(y))
+    assert loss_ax.get_yscale() == "log"
+    assert min(ret_ax.get_lines()[0].get_xdata()) == 0  # the return panel keeps the seed phase
+    # nothing computed yet: the panel says so instead of drawing zeros
+    figs.clear()
+    F.plot_train("pendulum", pd.DataFrame(rows[:2]), tmp_path / "t.png")
+    assert not figs[0].axes[1].get_lines()
+    assert "no update ran" in figs[0].axes[1].texts[0].get_text()
+
+
+# --------------------------------------------------------------------------- simulators
+def test_simulator_text_names_the_simulators_and_what_they_mean_for_the_comparison():
+    from tdmpc2core.envs import suite_of
+
+    dmc = {"cheetah-run": {"env_id": "dmc:cheetah-run"}, "cup-catch": {"env_id": "dmc:cup-catch"}}
+    used, note = A.simulator_text(dmc, suite_of, {"dm-control": "1.0.50"})
+    assert used == "Simulator: dm_control 1.0.50 (2 tasks)."
+    assert "like for like" in note and "approximate" not in note
+    mixed = {"pendulum": {"env_id": "Pendulum-v1"}, "cartpole-balance": {"env_id": "CartpoleBalance"},
+             "cheetah-run": {"env_id": "dmc:cheetah-run"}}
+    assert A.simulators(mixed, suite_of) == {"dmcontrol": ["cheetah-run"], "playground": ["cartpole-balance"],
+                                   "gymnax": ["pendulum"]}
+    used, note = A.simulator_text(mixed, suite_of)
+    assert used == "Simulator: dm_control (1 task); MuJoCo Playground (MJX) (1 task); gymnax (1 task)."
+    assert "MuJoCo Playground (cartpole-balance)" in note and "approximate" in note and "like for like" in note
+    used, note = A.simulator_text({"c": {"env_id": "CartpoleBalance"}}, suite_of)
+    assert "approximate" in note and "like for like" not in note
+
+    from tdmpc2core.report import html as R
+
+    ctx = {"protocol": "paper", "label": "x", "is_paper": True, "generated": "now",
+           "final": pd.DataFrame(columns=A.FINAL_COLUMNS), "single": pd.DataFrame(columns=A.SINGLE_TASK_COLUMNS),
+           "aggregate": pd.DataFrame(columns=A.AGGREGATE_COLUMNS),
+           "simulator": A.simulator_text(dmc, suite_of, {"dm-control": "1.0.50"})}
+    html = R.render_report(ctx)
+    banner = html.split('<div class="banner', 1)[1].split("</div>", 1)[0]
+    assert "Simulator: dm_control 1.0.50 (2 tasks)." in banner
+    assert "MuJoCo Playground, whose physics" not in html

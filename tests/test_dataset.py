@@ -241,6 +241,13 @@ BAD = {
     "action width": (None, lambda m: {**m, "tasks": [{**m["tasks"][0], "action_dim": 1}]},
                      "column 'action' has width 2, but the task table's largest action_dim is 1"),
     "incomplete episode": (lambda t: t.slice(0, t.num_rows - 1), None, "is not complete"),
+    # nothing is dropped without a word: another column or metadata key is refused
+    "extra column": (lambda t: t.append_column("advantage", pa.array(np.zeros(t.num_rows, np.float32))), None,
+                     r"unknown column\(s\) \['advantage'\]; a tdmpc2core.episodes file has exactly the columns"),
+    "extra metadata key": (None, lambda m: {**m, "reward_scale": 0.1},
+                           r"unknown key\(s\) \['reward_scale'\] in the 'tdmpc2core.dataset' metadata"),
+    "extra task key": (None, lambda m: {**m, "tasks": [{**m["tasks"][0], "reward_scale": 0.1}]},
+                       "a task table entry must have the keys"),
 }
 
 
@@ -337,3 +344,38 @@ def test_stages_join_pool_and_refuse_bad_inputs_leaving_nothing(tmp_path):
     res = cli("dataset-task", "--inputs", paths["a0"], paths["b0"], "--out", tmp_path / "out/y.parquet")
     assert res.returncode != 0 and "disagrees with dataset 0" in res.stderr
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    # an episode file with a column the format does not have: refused by name, not pooled without it
+    extra = rewrite(paths["b0"], tmp_path / "extra.parquet",
+                    lambda t: t.append_column("advantage", pa.array(np.zeros(t.num_rows, np.float32))))
+    res = cli("dataset-pool", "--inputs", tmp_path / "tasks/a.parquet", extra, "--out", tmp_path / "out/p.parquet")
+    assert res.returncode == 1 and "extra.parquet: unknown column(s) ['advantage']" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_train_multi_refuses_a_batch_larger_than_the_pool(tmp_path):
+    """The job's side of the load-time check (tdmpc2core.model.config.check_batch_size): a pool of
+    two Pendulum episodes of 201 rows holds 2 x (201 - 3) = 396 distinct slices of horizon + 1
+    rows, so a batch of 397 would repeat slices; refused in one line before any training."""
+    import subprocess
+    import sys
+
+    ds = synthetic("pendulum", 3, 1, 200, [200, 200])
+    ds = EpisodeDataset(**{f: getattr(ds, f) for f in ("obs", "action", "reward", "terminated", "truncated",
+                                                          "episode", "step", "task")},
+                        tasks=(TaskInfo("pendulum", 3, 1, 200, 1, 0.975, "Pendulum-v1"),), provenance={})
+    save_dataset(ds, tmp_path / "pool.parquet")
+    agent = {k: v for k, v in TINY.items() if k not in ("model_size", "batch_size")}
+
+    def train(batch):
+        spec = {"updates": 1, "batch_size": batch, "eval_every": 1, "eval_episodes": 1, "agent": agent}
+        return subprocess.run([sys.executable, "-m", "tdmpc2core.cli", "train-multi", "--pool", "p", "--model-size",
+                               "1", "--dataset", str(tmp_path / "pool.parquet"), "--spec", json.dumps(spec),
+                               "--seeds", "0", "--outdir", str(tmp_path / "out")],
+                              capture_output=True, text=True, timeout=600)
+
+    res = train(397)
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert ("error: ValueError: batch_size=397 exceeds the 396 distinct training slices (horizon + 1 consecutive "
+            f"rows of one episode) that the pooled dataset {tmp_path / 'pool.parquet'} holds") in res.stderr
+    assert not (tmp_path / "out" / "run.json").exists()

@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tdmpc2core.envs import EnvState, StepOut, list_env_ids, make_env
+from tdmpc2core.envs import EnvState, StepOut, list_env_ids, make_env, time_limit
+from tdmpc2core.envs.ids import GYMNAX_MAX_STEPS
 
 KEY = jax.random.PRNGKey(0)
 
@@ -20,7 +21,7 @@ KEY = jax.random.PRNGKey(0)
 def test_import_does_not_import_suites():
     code = (
         "import sys, tdmpc2core.envs as E; E.list_env_ids(); "
-        "print([m for m in ('gymnax', 'brax', 'mujoco_playground') if m in sys.modules])"
+        "print([m for m in ('gymnax', 'brax', 'mujoco_playground', 'dm_control') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -33,7 +34,7 @@ def test_unknown_id_lists_accepted_ids():
     msg = str(e.value)
     assert "'Pendulum-v9'" in msg
     assert "Pendulum-v1" in msg and "inverted_pendulum" in msg and "CartpoleBalance" in msg
-    for suite in ("gymnax", "brax", "playground"):
+    for suite in ("gymnax", "brax", "playground", "dmcontrol"):
         assert suite in msg
 
 
@@ -67,7 +68,7 @@ def test_list_env_ids_matches_installed_gymnax_and_brax():
     from brax import envs as brax_envs
 
     ids = list_env_ids()
-    assert set(ids) == {"gymnax", "brax", "playground"}
+    assert set(ids) == {"gymnax", "brax", "playground", "dmcontrol"}  # dmcontrol: tests/test_dmcontrol.py
     assert {"Pendulum-v1", "MountainCarContinuous-v0", "Reacher-misc", "PointRobot-misc"} <= set(
         ids["gymnax"]
     )
@@ -78,6 +79,9 @@ def test_list_env_ids_matches_installed_gymnax_and_brax():
         env, params = gymnax.make(env_id)
         is_box = type(env.action_space(params)).__name__ == "Box"
         assert is_box == (env_id in ids["gymnax"]), env_id
+        if is_box:  # the time limit tdmpc2core.envs.time_limit computes without gymnax
+            assert GYMNAX_MAX_STEPS[env_id] == int(params.max_steps_in_episode), env_id
+    assert set(GYMNAX_MAX_STEPS) == set(ids["gymnax"])
     assert set(ids["brax"]) == set(brax_envs._envs) - {"fast"}
 
 
@@ -92,7 +96,12 @@ def test_pendulum_spec(pendulum):
     assert (s.suite, s.obs_dim, s.action_dim) == ("gymnax", 3, 1)
     assert s.action_low == (-2.0,) and s.action_high == (2.0,)
     assert (s.action_repeat, s.episode_length, s.sim_episode_length) == (1, 200, 200)
+    assert time_limit("Pendulum-v1", episode_length=1000) == s.episode_length  # gymnax: its own limit
+    assert time_limit("Pendulum-v1", action_repeat=3) == make_env("Pendulum-v1", action_repeat=3).spec.episode_length
     assert s.backend is None and s.can_terminate is False
+    # the action repeat make_env takes when none is given: the paper's 2 for DM Control only
+    from tdmpc2core.envs import default_action_repeat
+    assert [default_action_repeat(i) for i in ("Pendulum-v1", "inverted_pendulum", "CartpoleBalance")] == [1, 1, 2]
 
 
 def test_env_is_hashable_and_static(pendulum):
@@ -190,6 +199,7 @@ def test_mountaincar_terminates_at_goal_and_truncates_at_time_limit():
     s = env.spec
     assert s.can_terminate and (s.obs_dim, s.action_dim) == (2, 1)
     assert s.episode_length == 999 // 3 == 333 and s.sim_episode_length == 999
+    assert time_limit("MountainCarContinuous-v0", action_repeat=3) == s.episode_length
     T = s.episode_length
     step = jax.jit(env.step)
     state, _ = env.reset(KEY)
@@ -306,12 +316,18 @@ def test_playground_cartpole_balance_jit_vmap():
     raw = env.playground_env
     assert s.suite == "playground" and s.backend == "jax" and not s.can_terminate
     assert (s.episode_length, s.sim_episode_length, s.action_repeat) == (500, 1000, 2)
+    assert time_limit("CartpoleBalance", action_repeat=2, episode_length=1000) == s.episode_length
     assert s.obs_dim == raw.observation_size == 5
     assert s.action_dim == raw.action_size == 1
     assert s.action_low == (-1.0,) and s.action_high == (1.0,)
     cfg = raw._config
     assert cfg.impl == "jax" and cfg.action_repeat == 1 and cfg.episode_length >= 10**6
     assert make_env("CartpoleBalance", action_repeat=2).spec.backend == "jax"  # default
+    # no action repeat given: the paper's DMC protocol (repeat 2, T = 1000 / 2 = 500 agent
+    # steps), not T = 1000 (docs/deviations.md E4)
+    d = make_env("CartpoleBalance").spec
+    assert (d.action_repeat, d.episode_length, d.sim_episode_length) == (2, 500, 1000)
+    assert make_env("CartpoleBalance", action_repeat=1).spec.episode_length == 1000  # explicit wins
 
     n, steps = 4, 3
     actions = jnp.linspace(-1.0, 1.0, n)[:, None]  # per-env constant actions

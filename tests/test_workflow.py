@@ -170,22 +170,68 @@ def test_paper_config_is_self_contained():
         assert t.get("agent_steps", block["defaults"]["agent_steps"]) == fp["agent_steps"], task
 
 
+PAPER_DMCONTROL = "workflow/configs/paper-dmc-dmcontrol.yaml"
+
+
+def test_paper_dmcontrol_config_is_the_paper_protocol_on_dm_control(tmp_path):
+    """The same tasks, steps, seeds and settings as paper-dmc.yaml; only the simulator (every
+    env_id the dm_control id of the published task), the label and the declared return
+    ranges of the multi-task evaluation differ. It plans the same 79 jobs."""
+    paper = yaml.safe_load((ROOT / PAPER).read_text())
+    dmc = yaml.safe_load((ROOT / PAPER_DMCONTROL).read_text())
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    jsonschema.Draft202012Validator(schema).validate(dmc)
+    a, b = paper["protocols"]["paper"], dmc["protocols"]["paper"]
+    assert "dm_control" in b["label"] and "Playground" not in b["label"]
+    assert list(b["tasks"]) == list(a["tasks"])
+    for task, t in b["tasks"].items():
+        assert t["env_id"] == f"dmc:{task}" == f"dmc:{t['published']}"
+        assert {k: v for k, v in t.items() if k != "env_id"} == {k: v for k, v in a["tasks"][task].items()
+                                                                 if k != "env_id"}, task
+    assert b["multitask"].pop("return_ranges") == {t: [0.0, 1000.0] for t in b["tasks"]}
+    for key in set(a) | set(b):
+        if key not in ("label", "tasks"):
+            assert a.get(key) == b.get(key), key
+    assert {k: v for k, v in paper.items() if k != "protocols"} == {k: v for k, v in dmc.items() if k != "protocols"}
+
+    out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "4", "--configfile", PAPER_DMCONTROL))
+    assert job_stats(out)["total"] == 79 and job_stats(out)["train_single_seeds_0_1_2"] == 22
+    specs = shell_specs(out)
+    assert {t: s["env_id"] for t, (s, _) in specs.items()} == {t: f"dmc:{t}" for t in a["tasks"]}
+    assert all(seeds == "0 1 2" for _, seeds in specs.values())
+    assert all(s["return_ranges"][t] == [0.0, 1000.0] for (s, _) in multi_specs(out).values() for t in a["tasks"])
+
+
 # --------------------------------------------------------------------------- validation
 def test_unknown_config_keys_are_refused(tmp_path):
     wf = copy_workflow(tmp_path)
     res = snakemake(wf, "-n", "--config", "bogus=1")
     assert res.returncode != 0
-    assert "Additional properties are not allowed ('bogus' was unexpected)" in res.stdout + res.stderr
+    assert "config: unknown key 'bogus' in the top level (set by --config); accepted there: bootstrap_reps, " \
+        in res.stdout + res.stderr
 
+    # a misspelt key: one line naming it, where it is and the closest accepted key (no schema dump)
     (wf / "typo.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent_step: 5\n")
     res = snakemake(wf, "-n", "--configfile", "typo.yaml")
+    out = res.stdout + res.stderr
     assert res.returncode != 0
-    assert "('agent_step' was unexpected)" in res.stdout + res.stderr
+    assert ("config: unknown key 'agent_step' in protocols.demo.tasks.pendulum (set in typo.yaml); "
+            "did you mean 'agent_steps'?") in out
+    assert "Failed validating" not in out and "On instance" not in out and len(out.splitlines()) <= 6, out
+    (wf / "typo2.yaml").write_text("protocols: {demo: {tasks: {pendulum: {published: cartpol-balance}}}}\n")
+    res = snakemake(wf, "-n", "--configfile", "typo2.yaml")
+    assert ("config: protocols.demo.tasks.pendulum.published (set in typo2.yaml): 'cartpol-balance' is not "
+            "accepted; did you mean 'cartpole-balance'?") in res.stdout + res.stderr
 
     (wf / "agent.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent: {num_sample: 5}\n")
     res = snakemake(wf, "-n", "--configfile", "agent.yaml")
     assert res.returncode != 0
-    assert "unknown agent setting(s) ['num_sample']" in res.stdout + res.stderr
+    assert ("config: unknown agent setting 'num_sample' in protocols.demo.tasks.pendulum.agent; did you mean "
+            "'num_samples'?") in res.stdout + res.stderr
+    (wf / "agent2.yaml").write_text("protocols: {demo: {defaults: {agent: {num_sampels: 5}}}}\n")
+    res = snakemake(wf, "-n", "--configfile", "agent2.yaml")
+    assert "unknown agent setting 'num_sampels' in protocols.demo.defaults.agent; did you mean 'num_samples'?" \
+        in res.stdout + res.stderr
 
     # `episodic` marks a task that terminates (docs/pipeline.md): a boolean
     (wf / "episodic.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n"
@@ -195,8 +241,33 @@ def test_unknown_config_keys_are_refused(tmp_path):
     assert "'yes' is not of type 'boolean'" in res.stdout + res.stderr
     # what the library would refuse at the job's start is refused at load
     for text, message in (
-            ("tasks: {pendulum: {agent: {model_size: 3}}}", "agent.model_size=3 is not a preset; accepted: [1, 5"),
-            ("tasks: {pendulum: {env_id: Pendulum-v2}}", "env_id: unknown env id 'Pendulum-v2'. Did you mean"),
+            ("tasks: {pendulum: {agent: {model_size: 3}}}",
+             "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): model_size=3 is not a preset; accepted: [1, 5"),
+            ("tasks: {pendulum: {env_id: Pendulum-v2}}", "env_id 'Pendulum-v2': unknown env id 'Pendulum-v2'. Did you mean"),
+            # the library's own checks (tdmpc2core.model.config.validate_config), as the job would run them
+            ("tasks: {pendulum: {agent: {horizon: 0}}}",
+             "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): horizon=0 must be >= 1"),
+            ("defaults: {agent: {num_elites: 65}}",
+             "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): num_elites=65 exceeds num_samples=64"),
+            ("tasks: {cartpole-balance: {episode_length: 999}}", "episode_length=999 (simulator steps) is not divisible"),
+            # a batch larger than the replay holds at the first update: Pendulum's 5 episodes of 201
+            # rows before the burst at seed_steps 1000 give 5 x (201 - 3) slices of horizon + 1 rows
+            ("tasks: {pendulum: {agent: {batch_size: 991}}}",
+             "batch_size=991 exceeds the 990 distinct training slices (horizon + 1 consecutive rows of one episode) "
+             "that the replay at the first update (seed_steps=1000, n_envs=1, T=200, horizon=3) holds"),
+            ("tasks: {pendulum: {n_envs: 6}}", "seed_steps=1000 is too small: with n_envs=6"),
+            # an episodic task's first update waits for data (R3): its batch is bounded by the run
+            ("tasks: {pendulum: {agent: {episodic: true, batch_size: 6001}}}",
+             "batch_size=6001 exceeds the 6000 distinct training slices (horizon + 1 consecutive rows of one "
+             "episode) that the whole run (6000 agent steps, at most one slice each) holds"),
+            # the pool's exported episodes: 2 seeds x (29 Pendulum episodes of 201 rows + 19 CartpoleBalance
+            # episodes of 501 rows); horizon 3 leaves 2 x (29 x 198 + 19 x 498) = 30,408 slices
+            ("multitask: {batch_size: 30409}",
+             "multitask (pool demo, model size 1): batch_size=30409 exceeds the 30408 distinct training slices"),
+            ("multitask: {agent: {num_elites: 100}}",
+             "multitask (pool demo, model size 1): num_elites=100 exceeds num_samples=64"),
+            ("multitask: {agent: {num_sample: 1}}",
+             "unknown agent setting 'num_sample' in protocols.demo.multitask.agent; did you mean 'num_samples'?"),
             ("multitask: {return_ranges: {pendulum: [0, -1]}}", "return_ranges.pendulum = [0, -1]: need [low, high]"),
             ("tasks: {pendulum: {expected: {mean_min: -100, mean_max: -400}}}",
              "tasks.pendulum.expected: mean_min -100 > mean_max -400"),
@@ -231,7 +302,8 @@ def test_unknown_config_keys_are_refused(tmp_path):
     assert res.returncode != 0 and "multitask.agent.model_size" in res.stdout + res.stderr
     (wf / "mt3.yaml").write_text("protocols:\n  demo:\n    multitask: {model_sizes: [7]}\n")
     res = snakemake(wf, "-n", "--configfile", "mt3.yaml")
-    assert res.returncode != 0 and "7 is not one of [1, 5, 19, 48, 317]" in res.stdout + res.stderr
+    assert res.returncode != 0 and ("config: protocols.demo.multitask.model_sizes.0 (set in mt3.yaml): 7 is not "
+                                    "accepted; accepted: [1, 5, 19, 48, 317]") in res.stdout + res.stderr
     (wf / "mt4.yaml").write_text("protocols:\n  demo:\n    multitask: {expected: {demo: {walker: {mean_min: 1}}}}\n")
     res = snakemake(wf, "-n", "--configfile", "mt4.yaml")
     assert res.returncode != 0 and "task(s) ['walker'] are not in pool 'demo'" in res.stdout + res.stderr
@@ -239,6 +311,30 @@ def test_unknown_config_keys_are_refused(tmp_path):
     res = snakemake(wf, "-n", "--config", "protocol=nope")
     assert res.returncode != 0
     assert "protocol 'nope' has no entry under 'protocols'" in res.stdout + res.stderr
+
+
+def test_dry_run_needs_no_jax(tmp_path):
+    """A login node without JAX: `snakemake -n` loads the workflow, whose checks are the
+    library's plain-Python ones (tdmpc2core.model.config, tdmpc2core.envs ids), and refuses a
+    bad value all the same."""
+    wf = copy_workflow(tmp_path)
+    nojax = tmp_path / "nojax"
+    for mod in ("jax", "jaxlib", "flax", "optax"):
+        (nojax / mod).mkdir(parents=True)
+        (nojax / mod / "__init__.py").write_text(f'raise ImportError("{mod} is not installed here (test stand-in)")\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    env["PYTHONPATH"] = str(nojax)
+
+    def dry(*args):
+        return subprocess.run([sys.executable, "-m", "snakemake", "-n", *args], cwd=wf, capture_output=True,
+                              text=True, timeout=600, env=env)
+
+    assert job_stats(ok(dry("--cores", "2")))["total"] == 15
+    assert job_stats(ok(dry("--cores", "2", "--configfile", PAPER)))["total"] == 79
+    (wf / "bad.yaml").write_text("protocols: {demo: {tasks: {pendulum: {agent: {horizon: 0}}}}}\n")
+    res = dry("--configfile", "bad.yaml")
+    assert res.returncode != 0 and "horizon=0 must be >= 1" in res.stdout + res.stderr
+    assert "ImportError" not in res.stdout + res.stderr
 
 
 # --------------------------------------------------------------------------- runs
@@ -261,6 +357,9 @@ def add_arguments(p):
 
 
 def run(args):
+    fail = os.environ.get("TDMPC2_TEST_FAIL")  # "task:seed": that job fails (tests of failed runs)
+    if fail and fail.split(":")[0] == args.task and int(fail.split(":")[1]) in args.seeds:
+        raise SystemExit(3)
     spec = json.loads(args.spec)
     ar, n, every = spec["action_repeat"], spec["agent_steps"], spec["eval_every"]
     steps = sorted(set(range(0, n + 1, every)) | {n})
@@ -357,6 +456,10 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
 
     out = ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
     assert "17 of 17 steps (100%) done" in out
+    # the end of the run says where the report is and how the checks went
+    assert f"Report: {wf / 'results/report.html'}" in out
+    assert "Final-score check (results/tables/final_scores.csv): all 2 pass their expected range." in out
+    assert "Multi-task check (results/tables/multitask_tasks.csv): " in out
     html = (wf / "results" / "report.html").read_text(encoding="utf-8")
     assert "Demo at laptop scale: NOT the paper&#x27;s protocol" in html
     assert html.count("data:image/png;base64,") == 7  # 2 x (eval, train), overview, datasets, multi-task
@@ -388,6 +491,46 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
 
     assert "Nothing to be done" in ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
 
+    # a deleted run folder: a plain rerun rebuilds exactly that seed's job and what depends on it
+    report = wf / "results/report.html"
+    before = report.stat().st_mtime_ns
+    shutil.rmtree(wf / "results/single/pendulum/seed1")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    assert sorted(j for j in planned_jobs(out) if j[0].startswith("train_")) == [
+        ("train_multi", ""), ("train_single_seeds_1", "pendulum")]
+    assert job_stats(out) == {"train_single_seeds_1": 1, "figure_overview": 1, "figures_task": 1,
+                              "tables": 1, "dataset_task": 1, "dataset_pool": 1, "dataset_summary": 1,
+                              "train_multi": 1, "scaling": 1, "report": 1, "all": 1, "total": 11}
+    assert ("dataset_task", "pendulum") in planned_jobs(out) and ("figures_task", "pendulum") in planned_jobs(out)
+    out = ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
+    assert (wf / "results/single/pendulum/seed1/run.json").exists() and report.stat().st_mtime_ns > before
+    assert "Final-score check (results/tables/final_scores.csv): all 2 pass" in out
+    assert "Nothing to be done" in ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+
+    # a job fails under --keep-going: Snakemake deletes its outputs, so the report, which shows
+    # them, is moved aside with a banner and a line saying so; the other jobs still ran
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    res = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--keep-going", "--configfile",
+                          "small.yaml", "--forcerun", "results/single/pendulum/seed1/eval.parquet",
+                          "results/single/cartpole-balance/seed0/eval.parquet"],
+                         cwd=wf, capture_output=True, text=True, timeout=600,
+                         env={**env, "TDMPC2_TEST_FAIL": "pendulum:1"})
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert not (wf / "results/single/pendulum/seed1").exists() or not (
+        wf / "results/single/pendulum/seed1/run.json").exists()
+    assert not report.exists(), out[-3000:]
+    stale = (wf / "results/report.stale.html").read_text(encoding="utf-8")
+    assert "<b>Out of date.</b>" in stale and "results/single/pendulum/seed1" in stale
+    assert re.search(r"results/report.html showed results this run did not complete \(\d+ missing, \d+ replaced: "
+                     r"[^)]*results/single/pendulum/seed1.*\); moved to results/report.stale.html", out), out[-3000:]
+    assert "Failed job(s): train_single_seeds_1 (task=pendulum)" in out
+    # the same command without the failure: the missing run and the report are rebuilt, the
+    # stale copy removed
+    out = ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
+    assert report.exists() and not (wf / "results/report.stale.html").exists()
+    assert "Removed results/report.stale.html" in out
+
     # rerun one seed: exactly its training job, then what depends on it
     out = ok(snakemake(wf, "-n", "--cores", "all", "--configfile", "small.yaml",
                        "--forcerun", "results/single/pendulum/seed1/eval.parquet"))
@@ -418,6 +561,99 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     # Snakemake's own report of the outputs flagged with report()
     ok(snakemake(wf, "--report", "smk-report.zip", "--configfile", "small.yaml"))
     assert (wf / "smk-report.zip").stat().st_size > 10_000
+
+
+STOPPABLE_TRAINER = '''
+"""Test stand-in for `tdmpc2 train-single` that stops as the real one does: chunks of
+--max-chunk-seconds, SIGTERM/SIGINT handled by the real SignalStop (a checkpoint at the next
+chunk boundary, exit 128 + the signal number), and a rerun resumes from the checkpoint (the
+resumed session runs its remaining chunks without waiting)."""
+import json, os, sys, time
+from pathlib import Path
+from tdmpc2core.stages.resumable import SignalStop
+
+CHUNKS = 600
+
+
+def add_arguments(p):
+    for a in ("--task", "--spec", "--outdir", "--checkpoint-dir"):
+        p.add_argument(a, required=True)
+    p.add_argument("--seeds", type=int, nargs="+", required=True)
+    p.add_argument("--checkpoint-every", type=int, required=True)
+    p.add_argument("--keep-checkpoints", type=int, required=True)
+    p.add_argument("--max-chunk-seconds", type=float, required=True)
+
+
+def run(args):
+    log = lambda m: print(f"[train-single {args.task}] {m}", file=sys.stderr, flush=True)
+    ck = Path(args.checkpoint_dir)
+    ck.mkdir(parents=True, exist_ok=True)
+    state = ck / "state.json"
+    step = json.loads(state.read_text())["step"] if state.exists() else 0
+    resumed = step > 0
+    log(f"resumed from {state} at {step} agent steps" if resumed else "training starts")
+    with SignalStop(log, True) as stop:
+        while step < CHUNKS:
+            if not resumed:
+                time.sleep(args.max_chunk_seconds)
+            step += 1
+            if stop.should_stop():
+                state.write_text(json.dumps({"step": step}))
+                log(f"stopped by {stop.name} at {step}/{CHUNKS} agent steps: checkpoint {state} (0.0 MB, 0.0 s); "
+                    "rerun the same command to resume")
+                return stop.exit_code
+    for s in args.seeds:
+        d = Path(args.outdir) / f"seed{s}"
+        d.mkdir(parents=True, exist_ok=True)
+        for f in ("eval.parquet", "metrics.parquet", "episodes.parquet"):
+            (d / f).write_text("stand-in")
+        (d / "run.json").write_text(json.dumps({"resumed_from": step if resumed else None}))
+    log("done")
+    return 0
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_snakemake_alone_stops_training_with_a_checkpoint(tmp_path, sig):
+    """A supervisor, a notebook or `kill` signals the snakemake process alone (not its process
+    group): the running training jobs stop at their next chunk boundary with a checkpoint, the
+    run ends with one line per stopped job (no tracebacks), and the same command resumes them."""
+    wf = copy_workflow(tmp_path)
+    shutil.copytree(ROOT / "tdmpc2core", wf / "tdmpc2core", ignore=shutil.ignore_patterns("__pycache__"))
+    (wf / "tdmpc2core" / "stages" / "train_single.py").write_text(STOPPABLE_TRAINER)
+    (wf / "s.yaml").write_text("seeds_per_job: 1\nmax_chunk_seconds: 0.2\n")
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile=s.yaml",
+           "results/single/pendulum/seed0/run.json", "results/single/cartpole-balance/seed0/run.json"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    logs = [wf / f"logs/train_single/{t}/seeds_0.log" for t in ("pendulum", "cartpole-balance")]
+    # a session of its own, so that only the snakemake process is signalled
+    smk = subprocess.Popen(cmd, cwd=wf, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
+    deadline = time.time() + 120
+    while not all(p.exists() and "training starts" in p.read_text() for p in logs):
+        assert time.time() < deadline and smk.poll() is None, smk.communicate()[0][-4000:]
+        time.sleep(0.1)
+    t0 = time.time()
+    os.kill(smk.pid, sig)  # the snakemake process alone
+    out = smk.communicate(timeout=120)[0]
+    # 600 chunks of 0.2 s were left: they stopped at the next boundary instead
+    assert time.time() - t0 < 20, out[-4000:]
+    assert smk.returncode != 0
+    assert "Traceback" not in out and "RuntimeError" not in out and "RuleException" not in out, out[-4000:]
+    for task, log in zip(("pendulum", "cartpole-balance"), logs):
+        assert f"stopped by SIGTERM" in log.read_text()
+        assert (wf / f"checkpoints/single/{task}/seeds_0/state.json").exists()
+        assert re.search(rf"train_single_seeds_0 \(task {task}\): stopped at \d+/600 agent steps, checkpoint "
+                         rf"checkpoints/single/{task}/seeds_0/state.json; run the same snakemake command to resume",
+                         out), out[-4000:]
+    assert out.index("Stopped 2 training job(s):") > out.index("Shutting down")  # the run's last lines
+    assert not (wf / "results/single/pendulum/seed0/run.json").exists()
+    # the same command resumes both jobs from their checkpoints
+    res = subprocess.run(cmd, cwd=wf, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    for task, log in zip(("pendulum", "cartpole-balance"), logs):
+        assert "resumed from" in log.read_text()
+        assert json.loads((wf / f"results/single/{task}/seed0/run.json").read_text())["resumed_from"] == 600
 
 
 TINY = """\
@@ -484,6 +720,13 @@ def test_real_tiny_run_produces_report(tmp_path):
     # Pendulum has no declared return range here, so no normalized score (and the report says so)
     import pandas as pd
 
+    # the pool the workflow predicted at load (its batch check) is the pool the runs exported
+    from tdmpc2core.model import config as C
+    from tdmpc2core.dataset import load_dataset as _load
+
+    pool = _load(wf / "results/datasets/pools/tiny.parquet")
+    cfg = C.resolve_config(C.TDMPC2Config(model_size=1, seed_steps=200), episode_length=200, action_dim=1)
+    assert pool.num_episodes == C.episodes_held_at_end(cfg, agent_steps=500, episode_length=200) == 2
     run = json.loads((wf / "results/multi/tiny/size1/run.json").read_text())
     assert run["task_dim"] == 8 and run["gammas"] == {"pendulum": 0.975} and run["return_ranges"] == {"pendulum": None}
     ev = pd.read_parquet(wf / "results/multi/tiny/size1/eval.parquet")
@@ -505,6 +748,64 @@ def test_real_tiny_run_produces_report(tmp_path):
     assert set(lengths["task"]) == {"inverted-pendulum"} and list(lengths["agent_steps"]) == [0, 300]
     assert lengths["length_mean"].between(1, 100).all()
     assert 'id="lengths"' in html
+
+
+DMCONTROL_TINY = """\
+protocol: dmc-tiny
+seeds: [0, 1]
+seeds_per_job: 2
+threads_per_job: 1
+jax_cache_dir: .jax_cache
+checkpoint_every: 1000
+bootstrap_reps: 200
+protocols:
+  dmc-tiny:
+    label: "dm_control test run: NOT the paper's protocol"
+    defaults:
+      action_repeat: 2
+      episode_length: 200
+      agent_steps: 2000
+      eval_every: 1000
+      eval_episodes: 2
+      n_envs: 2
+      agent: {model_size: 1, mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16, num_elites: 4,
+              num_pi_trajs: 2, iterations: 1, batch_size: 16, seed_steps: 200}
+      resources: {gpu: 0, runtime: 30, mem_mb: 4000}
+    tasks:
+      cartpole-balance:
+        env_id: dmc:cartpole-balance
+        published: cartpole-balance
+        expected: null
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_TRAIN_SINGLE, reason="no train-single stage")
+def test_real_dmcontrol_run_of_two_seeds_produces_report(tmp_path):
+    """Two seeds on dm_control itself, 2,000 agent steps each, through the whole pipeline
+    (training with the host-stepped simulator, export, tables, figures, report); and the
+    user-facing dmcontrol-smoke.yaml plans."""
+    import pandas as pd
+
+    wf = copy_workflow(tmp_path)
+    plan = ok(snakemake(wf, "-n", "--cores", "2", "--configfile", "workflow/configs/dmcontrol-smoke.yaml"))
+    assert job_stats(plan)["train_single_seeds_0_1"] == 1
+    (wf / "dmc.yaml").write_text(DMCONTROL_TINY)
+    ok(snakemake(wf, "--cores", "2", "--configfile", "dmc.yaml", timeout=1500))
+    for seed in (0, 1):
+        run = wf / "results/single/cartpole-balance" / f"seed{seed}"
+        ev = pd.read_parquet(run / "eval.parquet")
+        assert sorted(ev["agent_steps"].unique()) == [0, 1000, 2000] and ev["length"].eq(100).all()
+        assert ev["return"].between(0, 200).all()
+        info = json.loads((run / "run.json").read_text())
+        assert "dm-control" in json.dumps(info)
+    from tdmpc2core.dataset import load_dataset
+
+    ds = load_dataset(wf / "results/datasets/tasks/cartpole-balance.parquet")
+    assert ds.tasks[0].episode_length == 100 and not ds.terminated.any()
+    html = (wf / "results" / "report.html").read_text(encoding="utf-8")
+    banner = html.split('<div class="banner', 1)[1].split("</div>", 1)[0]
+    assert "Simulator: dm_control" in banner and "like for like" in html
 
 
 PREEMPT = """\
@@ -575,6 +876,7 @@ def test_sigterm_then_rerun_of_the_target_resumes_and_equals_a_fresh_run(tmp_pat
     stopped = sorted(ckdir.glob("step_*"))
     assert stopped and 500 <= int(stopped[-1].name.split("_")[1]) < 700  # ... but not the checkpoints
 
+    assert "train_single_seeds_0_1 (task pendulum): stopped at " in out  # the run's last lines
     out = ok(snakemake(wf, "--cores", "2", "--configfile=p.yaml", target))
     assert f"resumed from checkpoints/single/pendulum/seeds_0_1/{stopped[-1].name}" in log.read_text()
     resumed = {p: (pd.read_parquet(p) if p.suffix == ".parquet" else json.loads(p.read_text())) for p in outs}
@@ -599,6 +901,12 @@ def test_sigterm_then_rerun_of_the_target_resumes_and_equals_a_fresh_run(tmp_pat
             run = json.loads(p.read_text())
             assert resumed[p]["resumed_from_agent_steps"] == int(stopped[-1].name.split("_")[1])
             assert run["resumed_from_agent_steps"] is None
+            # every session of the resumed run, for the report's runtime table; the forced rerun is a new run
+            att = resumed[p]["attempts"]
+            assert [a["outcome"] for a in att] == ["stopped by SIGTERM", "completed"]
+            assert (att[0]["start_step"], att[1]["start_step"], att[1]["end_step"]) == (
+                0, resumed[p]["resumed_from_agent_steps"], 700)
+            assert [a["outcome"] for a in run["attempts"]] == ["completed"]
             assert run["final_eval_return"] == resumed[p]["final_eval_return"]
 
 

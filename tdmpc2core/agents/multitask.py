@@ -33,7 +33,8 @@ mode (no exploration noise; t0 on each episode's first step), with the task's em
 action mask; logged per task, the mean over tasks, and the normalized score. The normalized
 score of a task is ``100 (return - low) / (high - low)`` for the task's declared return range
 ``(low, high)``; Playground DM Control tasks default to ``(0, T x action_repeat)``, i.e.
-``(0, 1000)`` in the paper's protocol, which is the paper's ``return / 10``. Other tasks need
+``(0, 1000)`` in the paper's protocol, which is the paper's ``return / 10`` (dm_control tasks,
+``dmc:`` ids, the same). Other tasks need
 a declared range (``return_ranges``); without one their normalized score is NaN, and so is
 the mean over tasks (never a silent mix of normalised and raw returns).
 """
@@ -54,6 +55,7 @@ from ..model.planner import act_with_policy, plan
 from ..model.update import AgentState, Batch, embed, init_agent_state, update
 from ..model.world_model import WorldModel
 from ..run import driver
+from ..run.compiled import Compiled
 from ..run.driver import EvalField, Run, RunOptions, RunProgram
 from .online import eval_episode
 
@@ -228,6 +230,9 @@ class TDMPC2MultiTask:
         self.eval_envs = self._build_eval_envs(eval_envs)
         self.return_ranges = self._resolve_ranges(return_ranges)
         self._fns: dict = {}
+        #: seconds spent tracing, lowering and compiling each program in this process
+        #: ({"init" | "chunk" | "eval": {"trace_lower_s", "compile_s", "calls_compiled"}})
+        self.compile_seconds: dict = {}
 
     def __hash__(self):  # jitted closures capture self
         return id(self)
@@ -285,8 +290,9 @@ class TDMPC2MultiTask:
                 if not hi > lo:
                     raise ValueError(f"return_ranges[{t.name!r}] = {given[t.name]!r}: need low < high")
                 out[t.name] = (lo, hi)
-            elif self.eval_envs is not None and self.eval_envs[i].spec.suite == "playground":
-                # DM Control: rewards in [0, 1] per simulator step (the paper's return / 10)
+            elif self.eval_envs is not None and self.eval_envs[i].spec.suite in ("playground", "dmcontrol"):
+                # DM Control (Playground's MJX ports or dm_control itself): rewards in [0, 1] per
+                # simulator step (the paper's return / 10)
                 out[t.name] = (0.0, float(t.episode_length * t.action_repeat))
             else:
                 out[t.name] = None
@@ -319,7 +325,10 @@ class TDMPC2MultiTask:
         Each seed is initialised by one compiled single-seed program (shared by agents with
         equal world models, whatever the number of seeds) and the states are stacked."""
         seeds = [int(s) for s in np.atleast_1d(np.asarray(seed, dtype=np.int64))]
-        states = [_init_one(self.wm, jax.random.PRNGKey(s)) for s in seeds]
+        program = _init_program(self.wm)
+        states = [program(jax.random.PRNGKey(s)) for s in seeds]
+        if "init" in program.timings:  # when it was compiled (maybe for an equal agent); not under eval_shape
+            self.compile_seconds["init"] = dict(program.timings["init"])
         agent, run_keys = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *states)
         metrics = {k: jnp.zeros((len(seeds),), jnp.float32) for k in METRIC_KEYS}
         return MultiTaskState(agent=agent, key=run_keys, seed=jnp.asarray(seeds, jnp.int32), metrics=metrics)
@@ -342,7 +351,8 @@ class TDMPC2MultiTask:
                 return st._replace(agent=agent, metrics=metrics)
 
             # state batched over seeds (donated); the dataset and the update count unbatched
-            fn = self._fns["chunk"] = jax.jit(jax.vmap(single, in_axes=(0, None, None)), donate_argnums=(0,))
+            fn = self._fns["chunk"] = Compiled(jax.jit(jax.vmap(single, in_axes=(0, None, None)), donate_argnums=(0,)),
+                                               "chunk", self.compile_seconds)
         return fn
 
     def run_updates(self, state: MultiTaskState, n_updates: int) -> MultiTaskState:
@@ -513,7 +523,7 @@ class TDMPC2MultiTask:
         def per_seed(params, key):
             return jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))
 
-        fn = self._fns[key_] = jax.jit(jax.vmap(per_seed))
+        fn = self._fns[key_] = Compiled(jax.jit(jax.vmap(per_seed)), "eval", self.compile_seconds)
         return fn
 
     def eval_keys(self, seeds, updates: int, task: int):
@@ -641,11 +651,16 @@ class OfflineProgram(RunProgram):
         return {"tasks": list(self.agent.task_names)}
 
 
-@functools.partial(jax.jit, static_argnums=0)
 def _init_one(wm: WorldModel, key):
     """(AgentState, run key) of one seed from its PRNGKey."""
     k_params, k_run = jax.random.split(key)
     return init_agent_state(wm, k_params), k_run
+
+
+@functools.lru_cache(maxsize=None)
+def _init_program(wm: WorldModel) -> Compiled:
+    """The compiled single-seed init of ``wm``, shared by agents with equal world models."""
+    return Compiled(jax.jit(functools.partial(_init_one, wm)), "init", {})
 
 
 def _is_playground(env_id: str) -> bool:

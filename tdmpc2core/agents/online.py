@@ -60,7 +60,11 @@ class RunState(NamedTuple):
     finished_return_sum: jnp.ndarray   # f32, episodes finished since the last host read
     finished_count: jnp.ndarray        # int32
     terminations: jnp.ndarray          # int32, env terminations seen (all time)
-    nonfinite: jnp.ndarray             # int32, non-finite observations or rewards (all time)
+    nonfinite: jnp.ndarray             # [n_envs] int32, episodes dropped for a non-finite
+    #                                    observation or reward (all time; see drop_nonfinite)
+    nonfinite_step: jnp.ndarray        # [n_envs] int32, agent steps before the tick of the last
+    #                                    such event (-1: none)
+    discard: jnp.ndarray               # [n_envs] bool: the episode in progress is dropped
     pending_updates: jnp.ndarray       # int32, episodic mode: scheduled updates waiting for
     #                                    an episode of >= H + 1 rows (always 0 otherwise)
     tick: jnp.ndarray                  # int32, ticks done (agent steps = tick * n_envs); a resumed
@@ -94,22 +98,41 @@ def init_run_state(agent, agent_state: AgentState, key, run_agent_steps: int) ->
         ep_t=jnp.zeros((n,), jnp.int32), ep_return=jnp.zeros((n,), jnp.float32),
         done=jnp.ones((n,), bool), active=jnp.zeros((), bool), key=key, metrics=zero_metrics(cfg),
         finished_return_sum=jnp.zeros((), jnp.float32), finished_count=jnp.zeros((), jnp.int32),
-        terminations=jnp.zeros((), jnp.int32), nonfinite=jnp.zeros((), jnp.int32),
+        terminations=jnp.zeros((), jnp.int32), nonfinite=jnp.zeros((n,), jnp.int32),
+        nonfinite_step=jnp.full((n,), -1, jnp.int32), discard=jnp.zeros((n,), bool),
         pending_updates=jnp.zeros((), jnp.int32),
         tick=jnp.zeros((), jnp.int32))
 
 
-def _reset(agent, rs: RunState, key) -> RunState:
+def _finite_obs(obs):
+    """[n_envs] bool: every entry of the env's observation is finite."""
+    return jnp.all(jnp.isfinite(obs), axis=-1)
+
+
+def _drop(rs: RunState, bad, steps_before) -> RunState:
+    """Drop the episodes in progress of the envs in ``bad`` [n_envs] (a non-finite observation
+    or reward): they are never committed to the replay, and the event is counted per env
+    (once per episode) with the agent step it happened at (docs/deviations.md O8)."""
+    new = bad & ~rs.discard
+    return rs._replace(discard=rs.discard | bad, nonfinite=rs.nonfinite + new.astype(jnp.int32),
+                       nonfinite_step=jnp.where(new, steps_before, rs.nonfinite_step).astype(jnp.int32))
+
+
+def _reset(agent, rs: RunState, key, steps_before) -> RunState:
     n = agent.n_envs
     env_state, obs = jax.vmap(agent.env.reset)(jax.random.split(key, n))
-    replay = rp.start_episodes(rs.replay, obs, rs.active)
-    finished = jnp.where(rs.active, n, 0).astype(jnp.int32)
-    return rs._replace(
-        replay=replay, env_state=env_state, obs=obs,
-        finished_return_sum=rs.finished_return_sum + jnp.where(rs.active, jnp.sum(rs.ep_return), 0.0),
+    kept = ~rs.discard
+    replay = rp.start_episodes(rs.replay, obs, rs.active, kept)
+    finished = jnp.where(rs.active, jnp.sum(kept), 0).astype(jnp.int32)
+    ok = _finite_obs(obs)
+    rs = rs._replace(
+        replay=replay, env_state=env_state, obs=jnp.where(ok[:, None], obs, 0.0),
+        finished_return_sum=rs.finished_return_sum + jnp.where(rs.active, jnp.sum(jnp.where(kept, rs.ep_return, 0.0)),
+                                                               0.0),
         finished_count=rs.finished_count + finished,
         ep_t=jnp.zeros_like(rs.ep_t), ep_return=jnp.zeros_like(rs.ep_return),
-        done=jnp.zeros_like(rs.done), active=jnp.ones((), bool))
+        done=jnp.zeros_like(rs.done), active=jnp.ones((), bool), discard=jnp.zeros_like(rs.discard))
+    return _drop(rs, ~ok, steps_before)
 
 
 def _updates(agent, rs: RunState, n_updates, key, sample=rp.sample) -> RunState:
@@ -136,19 +159,26 @@ def _scheduled_updates(agent, tick_index):
     return jnp.where(tick_index < burst_tick, 0, jnp.where(tick_index == burst_tick, seed_steps, n))
 
 
-def _env_step(agent, rs: RunState, action, prev_mean, key, write_row) -> RunState:
+def _env_step(agent, rs: RunState, action, prev_mean, key, write_row, steps_before) -> RunState:
     """Step every env with ``action`` [n, A] and write row ``ep_t + 1`` (o_{t+1}, a_t, r_t,
-    d_t) with ``write_row`` (``rp.write_step`` or ``rp.stage_step``); count terminations and
-    non-finite observations or rewards."""
+    d_t) with ``write_row`` (``rp.write_step`` or ``rp.stage_step``); count terminations.
+
+    A non-finite observation or reward drops the env's episode (:func:`_drop`; its rows are
+    never committed, so they reach neither the replay's sampled episodes nor a loss) and the
+    observation the agent acts on next is zeros until the env restarts: at once in the
+    episodic mode (``done``), at the next episode boundary otherwise (every env resets then).
+    """
     env_state, out = jax.vmap(agent.env.step)(rs.env_state, action, jax.random.split(key, agent.n_envs))
-    finite = jnp.all(jnp.isfinite(out.obs), axis=-1) & jnp.isfinite(out.reward)
+    finite = _finite_obs(out.obs) & jnp.isfinite(out.reward)
     replay = write_row(rs.replay, rs.ep_t + 1, out.obs, action, out.reward, out.terminated)
+    rs = _drop(rs, ~finite, steps_before)
+    done = out.terminated | out.truncated
+    if agent.cfg.episodic:
+        done = done | rs.discard
     return rs._replace(
-        replay=replay, env_state=env_state, obs=out.obs, prev_mean=prev_mean,
-        ep_t=rs.ep_t + 1, ep_return=rs.ep_return + out.reward,
-        done=out.terminated | out.truncated,
-        terminations=rs.terminations + jnp.sum(out.terminated).astype(jnp.int32),
-        nonfinite=rs.nonfinite + jnp.sum(~finite).astype(jnp.int32))
+        replay=replay, env_state=env_state, obs=jnp.where(finite[:, None], out.obs, 0.0), prev_mean=prev_mean,
+        ep_t=rs.ep_t + 1, ep_return=rs.ep_return + jnp.where(finite, out.reward, 0.0),
+        done=done, terminations=rs.terminations + jnp.sum(out.terminated).astype(jnp.int32))
 
 
 def tick(agent, rs: RunState, tick_index) -> RunState:
@@ -162,13 +192,13 @@ def tick(agent, rs: RunState, tick_index) -> RunState:
     steps_before = tick_index * n  # the reference's `step`
     # 1. episodes end together at T (terminations are refused in this mode), so the reset
     # predicate depends on the tick alone.
-    rs = jax.lax.cond((tick_index % T) == 0, lambda r: _reset(agent, r, k_reset), lambda r: r, rs)
+    rs = jax.lax.cond((tick_index % T) == 0, lambda r: _reset(agent, r, k_reset, steps_before), lambda r: r, rs)
     t0 = rs.ep_t == 0
 
     # 2. act: uniform random while step <= seed_steps (spec §8), else plan
     action, prev_mean = _act(agent, rs, steps_before, t0, k_rand, k_plan)
     # 3. env step and replay row
-    rs = _env_step(agent, rs, action, prev_mean, k_step, rp.write_step)
+    rs = _env_step(agent, rs, action, prev_mean, k_step, rp.write_step, steps_before)
     # 4. updates (spec §5.5, §8)
     return _updates(agent, rs, _scheduled_updates(agent, tick_index), k_upd)
 
@@ -214,22 +244,24 @@ def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
     steps_before = tick_index * n
 
     # 1. commit finished episodes, restart those envs
-    ending = rs.done & rs.active
+    ending = rs.done & rs.active & ~rs.discard  # a dropped episode is not committed
     reset_state, reset_obs = jax.vmap(env.reset)(jax.random.split(k_reset, n))
     restart = rs.done
+    ok = _finite_obs(reset_obs)
     replay = rp.commit_and_restart(rs.replay, ending, rs.ep_t, restart, reset_obs, cfg.horizon + 1)
     rs = rs._replace(
         key=key, replay=replay,
         env_state=_where_env(restart, reset_state, rs.env_state),
-        obs=jnp.where(restart[:, None], reset_obs, rs.obs),
+        obs=jnp.where(restart[:, None], jnp.where(ok[:, None], reset_obs, 0.0), rs.obs),
         finished_return_sum=rs.finished_return_sum + jnp.sum(jnp.where(ending, rs.ep_return, 0.0)),
         finished_count=rs.finished_count + jnp.sum(ending).astype(jnp.int32),
         ep_t=jnp.where(restart, 0, rs.ep_t), ep_return=jnp.where(restart, 0.0, rs.ep_return),
-        done=jnp.zeros_like(rs.done), active=jnp.ones((), bool))
+        done=jnp.zeros_like(rs.done), active=jnp.ones((), bool), discard=rs.discard & ~restart)
+    rs = _drop(rs, restart & ~ok, steps_before)
 
     # 2. act, step, stage the row (o_{t+1}, a_t, r_t, d_t)
     action, prev_mean = _act(agent, rs, steps_before, rs.ep_t == 0, k_rand, k_plan)
-    rs = _env_step(agent, rs, action, prev_mean, k_step, rp.stage_step)
+    rs = _env_step(agent, rs, action, prev_mean, k_step, rp.stage_step, steps_before)
 
     # 3. updates (spec §5.5, §8), waiting while nothing can be sampled
     pending = rs.pending_updates + _scheduled_updates(agent, tick_index).astype(jnp.int32)

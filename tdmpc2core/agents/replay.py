@@ -27,6 +27,7 @@ from typing import NamedTuple, Union
 import jax
 import jax.numpy as jnp
 
+from ..model.config import capacity_episodes  # noqa: F401 (one definition: the workflow's checks use it)
 from ..model.update import Batch
 
 
@@ -40,9 +41,6 @@ class Replay(NamedTuple):
     env_slot: jnp.ndarray     # [n_envs] int32: slot each env is writing
 
 
-def capacity_episodes(buffer_size: int, run_agent_steps: int, T: int) -> int:
-    """Complete episodes kept: ceil(min(buffer_size, run length) / T), at least 1."""
-    return max(1, math.ceil(min(buffer_size, max(run_agent_steps, 1)) / T))
 
 
 def init_replay(num_complete: int, n_envs: int, T: int, obs_dim: int, action_dim: int) -> Replay:
@@ -67,21 +65,36 @@ def num_valid(replay: Replay):
     return jnp.minimum(replay.committed, num_slots(replay) - replay.env_slot.shape[0])
 
 
-def start_episodes(replay: Replay, obs0, commit: bool | jnp.ndarray) -> Replay:
+def start_episodes(replay: Replay, obs0, commit: bool | jnp.ndarray, keep=None) -> Replay:
     """Commit the episodes in progress (if ``commit``) and give each env a fresh slot whose
-    row 0 is its reset observation ``obs0`` [n_envs, obs_dim]."""
+    row 0 is its reset observation ``obs0`` [n_envs, obs_dim].
+
+    ``keep`` [n_envs] bool (default all): only these envs' episodes are committed (a dropped
+    episode, e.g. one with a non-finite observation, never is). The kept episodes are moved to
+    the front of the round's slots, in env order, so committed episodes stay contiguous in
+    the ring; the dropped slots are handed out again at once. With every episode kept the
+    arrays are unchanged by the move.
+    """
     n_envs = obs0.shape[0]
     S = num_slots(replay)
-    committed = replay.committed + jnp.where(commit, n_envs, 0).astype(jnp.int32)
-    slots = (replay.allocated + jnp.arange(n_envs, dtype=jnp.int32)) % S
+    keep = jnp.ones((n_envs,), bool) if keep is None else keep
+    keep = keep & commit
+    g = jnp.sum(keep).astype(jnp.int32)
+    block = replay.env_slot
+    src = block[jnp.argsort(~keep, stable=True)]  # kept episodes first, in env order
+    base = jnp.where(commit, replay.allocated - n_envs + g, replay.allocated).astype(jnp.int32)
+    slots = (base + jnp.arange(n_envs, dtype=jnp.int32)) % S
     nan_a = jnp.full((n_envs,) + replay.action.shape[2:], jnp.nan, jnp.float32)
+    obs, action = replay.obs.at[block].set(replay.obs[src]), replay.action.at[block].set(replay.action[src])
+    reward = replay.reward.at[block].set(replay.reward[src])
+    terminated = replay.terminated.at[block].set(replay.terminated[src])
     return Replay(
-        obs=replay.obs.at[slots, 0].set(obs0),
-        action=replay.action.at[slots, 0].set(nan_a),
-        reward=replay.reward.at[slots, 0].set(jnp.nan),
-        terminated=replay.terminated.at[slots, 0].set(jnp.nan),
-        allocated=replay.allocated + n_envs,
-        committed=committed,
+        obs=obs.at[slots, 0].set(obs0),
+        action=action.at[slots, 0].set(nan_a),
+        reward=reward.at[slots, 0].set(jnp.nan),
+        terminated=terminated.at[slots, 0].set(jnp.nan),
+        allocated=base + n_envs,
+        committed=replay.committed + g,
         env_slot=slots,
     )
 

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import logging
 import warnings
 from typing import Callable, Optional, Sequence, Union
 
@@ -30,9 +31,12 @@ from ..model.planner import act_with_policy, plan
 from ..model.update import init_agent_state
 from ..model.world_model import WorldModel
 from ..run import driver
+from ..run.compiled import Compiled
 from ..run.driver import Chunk, EvalField, Run, RunOptions, RunProgram
 from . import online
 from . import replay as rp
+
+_log = logging.getLogger("tdmpc2core")
 
 
 class TerminationError(ValueError):
@@ -54,7 +58,7 @@ class NoSampleableEpisodeError(ValueError):
 
 
 class TDMPC2:
-    """Single-task online TD-MPC2 (spec §1-§9) on gymnax, Brax or MuJoCo Playground.
+    """Single-task online TD-MPC2 (spec §1-§9) on gymnax, Brax, MuJoCo Playground or dm_control.
 
     Two modes:
 
@@ -72,18 +76,26 @@ class TDMPC2:
       ends; the replay is a ring of rows with an episode table (docs/deviations.md R1, R3).
 
     Args:
-      env_id: gymnax id (``Pendulum-v1``), Brax name (``inverted_pendulum``) or Playground DM
-        Control name (``CartpoleBalance``); see :func:`tdmpc2core.envs.list_env_ids`. Or a
+      env_id: gymnax id (``Pendulum-v1``), Brax name (``inverted_pendulum``), Playground DM
+        Control name (``CartpoleBalance``) or dm_control task (``dmc:cheetah-run``, the paper's
+        own simulator, stepped on the host inside the compiled program); see
+        :func:`tdmpc2core.envs.list_env_ids`. Or a
         prebuilt :class:`tdmpc2core.envs.Env` (a custom task; its spec fixes T and the action
         repeat, and the other env arguments are ignored).
       n_envs: environments in lockstep; the planner plans for each, and each tick runs
         ``n_envs`` updates (the reference uses 1; docs/deviations.md O2).
       episode_length: simulator steps per episode (Brax, Playground); T = episode_length /
         action_repeat agent steps. gymnax uses its params' ``max_steps_in_episode``.
-      action_repeat: simulator steps per agent step (rewards summed); the paper's DMC
-        protocol uses 2.
+      action_repeat: simulator steps per agent step (rewards summed); None (default): the
+        paper's for the suite, 2 for DM Control tasks (so the default 1000-step episode is
+        T = 500 agent steps, spec §2) and 1 for gymnax and Brax (docs/deviations.md E9).
       env_params: gymnax env params (None: the env's defaults).
       backend: Playground physics implementation (None: ``"jax"``, MJX).
+      max_nonfinite: episodes a seed may drop for a non-finite observation or reward (NaN
+        physics) before the run stops with ``FloatingPointError`` (docs/deviations.md O8).
+        Each dropped episode is reported (env index, agent step) at the next boundary between
+        calls of the compiled program; its rows never reach the replay or a loss. Not part of
+        a checkpoint's settings (raise it and resume).
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` (the official
         config.yaml names; ``lr`` is ``learning_rate``), each at its paper default. The
         ``model_size`` preset {1, 5, 19, 48, 317} fills enc_dim, mlp_dim, latent_dim,
@@ -105,14 +117,17 @@ class TDMPC2:
     """
 
     def __init__(self, env_id: str, n_envs: int = 1, model_size: int = 5, *,
-                 episode_length: int = 1000, action_repeat: int = 1, env_params=None,
-                 backend: Optional[str] = None, **hyperparameters):
+                 episode_length: int = 1000, action_repeat: Optional[int] = None, env_params=None,
+                 backend: Optional[str] = None, max_nonfinite: int = 10, **hyperparameters):
         fields = {f.name for f in dataclasses.fields(TDMPC2Config)}
         unknown = sorted(set(hyperparameters) - fields)
         if unknown:
             raise TypeError(f"TDMPC2: unknown hyperparameter(s) {unknown}; accepted: {sorted(fields)}")
         if int(n_envs) < 1:
             raise ValueError(f"n_envs={n_envs!r} must be >= 1")
+        if int(max_nonfinite) < 0:
+            raise ValueError(f"max_nonfinite={max_nonfinite!r} must be >= 0")
+        self.max_nonfinite = int(max_nonfinite)
         self.n_envs = int(n_envs)
         if isinstance(env_id, Env):  # a prebuilt environment (e.g. a custom task)
             self.env = env_id
@@ -125,7 +140,9 @@ class TDMPC2:
         self.episode_length = int(self.spec.episode_length)  # T, agent steps
         self.action_repeat = int(self.spec.action_repeat)
         user_cfg = TDMPC2Config(model_size=model_size, **hyperparameters)
-        self.cfg = resolve_config(user_cfg, episode_length=self.episode_length, action_dim=self.spec.action_dim)
+        # n_envs: the first update is checked too (seed_steps, batch_size; the workflow runs the same check)
+        self.cfg = resolve_config(user_cfg, episode_length=self.episode_length, action_dim=self.spec.action_dim,
+                                  n_envs=self.n_envs)
         self.gamma = float(self.cfg.gamma)
         self.seed_steps = int(self.cfg.seed_steps)
         self.episodic = bool(self.cfg.episodic)
@@ -141,6 +158,9 @@ class TDMPC2:
         self.wm = WorldModel(self.cfg, self.spec.obs_dim, self.spec.action_dim)
         self._chunk_fns: dict = {}
         self._eval_fns: dict = {}
+        #: seconds spent tracing, lowering and compiling each program in this process
+        #: ({"init" | "chunk" | "eval": {"trace_lower_s", "compile_s", "calls_compiled"}})
+        self.compile_seconds: dict = {}
 
     # hashing by identity: jitted closures capture ``self``
     def __hash__(self):
@@ -168,7 +188,8 @@ class TDMPC2:
                 k_params, k_run = jax.random.split(key)
                 return online.init_run_state(self, init_agent_state(self.wm, k_params), k_run, run_agent_steps)
 
-            fn = self._chunk_fns[("init", run_agent_steps)] = jax.jit(jax.vmap(one))
+            fn = self._chunk_fns[("init", run_agent_steps)] = Compiled(jax.jit(jax.vmap(one)), "init",
+                                                                       self.compile_seconds)
         return fn(keys)
 
     # ---- acting ----------------------------------------------------------------
@@ -196,7 +217,8 @@ class TDMPC2:
         rerun). Returns (returns, lengths), numpy [n_seeds, num_episodes]."""
         fn = self._eval_fns.get(num_episodes)
         if fn is None:
-            fn = self._eval_fns[num_episodes] = online.make_eval_fn(self, num_episodes)
+            fn = self._eval_fns[num_episodes] = Compiled(online.make_eval_fn(self, num_episodes), "eval",
+                                                         self.compile_seconds)
         n_seeds = jax.tree_util.tree_leaves(state.agent.params)[0].shape[0]
         seeds = list(range(n_seeds)) if seeds is None else list(seeds)
         keys = jnp.stack([jax.random.fold_in(jax.random.PRNGKey(int(s) + 10_000_019), eval_index) for s in seeds])
@@ -207,7 +229,7 @@ class TDMPC2:
     def _chunk(self):
         """The compiled training chunk: (state, start tick, ticks) -> state (seeds vmapped)."""
         if "chunk" not in self._chunk_fns:
-            self._chunk_fns["chunk"] = online.make_chunk_fn(self)
+            self._chunk_fns["chunk"] = Compiled(online.make_chunk_fn(self), "chunk", self.compile_seconds)
         return self._chunk_fns["chunk"]
 
     def program(self) -> "OnlineProgram":
@@ -358,6 +380,7 @@ class OnlineProgram(RunProgram):
         self.steps_per_tick = agent.n_envs
         self.burst_tick = -(-agent.seed_steps // agent.n_envs)  # first tick with agent_steps >= seed_steps
         self._warned_waiting = False
+        self._seeds, self._seen_nonfinite = None, None
 
     # ---- state
     def init_state(self, seeds, total_steps):
@@ -406,11 +429,39 @@ class OnlineProgram(RunProgram):
                 "the paper-era TD-MPC2 bootstraps through every episode end, so it refuses terminating "
                 "tasks. Use a non-terminating task (e.g. the DMC suite) or the episodic mode (TDMPC2(..., "
                 "episodic=True); in the pipeline, agent: {episodic: true}).")
-        bad = int(np.max(np.asarray(state.nonfinite)))
-        if bad > 0:
+        self._report_nonfinite(state, agent_steps)
+        metrics = {k: np.asarray(v) for k, v in state.metrics.items()}
+        bad = sorted(k for k, v in metrics.items() if not np.all(np.isfinite(v)))
+        if bad:
             raise FloatingPointError(
-                f"{agent.env_id}: {bad} non-finite observation(s) or reward(s) by agent step {agent_steps} "
-                "(NaN physics); check the env, its action bounds and its backend.")
+                f"{agent.env_id}: non-finite training metrics {bad} by agent step {agent_steps} (the parameters "
+                "diverged); the run stops here, so the last checkpoint written is the last good one.")
+
+    def start(self, state, run: Run) -> None:
+        self._seeds = list(run.seeds)
+        self._seen_nonfinite = np.asarray(state.nonfinite).copy()
+
+    def _report_nonfinite(self, state, agent_steps) -> None:
+        """Log each newly dropped episode (seed, env index, agent step); stop past the limit."""
+        agent = self.agent
+        counts, steps = np.asarray(state.nonfinite), np.asarray(state.nonfinite_step)  # [S, n_envs]
+        seen, seeds = self._seen_nonfinite, self._seeds
+        for i, e in zip(*np.nonzero(counts > seen)):
+            _log.warning("%s: seed %d, env %d: dropped %d episode(s) for a non-finite observation or reward "
+                         "(NaN physics), the last at agent step %d; their rows never entered the replay "
+                         "(%d of max_nonfinite=%d for this seed)", agent.env_id, seeds[i], e,
+                         counts[i, e] - seen[i, e], steps[i, e], counts[i].sum(), agent.max_nonfinite)
+        self._seen_nonfinite = counts.copy()
+        over = [i for i in range(counts.shape[0]) if counts[i].sum() > agent.max_nonfinite]
+        if over:
+            detail = "; ".join(f"seed {seeds[i]}: " + ", ".join(f"env {e} x{counts[i, e]} (last at agent step "
+                                                                 f"{steps[i, e]})" for e in np.nonzero(counts[i])[0])
+                               for i in over)
+            raise FloatingPointError(
+                f"{agent.env_id}: more than max_nonfinite={agent.max_nonfinite} episodes dropped for non-finite "
+                f"observations or rewards by agent step {agent_steps} ({detail}): the environment produces NaN "
+                "physics (check its action bounds, its backend and its parameters). The run stops here; its last "
+                "checkpoint is the last good one (raise max_nonfinite and rerun to continue).")
 
     def chunk_record(self, state, rec, chunk: Chunk, run: Run):
         agent = self.agent

@@ -1,4 +1,4 @@
-"""One pure-JAX environment interface over gymnax, Brax and MuJoCo Playground (DMC).
+"""One environment interface over gymnax, Brax, MuJoCo Playground (DMC) and dm_control.
 
 Usage::
 
@@ -7,20 +7,21 @@ Usage::
     state, out = env.step(state, action, key)         # action: f32[action_dim] in [-1, 1]
     done = out.terminated | out.truncated             # no auto-reset: caller resets
 
-``reset``/``step`` are jittable and vmappable; ``Env`` objects are hashable. Importing this
-package is cheap: the suites are imported inside :func:`make_env`. See
+``reset``/``step`` are jittable and vmappable (pure JAX for gymnax, Brax and Playground; a
+host callback for dm_control, :mod:`tdmpc2core.envs.dmcontrol_env`); ``Env`` objects are
+hashable. Importing this
+package is cheap and imports no JAX: the ids, :func:`suite_of` and :func:`time_limit`
+are plain Python (:mod:`tdmpc2core.envs.ids`); JAX and the suites are imported by
+:func:`make_env` and on first use of ``Env``, ``EnvSpec``, ``EnvState`` or ``StepOut``. See
 :mod:`tdmpc2core.envs.base` for the step semantics (units, action mapping, action
 repeat, time limit).
 """
 
 from __future__ import annotations
 
-import difflib
-
-from tdmpc2core.envs.base import SUITES, Env, EnvSpec, EnvState, StepOut, check_repeat_and_length
-from tdmpc2core.envs.brax_env import BRAX_ENVS
-from tdmpc2core.envs.gymnax_env import GYMNAX_CONTINUOUS, GYMNAX_DISCRETE, discrete_error
-from tdmpc2core.envs.playground_env import PLAYGROUND_DMC_ENVS
+# plain Python: the ids, their suites and time limits (no JAX; :mod:`.ids`)
+from tdmpc2core.envs.ids import (PAPER_ACTION_REPEAT, SUITES, check_repeat_and_length, default_action_repeat,
+                                 list_env_ids, suite_of, time_limit)
 
 __all__ = [
     "Env",
@@ -30,61 +31,44 @@ __all__ = [
     "make_env",
     "list_env_ids",
     "suite_of",
+    "time_limit",
+    "default_action_repeat",
+    "PAPER_ACTION_REPEAT",
 ]
 
-
-def list_env_ids() -> dict[str, list[str]]:
-    """Accepted ids per suite: ``{"gymnax": [...], "brax": [...], "playground": [...]}``.
-
-    gymnax: continuous-action ids of gymnax 1.0.1; brax: brax 0.14.2 registry names with
-    flat observations; playground: every MuJoCo Playground DM Control suite task.
-    """
-    return {
-        "gymnax": list(GYMNAX_CONTINUOUS),
-        "brax": list(BRAX_ENVS),
-        "playground": list(PLAYGROUND_DMC_ENVS),
-    }
+_BASE_NAMES = ("Env", "EnvSpec", "EnvState", "StepOut")
 
 
-def suite_of(env_id: str) -> str:
-    """Suite name of an accepted id (no import of the suite).
+def __getattr__(name):  # lazy: the environment interface imports JAX
+    if name in _BASE_NAMES:
+        from tdmpc2core.envs import base
 
-    Raises:
-        ValueError: discrete gymnax id or unknown id (message lists the accepted ids).
-    """
-    if env_id in GYMNAX_CONTINUOUS:
-        return "gymnax"
-    if env_id in BRAX_ENVS:
-        return "brax"
-    if env_id in PLAYGROUND_DMC_ENVS:
-        return "playground"
-    if env_id in GYMNAX_DISCRETE:
-        raise discrete_error(env_id)
-    ids = list_env_ids()
-    every = [i for suite in SUITES for i in ids[suite]]
-    close = difflib.get_close_matches(str(env_id), every, n=3)
-    hint = f" Did you mean {close}?" if close else ""
-    listing = "; ".join(f"{suite}: {ids[suite]}" for suite in SUITES)
-    raise ValueError(f"unknown env id {env_id!r}.{hint} Accepted ids per suite: {listing}")
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
+def make_env(env_id: str, *, action_repeat: int | None = None, episode_length: int = 1000,
              env_params=None, backend: str | None = None) -> Env:
     """Build an :class:`Env` for ``env_id``, dispatching on the id.
 
     Args:
         env_id: a gymnax continuous-action id (``"Pendulum-v1"``), a Brax name
-            (``"inverted_pendulum"``) or a Playground DM Control name
-            (``"CartpoleBalance"``); see :func:`list_env_ids`.
-        action_repeat: simulator steps per agent step (int >= 1).
+            (``"inverted_pendulum"``), a Playground DM Control name
+            (``"CartpoleBalance"``) or a dm_control id (``"dmc:cheetah-run"``); see
+            :func:`list_env_ids`.
+        action_repeat: simulator steps per agent step (int >= 1); None: the paper's for the
+            suite (:func:`default_action_repeat`: 2 for DM Control, Playground's ports and
+            dm_control alike, so the default ``episode_length`` of 1000 gives the paper's
+            T = 500; 1 for gymnax and Brax).
         episode_length: simulator steps per episode, so the time limit is
             T = ``episode_length // action_repeat`` agent steps (must be divisible by
-            ``action_repeat``). IGNORED for gymnax, whose time limit is the env's own
+            ``action_repeat``; dm_control: control steps, 1000 for every suite task).
+            IGNORED for gymnax, whose time limit is the env's own
             ``params.max_steps_in_episode`` simulator steps
             (T = ``max_steps_in_episode // action_repeat``, rounded down).
         env_params: suite-specific: gymnax ``EnvParams`` (or a dict of fields to
             replace); Brax constructor kwargs (dict); Playground extra
-            ``config_overrides`` (dict). ``None`` = defaults.
+            ``config_overrides`` (dict); dm_control: must be ``None``. ``None`` = defaults.
         backend: Playground physics implementation (``"jax"`` = MJX, the default, or
             ``"warp"``); must be ``None`` for gymnax and Brax (pick Brax's pipeline
             with ``env_params={"backend": ...}``).
@@ -95,10 +79,12 @@ def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
     Raises:
         ValueError: unknown id (lists accepted ids), discrete-action gymnax id (lists the
             continuous ones), ``action_repeat < 1``, ``episode_length`` not a positive
-            multiple of ``action_repeat`` (Brax/Playground), ``backend`` given for a
-            non-Playground env, or bad ``env_params``.
+            multiple of ``action_repeat`` (Brax/Playground/dm_control), ``backend`` given
+            for a non-Playground env, or bad ``env_params``.
     """
     suite = suite_of(env_id)
+    if action_repeat is None:
+        action_repeat = PAPER_ACTION_REPEAT[suite]
     check_repeat_and_length(action_repeat, episode_length, check_length=suite != "gymnax")
     if backend is not None and suite != "playground":
         raise ValueError(
@@ -110,6 +96,13 @@ def make_env(env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
         from tdmpc2core.envs.gymnax_env import GymnaxEnv
 
         return GymnaxEnv(env_id, action_repeat=action_repeat, env_params=env_params)
+    if suite == "dmcontrol":
+        if env_params is not None:
+            raise ValueError(f"env_params={env_params!r}: dm_control tasks take none (the official "
+                             "construction is used); pass env_params=None")
+        from tdmpc2core.envs.dmcontrol_env import DMControlEnv
+
+        return DMControlEnv(env_id, action_repeat=action_repeat, episode_length=episode_length)
     if suite == "brax":
         from tdmpc2core.envs.brax_env import BraxEnv
 

@@ -12,10 +12,11 @@ Every environment is seen by the agent through :class:`Env`: pure JAX ``reset`` 
 
 Units: an *agent step* is one call of :meth:`Env.step`; a *simulator step* is one step of
 the wrapped suite's own environment (one gymnax ``step_env``, one Brax ``env.step``, one
-Playground ``env.step``, i.e. one control step of ``ctrl_dt`` seconds). One agent step is
-``action_repeat`` simulator steps.
+Playground ``env.step``, i.e. one control step of ``ctrl_dt`` seconds, one dm_control control
+step of ``control_timestep`` seconds). One agent step is ``action_repeat`` simulator steps.
 
-Suite adapters subclass :class:`Env` and implement ``_raw_reset`` / ``_raw_step``.
+Suite adapters subclass :class:`Env` and implement ``_raw_reset`` / ``_raw_step``; an adapter
+may also override ``step`` (the dm_control one does the whole action repeat in one host call).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-SUITES = ("gymnax", "brax", "playground")
+from tdmpc2core.envs.ids import SUITES, check_repeat_and_length  # noqa: F401 (re-exported)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +37,7 @@ class EnvSpec:
 
     Attributes:
         env_id: the id given to :func:`make_env`.
-        suite: ``"gymnax"``, ``"brax"`` or ``"playground"``.
+        suite: ``"gymnax"``, ``"brax"``, ``"playground"`` or ``"dmcontrol"``.
         obs_dim: length of the flat float32 observation.
         action_dim: length of the action vector.
         action_low, action_high: the env's own action bounds (length ``action_dim``);
@@ -150,28 +151,6 @@ def bounds_tuple(x) -> tuple[float, ...]:
     round-trips through float32 (so a float32 0.1 is recorded as 0.1, not 0.10000000149)."""
     return tuple(float(str(np.float32(v))) if np.isfinite(v) else float(v)
                  for v in np.asarray(x, np.float32).reshape(-1))
-
-
-def check_repeat_and_length(action_repeat: int, episode_length: int, *, check_length: bool):
-    """Validate ``action_repeat`` (and, if asked, ``episode_length``).
-
-    Raises:
-        ValueError: ``action_repeat`` is not an int >= 1; or (``check_length``)
-            ``episode_length`` is not a positive int divisible by ``action_repeat``.
-    """
-    if isinstance(action_repeat, bool) or not isinstance(action_repeat, int) or action_repeat < 1:
-        raise ValueError(f"action_repeat must be an integer >= 1, got {action_repeat!r}")
-    if check_length:
-        if isinstance(episode_length, bool) or not isinstance(episode_length, int) or episode_length < 1:
-            raise ValueError(
-                f"episode_length must be a positive integer (simulator steps), got {episode_length!r}"
-            )
-        if episode_length % action_repeat != 0:
-            raise ValueError(
-                f"episode_length={episode_length} (simulator steps) is not divisible by "
-                f"action_repeat={action_repeat}; the time limit T = episode_length // "
-                f"action_repeat agent steps must cover exactly episode_length simulator steps"
-            )
 
 
 class Env:

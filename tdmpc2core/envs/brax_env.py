@@ -20,24 +20,7 @@ import jax
 import numpy as np
 
 from tdmpc2core.envs.base import Env, EnvSpec, fresh_dicts
-
-# Brax 0.14.2 registry names with a flat observation -> whether the env can terminate
-# before the time limit (with default constructor arguments). 'fast' (a unit-test env with
-# dict observations) is left out.
-BRAX_ENVS: dict[str, bool] = {
-    "ant": True,
-    "halfcheetah": False,
-    "hopper": True,
-    "humanoid": True,
-    "humanoidstandup": False,
-    "inverted_pendulum": True,
-    "inverted_double_pendulum": True,
-    "pusher": False,
-    "reacher": False,
-    "swimmer": False,
-    "walker2d": True,
-}
-
+from tdmpc2core.envs.ids import BRAX_ENVS
 
 def _rescales_internally(env) -> bool:
     try:

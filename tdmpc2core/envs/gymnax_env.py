@@ -27,49 +27,9 @@ import jax
 import jax.numpy as jnp
 
 from tdmpc2core.envs.base import Env, EnvSpec
-
-# Continuous-action ids in gymnax 1.0.1 -> whether the env has a true terminal state.
-GYMNAX_CONTINUOUS: dict[str, bool] = {
-    "Pendulum-v1": False,
-    "MountainCarContinuous-v0": True,  # goal reached
-    "PointRobot-misc": False,
-    "Reacher-misc": False,
-    "Swimmer-misc": False,
-}
-
-# Discrete-action ids in gymnax 1.0.1 (rejected: TD-MPC2 needs continuous actions).
-GYMNAX_DISCRETE: tuple[str, ...] = (
-    "CartPole-v1",
-    "Acrobot-v1",
-    "MountainCar-v0",
-    "Asterix-MinAtar",
-    "Breakout-MinAtar",
-    "Freeway-MinAtar",
-    "Seaquest-MinAtar",
-    "SpaceInvaders-MinAtar",
-    "Catch-bsuite",
-    "DeepSea-bsuite",
-    "MemoryChain-bsuite",
-    "UmbrellaChain-bsuite",
-    "DiscountingChain-bsuite",
-    "MNISTBandit-bsuite",
-    "SimpleBandit-bsuite",
-    "FourRooms-misc",
-    "MetaMaze-misc",
-    "BernoulliBandit-misc",
-    "GaussianBandit-misc",
-    "Pong-misc",
-    "FrozenLake-misc",
-)
+from tdmpc2core.envs.ids import GYMNAX_CONTINUOUS, GYMNAX_DISCRETE, discrete_error  # noqa: F401 (re-exported)
 
 _NO_LIMIT = 2**30  # max_steps_in_episode used only to compute `terminated`
-
-
-def discrete_error(env_id: str) -> ValueError:
-    return ValueError(
-        f"gymnax env {env_id!r} has a discrete action space; TD-MPC2 needs continuous "
-        f"actions. Accepted continuous gymnax ids: {sorted(GYMNAX_CONTINUOUS)}"
-    )
 
 
 class GymnaxEnv(Env):

@@ -23,37 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from tdmpc2core.envs.base import Env, EnvSpec, fresh_dicts
+from tdmpc2core.envs.ids import PLAYGROUND_DMC_ENVS
 
 DEFAULT_BACKEND = "jax"
-
-# playground 0.2.0: mujoco_playground.registry.dm_control_suite.ALL_ENVS (checked by tests).
-PLAYGROUND_DMC_ENVS: tuple[str, ...] = (
-    "AcrobotSwingup",
-    "AcrobotSwingupSparse",
-    "BallInCup",
-    "CartpoleBalance",
-    "CartpoleBalanceSparse",
-    "CartpoleSwingup",
-    "CartpoleSwingupSparse",
-    "CheetahRun",
-    "FingerSpin",
-    "FingerTurnEasy",
-    "FingerTurnHard",
-    "FishSwim",
-    "HopperHop",
-    "HopperStand",
-    "HumanoidStand",
-    "HumanoidWalk",
-    "HumanoidRun",
-    "PendulumSwingup",
-    "PointMass",
-    "ReacherEasy",
-    "ReacherHard",
-    "SwimmerSwimmer6",
-    "WalkerRun",
-    "WalkerStand",
-    "WalkerWalk",
-)
 
 _NEVER = 10**9  # Playground episode_length: never reached
 _RESERVED = ("impl", "action_repeat", "episode_length")
@@ -64,7 +36,8 @@ class PlaygroundEnv(Env):
 
     Args:
         env_id: a name in ``PLAYGROUND_DMC_ENVS``.
-        action_repeat: simulator (control) steps per agent step.
+        action_repeat: simulator (control) steps per agent step; the paper's 2 by default
+            (spec §2: T = 1000 / 2 = 500 agent steps).
         episode_length: simulator steps per episode; T = episode_length // action_repeat.
         env_params: ``None`` or a dict of extra Playground ``config_overrides`` (e.g.
             ``{"ctrl_dt": 0.02}``); it may not set ``impl``, ``action_repeat``,
@@ -77,7 +50,7 @@ class PlaygroundEnv(Env):
             observation.
     """
 
-    def __init__(self, env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
+    def __init__(self, env_id: str, *, action_repeat: int = 2, episode_length: int = 1000,
                  env_params=None, backend: str | None = None):
         if env_id not in PLAYGROUND_DMC_ENVS:
             raise ValueError(

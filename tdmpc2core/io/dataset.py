@@ -15,9 +15,12 @@ truncated.
 File format (``FORMAT_NAME`` version ``FORMAT_VERSION``; docs/artifacts.md): columns
 ``episode`` int64, ``step`` int32, ``obs`` fixed_size_list<float32>[O], ``action``
 fixed_size_list<float32>[A], ``reward`` float32, ``terminated`` bool, ``truncated`` bool,
-``task`` string; the Parquet key-value metadata ``tdmpc2core.dataset`` holds a JSON object
-with the format name and version, the task table and the provenance. Row groups hold
-``ROW_GROUP_ROWS`` rows, so readers can stream.
+``task`` string, and no other column; the Parquet key-value metadata ``tdmpc2core.dataset``
+holds a JSON object with exactly the keys ``format``, ``version``, ``tasks`` (the task table)
+and ``provenance`` (free-form). Reading refuses a file with another column or another key in
+that object (joining or pooling would otherwise drop it without a word); key-value metadata
+other libraries add under their own keys (``ARROW:schema``, ``pandas``) describe no data and
+are ignored. Row groups hold ``ROW_GROUP_ROWS`` rows, so readers can stream.
 
 Short episodes: an episode with fewer than horizon + 1 rows can never be sampled (slices
 never cross episodes, spec §9). Datasets keep such episodes (they are real data, e.g. an
@@ -42,6 +45,8 @@ FORMAT_VERSION = 1
 METADATA_KEY = b"tdmpc2core.dataset"
 ROW_GROUP_ROWS = 65_536
 COLUMNS = ("episode", "step", "obs", "action", "reward", "terminated", "truncated", "task")
+#: the keys of the ``tdmpc2core.dataset`` metadata object (anything else is refused)
+METADATA_FIELDS = ("format", "version", "tasks", "provenance")
 
 
 class DatasetError(ValueError):
@@ -507,6 +512,13 @@ def read_metadata(path) -> dict:
     if meta.get("version") != FORMAT_VERSION:
         raise DatasetError(f"dataset {path}: format version {meta.get('version')!r}; this tdmpc2core reads "
                            f"version {FORMAT_VERSION}")
+    if not isinstance(meta, dict):
+        raise DatasetError(f"dataset {path}: the '{METADATA_KEY.decode()}' metadata is not a JSON object")
+    extra = sorted(set(meta) - set(METADATA_FIELDS))
+    if extra:  # a key this version does not know could change the data's meaning: never dropped silently
+        raise DatasetError(f"dataset {path}: unknown key(s) {extra} in the '{METADATA_KEY.decode()}' metadata; "
+                           f"version {FORMAT_VERSION} has {list(METADATA_FIELDS)} (put anything else under "
+                           "'provenance')")
     if not isinstance(meta.get("tasks"), list) or not meta["tasks"]:
         raise DatasetError(f"dataset {path}: the metadata has no task table")
     meta["tasks"] = tuple(TaskInfo.from_json(t, f"dataset {path}") for t in meta["tasks"])
@@ -526,6 +538,10 @@ def _check_schema(schema, tasks, path) -> None:
     missing = [c for c in COLUMNS if c not in have]
     if missing:
         raise DatasetError(f"dataset {path}: missing column(s) {missing}")
+    extra = [c for c in have if c not in COLUMNS]
+    if extra:  # joining or pooling would drop it: refused rather than lost without a word
+        raise DatasetError(f"dataset {path}: unknown column(s) {extra}; a {FORMAT_NAME} file has exactly the "
+                           f"columns {list(COLUMNS)} (keep other per-row data in a file of its own)")
     for name, typ in want.items():
         got = have[name]
         if got != typ:

@@ -14,7 +14,7 @@ from typing import Iterable, Optional
 #: Distributions whose versions the report shows (distribution names as pip knows them).
 PACKAGES = (
     "tdmpc2core", "jax", "jaxlib", "flax", "optax", "gymnax", "brax", "mujoco", "mujoco-mjx",
-    "playground", "snakemake", "numpy", "pandas", "pyarrow", "rliable", "matplotlib",
+    "playground", "dm-control", "snakemake", "numpy", "pandas", "pyarrow", "rliable", "matplotlib",
 )
 
 

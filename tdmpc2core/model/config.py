@@ -6,7 +6,8 @@ Source: ``spec/tdmpc2.md`` §1 (the official ``config.yaml`` at commit 5f6fade a
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+import math
+from typing import Iterable, Optional
 
 # spec §1.2: preset -> widths (single-task values; latent 768 for size 19 except mt30's 512)
 MODEL_SIZES: dict[int, dict[str, int]] = {
@@ -93,22 +94,38 @@ def seed_steps_from_episode_length(T: int) -> int:
     return int(max(1000, 5 * T))
 
 
-def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int) -> TDMPC2Config:
+def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int,
+                   n_envs: Optional[int] = None) -> TDMPC2Config:
     """Fill preset widths, gamma, seed_steps and the planner iterations (spec §1.2, §1.3).
+
+    Plain Python (no JAX): the workflow runs the same checks when it loads
+    (:func:`validate_config`), before any job starts.
 
     Args:
       cfg: the user's configuration; None widths come from ``MODEL_SIZES[cfg.model_size]``,
         explicit widths override the preset.
       episode_length: T in agent steps.
       action_dim: A; the planner runs ``iterations + 2`` when A >= 20.
+      n_envs: environments in lockstep of a single-task online run; given, the first update
+        is checked as well (:func:`check_first_update`). None: not an online run (the
+        multi-task agent checks its batch against its dataset, :func:`check_batch_size`).
 
     Raises:
-      ValueError: unknown model_size, values the architecture cannot take, or T too short
+      ValueError: unknown model_size, values the architecture cannot take (num_bins < 2, the
+        official 0 / 1 regression variants, is refused; vmin >= vmax), or T too short
         for a slice of horizon + 1 rows (T >= H + 1; episodic mode, whose episodes may end
-        earlier anyway: T >= H).
+        earlier anyway: T >= H), or (with ``n_envs``) a first update the replay cannot feed.
     """
     if cfg.model_size not in MODEL_SIZES:
         raise ValueError(f"model_size={cfg.model_size!r} is not a preset; accepted: {sorted(MODEL_SIZES)}")
+    if isinstance(cfg.num_bins, bool) or not isinstance(cfg.num_bins, int) or cfg.num_bins < 2:
+        # the official two_hot / two_hot_inv special-case 0 (plain regression) and 1 (symlog
+        # regression): not implemented here (docs/deviations.md F2)
+        raise ValueError(f"num_bins={cfg.num_bins!r} is not supported: the two-hot value and reward heads need "
+                         f"num_bins >= 2 (paper default 101); the official code's num_bins 0 (plain regression) "
+                         f"and 1 (symlog regression) variants are not implemented")
+    if not cfg.vmin < cfg.vmax:
+        raise ValueError(f"vmin={cfg.vmin!r} must be below vmax={cfg.vmax!r} (the two-hot support, spec §4.2)")
     preset = MODEL_SIZES[cfg.model_size]
     widths = {k: (getattr(cfg, k) if getattr(cfg, k) is not None else preset[k]) for k in WIDTH_KEYS}
     if widths["latent_dim"] % cfg.simnorm_dim:
@@ -121,6 +138,8 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int) -
         raise ValueError(f"num_pi_trajs={cfg.num_pi_trajs} must be below num_samples={cfg.num_samples}")
     if cfg.horizon < 1:
         raise ValueError(f"horizon={cfg.horizon} must be >= 1")
+    if cfg.batch_size < 1:
+        raise ValueError(f"batch_size={cfg.batch_size} must be >= 1")
     if episode_length < cfg.horizon + 1 and not cfg.episodic:
         raise ValueError(f"episode length T={episode_length} agent steps is shorter than horizon + 1 = {cfg.horizon + 1}")
     if episode_length < cfg.horizon:
@@ -131,7 +150,126 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int) -
         episode_length, cfg.discount_denom, cfg.discount_min, cfg.discount_max)
     seed_steps = cfg.seed_steps if cfg.seed_steps is not None else seed_steps_from_episode_length(episode_length)
     iterations = cfg.iterations + (2 if action_dim >= 20 else 0)
-    return dataclasses.replace(cfg, **widths, gamma=float(gamma), seed_steps=int(seed_steps), iterations=iterations)
+    out = dataclasses.replace(cfg, **widths, gamma=float(gamma), seed_steps=int(seed_steps), iterations=iterations)
+    if n_envs is not None:
+        check_first_update(out, episode_length=episode_length, n_envs=n_envs)
+    return out
+
+
+def validate_config(cfg: TDMPC2Config, *, episode_length: int, n_envs: int = 1) -> TDMPC2Config:
+    """Every check :func:`resolve_config` makes for a single-task run of ``n_envs``
+    environments with episodes of T = ``episode_length`` agent steps, where the action
+    dimension is not known (it changes only the planner's iterations, which nothing checks).
+
+    Plain Python: ``snakemake -n`` runs it for every task when the workflow loads, so a
+    value the job would refuse is refused before any job starts, by the same code.
+
+    Returns:
+      the resolved configuration (iterations as given).
+
+    Raises:
+      ValueError: as :func:`resolve_config` with ``n_envs``.
+    """
+    return resolve_config(cfg, episode_length=episode_length, action_dim=0, n_envs=n_envs)
+
+
+# ---------------------------------------------------------------- the data a batch is drawn from
+# A training slice is H + 1 consecutive rows of one complete episode, the sampler's unit (spec §9,
+# torchrl's SliceSampler with strict_length): an episode of L agent steps has L + 1 rows (row 0
+# is the reset row) and L + 1 - H distinct slices. Samplers draw slices with replacement, so a
+# batch larger than the distinct slices available never fails: it repeats slices. These
+# functions say how many there are, and refuse a batch_size above that.
+
+
+def slices_in_episodes(episode_rows: Iterable[int], horizon: int) -> int:
+    """Distinct slices of ``horizon + 1`` rows in episodes of these row counts: the sum of
+    ``rows - horizon`` over the episodes with at least ``horizon + 1`` rows."""
+    return int(sum(max(0, int(r) - int(horizon)) for r in episode_rows))
+
+
+def capacity_episodes(buffer_size: int, run_agent_steps: int, T: int) -> int:
+    """Complete fixed-length episodes a replay keeps: ceil(min(buffer_size, run length) / T),
+    at least 1 (:mod:`tdmpc2core.agents.replay`; docs/deviations.md R1)."""
+    return max(1, math.ceil(min(buffer_size, max(run_agent_steps, 1)) / T))
+
+
+def first_update_slices(cfg: TDMPC2Config, *, episode_length: int, n_envs: int = 1) -> Optional[int]:
+    """Distinct training slices the replay of a single-task online run holds when its first
+    update runs (``cfg`` resolved: ``seed_steps`` set); None for an episodic run.
+
+    The first update is the seed-phase burst, at tick b = ceil(seed_steps / n_envs) (one tick
+    is one agent step of each of the ``n_envs`` environments; spec §8). An episode enters the
+    replay at the top of the tick after it ended, before that tick's updates. With
+    fixed-length episodes (``episodic=False``) every episode is T agent steps, so each
+    environment has completed floor(b / T) episodes by then, and the replay holds
+    min(n_envs x floor(b / T), ceil(buffer_size / T)) of them, each of T + 1 - H slices.
+
+    An episodic run's episodes may end early, and its first update waits until an episode long
+    enough to sample exists (docs/deviations.md R3), so what the replay holds then is known only
+    during the run: None (the workflow bounds such a run's batch by the run's length instead:
+    at most one slice per agent step).
+    """
+    if cfg.episodic:
+        return None
+    T, H, n = int(episode_length), int(cfg.horizon), int(n_envs)
+    b = -(-int(cfg.seed_steps) // n)
+    held = min(n * (b // T), capacity_episodes(cfg.buffer_size, n * b, T))
+    return slices_in_episodes([T + 1] * held, H)
+
+
+def episodes_held_at_end(cfg: TDMPC2Config, *, agent_steps: int, episode_length: int, n_envs: int = 1) -> int:
+    """Complete episodes a fixed-length single-task run's replay holds when it ends, i.e. what
+    its episode dataset exports (``cfg`` resolved; ``episodic=False``).
+
+    The run is ceil(agent_steps / n_envs) ticks; each environment's k-th episode ends at tick
+    k T - 1 and enters the replay at the top of tick k T, so an episode that ends at the last
+    tick is not in it: n_envs x floor((ticks - 1) / T) episodes, at most
+    :func:`capacity_episodes` of them held.
+    """
+    if cfg.episodic:
+        raise ValueError("episodic runs end episodes early: their count is known only after the run")
+    T, n = int(episode_length), int(n_envs)
+    ticks = -(-int(agent_steps) // n)
+    committed = n * (max(ticks - 1, 0) // T)
+    return min(committed, capacity_episodes(cfg.buffer_size, int(agent_steps), T))
+
+
+def check_batch_size(batch_size: int, slices: int, data: str, hint: str = "") -> None:
+    """Refuse a batch of more slices than the data holds distinct ones (``data`` says which
+    data, e.g. "the replay at the first update"; ``hint`` says what to change)."""
+    if int(batch_size) > int(slices):
+        raise ValueError(f"batch_size={batch_size} exceeds the {slices} distinct training slices (horizon + 1 "
+                         f"consecutive rows of one episode) that {data} holds: every batch would repeat slices"
+                         + (f"; {hint}" if hint else ""))
+
+
+def check_first_update(cfg: TDMPC2Config, *, episode_length: int, n_envs: int) -> None:
+    """The first update of a single-task online run with fixed-length episodes can be fed
+    (``cfg`` resolved; an episodic run's is known only during the run, see
+    :func:`first_update_slices`).
+
+    Raises:
+      ValueError: ``n_envs < 1``; seed_steps ending before the first episode does (the burst
+        would find no complete episode); a batch_size above :func:`first_update_slices`.
+    """
+    T, n = int(episode_length), int(n_envs)
+    if n < 1:
+        raise ValueError(f"n_envs={n_envs!r} must be >= 1")
+    if cfg.episodic:
+        return
+    b = -(-int(cfg.seed_steps) // n)
+    if b < T:
+        raise ValueError(
+            f"seed_steps={cfg.seed_steps} is too small: with n_envs={n} the first episode (T={T} agent steps) "
+            f"ends at tick {T}, after the seed-phase burst of updates; use seed_steps >= {T * n} "
+            f"(default: max(1000, 5 T) = {max(1000, 5 * T)})")
+    slices = first_update_slices(cfg, episode_length=T, n_envs=n)
+    per_round = n * (T + 1 - cfg.horizon)  # slices added per T ticks
+    need = -(-int(cfg.batch_size) // per_round) * T * n
+    check_batch_size(cfg.batch_size, slices,
+                     f"the replay at the first update (seed_steps={cfg.seed_steps}, n_envs={n}, T={T}, "
+                     f"horizon={cfg.horizon})",
+                     f"lower batch_size to at most {slices}, or raise seed_steps to {need} or more")
 
 
 def config_from_kwargs(**kwargs) -> TDMPC2Config:
@@ -144,6 +282,7 @@ def config_from_kwargs(**kwargs) -> TDMPC2Config:
 
 
 __all__ = [
-    "MODEL_SIZES", "TDMPC2Config", "resolve_config", "config_from_kwargs",
-    "discount_from_episode_length", "seed_steps_from_episode_length",
+    "MODEL_SIZES", "TDMPC2Config", "resolve_config", "validate_config", "config_from_kwargs",
+    "discount_from_episode_length", "seed_steps_from_episode_length", "slices_in_episodes",
+    "capacity_episodes", "first_update_slices", "episodes_held_at_end", "check_batch_size", "check_first_update",
 ]

@@ -12,17 +12,19 @@ from . import math as tm
 from .world_model import WorldModel
 
 
-def estimate_value(wm: WorldModel, params, z, actions, gamma, key, e=None, mask=None):
+def estimate_value(wm: WorldModel, params, z, actions, gamma, key, e=None, mask=None, eps=None, pair=None):
     """G = sum_t gamma^t r_t + gamma^H Q_avg(z_H, pi(z_H)) for each sequence (spec §6.4b).
 
     z [N, L]; actions [H, N, A]. One random Q pair per call; no dropout. Returns [N].
     Multi-task: ``e`` the task embedding, ``mask`` its action mask (the policy action at z_H
     is masked, spec §4.5).
     With cfg.episodic, reward and value stop after a predicted termination (spec §11.4).
+    ``eps`` [N, A] (the policy noise at z_H) and ``pair`` [2] (the Q members): injected
+    draws instead of drawing them from ``key``.
     """
     cfg = wm.cfg
     H = actions.shape[0]
-    k_pi, k_pair = jax.random.split(key)
+    k_pi, k_pair = jax.random.split(key) if key is not None else (None, None)
     G = jnp.zeros(z.shape[0], jnp.float32)
     discount = 1.0
     alive = jnp.ones(z.shape[0], jnp.float32)
@@ -34,26 +36,54 @@ def estimate_value(wm: WorldModel, params, z, actions, gamma, key, e=None, mask=
         if cfg.episodic:
             term = (jax.nn.sigmoid(wm.termination_logit(params, z, e)[..., 0]) > 0.5).astype(jnp.float32)
             alive = alive * (1.0 - term)
-    _, a_pi, _, _ = wm.pi(params["pi"], z, k_pi, e, mask)
-    q = wm.q_pair(params["qs"], z, a_pi, k_pair, "avg", e)
+    _, a_pi, _, _ = wm.pi(params["pi"], z, k_pi, e, mask, eps=eps)
+    q = wm.q_pair(params["qs"], z, a_pi, k_pair, "avg", e, idx=pair)
     return G + discount * alive * q
 
 
-def policy_trajectories(wm: WorldModel, params, z, key, e=None, mask=None):
+def policy_trajectories(wm: WorldModel, params, z, key, e=None, mask=None, eps=None):
     """num_pi_trajs action sequences [H, P, A] sampled from the policy prior (spec §6.2)
-    (multi-task: with the task's embedding ``e`` and action ``mask``)."""
+    (multi-task: with the task's embedding ``e`` and action ``mask``). ``eps`` [H, P, A]:
+    injected policy noise instead of drawing it from ``key``."""
     cfg = wm.cfg
     P, H = cfg.num_pi_trajs, cfg.horizon
     _z = jnp.broadcast_to(z, (P, z.shape[-1]))
-    keys = jax.random.split(key, H)
+    keys = jax.random.split(key, H) if eps is None else [None] * H
     acts = []
     for t in range(H - 1):
-        _, a, _, _ = wm.pi(params["pi"], _z, keys[t], e, mask)
+        _, a, _, _ = wm.pi(params["pi"], _z, keys[t], e, mask, eps=None if eps is None else eps[t])
         acts.append(a)
         _z = wm.next(params, _z, a, e)
-    _, a, _, _ = wm.pi(params["pi"], _z, keys[H - 1], e, mask)
+    _, a, _, _ = wm.pi(params["pi"], _z, keys[H - 1], e, mask, eps=None if eps is None else eps[H - 1])
     acts.append(a)
     return jnp.stack(acts)
+
+
+def warm_start(prev_mean, t0):
+    """The initial MPPI mean [H, A] (spec §6.3): zeros at an episode's first step (``t0``),
+    else the previous plan's final mean shifted one step earlier with a zero last step."""
+    H, A = prev_mean.shape
+    shifted = jnp.concatenate([prev_mean[1:], jnp.zeros((1, A), prev_mean.dtype)], axis=0)
+    return jnp.where(t0, jnp.zeros((H, A), jnp.float32), shifted)
+
+
+def mppi_update(cfg, actions, value, mask=None):
+    """One MPPI refit (spec §6.4c-d): the top ``num_elites`` of ``value`` [N] and their
+    ``actions`` [H, N, A]; weights ``exp(temperature (v - max v))`` normalised; the weighted
+    mean and std of the elites (std clipped to [min_std, max_std]); both multiplied by the
+    action ``mask`` [A] if given. Returns (mean [H, A], std [H, A], score [E], elite_actions
+    [H, E, A]), the elites in decreasing value."""
+    elite_value, elite_idx = jax.lax.top_k(value, cfg.num_elites)
+    elite_actions = actions[:, elite_idx]  # [H, E, A]
+    score = jnp.exp(cfg.temperature * (elite_value - jnp.max(elite_value)))
+    score = score / jnp.sum(score)
+    denom = jnp.sum(score) + 1e-9
+    mean = jnp.sum(score[None, :, None] * elite_actions, axis=1) / denom
+    std = jnp.sqrt(jnp.sum(score[None, :, None] * jnp.square(elite_actions - mean[:, None]), axis=1) / denom)
+    std = jnp.clip(std, cfg.min_std, cfg.max_std)
+    if mask is not None:
+        mean, std = mean * mask, std * mask
+    return mean, std, score, elite_actions
 
 
 def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key, e=None, mask=None):
@@ -77,8 +107,7 @@ def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key
     zN = jnp.broadcast_to(z, (N, z.shape[-1]))
     eN = None if e is None else jnp.broadcast_to(e, (N, e.shape[-1]))
 
-    shifted = jnp.concatenate([prev_mean[1:], jnp.zeros((1, A), prev_mean.dtype)], axis=0)
-    mean = jnp.where(t0, jnp.zeros((H, A), jnp.float32), shifted)
+    mean = warm_start(prev_mean, t0)
     std = jnp.full((H, A), cfg.max_std, jnp.float32)
     pi_actions = policy_trajectories(wm, params, z, k_pi, None if e is None else e[None], mask) if P > 0 else None
 
@@ -91,17 +120,7 @@ def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key
         if mask is not None:
             actions = actions * mask
         value = jnp.nan_to_num(estimate_value(wm, params, zN, actions, gamma, k_val, eN, mask), nan=0.0)
-        elite_value, elite_idx = jax.lax.top_k(value, E)
-        elite_actions = actions[:, elite_idx]  # [H, E, A]
-        score = jnp.exp(cfg.temperature * (elite_value - jnp.max(elite_value)))
-        score = score / jnp.sum(score)
-        denom = jnp.sum(score) + 1e-9
-        mean = jnp.sum(score[None, :, None] * elite_actions, axis=1) / denom
-        std = jnp.sqrt(jnp.sum(score[None, :, None] * jnp.square(elite_actions - mean[:, None]), axis=1) / denom)
-        std = jnp.clip(std, cfg.min_std, cfg.max_std)
-        if mask is not None:
-            mean, std = mean * mask, std * mask
-        return (mean, std, score, elite_actions), None
+        return mppi_update(cfg, actions, value, mask), None
 
     init = (mean, std, jnp.zeros((E,), jnp.float32), jnp.zeros((H, E, A), jnp.float32))
     (mean, std, score, elite_actions), _ = jax.lax.scan(iteration, init, jax.random.split(k_loop, cfg.iterations))

@@ -52,6 +52,22 @@ class Batch(NamedTuple):
     task: Optional[jnp.ndarray] = None
 
 
+class UpdateDraws(NamedTuple):
+    """The random draws of one update, injected instead of drawn from the key (used to
+    compare with the official code, whose draws come from torch and NumPy; spec §5).
+
+    td_eps [H, B, A]: the policy noise of the TD targets' next actions; td_pair [2]: the
+    target-Q members whose minimum they take; pi_eps [H+1, B, A]: the policy noise of the
+    policy step; pi_pair [2]: the online-Q members it averages. Dropout masks still come
+    from the key (configure ``dropout=0`` to compare).
+    """
+
+    td_eps: jnp.ndarray
+    td_pair: jnp.ndarray
+    pi_eps: jnp.ndarray
+    pi_pair: jnp.ndarray
+
+
 def renorm_rows(table, idx, max_norm: float = 1.0):
     """PyTorch's ``Embedding(max_norm=...)`` look-up renorm, written back (spec §3.2, §12.15).
 
@@ -133,18 +149,20 @@ def init_agent_state(wm: WorldModel, key) -> AgentState:
     )
 
 
-def td_targets(wm: WorldModel, params, target_qs, batch: Batch, gamma, key, e_next=None, mask=None):
+def td_targets(wm: WorldModel, params, target_qs, batch: Batch, gamma, key, e_next=None, mask=None,
+               eps=None, pair=None):
     """td_t = r_t + gamma (1 - d_t) min(Q'_i, Q'_j)(enc(o_{t+1}), pi(enc(o_{t+1}))) (spec §5.2.1).
 
     Online encoder, a sampled (not mean) policy action, the target ensemble without dropout.
     gamma is a scalar or [B] (multi-task: each slice's task's discount, spec §10). Multi-task:
     ``e_next`` the slices' task embeddings [B, D], ``mask`` their action masks [B, A].
+    ``eps`` [H, B, A] and ``pair`` [2]: injected draws (:class:`UpdateDraws`), or None.
     Returns (td [H, B], next_z [H, B, L]), both without gradient.
     """
     k_pi, k_pair = jax.random.split(key)
     next_z = wm.encode(params, batch.obs[1:], e_next)
-    _, a_next, _, _ = wm.pi(params["pi"], next_z, k_pi, e_next, mask)
-    q = wm.q_pair(target_qs, next_z, a_next, k_pair, "min", e_next)
+    _, a_next, _, _ = wm.pi(params["pi"], next_z, k_pi, e_next, mask, eps=eps)
+    q = wm.q_pair(target_qs, next_z, a_next, k_pair, "min", e_next, idx=pair)
     # paper-era agent: no termination in the target (spec §5.2); episodic mode: 1 - d_t (§11.4)
     not_done = (1.0 - batch.terminated) if wm.cfg.episodic else 1.0
     td = batch.reward + gamma * not_done * q
@@ -192,20 +210,22 @@ def world_model_loss(wm: WorldModel, wm_params, pi_params, batch: Batch, td, nex
     return total, (zs, metrics)
 
 
-def policy_loss(wm: WorldModel, pi_params, qs_params, zs, pi_scale, key, e=None, mask=None):
+def policy_loss(wm: WorldModel, pi_params, qs_params, zs, pi_scale, key, e=None, mask=None, eps=None, pair=None):
     """L_pi = mean_t rho^t mean_B[alpha log pi - Q_avg / S] on detached latents (spec §5.2.7).
 
     Q: average of a random online pair with dropout, Q params frozen; S updated from the
     t = 0 values first. Multi-task: ``e`` [B, D] the slices' task embeddings (no gradient:
-    frozen in this step, spec §3.5), ``mask`` [B, A] their action masks.
+    frozen in this step, spec §3.5), ``mask`` [B, A] their action masks. ``eps`` [H+1, B, A]
+    and ``pair`` [2]: injected draws (:class:`UpdateDraws`), or None.
     Returns (loss, (new_scale, metrics)).
     """
     cfg = wm.cfg
     k_pi, k_pair, k_drop = jax.random.split(key, 3)
     if e is not None:
         e = jax.lax.stop_gradient(e)
-    _, a, log_pi, _ = wm.pi(pi_params, zs, k_pi, e, mask)
-    q = wm.q_pair(jax.lax.stop_gradient(qs_params), zs, a, k_pair, "avg", e, dropout_key=k_drop)  # [H+1, B]
+    _, a, log_pi, _ = wm.pi(pi_params, zs, k_pi, e, mask, eps=eps)
+    q = wm.q_pair(jax.lax.stop_gradient(qs_params), zs, a, k_pair, "avg", e, dropout_key=k_drop,
+                  idx=pair)  # [H+1, B]
     new_scale = tm.running_scale_update(pi_scale, q[0][:, None], cfg.tau)
     q = q / jax.lax.stop_gradient(new_scale)
     rho = cfg.rho ** jnp.arange(zs.shape[0], dtype=jnp.float32)
@@ -214,7 +234,8 @@ def policy_loss(wm: WorldModel, pi_params, qs_params, zs, pi_scale, key, e=None,
     return loss, (new_scale, {"pi_loss": loss, "pi_entropy_term": jnp.mean(log_pi)})
 
 
-def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=None):
+def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=None,
+           draws: Optional[UpdateDraws] = None):
     """One update: targets, world-model step, policy step, target Qs (spec §5.2 order).
 
     Single-task: ``batch.task`` is None and ``gamma`` a scalar. Multi-task (spec §10):
@@ -224,7 +245,14 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=No
     step, before the policy step (where 5f6fade's look-ups renorm them in place), and written
     back into the parameters.
 
-    Returns (new_state, metrics) with scalar metrics (losses, grad norms, pi_scale).
+    ``draws``: the update's policy noise and Q pairs, injected instead of drawn from ``key``
+    (:class:`UpdateDraws`; None in training).
+
+    Returns (new_state, metrics) with scalar metrics: the losses; ``grad_norm``, the norm the
+    world-model clip saw (its gradient's, plus the previous policy step's clipped gradient
+    when ``stale_pi_grad_in_clip``: what 5f6fade logs, spec §5.4); ``wm_grad_norm``, the
+    world-model gradient's alone; ``pi_grad_norm``, the policy gradient's before its clip;
+    ``pi_scale``, the running scale S after this update.
     """
     cfg = wm.cfg
     wm_tx, pi_tx = make_optimizers(cfg)
@@ -234,7 +262,8 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=No
     e, mask = None, None
     if multitask:
         params, e, gamma, mask = task_inputs(params, batch.task, gamma, masks)
-    td, next_z = td_targets(wm, params, state.target_qs, batch, gamma, k_td, e, mask)
+    d = draws if draws is not None else UpdateDraws(None, None, None, None)
+    td, next_z = td_targets(wm, params, state.target_qs, batch, gamma, k_td, e, mask, eps=d.td_eps, pair=d.td_pair)
 
     wm_params = wm_subtrees(params)
     (_, (zs, metrics)), g = jax.value_and_grad(world_model_loss, argnums=1, has_aux=True)(
@@ -250,7 +279,8 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=No
         e = wm_params["task_emb"][batch.task]
 
     (_, (new_scale, pmetrics)), gp = jax.value_and_grad(policy_loss, argnums=1, has_aux=True)(
-        wm, params["pi"], wm_params["qs"], jax.lax.stop_gradient(zs), state.pi_scale, k_pi, e, mask)
+        wm, params["pi"], wm_params["qs"], jax.lax.stop_gradient(zs), state.pi_scale, k_pi, e, mask, d.pi_eps,
+        d.pi_pair)
     gp_sq = global_sq_norm(gp)
     pcoef = clip_coef(gp_sq, cfg.grad_clip_norm)
     gp = jax.tree_util.tree_map(lambda x: x * pcoef, gp)
@@ -259,7 +289,10 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=No
 
     target_qs = jax.tree_util.tree_map(lambda t, o: t + cfg.tau * (o - t), state.target_qs, wm_params["qs"])
     new_params = dict(wm_params, pi=pi_params)
-    metrics = dict(metrics, **pmetrics, grad_norm=jnp.sqrt(g_sq), pi_grad_norm=jnp.sqrt(gp_sq), pi_scale=new_scale)
+    # grad_norm: the norm the world-model clip saw, as 5f6fade logs it (with the stale policy
+    # gradient when stale_pi_grad_in_clip); wm_grad_norm: the world-model gradient's alone
+    metrics = dict(metrics, **pmetrics, grad_norm=jnp.sqrt(clip_sq), wm_grad_norm=jnp.sqrt(g_sq),
+                   pi_grad_norm=jnp.sqrt(gp_sq), pi_scale=new_scale)
     new_state = AgentState(new_params, target_qs, wm_opt_state, pi_opt_state, new_scale,
                            gp_sq * jnp.square(pcoef), state.updates + 1)
     return new_state, metrics

@@ -62,17 +62,22 @@ class WorldModel:
         """Termination logit [..., 1] (episodic mode only; spec §11.2)."""
         return self.modules["termination"].apply({"params": params["termination"]}, _cat(z, e))
 
-    def pi(self, pi_params, z, key, e=None, mask=None):
+    def pi(self, pi_params, z, key, e=None, mask=None, eps=None):
         """Policy prior (spec §4.5, 5f6fade).
 
         Returns (mean_action, sampled_action, log_pi, log_std) with actions
         [..., A] = tanh(mu) and tanh(mu + eps * sigma), log_pi [..., 1] the paper-era scaled
         log-probability (Gaussian part x number of active dims, squash correction unscaled).
+        ``eps`` [..., A]: standard-normal noise to use instead of drawing it from ``key``
+        (an injected draw, e.g. the official code's in the parity tests).
         """
         out = self.modules["pi"].apply({"params": pi_params}, _cat(z, e))
         mu, raw = jnp.split(out, 2, axis=-1)
         log_std = tm.squash_log_std(raw, self.cfg.log_std_min, self.cfg.log_std_max)
-        eps = jax.random.normal(key, mu.shape, mu.dtype)
+        if eps is None:
+            eps = jax.random.normal(key, mu.shape, mu.dtype)
+        else:
+            eps = jnp.broadcast_to(jnp.asarray(eps, mu.dtype), mu.shape)
         size = None
         if mask is not None:
             mu, log_std, eps = mu * mask, log_std * mask, eps * mask
@@ -98,14 +103,18 @@ class WorldModel:
         """Logits of all K members [K, ..., num_bins]; dropout on iff dropout_key is given."""
         return self._q_members(qs_params, z, a, e, dropout_key)
 
-    def q_pair(self, qs_params, z, a, key, reduce: str, e=None, dropout_key=None):
+    def q_pair(self, qs_params, z, a, key, reduce: str, e=None, dropout_key=None, idx=None):
         """min or avg of two distinct random members, decoded to scalars [...] (spec §4.6).
 
         One pair is drawn per call and shared by the whole batch. Only the two chosen
         members are evaluated: the same numbers as evaluating all K and selecting them.
+        ``idx`` [2] int: the pair to use instead of drawing it from ``key`` (an injected draw).
         """
         K = jax.tree_util.tree_leaves(qs_params)[0].shape[0]
-        idx = jax.random.choice(key, K, (2,), replace=False)
+        if idx is None:
+            idx = jax.random.choice(key, K, (2,), replace=False)
+        else:
+            idx = jnp.asarray(idx, jnp.int32)
         pair = jax.tree_util.tree_map(lambda p: p[idx], qs_params)
         q = tm.two_hot_inv(self._q_members(pair, z, a, e, dropout_key), self.cfg.vmin, self.cfg.vmax)
         if reduce == "min":

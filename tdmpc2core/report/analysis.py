@@ -282,6 +282,11 @@ def interval_estimates(matrix: np.ndarray, reps: int = 2_000, seed: int = 0,
         f"rliable stratified bootstrap, percentile, {reps} reps"
 
 
+#: an aggregate gets a bootstrap confidence interval only from at least this many scores
+#: (seeds x tasks) and seeds; below that the resamples only restate the few numbers
+MIN_CI_SCORES = 5
+MIN_CI_SEEDS = 2
+
 AGGREGATE_COLUMNS = [
     "step", "agent_steps", "n_tasks", "n_seeds", "mean_score", "mean_score_ci_low", "mean_score_ci_high",
     "iqm_score", "iqm_score_ci_low", "iqm_score_ci_high", "mean_return",
@@ -321,17 +326,26 @@ def aggregate_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
             return
         dropped = sorted(set().union(*(set(s.index) for s in per_task.values())) - set(common))
         matrix = np.array([[per_task[t][s] for t in per_task] for s in common], dtype=float)
-        points, ci, method = interval_estimates(matrix / SCORE_DIVISOR, reps=reps, seed=seed)
+        if matrix.size >= MIN_CI_SCORES and len(common) >= MIN_CI_SEEDS:
+            points, ci, method = interval_estimates(matrix / SCORE_DIVISOR, reps=reps, seed=seed)
+            r.update(mean_score_ci_low=ci[0, 0], mean_score_ci_high=ci[1, 0],
+                     iqm_score_ci_low=ci[0, 1], iqm_score_ci_high=ci[1, 1], method=method)
+        else:  # a bootstrap of so few numbers only restates them
+            points = _agg(matrix / SCORE_DIVISOR)
+            r["note"] = (r["note"] + "; " if r["note"] else "") + (
+                f"no confidence interval from {matrix.size} score(s) ({len(per_task)} task(s) x {len(common)} "
+                f"seed(s)): a bootstrap needs at least {MIN_CI_SEEDS} seeds and {MIN_CI_SCORES} scores")
+        if len(per_task) == 1:
+            r["note"] = (r["note"] + "; " if r["note"] else "") + "one task: not an aggregate over tasks"
         r.update(n_seeds=len(common), mean_score=points[0], iqm_score=points[1],
-                 mean_score_ci_low=ci[0, 0], mean_score_ci_high=ci[1, 0],
-                 iqm_score_ci_low=ci[0, 1], iqm_score_ci_high=ci[1, 1],
-                 mean_return=float(matrix.mean(axis=0).mean()), method=method)
+                 mean_return=float(matrix.mean(axis=0).mean()))
         if pub_vals and len(pub_vals) == len(per_task) and all(np.isfinite(v) for v in pub_vals.values()):
             pm = float(np.mean(list(pub_vals.values())))
             r.update(published_mean_return=pm, published_mean_score=pm / SCORE_DIVISOR)
         elif note == "":
             lacking = [t for t in per_task if not np.isfinite(pub_vals.get(t, math.nan))]
-            r["note"] = "published curve has no point at this step for: " + ", ".join(lacking)
+            r["note"] = ("published curve has no point at this step for: " + ", ".join(lacking)
+                         + ("; " + r["note"] if r["note"] else ""))
         if dropped:
             r["note"] = (r["note"] + "; " if r["note"] else "") + f"seeds left out (not in every task): {dropped}"
         rows.append(r)
@@ -491,6 +505,57 @@ def expected_range_text(exp: Optional[Mapping]) -> str:
     return ", ".join(parts) or "none"
 
 
+# --------------------------------------------------------------------------- simulators
+SIMULATOR_LABELS = {"dmcontrol": "dm_control", "playground": "MuJoCo Playground (MJX)",
+                    "gymnax": "gymnax", "brax": "Brax"}
+
+
+def simulators(tasks: Mapping[str, Mapping], suite_of) -> dict[str, list[str]]:
+    """{suite: [task, ...]} of the tasks' ``env_id`` (suites in ``SIMULATOR_LABELS`` order; an
+    id no suite accepts is listed under ``"unknown"``). ``suite_of``: env id -> suite name
+    (:func:`tdmpc2core.envs.suite_of`, given by the caller: this layer imports no env code)."""
+    out: dict[str, list[str]] = {}
+    for task, settings in tasks.items():
+        try:
+            suite = suite_of(str(settings.get("env_id", "")))
+        except ValueError:
+            suite = "unknown"
+        out.setdefault(suite, []).append(task)
+    order = list(SIMULATOR_LABELS) + ["unknown"]
+    return {k: out[k] for k in order if k in out}
+
+
+def simulator_text(tasks: Mapping[str, Mapping], suite_of,
+                   versions: Optional[Mapping[str, Optional[str]]] = None) -> tuple[str, str]:
+    """(which simulator the runs used, what that means for the comparison with the published
+    DMControl curves), as plain sentences for the report's banner and the tables.
+
+    ``suite_of`` as :func:`simulators`; ``versions``: installed package versions
+    (``dm-control``, ``playground``), named when given.
+    """
+    sims = simulators(tasks, suite_of)
+    versions = versions or {}
+    pkg = {"dmcontrol": "dm-control", "playground": "playground"}
+
+    def name(suite):
+        v = versions.get(pkg.get(suite, ""))
+        return SIMULATOR_LABELS.get(suite, suite) + (f" {v}" if v else "")
+
+    used = "Simulator: " + "; ".join(f"{name(s)} ({len(t)} task{'s' * (len(t) != 1)})"
+                                     for s, t in sims.items()) + "."
+    notes = []
+    if "playground" in sims:
+        notes.append("The DMC tasks run on MuJoCo Playground"
+                     + (f" ({', '.join(sims['playground'])})" if "dmcontrol" in sims else "")
+                     + ", whose physics differ from dm_control's: comparisons with the published "
+                     "curves are approximate.")
+    if "dmcontrol" in sims:
+        notes.append("The dm_control tasks run on dm_control itself, the paper's simulator, with the "
+                     "official wrapper's conventions: comparisons with the published curves are like "
+                     "for like (our seeds and random streams are our own).")
+    return used, " ".join(notes)
+
+
 # --------------------------------------------------------------------------- runtimes
 def read_benchmarks(root: str | os.PathLike) -> pd.DataFrame:
     """Every Snakemake ``benchmark:`` file under ``root`` (one row each).
@@ -590,6 +655,7 @@ __all__ = [
     "aggregate_table", "final_score_check", "expected_range_text", "read_benchmarks", "flatten",
     "find_value", "read_run_info", "markdown_table", "mean_sd_text", "is_episodic", "episode_length_table",
     "SINGLE_TASK_COLUMNS", "AGGREGATE_COLUMNS", "FINAL_COLUMNS", "EPISODE_LENGTH_COLUMNS",
+    "SIMULATOR_LABELS", "simulators", "simulator_text",
 ]
 
 

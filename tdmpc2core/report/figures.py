@@ -154,7 +154,9 @@ def plot_train(task: str, metrics: pd.DataFrame, path: str | os.PathLike) -> Non
     """Training return and world-model loss vs env frames, one line per seed (mean bold).
 
     ``train_return`` is the mean return of the training episodes that ended in a chunk
-    (NaN chunks skipped); ``total_loss`` is the last update's of the chunk (log scale).
+    (NaN chunks skipped); ``total_loss`` is the last update's of the chunk (log scale),
+    drawn only where an update had run (``updates > 0``): the seed phase runs none, and its
+    rows hold the metrics' initial zeros, not a loss.
     """
     plt = _plt()
     from matplotlib.ticker import FuncFormatter
@@ -163,17 +165,23 @@ def plot_train(task: str, metrics: pd.DataFrame, path: str | os.PathLike) -> Non
     panels = [("train_return", "training episode return", False),
               ("total_loss", "total loss (last update of the chunk)", True)]
     for ax, (col, label, logy) in zip(axes, panels):
-        if metrics.empty or col not in metrics.columns:
-            ax.text(0.5, 0.5, f"no {col} logged", ha="center", va="center", transform=ax.transAxes)
-        else:
+        m = pd.DataFrame()
+        if not metrics.empty and col in metrics.columns:
             m = metrics[["seed", "env_frames", col]].dropna()
+            if col != "train_return" and "updates" in metrics.columns:
+                m = m[metrics.loc[m.index, "updates"] > 0]  # only what an update computed
+        if m.empty:
+            text = (f"no {col} logged" if metrics.empty or col not in metrics.columns
+                    else f"no {col} yet: no update ran")
+            ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+        else:
             for seed, g in m.groupby("seed"):
                 g = g.sort_values("env_frames")
                 ax.plot(g["env_frames"], g[col], linewidth=0.8, alpha=0.5, label=f"seed {seed}")
             if m["seed"].nunique() > 1:
                 mean = m.groupby("env_frames")[col].mean()
                 ax.plot(mean.index, mean.values, color="black", linewidth=1.6, label="mean over seeds")
-            if logy and (m[col] > 0).all() and not m.empty:
+            if logy and (m[col] > 0).all():
                 ax.set_yscale("log")
             ax.legend(fontsize=7, frameon=False)
         ax.set_xlabel("env frames")

@@ -56,6 +56,44 @@ def num(x, digits: int = 1) -> str:
     return f"{f:,.{digits}f}"
 
 
+_PRECISION_WORDS = {
+    "HIGHEST": "full float32: every matrix product in float32, no reduced-precision passes",
+    "HIGH": "reduced: float32 matrix products in about three bfloat16 passes (GPUs and TPUs; float32 on CPU)",
+    "DEFAULT": "the backend's fastest: bfloat16 or TF32 matrix products on GPUs and TPUs (float32 on CPU)",
+}
+
+
+def matmul_precision_words(raw) -> str:
+    """A recorded matmul precision (e.g. ``float32 (HIGHEST); jax_default_matmul_precision=None``
+    or ``highest``) in words, the JAX name after it."""
+    if raw is None or raw is pd.NA:
+        return "not recorded"
+    text = str(raw)
+    import re
+
+    for name in ("HIGHEST", "HIGH", "DEFAULT"):
+        if re.search(rf"\b{name}\b", text, re.IGNORECASE):
+            return f"{_PRECISION_WORDS[name]} (JAX precision {name})"
+    return text
+
+
+def fmt_value(key: str, v, none_text: str = "unknown") -> str:
+    """A recorded value as a reader wants it (plain text, not escaped): seconds to 0.1 s, other
+    floats to 4 significant digits, a matmul precision in words."""
+    if v is None or v is pd.NA:
+        return none_text
+    k = str(key).lower()
+    if "matmul_precision" in k and "default_matmul" not in k:
+        return matmul_precision_words(v)
+    if isinstance(v, bool) or not isinstance(v, float):
+        return str(v)
+    if math.isnan(v):
+        return "NaN"
+    if k.endswith(("seconds", "_s", "seconds_upper_bound")) or "seconds" in k:
+        return f"{v:,.1f}"
+    return f"{v:.4g}"
+
+
 def html_table(headers: Sequence[str], rows: Iterable[Sequence], row_classes: Optional[Sequence[str]] = None,
                cell_classes: Optional[Sequence[Sequence[str]]] = None) -> str:
     """A table; cells are pre-escaped HTML strings (use :func:`esc` / :func:`num`)."""
@@ -131,6 +169,22 @@ def episode_length_section(lengths: pd.DataFrame) -> str:
 
 
 def single_task_section(single: pd.DataFrame) -> str:
+    """The paper's single-task table beside ours; when no row compares anything (no task with a
+    published curve evaluated at a published step, as in the demo), a plain statement of why
+    instead of a table of empty cells."""
+    compared = single[single["mean"].notna() & single["tdmpc2_mean"].notna()] if not single.empty else single
+    if compared.empty:
+        items = []
+        for task, g in single.groupby("task", sort=False):
+            notes = [n for n in g["note"] if isinstance(n, str) and n]
+            items.append(f"<li><b>{esc(task)}</b>: {esc(notes[0] if notes else 'nothing compared')}</li>")
+        return ("<p><b>Nothing in this run can be set beside the paper's single-task table.</b> That table "
+                "compares returns at the published curves' table steps (50,000, 100,000, 500,000, 1,000,000 and "
+                "2,000,000 agent steps, and each curve's last point) with the published TD-MPC2, TD-MPC, SAC "
+                "and DreamerV3 results, and here:</p><ul>" + "".join(items) + "</ul>"
+                "<p>The paper's protocol (<code>--configfile workflow/configs/paper-dmc.yaml</code>: the 22 DM "
+                "Control tasks with a published curve, 2,000,000 agent steps) fills it. The tables "
+                "(<code>results/tables/single_task.csv</code>) keep one row per task with this note.</p>")
     rows, cells = [], []
     for r in single.itertuples(index=False):
         ours = "" if pd.isna(r.mean) else f"{_mean_sd(r.mean, r.sd)} (n={int(r.n_seeds)})"
@@ -140,16 +194,45 @@ def single_task_section(single: pd.DataFrame) -> str:
                      _mean_sd(r.tdmpc_mean, r.tdmpc_sd), _mean_sd(r.sac_mean, r.sac_sd),
                      _mean_sd(r.dreamerv3_mean, r.dreamerv3_sd), esc(r.note)])
         cells.append(["", "", "num", "num", "num", "num", "num", esc(r.band), "num", "num", "num", ""])
-    return html_table(["Task", "Published task", "Agent steps", "Our env frames", "Ours: mean ± sd",
-                       "Ours: min – max", "TD-MPC2 published", "Band (±1 sd)", "TD-MPC", "SAC",
-                       "DreamerV3", "Note"], rows, cell_classes=cells)
+    return ("<p>At exactly these agent steps (the paper's tables use agent steps; the published curves "
+            "have a point every 50,000). Ours: mean ± population sd over seeds, and the lowest – highest "
+            "seed. Published: mean ± population sd over the paper's seeds. Band: our mean inside or "
+            "outside the published TD-MPC2 mean ± 1 sd. A task without an evaluation at a published "
+            "step is not compared; the note says so.</p>"
+            + html_table(["Task", "Published task", "Agent steps", "Our env frames", "Ours: mean ± sd",
+                          "Ours: min – max", "TD-MPC2 published", "Band (±1 sd)", "TD-MPC", "SAC",
+                          "DreamerV3", "Note"], rows, cell_classes=cells))
 
 
 def aggregate_section(agg: pd.DataFrame) -> str:
+    """Aggregate scores with their confidence intervals; says plainly when the run has no
+    aggregate (no task evaluated at a published step), when the "aggregate" is over one task
+    only, and when too few scores leave no confidence interval."""
+    scored = agg[agg["mean_score"].notna()] if not agg.empty else agg
+    if scored.empty:
+        notes = sorted({n for n in agg["note"] if isinstance(n, str) and n}) if not agg.empty else []
+        return ("<p><b>No aggregate score.</b> An aggregate is over the tasks that have a published curve, "
+                "at the agent steps where the curves have a point (and at each task's last evaluation); this run "
+                "has none to aggregate" + (f" ({esc('; '.join(notes))})" if notes else "") + ".</p>")
+    out = []
+    n_tasks = int(scored["n_tasks"].max())
+    no_ci = scored["mean_score_ci_low"].isna().all()
+    if n_tasks < 2 or no_ci:
+        tasks = sorted({x for s in scored["tasks"] if isinstance(s, str) for x in s.split(", ") if x})
+        out.append("<p><b>What this run cannot show:</b> the paper's aggregates (mean and IQM of the normalized "
+                   "score) are over many tasks, with confidence intervals from resampling seeds within each "
+                   f"task. This run has {n_tasks} task(s) with a published curve ({esc(', '.join(tasks))}) and "
+                   f"{int(scored['n_seeds'].max())} seed(s), so "
+                   + ("the numbers below are that task's own score, not an aggregate over tasks" if n_tasks < 2
+                      else "the numbers below are over few tasks")
+                   + (", and no confidence interval is given: a bootstrap of so few numbers only restates them"
+                      if no_ci else "") + ".</p>")
     rows, cells = [], []
-    for r in agg.itertuples(index=False):
+    for r in scored.itertuples(index=False):
         def ci(p, lo, hi):
-            return "" if pd.isna(p) else f"{num(p)} [{num(lo)}, {num(hi)}]"
+            if pd.isna(p):
+                return ""
+            return num(p) if pd.isna(lo) else f"{num(p)} [{num(lo)}, {num(hi)}]"
         step = num(r.step, 0) if str(r.step).isdigit() else esc(r.step)
         rows.append([step, num(r.n_tasks, 0), num(r.n_seeds, 0),
                      ci(r.mean_score, r.mean_score_ci_low, r.mean_score_ci_high),
@@ -157,11 +240,17 @@ def aggregate_section(agg: pd.DataFrame) -> str:
                      num(r.published_mean_score), num(r.mean_return), num(r.published_mean_return),
                      esc(r.note)])
         cells.append(["", "num", "num", "num", "num", "num", "num", "num", ""])
-    method = next((m for m in agg["method"] if isinstance(m, str) and m), "no bootstrap was run")
-    return (html_table(["Agent steps", "Tasks", "Seeds", "Mean score [95% CI]", "IQM score [95% CI]",
-                        "TD-MPC2 published mean score", "Ours: mean return", "TD-MPC2 published mean return",
-                        "Note"], rows, cell_classes=cells)
-            + f'<p class="muted">Confidence intervals: {esc(method)}.</p>')
+    out.append(html_table(["Agent steps", "Tasks", "Seeds", "Mean score [95% CI]", "IQM score [95% CI]",
+                           "TD-MPC2 published mean score", "Ours: mean return", "TD-MPC2 published mean return",
+                           "Note"], rows, cell_classes=cells))
+    method = next((m for m in scored["method"] if isinstance(m, str) and m), None)
+    out.append(f'<p class="muted">Confidence intervals: {esc(method)}.</p>' if method else
+               '<p class="muted">No confidence interval: too few scores for a bootstrap (the note says how many).</p>')
+    left = agg[agg["mean_score"].isna()]
+    if not left.empty:
+        out.append('<p class="muted">Steps without a score: ' + esc("; ".join(
+            f"{r.step}: {r.note}" for r in left.itertuples(index=False))) + ".</p>")
+    return "\n".join(out)
 
 
 def dataset_stats(summary: pd.DataFrame) -> pd.DataFrame:
@@ -248,9 +337,37 @@ def multitask_section(scaling: pd.DataFrame, tasks: pd.DataFrame, ranges: Mappin
     return "\n".join(out)
 
 
+def runtime_section(runs: pd.DataFrame) -> str:
+    """The training jobs' runtimes: one row per attempt (session) of each job, a resumed job's
+    attempts one below the other, and each job's total over its attempts."""
+    rows, cells = [], []
+    for r in runs.itertuples(index=False):
+        rows.append([esc(r.job), esc(r.run), esc(r.seeds), esc(r.attempt), esc(r.steps), esc(r.outcome),
+                     esc(r.started_utc), num(r.wall_time_s), num(r.compile_time_s),
+                     esc(getattr(r, "compile_programs", "") or ""), esc(r.backend),
+                     esc(r.device_kind), esc(matmul_precision_words(r.matmul_precision))])
+        cells.append(["", "", "", "", "num", "", "", "num", "num", "", "", "", ""])
+    out = ["<p>One row per attempt of each training job, from its run.json: a job stopped (a time limit, a "
+           "preemption, Ctrl-C) and resumed from its checkpoint has one row per session. The seeds of a job "
+           "share one process and one compiled program. Compile time: the seconds each session spent tracing, "
+           "lowering and compiling its programs (the training chunk, the evaluation, the initial state), "
+           "measured apart from running them; a program found in the persistent compilation cache compiles "
+           "in seconds.</p>",
+           html_table(["Job", "Run", "Seeds", "Attempt", "Steps (from → to)", "Outcome", "Started (UTC)",
+                       "Wall time (s)", "Compile time (s)", "Compile per program (s)", "JAX backend", "Device",
+                       "Matmul precision"],
+                      rows, cell_classes=cells)]
+    multi = runs.groupby(["job", "run", "seeds"], sort=False).filter(lambda g: len(g) > 1)
+    if not multi.empty:
+        totals = [f"{esc(job)} {esc(run)} (seeds {esc(seeds)}): {num(g['wall_time_s'].sum())} s over {len(g)} attempts"
+                  for (job, run, seeds), g in multi.groupby(["job", "run", "seeds"], sort=False)]
+        out.append('<p class="muted">Resumed jobs, wall time over all attempts: ' + "; ".join(totals) + ".</p>")
+    return "\n".join(out)
+
+
 def kv_table(d: Mapping, key_header: str = "Key", value_header: str = "Value", none_text: str = "unknown") -> str:
     return html_table([key_header, value_header],
-                      [[esc(k), esc(none_text if v is None else v)] for k, v in d.items()])
+                      [[esc(k), esc(fmt_value(k, v, none_text))] for k, v in d.items()])
 
 
 def render_report(ctx: Mapping) -> str:
@@ -262,10 +379,11 @@ def render_report(ctx: Mapping) -> str:
     :func:`tdmpc2core.report.analysis.episode_length_table`; shown when ``episodic`` is not empty),
     ``expected_text`` (task -> text), ``figures`` (list of (task, subtitle, [(alt, kind,
     data)])), ``overview`` ((kind, data) or None), ``runtimes`` (DataFrame with columns
-    job, wall_s, max_rss_mb, cpu_time_s), ``runs`` (DataFrame: one row per training job with
-    job, run, seeds, backend, device_kind, matmul_precision, compile_time_s, wall_time_s),
+    job, wall_s, max_rss_mb, cpu_time_s), ``runs`` (DataFrame: one row per attempt of each training
+    job, the columns of ``tdmpc2core.stages.report.RUN_COLUMNS``),
     ``packages`` / ``run_packages`` (dicts), ``git`` (dict), ``platform`` (dict),
-    ``config_yaml`` (str), ``notes`` (list of str), ``datasets`` (DataFrame of
+    ``config_yaml`` (str), ``simulator`` ((sentence naming the simulators used, sentence on
+    the comparison) of :func:`tdmpc2core.analysis.simulator_text`), ``notes`` (list of str), ``datasets`` (DataFrame of
     :func:`dataset_stats`, optional) and ``datasets_figure`` ((kind, data) or None), and
     ``multitask`` (optional dict: ``scaling`` and ``tasks`` DataFrames of
     :mod:`tdmpc2core.report.scaling`, ``ranges`` (task -> (low, high) or None), ``settings`` (the
@@ -273,6 +391,10 @@ def render_report(ctx: Mapping) -> str:
     """
     is_paper = bool(ctx.get("is_paper"))
     banner_cls = "paper" if is_paper else "demo"
+    # which simulator the runs used, and what it means for the published curves
+    sim_used, sim_note = ctx.get("simulator") or ("", "The DMC tasks here run on MuJoCo Playground, "
+                                                  "whose physics differ from dm_control's: comparisons "
+                                                  "are approximate.")
     protocol_text = ("the paper's protocol" if is_paper else "NOT the paper's protocol")
     parts = [
         "<!DOCTYPE html>",
@@ -282,12 +404,12 @@ def render_report(ctx: Mapping) -> str:
         "<h1>TD-MPC2 reproduction report</h1>",
         f'<div class="banner {banner_cls}"><b>{esc(ctx.get("label"))}</b><br>'
         f'Protocol <code>{esc(ctx.get("protocol"))}</code>'
-        + ("" if protocol_text.lower() in str(ctx.get("label") or "").lower() else f": {protocol_text}") + ".</div>",
+        + ("" if protocol_text.lower() in str(ctx.get("label") or "").lower() else f": {protocol_text}") + "."
+        + (f'<br>{esc(sim_used)}' if sim_used else "") + "</div>",
         f'<p class="muted">Generated {esc(ctx.get("generated"))}. Paper: Hansen, Su, Wang, '
         "TD-MPC2: Scalable, Robust World Models for Continuous Control (ICLR 2024). Published "
-        "curves: the official repository's results folder (nicklashansen/tdmpc2). The DMC tasks "
-        "here run on MuJoCo Playground, whose physics differ from dm_control's: comparisons are "
-        "approximate.</p>",
+        "curves: the official repository's results folder (nicklashansen/tdmpc2). "
+        f"{esc(sim_note)}</p>",
         '<nav><a href="#final">Final scores</a>'
         + ('<a href="#lengths">Episode lengths</a>' if ctx.get("episodic") else "")
         + '<a href="#single">Single-task table</a>'
@@ -313,11 +435,6 @@ def render_report(ctx: Mapping) -> str:
                   "over seeds.</p>",
                   episode_length_section(lengths)]
     parts += ['<h2 id="single">Single-task results beside the published curves</h2>',
-              "<p>At exactly these agent steps (the paper's tables use agent steps; the published curves "
-              "have a point every 50,000). Ours: mean ± population sd over seeds, and the lowest – highest "
-              "seed. Published: mean ± population sd over the paper's seeds. Band: our mean inside or "
-              "outside the published TD-MPC2 mean ± 1 sd. A task without an evaluation at a published "
-              "step is not compared; the note says so.</p>",
               single_task_section(ctx["single"])]
     parts += ['<h2 id="aggregate">Aggregate scores</h2>',
               "<p>Over the tasks with a published curve. Normalized score = DMControl return / 10 "
@@ -371,18 +488,12 @@ def render_report(ctx: Mapping) -> str:
     parts.append('<h2 id="runtime">Runtime</h2>')
     runs = ctx.get("runs")
     if runs is not None and not runs.empty:
-        parts.append("<p>One row per training job, from its run.json (the seeds of a job share one "
-                     "process and one compiled program; compile time is an upper bound: the first "
-                     "chunk, compilation included).</p>")
-        parts.append(html_table(
-            ["Job", "Run", "Seeds", "JAX backend", "Device", "Matmul precision", "Compile time (s)",
-             "Wall time (s)"],
-            [[esc(r.job), esc(r.run), esc(r.seeds), esc(r.backend), esc(r.device_kind), esc(r.matmul_precision),
-              num(r.compile_time_s), num(r.wall_time_s)] for r in runs.itertuples(index=False)]))
+        parts.append(runtime_section(runs))
     rt = ctx.get("runtimes")
     if rt is not None and not rt.empty:
         parts.append("<p>From Snakemake's <code>benchmark:</code> files, one per job (wall seconds, "
-                     "peak resident memory, CPU seconds).</p>")
+                     "peak resident memory, CPU seconds). A job's file holds its last attempt only: the table "
+                     "above has every attempt of a resumed training job.</p>")
         parts.append(html_table(["Job", "Wall time (s)", "Max RSS (MB)", "CPU time (s)"],
                                 [[esc(r.job), num(r.wall_s), num(r.max_rss_mb), num(r.cpu_time_s)]
                                  for r in rt.itertuples(index=False)]))
@@ -411,4 +522,5 @@ def render_report(ctx: Mapping) -> str:
 
 
 __all__ = ["render_report", "dataset_stats", "multitask_section", "html_table", "embed_image", "esc", "num", "CSS",
-           "final_section", "episode_length_section"]
+           "final_section", "episode_length_section", "runtime_section", "fmt_value", "matmul_precision_words",
+           "single_task_section", "aggregate_section"]

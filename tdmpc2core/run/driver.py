@@ -225,6 +225,9 @@ class RunProgram:
             return 0
         return int(eval_every) // math.gcd(self.steps_per_tick, int(eval_every))
 
+    def start(self, state, run: Run) -> None:
+        """Called once per ``train`` call before its first tick, with the state it starts from."""
+
     def after_call(self, state, step: int) -> None:
         """Checks after every call of the compiled program (raise to end the run)."""
 
@@ -604,6 +607,7 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
             raise TrainingInterrupted(state, finalize_history(program, hist, S, E), tick * n, info, unit=program.unit)
 
     u = program.unit_key
+    program.start(state, run)
     if eval_at_start:
         do_eval(0)
     for chunk in chunks:

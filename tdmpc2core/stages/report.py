@@ -42,20 +42,75 @@ _PROVENANCE_WORDS = ("provenance", "platform", "git", "commit", "precision", "de
                      "jax_backend", "default_backend", "hostname", "python")
 
 
+RUN_COLUMNS = ["job", "run", "seeds", "attempt", "steps", "outcome", "started_utc", "wall_time_s", "compile_time_s",
+               "compile_programs", "backend", "device_kind", "matmul_precision"]
+
+
+def _compile(per_program) -> tuple:
+    """(total seconds, "chunk 57.5, eval 18.8, init 14.2") of a {program: seconds} dict, or
+    (None, "") when nothing was recorded."""
+    if not isinstance(per_program, dict) or not per_program:
+        return None, ""
+    secs = {k: float(v) for k, v in per_program.items() if isinstance(v, (int, float))}
+    order = sorted(secs, key=lambda k: (-secs[k], k))
+    return sum(secs.values()), ", ".join(f"{k} {secs[k]:.1f}" for k in order)
+
+
+def _attempt_rows(base: dict, flat: dict) -> list[dict]:
+    """One row per attempt (session) of a training job, from its run.json: ``attempts`` when
+    the job recorded them (tdmpc2core.io.attempts), else one row for the session that wrote
+    the run.json (and, when it had resumed, a note that earlier attempts were not recorded)."""
+    from ..report import analysis as A
+
+    row = dict(base)
+    for col, names in _RUN_KEYS.items():
+        v = A.find_value(flat, *names)
+        row[col] = "not recorded" if v is None and col in ("backend", "device_kind", "matmul_precision") else v
+    # compile seconds per program of the session that wrote the run.json (tdmpc2core.run.compiled)
+    per_program = {k.split(".", 1)[1]: v for k, v in flat.items() if k.startswith("compile_seconds.")}
+    total, text = _compile(per_program)
+    if total is not None:
+        row["compile_time_s"], row["compile_programs"] = total, text
+    else:
+        row["compile_programs"] = "upper bound (first chunk)" if row["compile_time_s"] is not None else ""
+    attempts = A.find_value(flat, "attempts")
+    if isinstance(attempts, list) and attempts:
+        rows = []
+        for i, a in enumerate(attempts):
+            a = a if isinstance(a, dict) else {}
+            unit = a.get("unit") or ""
+            lo, hi = a.get("start_step"), a.get("end_step")
+            rows.append({**row, "attempt": f"{a.get('attempt', i + 1)} of {len(attempts)}",
+                         "steps": ("" if lo is None and hi is None else
+                                   f"{_int(lo) if lo is not None else '?'} → {_int(hi) if hi is not None else '?'} "
+                                   f"{unit}".strip()),
+                         "outcome": a.get("outcome") or "", "started_utc": a.get("started_utc") or "",
+                         "wall_time_s": a.get("wall_seconds"),
+                         # each session's own compile seconds (older records: the last session's only)
+                         **(dict(zip(("compile_time_s", "compile_programs"), _compile(a.get("compile_seconds"))))
+                            if a.get("compile_seconds") else
+                            {"compile_time_s": row["compile_time_s"] if i == len(attempts) - 1 else None,
+                             "compile_programs": row["compile_programs"] if i == len(attempts) - 1 else ""})})
+        return rows
+    resumed = A.find_value(flat, "resumed_from_agent_steps", "resumed_from_updates")
+    return [{**row, "attempt": "last (earlier attempts not recorded)" if resumed else "1 of 1",
+             "steps": f"{_int(resumed)} → end" if resumed else "", "outcome": "completed", "started_utc": ""}]
+
+
+def _int(x) -> str:
+    try:
+        return f"{int(x):,}"
+    except (TypeError, ValueError):
+        return str(x)
+
+
 def _run_rows(cfg, runs_dir, multi_runs=()):
-    """One row per training job: a single-task job's seeds share one process, so their
-    run.json files record the same compile and wall time (the first is shown); then one row
-    per multi-task run.json in ``multi_runs``."""
+    """One row per attempt of each training job: a single-task job's seeds share one process,
+    so their run.json files record the same times (the first is read); then the multi-task
+    runs of ``multi_runs``. Columns :data:`RUN_COLUMNS`."""
     import pandas as pd
 
     from ..report import analysis as A
-
-    def times(flat):
-        row = {}
-        for col, names in _RUN_KEYS.items():
-            v = A.find_value(flat, *names)
-            row[col] = "not recorded" if v is None and col in ("backend", "device_kind", "matmul_precision") else v
-        return row
 
     rows, first, missing, jobs = [], None, [], {}
     for task in cfg["tasks"]:
@@ -71,19 +126,18 @@ def _run_rows(cfg, runs_dir, multi_runs=()):
             if key in jobs:
                 continue
             jobs[key] = True
-            rows.append({"job": "train-single", "run": task, "seeds": ", ".join(str(s) for s in key[1]),
-                         **times(flat)})
+            rows += _attempt_rows({"job": "train-single", "run": task,
+                                   "seeds": ", ".join(str(s) for s in key[1])}, flat)
     for path in multi_runs:
         flat = A.read_run_info(path)
         if not flat:
             missing.append(path)
             continue
         seeds = A.find_value(flat, "seeds") or []
-        rows.append({"job": "train-multi",
-                     "run": f"pool {A.find_value(flat, 'pool')}, model size {A.find_value(flat, 'model_size')}",
-                     "seeds": ", ".join(str(s) for s in seeds), **times(flat)})
-    cols = ["job", "run", "seeds"] + list(_RUN_KEYS)
-    return pd.DataFrame(rows, columns=cols), first or {}, missing
+        rows += _attempt_rows({"job": "train-multi",
+                               "run": f"pool {A.find_value(flat, 'pool')}, model size {A.find_value(flat, 'model_size')}",
+                               "seeds": ", ".join(str(s) for s in seeds)}, flat)
+    return pd.DataFrame(rows, columns=RUN_COLUMNS), first or {}, missing
 
 
 def _run_packages(flat: dict) -> dict:
@@ -135,6 +189,7 @@ def _multitask_context(cfg, args) -> dict:
 def run(args) -> int:
     import pandas as pd
 
+    from ..envs import suite_of
     from ..report import analysis as A
     from ..io import provenance as PV
     from ..report import html as R
@@ -211,6 +266,7 @@ def run(args) -> int:
         "run_provenance": run_prov,
         "git": PV.git_info(args.repo), "platform": PV.platform_info(include_jax=not args.no_jax),
         "config_yaml": config_yaml, "notes": notes,
+        "simulator": A.simulator_text(tasks, suite_of, PV.package_versions(("dm-control", "playground"))),
         "datasets": datasets, "datasets_figure": datasets_figure,
         "multitask": multitask,
     }

@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-seed", type=int, default=0)
 
 
-def _single_task_md(df, label: str) -> str:
+def _single_task_md(df, label: str, simulator_note: str = "") -> str:
     from ..report import analysis as A
 
     import pandas as pd
@@ -57,8 +57,9 @@ def _single_task_md(df, label: str) -> str:
             "Returns at exactly the listed agent steps. Ours: mean over seeds of each seed's mean "
             "evaluation return, ± the population sd over seeds, and the lowest – highest seed. "
             "Published: mean ± population sd over the paper's seeds. Band: our mean inside or "
-            "outside the published TD-MPC2 mean ± 1 sd (bounds included). Playground's physics "
-            "differ from dm_control's: the comparison is approximate.\n\n"
+            "outside the published TD-MPC2 mean ± 1 sd (bounds included). "
+            + (simulator_note or "Playground's physics differ from dm_control's: the comparison is approximate.")
+            + "\n\n"
             + A.markdown_table(view, cols, heads))
 
 
@@ -66,9 +67,12 @@ def _aggregate_md(df, label: str) -> str:
     from ..report import analysis as A
 
     view = df.copy()
-    view["mean_ci"] = [f"{a:.1f} [{b:.1f}, {c:.1f}]" if a == a else "" for a, b, c in
+    def ci(a, b, c):  # no interval when too few scores were bootstrapped (the note says so)
+        return "" if a != a else (f"{a:.1f}" if b != b else f"{a:.1f} [{b:.1f}, {c:.1f}]")
+
+    view["mean_ci"] = [ci(a, b, c) for a, b, c in
                        zip(view["mean_score"], view["mean_score_ci_low"], view["mean_score_ci_high"])]
-    view["iqm_ci"] = [f"{a:.1f} [{b:.1f}, {c:.1f}]" if a == a else "" for a, b, c in
+    view["iqm_ci"] = [ci(a, b, c) for a, b, c in
                       zip(view["iqm_score"], view["iqm_score_ci_low"], view["iqm_score_ci_high"])]
     cols = ["step", "n_tasks", "n_seeds", "mean_ci", "iqm_ci", "published_mean_score", "mean_return",
             "published_mean_return", "note"]
@@ -78,8 +82,10 @@ def _aggregate_md(df, label: str) -> str:
     return (f"# Aggregate scores over the tasks with a published curve\n\n{label}\n\n"
             "Normalized score = DMControl return / 10 (0–100). Mean: mean over tasks of the mean "
             "over seeds; IQM: interquartile mean over all seed x task scores. 95% confidence "
-            f"intervals: {method or 'stratified bootstrap'} (seeds resampled within each task). "
-            "Published: the TD-MPC2 mean over the same tasks (the paper reports raw returns "
+            + (f"intervals: {method} (seeds resampled within each task), given from at least "
+                 f"{A.MIN_CI_SEEDS} seeds and {A.MIN_CI_SCORES} scores. " if method else
+                 "intervals: none (too few scores for a bootstrap; the note says how many). ")
+            + "Published: the TD-MPC2 mean over the same tasks (the paper reports raw returns "
             "averaged over tasks: the return columns). `final`: each task's last evaluation.\n\n"
             + A.markdown_table(view, cols, heads))
 
@@ -125,6 +131,7 @@ def _episode_lengths_md(df, label: str) -> str:
 
 
 def run(args) -> int:
+    from ..envs import suite_of
     from ..report import analysis as A
 
     cfg = A.load_run_config(args.config)
@@ -148,7 +155,8 @@ def run(args) -> int:
 
     out = args.outdir
     A.write_text_atomic(os.path.join(out, "single_task.csv"), single.to_csv(index=False))
-    A.write_text_atomic(os.path.join(out, "single_task.md"), _single_task_md(single, label))
+    used, note = A.simulator_text(tasks, suite_of)
+    A.write_text_atomic(os.path.join(out, "single_task.md"), _single_task_md(single, f"{label}\n\n{used}", note))
     A.write_text_atomic(os.path.join(out, "aggregate.csv"), agg.to_csv(index=False))
     A.write_text_atomic(os.path.join(out, "aggregate.md"), _aggregate_md(agg, label))
     A.write_text_atomic(os.path.join(out, "final_scores.csv"), final.to_csv(index=False))

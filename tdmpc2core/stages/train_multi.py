@@ -66,10 +66,12 @@ def _run(args, spec: dict, log) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from ..io import atomic, checkpoint, provenance
+    from ..io import atomic, attempts, checkpoint, provenance
+    from ..model.config import check_batch_size, slices_in_episodes
     from ..io.dataset import load_dataset
     from ..agents.multitask import METRIC_KEYS, TDMPC2MultiTask
     from ..model.networks import MATMUL_PRECISION, count_params
+    from ..run.compiled import per_program
     from ..run.driver import TrainingInterrupted
 
     seeds = list(args.seeds)
@@ -85,6 +87,10 @@ def _run(args, spec: dict, log) -> int:
         agent_kwargs["batch_size"] = int(spec["batch_size"])
     agent = TDMPC2MultiTask(dataset, eval_envs=True, model_size=args.model_size,
                             return_ranges=spec.get("return_ranges"), backend=spec.get("backend"), **agent_kwargs)
+    # a batch of more slices than the pool holds would repeat slices: refused with the check the
+    # workflow runs on its prediction of the pool at load (tdmpc2core.model.config)
+    check_batch_size(agent.cfg.batch_size, slices_in_episodes(dataset.episode_rows, agent.cfg.horizon),
+                     f"the pooled dataset {args.dataset}", "lower multitask.batch_size")
     updates = int(spec["updates"])
     eval_every = int(spec.get("eval_every", 0)) or None
     eval_episodes = int(spec.get("eval_episodes", 10))
@@ -97,9 +103,11 @@ def _run(args, spec: dict, log) -> int:
         + f"; seeds {seeds}, {updates} updates, evaluation every {eval_every} updates")
 
     ckdir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    # this session's record beside the checkpoints (before the folder is opened: a finished run's
+    # folder starts a new list); run.json gets every attempt of a resumed run
+    attempt = attempts.begin(ckdir, "updates")
     open_checkpoint_dir(ckdir, log)  # a finished run's folder is cleared: a forced rerun trains anew
 
-    compile_s = {"first_chunk": None}
     prog = {"last_log": time.perf_counter(), "updates": 0, "seconds": 0.0, "start": None, "score": None, "done": 0}
 
     def left() -> str:
@@ -125,8 +133,6 @@ def _run(args, spec: dict, log) -> int:
             log(msg)
 
     def on_chunk(rec):
-        if compile_s["first_chunk"] is None:
-            compile_s["first_chunk"] = rec["chunk_seconds"]  # upper bound: it includes the compilation
         prog["last_log"] = time.perf_counter()
         prog["done"] = rec["updates"]
         msg = (f"{rec['updates']}/{updates} updates, {rec['updates_per_s']:.1f} updates/s{left()}, "
@@ -149,8 +155,11 @@ def _run(args, spec: dict, log) -> int:
                      f"{exc.checkpoint.seconds:.1f} s); rerun the same command to resume"
                      if exc.checkpoint is not None else "no checkpoint (no --checkpoint-dir)")
             log(f"stopped by {stop.name} at {exc.step}/{updates} updates: {where}")
+            attempt.end(f"stopped by {stop.name}", end_step=exc.step, start_step=prog["start"],
+                        compile_seconds=per_program(agent.compile_seconds))
             return stop.exit_code
         except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
+            attempt.discard()  # not a session of the run whose checkpoints the folder holds
             log(f"error: {exc}")
             log(mismatch_message(ckdir))
             return 2
@@ -158,6 +167,8 @@ def _run(args, spec: dict, log) -> int:
     prov = provenance.collect(".", include_jax=True)
     records = hist["chunks"]  # one per chunk of the schedule, including those of earlier sessions
     started_at = prog["start"] if prog["start"] is not None else updates
+    attempt.end("completed", end_step=updates, start_step=started_at,
+                compile_seconds=per_program(agent.compile_seconds))
 
     # ---- eval.parquet: seed x evaluation x task x episode
     n_eval = len(hist["eval_updates"])
@@ -223,14 +234,18 @@ def _run(args, spec: dict, log) -> int:
         "updates_per_s_median": float(np.median(speeds)) if speeds else None,
         "matmul_precision": f"float32 ({MATMUL_PRECISION.name}); jax_default_matmul_precision="
                             f"{prov['platform'].get('jax_default_matmul_precision')}",
-        "compile_seconds_upper_bound": compile_s["first_chunk"], "wall_seconds": wall,
+        "compile_seconds": per_program(agent.compile_seconds), "compile_detail": agent.compile_seconds,
+        "wall_seconds": wall,
         "training_wall_seconds_all_sessions": hist["wall_seconds"], "resumed_from_updates": started_at or None,
+        "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
         "checkpoint_dir": str(ckdir) if ckdir is not None else None,
         "provenance": prov,
     })
     close_checkpoint_dir(ckdir, {"pool": args.pool, "model_size": args.model_size, "seeds": seeds,
                                  "updates": updates, "outdir": str(outdir)})
-    log(f"done in {wall:.0f} s" + ("" if final is None else
+    log(f"done in {wall:.0f} s (compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in
+                                                     per_program(agent.compile_seconds).items()) + ")"
+        + ("" if final is None else
                                    "; final normalized score " + " ".join(
                                        "n/a" if x is None else f"{x:.1f}" for x in final["normalized_score"])))
     return 0

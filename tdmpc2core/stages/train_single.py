@@ -65,16 +65,17 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     import numpy as np
     import pyarrow as pa
 
-    from ..io import atomic, checkpoint, provenance
+    from ..io import atomic, attempts, checkpoint, provenance
     from ..agents.single_task import TDMPC2
     from ..agents.export import export_episodes
     from ..io.dataset import save_dataset
     from ..model.networks import MATMUL_PRECISION
+    from ..run.compiled import per_program
     from ..run.driver import TrainingInterrupted
 
     agent = TDMPC2(spec["env_id"], n_envs=int(spec.get("n_envs", 1)),
                    episode_length=int(spec.get("episode_length", 1000)),
-                   action_repeat=int(spec.get("action_repeat", 1)), backend=spec.get("backend"),
+                   action_repeat=(None if spec.get("action_repeat") is None else int(spec["action_repeat"])), backend=spec.get("backend"),
                    **spec.get("agent", {}))
     n_timesteps = int(spec["agent_steps"])
     eval_every = int(spec.get("eval_every", 0)) or None
@@ -86,11 +87,12 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
         (outdir / f"seed{seed}" / "run.json").unlink(missing_ok=True)
 
     ckdir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    # this session's record beside the checkpoints (before the folder is opened: a finished run's
+    # folder starts a new list); run.json gets every attempt of a resumed run
+    attempt = attempts.begin(ckdir, "agent steps")
     open_checkpoint_dir(ckdir, log)  # a finished run's folder is cleared: a forced rerun trains anew
 
     t_start = time.perf_counter()
-    compile_s = {"total": 0.0}
-    seen_phases: set = set()
     # progress: rate of the training ticks of this session (seed-phase ticks are far faster)
     prog = {"last_log": time.perf_counter(), "train_steps": 0, "train_seconds": 0.0, "last_eval": None,
             "start": None}
@@ -118,9 +120,6 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
             log(status(p["agent_steps"], p["total_agent_steps"], p["phase"], p["agent_steps_per_s"]))
 
     def on_chunk(rec):
-        if rec["phase"] not in seen_phases:
-            seen_phases.add(rec["phase"])
-            compile_s["total"] += rec["chunk_seconds"]  # upper bound: the first chunk of a phase compiles
         if "eval_return" in rec:
             prog["last_eval"] = rec["eval_return"]
         prog["last_log"] = time.perf_counter()
@@ -142,8 +141,11 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
                      f"{exc.checkpoint.seconds:.1f} s); rerun the same command to resume"
                      if exc.checkpoint is not None else "no checkpoint (no --checkpoint-dir)")
             log(f"stopped by {stop.name} at {exc.agent_steps}/{n_timesteps} agent steps: {where}")
+            attempt.end(f"stopped by {stop.name}", end_step=exc.agent_steps, start_step=prog["start"],
+                        compile_seconds=per_program(agent.compile_seconds))
             return stop.exit_code
         except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
+            attempt.discard()  # not a session of the run whose checkpoints the folder holds
             log(f"error: {exc}")
             log(mismatch_message(ckdir))
             return 2
@@ -151,6 +153,8 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     prov = provenance.collect(".", include_jax=True)
     # agent steps this session started from (0: a fresh run; nothing ran: the run was already trained)
     started_at = prog["start"] if prog["start"] is not None else n_timesteps
+    attempt.end("completed", end_step=n_timesteps, start_step=started_at,
+                compile_seconds=per_program(agent.compile_seconds))
     rows = hist["chunks"]  # one row per chunk of the schedule, including those of earlier sessions
 
     for i, seed in enumerate(seeds):
@@ -201,9 +205,11 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
             "dataset_episodes": episodes.num_episodes, "dataset_agent_steps": episodes.num_transitions,
             "matmul_precision": f"float32 ({MATMUL_PRECISION.name}); jax_default_matmul_precision="
                                 f"{prov['platform'].get('jax_default_matmul_precision')}",
-            "compile_seconds_upper_bound": compile_s["total"], "wall_seconds": wall,
+            "compile_seconds": per_program(agent.compile_seconds),
+            "compile_detail": agent.compile_seconds, "wall_seconds": wall,
             "training_wall_seconds_all_sessions": hist["wall_seconds"],
             "resumed_from_agent_steps": started_at or None,
+            "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
             "checkpoint_dir": str(ckdir) if ckdir is not None else None,
             "provenance": prov,
         })
@@ -211,6 +217,8 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     # run finished, so that a forced rerun of this job trains anew instead of resuming
     close_checkpoint_dir(ckdir, {"task": args.task, "seeds": seeds, "agent_steps": n_timesteps,
                                  "outdir": str(outdir)})
-    log(f"done in {wall:.0f} s; final eval return " +
-        (" ".join(f"{x:.1f}" for x in hist["eval_return"][-1]) if len(hist["eval_agent_steps"]) else "n/a"))
+    log(f"done in {wall:.0f} s (compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in
+                                                     per_program(agent.compile_seconds).items())
+        + "); final eval return "
+        + (" ".join(f"{x:.1f}" for x in hist["eval_return"][-1]) if len(hist["eval_agent_steps"]) else "n/a"))
     return 0

@@ -2,6 +2,8 @@
 # No rules here; the rule files include what they need from these names.
 
 import copy
+import dataclasses
+import difflib
 import json
 import re
 import shlex
@@ -50,6 +52,14 @@ def _merge_task(name, defaults, task):
             out[key] = {**out.get(key, {}), **value}
         else:
             out[key] = copy.deepcopy(value)
+    if "action_repeat" not in out and "env_id" in out:
+        # the paper's for the suite (2 for DM Control, 1 otherwise), as the library's default
+        from tdmpc2core.envs.ids import default_action_repeat
+
+        try:
+            out["action_repeat"] = default_action_repeat(out["env_id"])
+        except ValueError:
+            pass  # the env id check below names the problem
     missing = [k for k in SPEC_KEYS if k not in out]
     if missing:
         raise WorkflowError(
@@ -64,32 +74,72 @@ def _merge_task(name, defaults, task):
 TASKS = {name: _merge_task(name, PROTOCOL.get("defaults", {}), t) for name, t in PROTOCOL["tasks"].items()}
 
 
-def _check_agent_keys():
-    """Refuse agent keys that tdmpc2core.TDMPC2 would refuse, before any job starts."""
+def _library_checks():
+    """tdmpc2core's configuration checks: plain Python modules (tdmpc2core.model.config and the
+    env ids of tdmpc2core.envs) that import no JAX, so a dry run works where JAX is not
+    installed. Taken from this checkout when the package is not installed in the Python that
+    runs Snakemake (e.g. with --use-conda, where the jobs' env has it)."""
     try:
-        import dataclasses
-        from tdmpc2core.model.config import TDMPC2Config
-    except Exception:  # the package is not importable here (e.g. only in a conda env): the job checks
-        return
-    from tdmpc2core.model.config import MODEL_SIZES
-    from tdmpc2core.envs import suite_of
+        from tdmpc2core.model import config as library_config
+        from tdmpc2core import envs as library_envs
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "tdmpc2core":
+            raise
+        sys.path.insert(0, workflow.basedir)
+        from tdmpc2core.model import config as library_config
+        from tdmpc2core import envs as library_envs
+    return library_config, library_envs
 
-    accepted = {f.name for f in dataclasses.fields(TDMPC2Config)}
-    for name, t in TASKS.items():
-        where = f"config: task {name!r} of protocol {PROTOCOL_NAME!r}"
-        unknown = sorted(set(t["agent"]) - accepted)
-        if unknown:
-            raise WorkflowError(f"{where}: unknown agent setting(s) {unknown}; accepted: {sorted(accepted)}")
-        size = t["agent"].get("model_size")
-        if size is not None and size not in MODEL_SIZES:
-            raise WorkflowError(f"{where}: agent.model_size={size!r} is not a preset; accepted: {sorted(MODEL_SIZES)}")
+
+LIBRARY_CONFIG, LIBRARY_ENVS = _library_checks()
+AGENT_KEYS = sorted(f.name for f in dataclasses.fields(LIBRARY_CONFIG.TDMPC2Config))
+
+
+def _unknown_agent_keys(where, agent, accepted, defaults_agent=None):
+    """One line for the first agent key the library does not accept, with the closest one."""
+    unknown = [k for k in agent if k not in accepted]
+    if unknown:
+        key = unknown[0]
+        if defaults_agent is not None and key in defaults_agent:
+            where = f"protocols.{PROTOCOL_NAME}.defaults.agent"
+        close = difflib.get_close_matches(key, accepted, n=1)
+        raise WorkflowError(
+            f"config: unknown agent setting {key!r} in {where}"
+            + (f"; did you mean {close[0]!r}?" if close else f"; accepted: {', '.join(accepted)}")
+            + (f" (and {len(unknown) - 1} more unknown agent setting(s): {unknown[1:]})" if len(unknown) > 1 else ""))
+
+
+def _check_task(name, t):
+    """What the training job would refuse at its start, refused now by the same code
+    (tdmpc2core.model.config.validate_config): every agent setting, the env id and the time
+    limit, and a batch larger than the replay holds at the first update."""
+    where = f"protocols.{PROTOCOL_NAME}.tasks.{name}"
+    _unknown_agent_keys(f"{where}.agent", t["agent"], AGENT_KEYS,
+                        (PROTOCOL.get("defaults") or {}).get("agent") or {})
+    try:
+        T = LIBRARY_ENVS.time_limit(t["env_id"], action_repeat=int(t["action_repeat"]),
+                                    episode_length=int(t["episode_length"]))
+    except ValueError as e:
+        raise WorkflowError(f"config: {where}: env_id {t['env_id']!r}: {e}")
+    try:
+        cfg = LIBRARY_CONFIG.validate_config(LIBRARY_CONFIG.TDMPC2Config(**t["agent"]), episode_length=T,
+                                             n_envs=int(t.get("n_envs") or 1))
+    except (ValueError, TypeError) as e:
+        raise WorkflowError(f"config: {where}.agent (T = {T} agent steps): {e}")
+    if cfg.episodic:  # its first update's data is known only during the run: bounded by the run
         try:
-            suite_of(t["env_id"])  # the id alone: no suite is imported
+            LIBRARY_CONFIG.check_batch_size(cfg.batch_size, int(t["agent_steps"]),
+                                            f"the whole run ({t['agent_steps']} agent steps, at most one slice each)",
+                                            "lower agent.batch_size")
         except ValueError as e:
-            raise WorkflowError(f"{where}: env_id: {e}")
+            raise WorkflowError(f"config: {where}.agent: {e}")
+    return T, cfg
 
 
-_check_agent_keys()
+TASK_T, TASK_CFG = {}, {}
+for _name, _t in TASKS.items():
+    TASK_T[_name], TASK_CFG[_name] = _check_task(_name, _t)
+
 
 def _check_expected(where, exp):
     """An expected range that can be met: mean_min <= mean_max."""
@@ -213,18 +263,36 @@ if MULTITASK:
         raise WorkflowError(
             f"config: protocols.{PROTOCOL_NAME}.multitask.agent.model_size: the model sizes are multitask.model_sizes"
         )
-    try:
-        import dataclasses as _dc
-        from tdmpc2core.model.config import TDMPC2Config as _Cfg
-
-        _unknown = sorted(set(MULTITASK.get("agent") or {}) - {f.name for f in _dc.fields(_Cfg)} - {"task_dim"})
-        if _unknown:
-            raise WorkflowError(
-                f"config: protocols.{PROTOCOL_NAME}.multitask: unknown agent setting(s) {_unknown}; accepted: "
-                f"{sorted({f.name for f in _dc.fields(_Cfg)} | {'task_dim'})}"
-            )
-    except ImportError:  # the package is not importable here: the job checks
-        pass
+    _mt_agent = dict(MULTITASK.get("agent") or {})
+    _unknown_agent_keys(f"protocols.{PROTOCOL_NAME}.multitask.agent", _mt_agent, sorted(AGENT_KEYS + ["task_dim"]))
+    _mt_agent.pop("task_dim", None)
+    for _pool in MT_POOLS:
+        # as TDMPC2MultiTask builds its configuration (the pool's shortest episode), per model size
+        _T_min = min(TASK_T[t] for t in POOLS[_pool])
+        for _size in MT_SIZES:
+            _where = f"protocols.{PROTOCOL_NAME}.multitask (pool {_pool}, model size {_size})"
+            try:
+                _mt_cfg = LIBRARY_CONFIG.resolve_config(
+                    LIBRARY_CONFIG.TDMPC2Config(**_mt_agent, model_size=_size,
+                                                batch_size=int(MULTITASK.get("batch_size") or 1024)),
+                    episode_length=_T_min, action_dim=0)
+            except (ValueError, TypeError) as e:
+                raise WorkflowError(f"config: {_where}: {e}")
+            # the pool's sampleable slices, from the episodes each pooled run's replay will export
+            _rows = []
+            for _task in POOLS[_pool]:
+                _t, _T = TASKS[_task], TASK_T[_task]
+                _held = LIBRARY_CONFIG.episodes_held_at_end(
+                    TASK_CFG[_task], agent_steps=int(_t["agent_steps"]), episode_length=_T,
+                    n_envs=int(_t.get("n_envs") or 1))
+                _rows += [_T + 1] * (_held * len(SEEDS))
+            try:
+                LIBRARY_CONFIG.check_batch_size(
+                    _mt_cfg.batch_size, LIBRARY_CONFIG.slices_in_episodes(_rows, _mt_cfg.horizon),
+                    f"pool {_pool!r} ({len(_rows)} episodes exported by its tasks' runs, horizon {_mt_cfg.horizon})",
+                    "lower multitask.batch_size, or pool longer runs")
+            except ValueError as e:
+                raise WorkflowError(f"config: {_where}: {e}")
 MT_RESOURCES = {"gpu": 0, "runtime": 60, "mem_mb": 4000, **((MULTITASK or {}).get("resources") or {})}
 # updates between the multi-task jobs' checkpoints (a shell global: not a rerun trigger)
 MT_CHECKPOINT_EVERY = int((MULTITASK or {}).get("checkpoint_every") or (MULTITASK or {}).get("eval_every") or 1)

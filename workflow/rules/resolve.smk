@@ -8,14 +8,12 @@ rule resolve_config:
         RESOLVED,
     params:
         text=RESOLVED_YAML,
+        protocol=PROTOCOL_NAME,
+        n_tasks=len(TASKS),
     log:
         "logs/resolve_config.log",
-    run:
-        import os
-
-        tmp = output[0] + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.write(params.text)
-        os.replace(tmp, output[0])
-        with open(log[0], "w") as fh:
-            fh.write(f"wrote {output[0]} (protocol {PROTOCOL_NAME}, {len(TASKS)} tasks)\n")
+    # a shell job, not `run:`: Snakemake runs a `run:` job in a Python subprocess of its own,
+    # which prints a KeyboardInterrupt traceback when a terminal's Ctrl-C reaches it
+    shell:
+        "printf '%s' {params.text:q} > {output:q}.tmp && mv -f {output:q}.tmp {output:q} && "
+        "echo 'wrote {output} (protocol {params.protocol}, {params.n_tasks} tasks)' > {log:q}"

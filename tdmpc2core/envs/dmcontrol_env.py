@@ -1,0 +1,352 @@
+"""dm_control suite adapter (dm-control 1.0.50 on mujoco 3.17.0): the paper's own simulator.
+
+Ids are ``"dmc:" + the official TD-MPC2 task name`` (``dmc:cheetah-run``, ``dmc:cup-catch``,
+``dmc:walker-walk-backwards``): the domain, a hyphen, the task with ``_`` written ``-``, and
+the official short domain names ``cup`` (ball_in_cup) and ``pointmass`` (point_mass).
+:data:`DMCONTROL_ENVS` lists them: every task of dm_control's suite but ``lqr`` (its model
+itself is drawn at random when the environment is built, and it has no time limit), plus
+the official custom tasks of :mod:`tdmpc2core.envs.dmcontrol_tasks`.
+
+Conventions (the official wrapper, ``tdmpc2/envs/dmcontrol.py`` at the paper's commit
+5f6fade, which loads ``suite.load(domain, task, task_kwargs={'random': seed},
+visualize_reward=False)``):
+
+* observation: the values of the task's observation dict concatenated in the dict's order,
+  each flattened, as float32 (:attr:`DMControlEnv.obs_layout` names the parts);
+* action: agent actions in [-1, 1] (clipped), mapped onto the actuator bounds as
+  dm_control's ``action_scale`` wrapper does, in float64: ``low + (high - low) / 2 *
+  (a + 1)``;
+* action repeat: the same action for ``action_repeat`` control steps, rewards summed in
+  float64 and returned as float32;
+* episodes: ``episode_length`` control steps (1000 by default, as every suite task), i.e.
+  T = 1000 / action_repeat agent steps, ``truncated`` at T; never ``terminated`` (no
+  dm_control suite task terminates).
+
+One *simulator step* here is one dm_control control step (``control_timestep`` seconds,
+i.e. ``n_sub_steps`` MuJoCo steps), the unit of DMC's 1000-step episodes.
+
+The host step. dm_control is not JAX: :meth:`DMControlEnv.reset` and
+:meth:`DMControlEnv.step` are ``jax.pure_callback`` calls (``vmap_method="broadcast_all"``:
+under any number of ``vmap`` axes, e.g. seeds x envs or seeds x evaluation episodes, one
+host call receives the whole batch and loops over it), so they can sit inside the
+compiled training program (``lax.scan``/``fori_loop``/``cond``) next to the planner,
+replay and updates. The simulator's state is not kept on the host: the env state is a
+pytree of JAX arrays (:class:`DMCState`) that holds the complete MuJoCo integration state
+(``mj_getState(..., mjSTATE_INTEGRATION)``: time, qpos, qvel, act, warm start, controls,
+applied forces, mocap, ...) and the few model fields a task redraws at each reset (e.g.
+the reacher's target position), as the bits of their float64/float32 values in uint32
+arrays. Each host step restores that state into one scratch simulator, runs ``mj_step1``
+(the derived quantities dm_control's stepping expects) and the control steps, and reads
+the state back. So the callbacks are pure functions, a checkpointed run state holds the
+exact simulator state (a resumed run continues bit for bit), and one simulator serves any
+batch. The result is bit-identical to stepping a dm_control environment continuously
+(``tests/test_dmcontrol.py``).
+
+Randomness: each reset seeds the task's ``numpy.random.RandomState`` with a uint32 drawn
+from the reset's JAX key (:meth:`DMControlEnv.reset_seed`) and calls the task's own
+``initialize_episode``; the same key gives the same initial state. The official wrapper
+draws all episodes of a run from one RandomState seeded once (docs/deviations.md E4).
+
+A diverging simulation (dm_control's ``PhysicsError``) gives NaN observation and reward
+for that step (the state is left as it was); the training loop counts non-finite values
+and stops with a FloatingPointError (docs/deviations.md E6).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tdmpc2core.envs.base import Env, EnvSpec, EnvState, StepOut, check_repeat_and_length
+from tdmpc2core.envs.dmcontrol_ids import (_SUITE_TASKS, _UNALIAS, DMCONTROL_ENVS, MT30_TASKS, PREFIX, REFUSED_TASKS,  # noqa: F401
+                                            SUITE_TASKS, dmc_name, official_name, unknown_id_error)
+from tdmpc2core.envs.dmcontrol_tasks import CUSTOM_TASKS, REFUSED  # noqa: F401
+
+# Model fields that a task's initialize_episode redraws at every reset (dm_control 1.0.50
+# suite sources), carried in the env state. Writes of constants (finger's damping and
+# colours, fish's target colour) are applied once by a reset when the env is built.
+_EPISODE_MODEL_FIELDS: dict[str, tuple[str, ...]] = {
+    "finger": ("site_pos", "site_size"),
+    "fish": ("geom_pos",),
+    "reacher": ("geom_pos", "geom_size"),
+    "swimmer": ("geom_pos", "light_pos"),
+    "point_mass": ("wrap_prm",),
+    "manipulator": ("body_pos", "body_quat"),
+    "stacker": ("body_pos",),
+    "quadruped-escape": ("hfield_data",),   # the random terrain
+}
+
+
+def _import_dm_control():
+    with warnings.catch_warnings():  # glfw warns when no display is set; rendering is not used
+        warnings.simplefilter("ignore")
+        import dm_control.suite  # noqa: F401
+        from dm_control.rl import control
+    return control
+
+
+def load_environment(name: str, seed=None):
+    """The ``dm_control.rl.control.Environment`` of official task ``name`` (no ``dmc:``),
+    built as the official wrapper builds it (``visualize_reward=False``).
+
+    Raises:
+        ValueError: an unknown or refused name.
+    """
+    _import_dm_control()
+    from dm_control import suite
+
+    if name in SUITE_TASKS:
+        domain, task = SUITE_TASKS[name]
+        return suite.load(domain, task, task_kwargs={"random": seed}, visualize_reward=False)
+    if name in CUSTOM_TASKS:
+        from tdmpc2core.envs.dmcontrol_tasks import load_custom
+
+        return load_custom(name, random=seed)
+    raise unknown_id_error(PREFIX + name)
+
+
+class DMCState(NamedTuple):
+    """The env state of a dm_control task (leading batch axes added by vmap, if any).
+
+    Attributes:
+        physics: u32[2 * S]: the float64 MuJoCo integration state (``mj_getState`` with
+            ``mjSTATE_INTEGRATION``, S values), as raw bits.
+        model: u32[M]: the bits of the model fields the task redraws at each reset (M = 0
+            for most tasks).
+    """
+
+    physics: jax.Array
+    model: jax.Array
+
+
+class _Host:
+    """The host side: one dm_control environment used as a scratch simulator.
+
+    Every call restores the complete state it is given, so the calls are pure functions of
+    their arguments; a lock serialises them.
+    """
+
+    def __init__(self, name: str, action_repeat: int):
+        import mujoco
+
+        control = _import_dm_control()
+        self._mujoco = mujoco
+        self._physics_error = control.PhysicsError
+        try:
+            env = load_environment(name, seed=0)
+            env.reset()  # applies the task's constant model writes once; sets the layouts below
+        except ValueError:
+            raise
+        except Exception as e:  # e.g. quadruped-escape without an OpenGL context
+            raise ValueError(f"dm_control task {name!r} could not be built and reset: "
+                             f"{type(e).__name__}: {e}") from None
+        self.env, self.physics, self.task = env, env.physics, env.task
+        self.repeat = int(action_repeat)
+        self.n_sub_steps = int(round(env.control_timestep() / self.physics.timestep()))
+        self.sig = int(mujoco.mjtState.mjSTATE_INTEGRATION)
+        self.state_size = int(mujoco.mj_stateSize(self.physics.model.ptr, self.sig))
+        domain = name.split("-", 1)[0]
+        fields = _EPISODE_MODEL_FIELDS.get(name, _EPISODE_MODEL_FIELDS.get(_UNALIAS.get(domain, domain), ()))
+        self.model_fields = []
+        offset = 0
+        for f in fields:
+            arr = getattr(self.physics.model, f)
+            n = arr.nbytes // 4
+            self.model_fields.append((f, offset, offset + n, arr.dtype, arr.shape))
+            offset += n
+        self.model_words = offset
+        spec = env.action_spec()
+        self.low = np.asarray(np.broadcast_to(spec.minimum, spec.shape), np.float64)
+        self.high = np.asarray(np.broadcast_to(spec.maximum, spec.shape), np.float64)
+        self.action_dtype = spec.dtype
+        obs = env.task.get_observation(self.physics)
+        self.obs_layout = tuple((k, int(np.asarray(v).size)) for k, v in obs.items())
+        self.obs_dim = sum(n for _, n in self.obs_layout)
+        self._lock = threading.Lock()
+        self.stats = {"calls": 0, "items": 0, "seconds": 0.0}
+
+    def _count(self, t0, items):
+        self.stats["calls"] += 1
+        self.stats["items"] += int(items)
+        self.stats["seconds"] += time.perf_counter() - t0
+
+    # ---------------------------------------------------------------- one item
+    def _read(self, phys_out, model_out):
+        st = np.empty(self.state_size, np.float64)
+        self._mujoco.mj_getState(self.physics.model.ptr, self.physics.data.ptr, st, self.sig)
+        phys_out[:] = st.view(np.uint32)
+        if model_out is not None:
+            for f, a, b, _, _ in self.model_fields:
+                model_out[a:b] = np.ascontiguousarray(getattr(self.physics.model, f)).reshape(-1).view(np.uint32)
+
+    def _restore(self, phys, model):
+        for f, a, b, dtype, shape in self.model_fields:
+            np.copyto(getattr(self.physics.model, f), model[a:b].view(dtype).reshape(shape))
+        m, d = self.physics.model.ptr, self.physics.data.ptr
+        self._mujoco.mj_setState(m, d, np.ascontiguousarray(phys).view(np.float64), self.sig)
+        # dm_control's stepping expects the position/velocity stage of the current state; a
+        # non-finite state raises PhysicsError here (MuJoCo would reset it with a warning)
+        with self.physics.check_invalid_state():
+            self._mujoco.mj_step1(m, d)
+
+    def _obs(self):
+        obs = self.task.get_observation(self.physics)
+        return np.concatenate([np.asarray(v).ravel() for v in obs.values()]).astype(np.float32)
+
+    def _control_step(self, env_action) -> float:
+        """One control step as ``control.Environment.step`` takes it, minus its step counter."""
+        self.task.before_step(env_action, self.physics)
+        self.physics.step(self.n_sub_steps)
+        self.task.after_step(self.physics)
+        return float(self.task.get_reward(self.physics) or 0.0)
+
+    # ---------------------------------------------------------------- batches
+    def reset(self, seeds):
+        t0 = time.perf_counter()
+        seeds = np.asarray(seeds)
+        batch = seeds.shape
+        phys = np.empty(batch + (2 * self.state_size,), np.uint32)
+        model = np.empty(batch + (self.model_words,), np.uint32)
+        obs = np.empty(batch + (self.obs_dim,), np.float32)
+        with self._lock:
+            for i in np.ndindex(batch):
+                self.task.random.seed(int(seeds[i]))
+                ts = self.env.reset()
+                obs[i] = np.concatenate([np.asarray(v).ravel() for v in ts.observation.values()]).astype(np.float32)
+                self._read(phys[i], model[i])
+            self._count(t0, seeds.size)
+        return phys, model, obs
+
+    def step(self, phys, model, action, repeat, agent_units):
+        t0 = time.perf_counter()
+        batch = phys.shape[:-1]
+        action = np.broadcast_to(action, batch + action.shape[-1:])
+        phys_out = np.array(phys, np.uint32, copy=True)
+        obs = np.empty(batch + (self.obs_dim,), np.float32)
+        reward = np.empty(batch, np.float32)
+        with self._lock:
+            for i in np.ndindex(batch):
+                a = np.asarray(action[i])
+                if agent_units:  # dm_control's action_scale wrapper, onto [low, high], in float64
+                    scale = (self.high - self.low) / (1.0 - (-1.0))
+                    env_action = self.low + scale * (a.astype(np.float64) - (-1.0))
+                else:
+                    env_action = a.astype(np.float64)
+                env_action = env_action.astype(self.action_dtype, copy=False)
+                try:
+                    self._restore(phys[i], model[i])
+                    total = 0.0
+                    for _ in range(repeat):
+                        total += self._control_step(env_action)
+                    obs[i] = self._obs()
+                    reward[i] = np.float32(total)
+                    self._read(phys_out[i], None)
+                except self._physics_error:
+                    obs[i] = np.nan
+                    reward[i] = np.nan
+            self._count(t0, reward.size)
+        return phys_out, obs, reward
+
+
+class DMControlEnv(Env):
+    """A dm_control suite task (or an official custom task) behind the :class:`Env` interface.
+
+    Args:
+        env_id: an id in :data:`DMCONTROL_ENVS` (``"dmc:cheetah-run"``).
+        action_repeat: control steps per agent step (rewards summed; the paper uses 2).
+        episode_length: control steps per episode (1000, as every suite task); T =
+            episode_length // action_repeat agent steps.
+
+    Raises:
+        ValueError: unknown or refused id (close matches and the accepted ids named);
+            ``action_repeat`` < 1 or ``episode_length`` not a multiple of it; a task that
+            fails to build (e.g. quadruped-escape needs an OpenGL context:
+            ``MUJOCO_GL=egl`` or ``osmesa``).
+    """
+
+    def __init__(self, env_id: str, *, action_repeat: int = 1, episode_length: int = 1000):
+        if env_id not in DMCONTROL_ENVS:
+            raise unknown_id_error(env_id)
+        check_repeat_and_length(action_repeat, episode_length, check_length=True)
+        host = _Host(dmc_name(env_id), action_repeat)
+        self._host = host
+        self._token = None
+        self.spec = EnvSpec.from_bounds(
+            env_id, "dmcontrol", host.obs_dim, host.low, host.high,
+            action_repeat=action_repeat, episode_length=episode_length // action_repeat,
+            backend=None, can_terminate=False)
+
+    @property
+    def dm_env(self):
+        """The host ``dm_control.rl.control.Environment`` (a scratch simulator: its state is
+        overwritten by every call)."""
+        return self._host.env
+
+    @property
+    def obs_layout(self) -> tuple[tuple[str, int], ...]:
+        """The observation's parts in order: ((name, length), ...) of the task's dict."""
+        return self._host.obs_layout
+
+    @property
+    def n_sub_steps(self) -> int:
+        """MuJoCo steps per control (simulator) step."""
+        return self._host.n_sub_steps
+
+    def host_stats(self, reset: bool = False) -> dict:
+        """Host work since the env was built (or the last ``reset=True``): ``calls`` (host
+        callbacks), ``items`` (env resets and agent steps, over all batch elements) and
+        ``seconds`` (wall time inside the callbacks). ``reset=True`` zeroes the counters
+        after reading them."""
+        out = dict(self._host.stats)
+        if reset:
+            self._host.stats.update(calls=0, items=0, seconds=0.0)
+        return out
+
+    @staticmethod
+    def reset_seed(key) -> jax.Array:
+        """The uint32 seed of the task's RandomState for a reset with ``key``."""
+        return jax.random.bits(key, (), jnp.uint32)
+
+    def _shapes(self):
+        h = self._host
+        return (jax.ShapeDtypeStruct((2 * h.state_size,), jnp.uint32),
+                jax.ShapeDtypeStruct((h.model_words,), jnp.uint32),
+                jax.ShapeDtypeStruct((h.obs_dim,), jnp.float32))
+
+    def _raw_reset(self, key):
+        phys, model, obs = jax.pure_callback(self._host.reset, self._shapes(), self.reset_seed(key),
+                                             vmap_method="broadcast_all")
+        return DMCState(phys, model), obs
+
+    def _host_step(self, inner: DMCState, action, repeat: int, agent_units: bool):
+        phys_s, _, obs_s = self._shapes()
+
+        def call(phys, model, a):
+            return self._host.step(np.asarray(phys), np.asarray(model), np.asarray(a), repeat, agent_units)
+
+        return jax.pure_callback(call, (phys_s, obs_s, jax.ShapeDtypeStruct((), jnp.float32)),
+                                 inner.physics, inner.model, action, vmap_method="broadcast_all")
+
+    def _raw_step(self, inner, env_action, key):
+        """One control step with an action in the env's own units (float32)."""
+        del key
+        a = jnp.asarray(env_action, jnp.float32).reshape(self.spec.action_dim)
+        phys, obs, reward = self._host_step(inner, a, 1, False)
+        return DMCState(phys, inner.model), obs, reward, jnp.zeros((), bool)
+
+    def step(self, env_state: EnvState, action: jax.Array, key: jax.Array) -> tuple[EnvState, StepOut]:
+        """One agent step: ``action_repeat`` control steps in one host call (see the module
+        docstring). ``key`` is unused (dm_control steps are deterministic). Returns
+        ``(env_state, StepOut(obs, reward, terminated=False, truncated=t >= T))``."""
+        del key
+        a = jnp.clip(jnp.asarray(action, jnp.float32).reshape(self.spec.action_dim), -1.0, 1.0)
+        phys, obs, reward = self._host_step(env_state.inner, a, self.spec.action_repeat, True)
+        t = env_state.t + 1
+        inner = DMCState(phys, env_state.inner.model)
+        return EnvState(inner=inner, t=t), StepOut(obs, reward, jnp.zeros((), bool), t >= self.spec.episode_length)
