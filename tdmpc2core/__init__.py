@@ -14,9 +14,9 @@ def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
     if name in ("TDMPC2", "TerminationError", "NoSampleableEpisodeError"):
         from .agents import single_task as agent
         return getattr(agent, name)
-    if name == "TrainingInterrupted":
-        from .run import driver as training
-        return training.TrainingInterrupted
+    if name in ("TrainingInterrupted", "RunOptions"):
+        from .run import driver
+        return getattr(driver, name)
     if name in ("TDMPC2MultiTask", "MultiTaskState"):
         from .agents import multitask
         return getattr(multitask, name)
@@ -24,4 +24,4 @@ def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
 
 
 __all__ = ["TDMPC2", "TDMPC2MultiTask", "MultiTaskState", "TDMPC2Config", "MODEL_SIZES", "TerminationError",
-           "NoSampleableEpisodeError", "TrainingInterrupted", "__version__"]
+           "NoSampleableEpisodeError", "TrainingInterrupted", "RunOptions", "__version__"]
