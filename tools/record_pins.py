@@ -1,9 +1,11 @@
 """Print the bit-exact pins of ``tests/test_agent.py`` as the installed JAX computes them.
 
 Run from the repository root (``python tools/record_pins.py``) after a deliberate change of
-the pinned JAX release (pyproject.toml), then paste the printed values into ``BASELINE`` and
-``BASELINE_VERSIONS`` of tests/test_agent.py in a commit of their own, stating which pins
-moved and by how much. The runs are the tests' own (same agent, seeds and steps).
+the pinned JAX release (pyproject.toml), or on a CPU model none of the recorded baselines
+came from, with the code unchanged. Put the printed values into ``BASELINES`` of
+tests/test_agent.py (a new JAX: replace them and ``BASELINE_VERSIONS``; a new CPU: add an
+entry labelled with the printed CPU) in a commit of their own, stating which pins moved and
+by how much. The runs are the tests' own (same agent, seeds and steps).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ def main() -> None:
     import test_agent as ta
     from tdmpc2core import TDMPC2
 
-    print(f"BASELINE_VERSIONS = ({jax.__version__!r}, {jaxlib.__version__!r})  # backend {jax.default_backend()}")
+    print(f"BASELINE_VERSIONS = ({jax.__version__!r}, {jaxlib.__version__!r})  # backend {jax.default_backend()}, "
+          f"CPU {ta.cpu_label()}")
     agent = TDMPC2("Pendulum-v1", seed_steps=ta.SEED_STEPS, **ta.TINY)
     state = agent.train(seed=[0, 1], n_timesteps=ta.STEPS)[0]
     print("1:", ta.fingerprint(state))
