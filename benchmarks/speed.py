@@ -47,58 +47,89 @@ def timed(fn, repeats):
     return statistics.median(out)
 
 
-def bench(name, env_id, agent_kwargs, *, repeats, n_updates, n_ticks, train_seeds=1):
-    agent = TDMPC2(env_id, **agent_kwargs)
-    cfg, wm = agent.cfg, agent.wm
-    O, A = agent.spec.obs_dim, agent.spec.action_dim
-    st = init_agent_state(wm, jax.random.PRNGKey(0))
+def fixed_batch(agent) -> Batch:
+    """A fixed random batch of the agent's shapes ([H+1, B, obs], [H, B, A], [H, B] x 2)."""
+    cfg, O, A = agent.cfg, agent.spec.obs_dim, agent.spec.action_dim
     B, H = cfg.batch_size, cfg.horizon
     rng = np.random.default_rng(0)
-    batch = Batch(jnp.asarray(rng.normal(size=(H + 1, B, O)), jnp.float32),
-                  jnp.asarray(rng.uniform(-1, 1, size=(H, B, A)), jnp.float32),
-                  jnp.asarray(rng.normal(size=(H, B)), jnp.float32), jnp.zeros((H, B), jnp.float32))
+    return Batch(jnp.asarray(rng.normal(size=(H + 1, B, O)), jnp.float32),
+                 jnp.asarray(rng.uniform(-1, 1, size=(H, B, A)), jnp.float32),
+                 jnp.asarray(rng.normal(size=(H, B)), jnp.float32), jnp.zeros((H, B), jnp.float32))
+
+
+def bench_updates(agent, *, n_updates, repeats):
+    """(seconds per update, compile seconds): a jitted lax.scan of ``n_updates`` updates
+    (world model + policy + target Qs, spec §5.2) on a fixed batch."""
+    wm, batch = agent.wm, fixed_batch(agent)
+    st = init_agent_state(wm, jax.random.PRNGKey(0))
 
     def many_updates(s, k):
         return jax.lax.scan(lambda s, k: (update(wm, s, batch, agent.gamma, k)[0], None), s,
                             jax.random.split(k, n_updates))[0]
 
     upd = jax.jit(many_updates)
-    t = time.perf_counter(); jax.block_until_ready(upd(st, jax.random.PRNGKey(1))); upd_compile = time.perf_counter() - t
-    dt_upd = timed(lambda: upd(st, jax.random.PRNGKey(2)), repeats) / n_updates
+    t = time.perf_counter(); jax.block_until_ready(upd(st, jax.random.PRNGKey(1))); compile_s = time.perf_counter() - t
+    return timed(lambda: upd(st, jax.random.PRNGKey(2)), repeats) / n_updates, compile_s
 
+
+def bench_plan(agent, *, repeats):
+    """(seconds per planning call, compile seconds): one MPPI plan from one observation (spec §6)."""
+    wm, cfg = agent.wm, agent.cfg
+    O, A, H = agent.spec.obs_dim, agent.spec.action_dim, cfg.horizon
+    params = init_agent_state(wm, jax.random.PRNGKey(0)).params
     p = jax.jit(lambda params, k: plan(wm, params, jnp.zeros(O, jnp.float32), jnp.zeros((H, A), jnp.float32),
                                        jnp.asarray(False), False, agent.gamma, k))
-    t = time.perf_counter(); jax.block_until_ready(p(st.params, jax.random.PRNGKey(0))); plan_compile = time.perf_counter() - t
-    dt_plan = timed(lambda: p(st.params, jax.random.PRNGKey(3)), repeats)
+    t = time.perf_counter(); jax.block_until_ready(p(params, jax.random.PRNGKey(0))); compile_s = time.perf_counter() - t
+    return timed(lambda: p(params, jax.random.PRNGKey(3)), repeats), compile_s
 
-    # whole training ticks (plan + env step + update) after the seed phase
-    seeds = list(range(train_seeds))
+
+def _compile_total(agent, name: str) -> float:
+    rec = agent.compile_seconds.get(name, {})
+    return float(rec.get("trace_lower_s", 0.0) + rec.get("compile_s", 0.0))
+
+
+def bench_train(agent, *, seeds, n_ticks):
+    """(agent steps/s over all seeds, compile seconds of the training chunk for this seed
+    count): whole training ticks (plan, env step, replay write, one update) after the seed
+    phase, ``seeds`` vmapped."""
+    seeds = list(seeds)
     state = agent.init(seeds, 10 * agent.episode_length)
     chunk = agent._chunk()
+    before = _compile_total(agent, "chunk")
     T = agent.episode_length
     burst_tick = -(-agent.seed_steps // agent.n_envs)
-    # one random episode per env fills the replay (ticks 0..T); then jump past the burst to a
-    # tick in the same phase of the episode (tick % T == 1) to time training ticks alone
+    # one random episode per env fills the replay (ticks 0..T, the call that compiles); then
+    # jump past the burst to a tick in the same phase of the episode (tick % T == 1) and time
+    # training ticks alone, after one warm-up call
     state = chunk(state, jnp.int32(0), jnp.int32(T + 1))
+    compile_s = _compile_total(agent, "chunk") - before
     start = (burst_tick // T + 1) * T + 1
-    t = time.perf_counter(); state = chunk(state, jnp.int32(start), jnp.int32(1)); jax.block_until_ready(state)
-    tick_first = time.perf_counter() - t
+    state = chunk(state, jnp.int32(start), jnp.int32(1)); jax.block_until_ready(state)
     t = time.perf_counter(); state = chunk(state, jnp.int32(start + 1), jnp.int32(n_ticks)); jax.block_until_ready(state)
     dt_tick = (time.perf_counter() - t) / n_ticks
-    steps_per_s = agent.n_envs * train_seeds / dt_tick
+    return agent.n_envs * len(seeds) / dt_tick, compile_s
+
+
+def bench(name, env_id, agent_kwargs, *, repeats, n_updates, n_ticks, train_seeds=1):
+    agent = TDMPC2(env_id, **agent_kwargs)
+    cfg = agent.cfg
+    O, A = agent.spec.obs_dim, agent.spec.action_dim
+    dt_upd, upd_compile = bench_updates(agent, n_updates=n_updates, repeats=repeats)
+    dt_plan, plan_compile = bench_plan(agent, repeats=repeats)
+    steps_per_s, chunk_compile = bench_train(agent, seeds=range(train_seeds), n_ticks=n_ticks)
 
     f_upd = flops.update_flops(cfg, O, A)
     f_plan = flops.plan_flops(cfg, O, A)
     res = {
         "name": name, "env_id": env_id, "agent_kwargs": agent_kwargs, "obs_dim": O, "action_dim": A,
-        "batch_size": B, "num_samples": cfg.num_samples, "iterations": cfg.iterations,
+        "batch_size": cfg.batch_size, "num_samples": cfg.num_samples, "iterations": cfg.iterations,
         "backend": jax.default_backend(), "device": jax.devices()[0].device_kind,
         "updates_per_s": 1.0 / dt_upd, "update_ms": dt_upd * 1e3,
         "update_gflops_counted": f_upd / 1e9, "update_gflop_per_s": f_upd / dt_upd / 1e9,
         "plan_ms": dt_plan * 1e3, "plan_gflops_counted": f_plan / 1e9, "plan_gflop_per_s": f_plan / dt_plan / 1e9,
         "train_agent_steps_per_s": steps_per_s, "train_seeds": train_seeds,
         "train_gflop_per_s": (f_upd + f_plan) * steps_per_s / 1e9,
-        "compile_s": {"updates": upd_compile, "plan": plan_compile, "train_chunk_first_tick": tick_first},
+        "compile_s": {"updates": upd_compile, "plan": plan_compile, "train_chunk": chunk_compile},
     }
     print(f"{name:>12}: {res['updates_per_s']:7.2f} updates/s ({res['update_gflop_per_s']:6.1f} GFLOP/s), "
           f"plan {res['plan_ms']:7.1f} ms ({res['plan_gflop_per_s']:6.1f} GFLOP/s), "

@@ -1,0 +1,40 @@
+"""The GPU benchmark (benchmarks/gpu.py) runs in its reduced CPU form, so it cannot rot."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_reduced_form_runs_on_cpu_and_writes_its_tables(tmp_path):
+    out = tmp_path / "gpu.json"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--reduced", "--out", str(out)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=1200)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["meta"]["reduced"] is True and data["meta"]["backend"] == "cpu"
+    assert data["meta"]["matmul_precision"] == {"dense_layers": "HIGHEST", "jax_default_matmul_precision": "highest"}
+    (row,) = data["results"]
+    assert row["model_size"] == 1 and row["env_id"] == "Pendulum-v1"
+    assert set(row["train"]) == {"1", "2"}
+    for t in row["train"].values():
+        assert t["agent_steps_per_s"] > 0 and t["tflop_per_s"] > 0 and t["compile_s"] > 0
+    assert row["updates_per_s"] > 0 and row["plan_ms"] > 0 and row["update_gflop_counted"] > 0
+    assert row["peak_device_bytes"] is None  # the CPU backend keeps no allocator statistics
+    md = out.with_suffix(".md").read_text()
+    assert "| model size | params | updates/s |" in md and "agent steps/s, 2 seeds" in md
+    assert "n/a (no allocator stats)" in md
+
+
+def test_gpu_benchmark_rejects_a_bad_figure():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu
+    row = {"model_size": 5, "updates_per_s": 1.0, "plan_ms": float("nan"), "update_tflop_per_s": 1.0,
+           "compile_s": {"updates": 1.0, "plan": 1.0},
+           "train": {"1": {"agent_steps_per_s": 0.0, "tflop_per_s": 1.0, "compile_s": 1.0}}}
+    with pytest.raises(ValueError, match="model size 5: non-positive or non-finite figures"):
+        gpu.check_row(row)
