@@ -227,10 +227,9 @@ def _select_tasks(ckpt: OfficialCheckpoint, tasks) -> tuple[list, dict]:
                 f"{ckpt.path} is a single-task checkpoint ({ckpt.architecture.describe()}): name its one "
                 f"dm_control task, e.g. dmc:dog-run (got {tasks})")
         name = _official_name(tasks[0])
-        why = unavailable_reason(name)
-        if why is not None:
+        if unavailable_reason(name) is not None:
             from ..envs.dmcontrol_ids import unknown_id_error
-            raise ValueError(f"task {tasks[0]!r}: {why}. {unknown_id_error(PREFIX + name)}")
+            raise unknown_id_error(PREFIX + name)
         return [(name, None)], {}
     available = [n for n in ckpt.task_names if unavailable_reason(n) is None]
     if any(t in ("all", ckpt.task_set) for t in tasks):
