@@ -25,6 +25,7 @@ STAGES = {
     "tables": ("tables", "the paper's single-task tables and aggregate scores"),
     "report": ("report", "render results/report.html (self-contained)"),
     "evaluate-official": ("evaluate_official", "evaluate a released (official) TD-MPC2 checkpoint with our planner"),
+    "official-table": ("official_table", "the released checkpoints' returns beside the published final scores"),
 }
 
 
