@@ -339,3 +339,21 @@ def test_pipeline_official_block_dry_run_and_real_run(tmp_path, single_eval):
                                         "    tiny: {file: tiny.pt, tasks: [all], model_size: 7}\n")
     res = _snakemake(tmp_path, "-n", "--configfile=bad2.yaml")
     assert res.returncode != 0 and "model_size" in res.stdout + res.stderr
+
+
+def test_nested_layout_action_masks_must_fit_the_tasks(tmp_path):
+    """The later official code's checkpoints store each task's action mask: one that does not
+    fit the dm_control task's action dims (a wrong task list) is refused."""
+    _torch()
+    from tdmpc2core.agents.official_eval import CheckpointMismatchError, evaluate_official, load_checkpoint
+    from tdmpc2core.io.official import save_official
+    from tdmpc2core.model import official as O
+
+    ck = load_checkpoint(MULTI, task_set="cartpole-balance,reacher-easy")
+    path = tmp_path / "nested.pt"
+    save_official(path, O.to_official(ck.weights.params, ck.weights.target_qs, layout="nested",
+                                      action_masks=np.ones((2, 2), np.float32)))
+    with pytest.raises(CheckpointMismatchError, match=r"task 0 \(cartpole-balance\) has 2 action dims in the "
+                                                      r"checkpoint's _action_masks, the dm_control task 1"):
+        evaluate_official(path, ["dmc:cartpole-balance"], task_set="cartpole-balance,reacher-easy", episodes=1,
+                          planner=PLANNER)

@@ -346,8 +346,14 @@ def evaluate_official(checkpoint, tasks="all", *, model_size: Optional[int] = No
         cfg = agent.cfg
     else:
         envs = {name: make_env(PREFIX + name, episode_length=int(episode_length)) for name, _ in selected}
-        for name, env in envs.items():
-            check_dims(env, name)
+        masks = ckpt.weights.buffers.get("_action_masks")  # the later (nested) layout stores them
+        for name, index in selected:
+            check_dims(envs[name], name)
+            if masks is not None and int(np.sum(masks[index])) != envs[name].spec.action_dim:
+                raise CheckpointMismatchError(
+                    f"{ckpt.path}: task {index} ({name}) has {int(np.sum(masks[index]))} action dims in the "
+                    f"checkpoint's _action_masks, the dm_control task {envs[name].spec.action_dim}: is the task list "
+                    f"({ckpt.task_set}) the one the checkpoint was trained on?")
         T_min = min(env.spec.episode_length for env in envs.values()) if envs else int(episode_length) // 2
         size = widths.pop("model_size")
         cfg = resolve_config(TDMPC2Config(model_size=size, **widths, **planner), episode_length=T_min,
