@@ -194,8 +194,15 @@ def test_multi_task_checkpoint_pads_masks_and_skips_what_is_not_available():
 
 
 # ------------------------------------------------------------------ errors: clear, nothing written
+class _Pickled:
+    """Not a tensor: ``torch.load(weights_only=True)`` refuses to unpickle it."""
+
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
 @pytest.mark.parametrize("case", ["model_size", "dims", "missing", "unknown_task", "task_count", "not_in_set",
-                                  "single_all", "not_a_checkpoint"])
+                                  "single_all", "not_a_checkpoint", "damaged", "pickled_code"])
 def test_errors_name_the_file_and_what_fits_and_write_nothing(tmp_path, capsys, case):
     torch = _torch()
     out = tmp_path / "results" / "official" / "x"
@@ -211,6 +218,8 @@ def test_errors_name_the_file_and_what_fits_and_write_nothing(tmp_path, capsys, 
                       r"\['dmc:cartpole-balance', 'dmc:reacher-easy'\]",
         "single_all": r"official_ckpt_single\.pt is a single-task checkpoint",
         "not_a_checkpoint": r"bad\.pt: not a TD-MPC2 checkpoint this code can evaluate: missing key",
+        "damaged": r"bad\.pt: not a readable PyTorch checkpoint \(torch.load with weights_only=True refused it",
+        "pickled_code": r"bad\.pt: not a readable PyTorch checkpoint \(torch.load with weights_only=True refused it",
     }[case]
     if case == "model_size":
         extra = ["--model-size", 5]
@@ -229,8 +238,16 @@ def test_errors_name_the_file_and_what_fits_and_write_nothing(tmp_path, capsys, 
     elif case == "not_a_checkpoint":
         ck = tmp_path / "bad.pt"
         torch.save({"model": {"_encoder.state.0.weight": torch.zeros(3, 3)}}, ck)
+    elif case == "damaged":
+        ck = tmp_path / "bad.pt"
+        ck.write_bytes(SINGLE.read_bytes()[:5000])  # a download cut short
+    elif case == "pickled_code":
+        ck = tmp_path / "bad.pt"
+        torch.save({"model": _Pickled()}, ck)  # an object whose unpickling would run code
     rc = cli("--checkpoint", ck, "--task", task, *extra, "--out", out)
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
+    assert "this must never run" not in captured.out + err
     assert rc == 1
     assert len([ln for ln in err.splitlines() if ln.startswith("tdmpc2 evaluate-official: error:")]) == 1, err
     import re

@@ -139,7 +139,8 @@ def load_checkpoint(path, *, model_size: Optional[int] = None,
     Raises:
       FileNotFoundError: no such file (named).
       ImportError: PyTorch is not installed.
-      CheckpointMismatchError: the weights are not an official TD-MPC2 state dict, or do not fit
+      CheckpointMismatchError: the file is not a readable ``.pt`` (``torch.load(weights_only=True)``
+        refuses pickled code and damaged files), the weights are not an official TD-MPC2 state dict, or do not fit
         ``model_size`` / ``task_set`` (names the file, its architecture and the size it fits).
     """
     from ..io.official import OfficialCheckpointError, load_official
@@ -147,10 +148,18 @@ def load_checkpoint(path, *, model_size: Optional[int] = None,
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no official checkpoint at {path!r}")
+    import pickle
+
     try:
         sd = load_official(path)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as e:  # torch.load refusing the file
+        raise CheckpointMismatchError(f"{path}: not a readable PyTorch checkpoint (torch.load with "
+                                      f"weights_only=True refused it: {str(e).splitlines()[0][:300]})") from e
+    except OfficialCheckpointError as e:
+        raise CheckpointMismatchError(f"{path}: not a TD-MPC2 checkpoint this code can evaluate: {e}") from e
+    try:
         weights = from_official(sd)
-    except (OfficialWeightsError, OfficialCheckpointError) as e:
+    except OfficialWeightsError as e:
         raise CheckpointMismatchError(f"{path}: not a TD-MPC2 checkpoint this code can evaluate: {e}") from e
     arch = weights.architecture
     names: tuple = ()

@@ -68,6 +68,12 @@ def run(args) -> int:
     from ..io import atomic, provenance
     from ..run.compiled import per_program
 
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        print("tdmpc2 evaluate-official: error: reading an official .pt checkpoint needs PyTorch: "
+              "pip install -e '.[official]'", file=sys.stderr)
+        return 1
     out = Path(args.out)
     runjson = out / "run.json"
     if runjson.exists():
