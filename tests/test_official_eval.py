@@ -347,6 +347,11 @@ def test_pipeline_official_block_dry_run_and_real_run(tmp_path, single_eval):
     ours = pd.read_parquet(tmp_path / "results/official/tiny/eval.parquet")["return"].tolist()
     assert ours == pd.read_parquet(single_eval / "eval.parquet")["return"].tolist()
     assert (tmp_path / "results/official/tiny/run.json").exists()
+    # the committed smoke configuration (the fixtures as its folder): its plan
+    shutil.copytree(FIX, tmp_path / "tests" / "fixtures")
+    res = _snakemake(tmp_path, "-n", "--configfile=workflow/configs/official-smoke.yaml", "--", target)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert re.search(r"^official_eval\s+2$", res.stdout, re.M) and "train_single" not in res.stdout
     # refused at load, before any job: an unknown task, a schema error
     (tmp_path / "bad.yaml").write_text(
         "official_checkpoints:\n  dir: downloads\n  checkpoints:\n    tiny: {file: tiny.pt, tasks: ['dmc:nope']}\n")
