@@ -19,7 +19,9 @@ architecture from the weights and checks it against the requested model size and
   embedding (renormalised to max-norm 1 at look-up), observations zero-padded to the
   checkpoint's width, actions multiplied by the task's mask and the env given only its own
   dims, the discount from the task's episode length (spec §10); the normalized score of a
-  DMC task is return / 10 (the official ``evaluate.py``).
+  DMC task is return / 10 (the official ``evaluate.py``). One planner program serves every
+  task (embedding, mask and discount are its arguments), so an mt30 checkpoint compiles once,
+  not 28 times; the episodes' loop runs on the host, the task's episodes stepped together.
 
 Example::
 
@@ -298,11 +300,9 @@ def evaluate_official(checkpoint, tasks="all", *, model_size: Optional[int] = No
 
     from ..envs import make_env
     from ..model.official import agent_state
-    from ..model.planner import plan
     from ..model.update import embed
     from ..model.world_model import WorldModel
     from ..run.compiled import Compiled
-    from .online import eval_episode
     from .single_task import TDMPC2
 
     ckpt = checkpoint if isinstance(checkpoint, OfficialCheckpoint) else load_checkpoint(
@@ -369,36 +369,76 @@ def evaluate_official(checkpoint, tasks="all", *, model_size: Optional[int] = No
                              action_dim=arch.action_dim)
         wm = WorldModel(cfg, arch.obs_dim, arch.action_dim, arch.task_dim, arch.num_tasks)
         params = jax.tree_util.tree_map(jnp.asarray, ckpt.weights.params)
+        # one planner program for every task (task embedding, mask and discount are arguments);
+        # the episodes' loop runs on the host, as the official evaluate.py's, stepping each
+        # task's environment (vmapped over the episodes) between planner calls
+        plan_fn = Compiled(jax.jit(_plan_batch(wm)), "plan", compile_seconds)
+        H, A = cfg.horizon, arch.action_dim
         for name, index in selected:
             env = envs[name]
-            T, H, A = env.spec.episode_length, cfg.horizon, arch.action_dim
-            a_dim, pad = env.spec.action_dim, arch.obs_dim - env.spec.obs_dim
-            gamma = discount_from_episode_length(T, cfg.discount_denom, cfg.discount_min, cfg.discount_max)
+            a_dim = env.spec.action_dim
+            gamma = discount_from_episode_length(env.spec.episode_length, cfg.discount_denom, cfg.discount_min,
+                                                 cfg.discount_max)
             gammas[name] = gamma
             repeats[name] = int(env.spec.action_repeat)
             mask = jnp.zeros((A,), jnp.float32).at[:a_dim].set(1.0)
-
-            def one_episode(params, key, env=env, index=index, a_dim=a_dim, pad=pad, gamma=gamma, mask=mask,
-                            T=T, H=H, A=A):
-                e = embed(params["task_emb"], index)
-
-                def act(obs, mean, t0, k):
-                    a, mean = plan(wm, params, jnp.pad(obs, (0, pad)), mean, t0, True, gamma, k, e, mask)
-                    return a[:a_dim], mean  # the env gets its own dims only
-
-                return eval_episode(env, act, T, H, A, key)
-
-            fn = Compiled(jax.jit(lambda p, keys, f=one_episode: jax.vmap(lambda k: f(p, k))(keys)), "eval",
-                          compile_seconds)
+            e = embed(params["task_emb"], index)  # renormalised at look-up, not written back (K3)
             key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(int(seed) + EVAL_KEY_OFFSET), 0), index)
-            ret, length = fn(params, jax.random.split(key, int(episodes)))
-            add_rows(name, index, env, np.asarray(ret), np.asarray(length))
+            ret, length = _host_episodes(env, plan_fn, params, e, mask, jnp.float32(gamma), arch.obs_dim, H, A,
+                                         jax.random.split(key, int(episodes)), compile_seconds)
+            add_rows(name, index, env, ret, length)
     settings = dict(episodes=int(episodes), seed=int(seed), episode_length=int(episode_length),
                     action_repeat=repeats, eval_mode=True, gamma=gammas,
                     planner={k: getattr(cfg, k) for k in PLANNER_KEYS}, mpc=bool(cfg.mpc),
                     reference_commit=REFERENCE_COMMIT, task_set_source=task_set_source())
     return OfficialEvaluation(rows=rows, skipped=skipped, checkpoint=ckpt, settings=settings,
                               compile_seconds=compile_seconds)
+
+
+def _plan_batch(wm):
+    """(params, obs [E, O], mean [E, H, A], t0, keys [E, 2], e, mask, gamma) -> (actions [E, A],
+    means [E, H, A]): one eval-mode plan per episode (vmapped), the task as arguments."""
+    import jax
+
+    from ..model.planner import plan
+
+    def f(params, obs, mean, t0, keys, e, mask, gamma):
+        return jax.vmap(lambda o, m, k: plan(wm, params, o, m, t0, True, gamma, k, e, mask))(obs, mean, keys)
+
+    return f
+
+
+def _host_episodes(env, plan_fn, params, e, mask, gamma, obs_dim: int, H: int, A: int, keys, compile_seconds):
+    """The episodes of one task, one per key, stepped together on the host: the keys split as
+    :func:`tdmpc2core.agents.online.eval_episode` splits them (a fresh initial state, then T
+    agent steps, ``t0`` on the first), observations zero-padded to ``obs_dim``, the env given
+    its own action dims. Returns (returns float64 [E], lengths int64 [E])."""
+    import jax
+    import jax.numpy as jnp
+
+    from ..run.compiled import Compiled
+
+    T, a_dim, pad = env.spec.episode_length, env.spec.action_dim, obs_dim - env.spec.obs_dim
+    E = keys.shape[0]
+    k_reset, k_loop = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)  # [E, 2] each
+    step_keys = jax.vmap(lambda k: jax.random.split(k, T))(k_loop)  # [E, T, 2]
+    reset = Compiled(jax.jit(jax.vmap(env.reset)), "env", compile_seconds)
+    step = Compiled(jax.jit(jax.vmap(env.step)), "env", compile_seconds)
+    split = jax.jit(jax.vmap(jax.random.split))
+    state, obs = reset(k_reset)
+    mean = jnp.zeros((E, H, A), jnp.float32)
+    ret, length = np.zeros(E, np.float64), np.zeros(E, np.int64)
+    alive = np.ones(E, bool)
+    for t in range(T):
+        k_act, k_step = jnp.moveaxis(split(step_keys[:, t]), 1, 0)
+        a, mean = plan_fn(params, jnp.pad(obs, ((0, 0), (0, pad))), mean, jnp.asarray(t == 0), k_act, e, mask, gamma)
+        state, out = step(state, a[:, :a_dim], k_step)  # the env gets its own dims only
+        r, term = np.asarray(out.reward, np.float64), np.asarray(out.terminated, bool)
+        ret += np.where(alive, r, 0.0)
+        length += alive
+        alive &= ~term
+        obs = out.obs
+    return ret, length
 
 
 class _Params:
