@@ -357,6 +357,11 @@ def test_pipeline_official_block_dry_run_and_real_run(tmp_path, single_eval):
         "official_checkpoints:\n  dir: downloads\n  checkpoints:\n    tiny: {file: tiny.pt, tasks: ['dmc:nope']}\n")
     res = _snakemake(tmp_path, "-n", "--configfile=bad.yaml")
     assert res.returncode != 0 and "official_checkpoints.checkpoints.tiny.tasks: 'dmc:nope'" in res.stdout + res.stderr
+    (tmp_path / "bad3.yaml").write_text(
+        "official_checkpoints:\n  dir: downloads\n  checkpoints:\n    tiny: {file: nope.pt, tasks: [all]}\n")
+    res = _snakemake(tmp_path, "-n", "--configfile=bad3.yaml")
+    assert res.returncode != 0 and "official_checkpoints.checkpoints.tiny.file: downloads/nope.pt does not exist" \
+        in res.stdout + res.stderr
     (tmp_path / "bad2.yaml").write_text("official_checkpoints:\n  dir: downloads\n  checkpoints:\n"
                                         "    tiny: {file: tiny.pt, tasks: [all], model_size: 7}\n")
     res = _snakemake(tmp_path, "-n", "--configfile=bad2.yaml")

@@ -20,6 +20,13 @@ def _check_official_tasks():
 
     sets = ["all", *official_tasks.task_set_names()]
     for name, ck in OFFICIAL_CKPTS.items():
+        path = os.path.join(OFFICIAL_CFG["dir"], ck["file"])
+        if not os.path.isfile(path):
+            raise WorkflowError(
+                f"config: official_checkpoints.checkpoints.{name}.file: {path} does not exist "
+                f"(official_checkpoints.dir {OFFICIAL_CFG['dir']!r} + file {ck['file']!r}): download the "
+                "checkpoint there, or correct the path"
+            )
         for t in ck["tasks"]:
             if t in sets:
                 continue
