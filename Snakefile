@@ -47,6 +47,7 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/datasets.smk"
 include: "workflow/rules/multitask.smk"
+include: "workflow/rules/official.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -66,6 +67,7 @@ EVERY_OUTPUT = [
     *rules.tables.output,
     *[f for name in MULTI_FILES for f in multi_files(name)],
     *(rules.scaling.output if MULTITASK else []),
+    *official_outputs(),
     *rules.report.output,
 ]
 

@@ -17,6 +17,10 @@ def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
     if name in ("TrainingInterrupted", "RunOptions"):
         from .run import driver
         return getattr(driver, name)
+    if name in ("evaluate_official", "load_official_checkpoint"):
+        from .agents import official_eval
+        return {"evaluate_official": official_eval.evaluate_official,
+                "load_official_checkpoint": official_eval.load_checkpoint}[name]
     if name in ("TDMPC2MultiTask", "MultiTaskState"):
         from .agents import multitask
         return getattr(multitask, name)
@@ -24,4 +28,5 @@ def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
 
 
 __all__ = ["TDMPC2", "TDMPC2MultiTask", "MultiTaskState", "TDMPC2Config", "MODEL_SIZES", "TerminationError",
-           "NoSampleableEpisodeError", "TrainingInterrupted", "RunOptions", "__version__"]
+           "NoSampleableEpisodeError", "TrainingInterrupted", "RunOptions", "evaluate_official", "load_official_checkpoint",
+           "__version__"]

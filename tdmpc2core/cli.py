@@ -24,6 +24,8 @@ STAGES = {
     "figures": ("figures", "learning-curve figures per task, beside the published curves"),
     "tables": ("tables", "the paper's single-task tables and aggregate scores"),
     "report": ("report", "render results/report.html (self-contained)"),
+    "evaluate-official": ("evaluate_official", "evaluate a released (official) TD-MPC2 checkpoint with our planner"),
+    "official-table": ("official_table", "the released checkpoints' returns beside the published final scores"),
 }
 
 

@@ -297,6 +297,19 @@ def test_tables_figures_report_stages(tmp_path, monkeypatch):
     assert agg["mean_score_ci_low"].isna().all() and "no confidence interval from 2 score(s)" in agg["note"].iloc[-1]
     assert "jax</td><td>" in html  # package versions
     assert "Git commit" in html and "cartpole-balance" in html
+    # the released checkpoints' section: only with `tdmpc2 official-table`'s CSV
+    assert "Released checkpoints, our planner" not in html
+    from tdmpc2core.report.official import COLUMNS
+    nan = float("nan")
+    pd.DataFrame([["mt30-48M", 48, "mt30", "walker-run", 10, 801.5, 12.25, 80.15, 820.0, 9.0, 2000000, -18.5, ""],
+                  ["mt30-48M", 48, "mt30", "reacher-three-easy", 0, nan, nan, nan, nan, nan, nan, nan,
+                   "skipped: needs the official three-link reacher model"]],
+                 columns=list(COLUMNS)).to_csv("results/tables/official_checkpoints.csv", index=False)
+    assert cli.main(["report", "--config", "results/resolved_config.yaml", "--no-jax", "--official-tables",
+                     "results/tables/official_checkpoints.csv", "--out", "results/report_official.html"]) == 0
+    html = open("results/report_official.html", encoding="utf-8").read()
+    assert '<h2 id="official">Released checkpoints, our planner</h2>' in html and 'href="#official"' in html
+    assert "801.5 ± 12.2" in html and "820.0 ± 9.0" in html and "skipped: needs the official three-link" in html
 
 
 # --------------------------------------------------------------------------- episodic tasks

@@ -5,6 +5,8 @@
   export of that replay as an episode dataset in :mod:`.export`.
 * :mod:`.multitask`: :class:`~tdmpc2core.TDMPC2MultiTask`, multi-task TD-MPC2 trained offline
   on a pooled dataset (spec §10).
+* :mod:`.official_eval`: the released (official) checkpoints, converted and evaluated with
+  the planner by the official ``evaluate.py`` protocol (``tdmpc2 evaluate-official``).
 
 Each agent builds its compiled programs (init, training chunk, evaluation) and hands them to
 the run driver (:mod:`tdmpc2core.run`), which owns everything a run does on the host.

@@ -5,6 +5,8 @@
 """
 from __future__ import annotations
 
+from typing import NamedTuple, Optional
+
 import jax
 import jax.numpy as jnp
 
@@ -86,7 +88,27 @@ def mppi_update(cfg, actions, value, mask=None):
     return mean, std, score, elite_actions
 
 
-def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key, e=None, mask=None):
+class PlanDraws(NamedTuple):
+    """Every random draw of one :func:`plan` call, given instead of drawn from its key (the
+    official code's draws, injected by the parity tests; spec §6).
+
+    pi_eps [H, P, A]: the policy noise of the policy trajectories, one draw per horizon step;
+    noise [I, H, N - P, A]: each iteration's standard-normal sample noise; value_eps [I, N, A]:
+    each iteration's policy noise at z_H in the value estimate; pairs [I, 2]: each
+    iteration's Q pair; elite: the index of the chosen elite (int); explore [A]: the
+    exploration noise (training mode only; ignored in eval mode).
+    """
+
+    pi_eps: jnp.ndarray
+    noise: jnp.ndarray
+    value_eps: jnp.ndarray
+    pairs: jnp.ndarray
+    elite: jnp.ndarray
+    explore: Optional[jnp.ndarray] = None
+
+
+def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key, e=None, mask=None,
+         draws: Optional[PlanDraws] = None):
     """One MPPI plan from one observation (spec §6, 5f6fade).
 
     Args:
@@ -96,38 +118,56 @@ def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key
       e: the task embedding [task_dim] (multi-task; None for single-task).
       mask: the task's action mask [A] (multi-task): policy actions, samples, mean and std
         are multiplied by it, so the padded action dims of every output are exactly 0.
+      draws: :class:`PlanDraws` to use instead of drawing from ``key`` (``key`` may then be
+        None); None (default): every draw from ``key``.
     Returns:
       (action [A] in [-1, 1], mean [H, A] to pass as the next prev_mean).
     """
     cfg = wm.cfg
     H, A = cfg.horizon, wm.action_dim
     N, P, E = cfg.num_samples, cfg.num_pi_trajs, cfg.num_elites
-    k_pi, k_loop, k_elite, k_noise = jax.random.split(key, 4)
+    if draws is None:
+        k_pi, k_loop, k_elite, k_noise = jax.random.split(key, 4)
     z = wm.encode(params, obs[None], e)  # [1, L]
     zN = jnp.broadcast_to(z, (N, z.shape[-1]))
     eN = None if e is None else jnp.broadcast_to(e, (N, e.shape[-1]))
 
     mean = warm_start(prev_mean, t0)
     std = jnp.full((H, A), cfg.max_std, jnp.float32)
-    pi_actions = policy_trajectories(wm, params, z, k_pi, None if e is None else e[None], mask) if P > 0 else None
+    e1 = None if e is None else e[None]
+    if P == 0:
+        pi_actions = None
+    elif draws is None:
+        pi_actions = policy_trajectories(wm, params, z, k_pi, e1, mask)
+    else:
+        pi_actions = policy_trajectories(wm, params, z, None, e1, mask, eps=draws.pi_eps)
 
-    def iteration(carry, k):
+    def iteration(carry, x):
         mean, std, _, _ = carry
-        k_samp, k_val = jax.random.split(k)
-        noise = jax.random.normal(k_samp, (H, N - P, A), jnp.float32)
+        if draws is None:
+            k_samp, k_val = jax.random.split(x)
+            noise = jax.random.normal(k_samp, (H, N - P, A), jnp.float32)
+            v_eps, pair = None, None
+        else:
+            noise, v_eps, pair = x
+            k_val = None
         sampled = jnp.clip(mean[:, None] + std[:, None] * noise, -1.0, 1.0)
         actions = sampled if P == 0 else jnp.concatenate([pi_actions, sampled], axis=1)
         if mask is not None:
             actions = actions * mask
-        value = jnp.nan_to_num(estimate_value(wm, params, zN, actions, gamma, k_val, eN, mask), nan=0.0)
+        value = jnp.nan_to_num(estimate_value(wm, params, zN, actions, gamma, k_val, eN, mask, eps=v_eps, pair=pair),
+                               nan=0.0)
         return mppi_update(cfg, actions, value, mask), None
 
     init = (mean, std, jnp.zeros((E,), jnp.float32), jnp.zeros((H, E, A), jnp.float32))
-    (mean, std, score, elite_actions), _ = jax.lax.scan(iteration, init, jax.random.split(k_loop, cfg.iterations))
-    choice = jax.random.categorical(k_elite, jnp.log(score))
+    xs = jax.random.split(k_loop, cfg.iterations) if draws is None else (
+        jnp.asarray(draws.noise, jnp.float32), jnp.asarray(draws.value_eps, jnp.float32),
+        jnp.asarray(draws.pairs, jnp.int32))
+    (mean, std, score, elite_actions), _ = jax.lax.scan(iteration, init, xs)
+    choice = jax.random.categorical(k_elite, jnp.log(score)) if draws is None else jnp.asarray(draws.elite, jnp.int32)
     a = elite_actions[0, choice]
     if not eval_mode:
-        a = a + std[0] * jax.random.normal(k_noise, (A,), jnp.float32)
+        a = a + std[0] * (jax.random.normal(k_noise, (A,), jnp.float32) if draws is None else draws.explore)
     return jnp.clip(a, -1.0, 1.0), mean
 
 

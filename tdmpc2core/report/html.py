@@ -337,6 +337,21 @@ def multitask_section(scaling: pd.DataFrame, tasks: pd.DataFrame, ranges: Mappin
     return "\n".join(out)
 
 
+def official_section(table: pd.DataFrame) -> str:
+    """The "Released checkpoints, our planner" table (:func:`tdmpc2core.report.official.official_table`):
+    each evaluated task's return beside the published TD-MPC2 final score, skipped tasks with why."""
+    rows, cells = [], []
+    for r in table.itertuples(index=False):
+        ours = "" if pd.isna(r.return_mean) else _mean_sd(r.return_mean, r.return_sd)
+        pub = "" if pd.isna(r.published_return) else _mean_sd(r.published_return, r.published_sd)
+        rows.append([esc(r.checkpoint), num(r.model_size, 0), esc(r.task_set), esc(r.task), num(r.episodes, 0), ours,
+                     num(r.normalized_score), pub, num(r.published_agent_steps, 0), num(r.difference), esc(r.note)])
+        cells.append(["", "num", "", "", "num", "num", "num", "num", "num", "num", ""])
+    return html_table(["Checkpoint", "Model size", "Task set", "Task", "Episodes", "Our planner: return mean ± sd",
+                       "Normalized score", "Published TD-MPC2 final: mean ± sd", "Published at agent steps",
+                       "Ours − published", "Note"], rows, cell_classes=cells)
+
+
 def runtime_section(runs: pd.DataFrame) -> str:
     """The training jobs' runtimes: one row per attempt (session) of each job, a resumed job's
     attempts one below the other, and each job's total over its attempts."""
@@ -387,7 +402,9 @@ def render_report(ctx: Mapping) -> str:
     :func:`dataset_stats`, optional) and ``datasets_figure`` ((kind, data) or None), and
     ``multitask`` (optional dict: ``scaling`` and ``tasks`` DataFrames of
     :mod:`tdmpc2core.report.scaling`, ``ranges`` (task -> (low, high) or None), ``settings`` (the
-    resolved multitask block) and ``figure`` ((kind, data) or None)).
+    resolved multitask block) and ``figure`` ((kind, data) or None)), and ``official``
+    (optional DataFrame of :func:`tdmpc2core.report.official.official_table`: the "Released
+    checkpoints, our planner" section).
     """
     is_paper = bool(ctx.get("is_paper"))
     banner_cls = "paper" if is_paper else "demo"
@@ -415,6 +432,7 @@ def render_report(ctx: Mapping) -> str:
         + '<a href="#single">Single-task table</a>'
         '<a href="#aggregate">Aggregates</a><a href="#figures">Figures</a><a href="#datasets">Datasets</a>'
         + ('<a href="#multitask">Multi-task</a>' if ctx.get("multitask") else "")
+        + ('<a href="#official">Released checkpoints</a>' if ctx.get("official") is not None else "")
         + '<a href="#runtime">Runtime</a>'
         '<a href="#provenance">Provenance</a><a href="#config">Configuration</a></nav>',
     ]
@@ -484,6 +502,19 @@ def render_report(ctx: Mapping) -> str:
         if mt.get("figure"):
             kind, data = mt["figure"]
             parts.append(f'<div class="fig">{embed_image(data, kind, "multi-task scaling")}</div>')
+
+    off = ctx.get("official")
+    if off is not None:
+        parts.append('<h2 id="official">Released checkpoints, our planner</h2>')
+        parts.append("<p>Checkpoints released with the paper (official TD-MPC2 weights, converted bit for bit), "
+                     "evaluated here with this project's planner on dm_control by the official evaluate.py "
+                     "protocol: each episode from a fresh initial state, the planner in evaluation mode (no "
+                     "exploration noise), multi-task checkpoints per task with the task's embedding, padded "
+                     "observations and masked actions. Beside each task's mean return: the published TD-MPC2 "
+                     "final score (the last point of the published single-task curve, 5M model; for a "
+                     "multi-task checkpoint a reference, not the same experiment). Tasks not available on "
+                     "dm_control here are listed as skipped, with the reason.</p>")
+        parts.append(official_section(off))
 
     parts.append('<h2 id="runtime">Runtime</h2>')
     runs = ctx.get("runs")

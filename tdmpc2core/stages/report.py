@@ -20,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", default="results/single", help="folder of single-task runs")
     parser.add_argument("--multi-runs", nargs="*", default=[],
                         help="run.json files of the multi-task runs (their runtimes are shown)")
+    parser.add_argument("--official-tables", nargs="*", default=[],
+                        help="official_checkpoints.csv of `tdmpc2 official-table` (the released-checkpoints section)")
     parser.add_argument("--tables", default="results/tables", help="folder written by `tdmpc2 tables`")
     parser.add_argument("--figures", default="results/figures", help="folder written by `tdmpc2 figures`")
     parser.add_argument("--benchmarks", default="benchmarks/runs", help="Snakemake benchmark files (optional)")
@@ -252,6 +254,9 @@ def run(args) -> int:
     multitask = None
     if cfg.get("multitask"):
         multitask = _multitask_context(cfg, args)
+    official = None
+    if args.official_tables:
+        official = pd.concat([pd.read_csv(p) for p in args.official_tables], ignore_index=True)
     ctx = {
         "protocol": cfg.get("protocol", "?"),
         "label": cfg.get("label", ""),
@@ -269,6 +274,7 @@ def run(args) -> int:
         "simulator": A.simulator_text(tasks, suite_of, PV.package_versions(("dm-control", "playground"))),
         "datasets": datasets, "datasets_figure": datasets_figure,
         "multitask": multitask,
+        "official": official,
     }
     A.write_text_atomic(args.out, R.render_report(ctx))
     print(f"tdmpc2 report: {args.out} ({os.path.getsize(args.out) / 1e3:.0f} kB)")

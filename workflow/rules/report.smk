@@ -13,6 +13,7 @@ rule report:
         datasets_figure=rules.dataset_summary.output.figure,
         multitask=multitask_report_inputs(),
         multitask_runs=multitask_run_files(),
+        official=official_report_inputs(),
     output:
         report(
             "results/report.html",
@@ -34,4 +35,4 @@ rule report:
     shell:
         "{TDMPC2} report --config {input.config:q} --runs {params.runs:q} --tables {params.tables:q} "
         "--figures {params.figures:q} --benchmarks {params.benchmarks:q} --datasets {input.datasets:q} "
-        "--multi-runs {input.multitask_runs:q} --out {output:q} > {log:q} 2>&1"
+        "--multi-runs {input.multitask_runs:q} --official-tables {input.official:q} --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,453 @@
+"""The released TD-MPC2 checkpoints, evaluated with our planner (the official ``evaluate.py``).
+
+An official checkpoint is the ``{"model": state_dict}`` that the official ``TDMPC2.save``
+writes (single-task, e.g. ``dog-run-1.pt``, or multi-task, ``mt30-317M.pt``,
+``mt80-48M.pt``). :func:`load_checkpoint` reads it (``torch.load(weights_only=True)``,
+:mod:`tdmpc2core.io.official`), converts it (:mod:`tdmpc2core.model.official`), infers the
+architecture from the weights and checks it against the requested model size and task set;
+:func:`evaluate_official` then runs the official evaluation protocol on dm_control
+(``tdmpc2/evaluate.py`` at 5f6fade):
+
+* ``episodes`` episodes per task (default 10), each from a fresh initial state, the planner
+  in eval mode: no exploration noise, ``t0`` on each episode's first step (zero warm
+  start); the action is the first step of an elite drawn by its score, as the official
+  ``plan`` does in eval mode (spec §6.5) ("the mean of the action distribution" in the
+  official docstring is that elite, not the MPPI mean);
+* the paper's planner (``iterations`` 6, ``num_samples`` 512, ``num_elites`` 64,
+  ``num_pi_trajs`` 24, ``horizon`` 3, ``temperature`` 0.5), every setting overridable;
+* single-task: the checkpoint's task; multi-task: each task with its row of the task
+  embedding (renormalised to max-norm 1 at look-up), observations zero-padded to the
+  checkpoint's width, actions multiplied by the task's mask and the env given only its own
+  dims, the discount from the task's episode length (spec §10); the normalized score of a
+  DMC task is return / 10 (the official ``evaluate.py``). One planner program serves every
+  task (embedding, mask and discount are its arguments), so an mt30 checkpoint compiles once,
+  not 28 times; the episodes' loop runs on the host, the task's episodes stepped together.
+
+Example::
+
+    from tdmpc2core.agents.official_eval import evaluate_official
+    ev = evaluate_official("dog-run-1.pt", "dmc:dog-run", model_size=5)         # 10 episodes
+    ev = evaluate_official("mt30-48M.pt", "all", model_size=48)   # every mt30 task available here
+    ev.rows   # one dict per episode: task, episode, return, length, ...
+
+Needs PyTorch to read the file (``pip install -e '.[official]'``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from typing import Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from ..envs.dmcontrol_ids import PREFIX
+from ..envs.official_tasks import resolve_task_list, task_set_names, task_set_source, unavailable_reason
+from ..model.config import MODEL_SIZES, TDMPC2Config, discount_from_episode_length, resolve_config
+from ..model.official import (REFERENCE_COMMIT, OfficialArchitecture, OfficialWeights, OfficialWeightsError,
+                              from_official)
+
+#: Planner settings a caller may override (the paper's defaults otherwise, spec §1.2).
+PLANNER_KEYS = ("iterations", "num_samples", "num_elites", "num_pi_trajs", "horizon", "min_std", "max_std",
+                "temperature")
+#: The official evaluate.py's defaults (config.yaml at 5f6fade): eval_episodes, seed.
+DEFAULT_EPISODES, DEFAULT_SEED = 10, 1
+EVAL_KEY_OFFSET = 10_000_019  # as the agents' evaluation keys
+
+
+class CheckpointMismatchError(ValueError):
+    """An official checkpoint that does not fit the requested model size, task or task set
+    (the message names the file and what would fit)."""
+
+
+def file_sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def official_architecture(model_size: int, obs_dim: int, action_dim: int, *, task_set: Optional[str] = None,
+                          num_tasks: int = 0) -> dict:
+    """The widths the official parser (``common/parser.py`` at 5f6fade) gives ``model_size``:
+    the preset (``num_q`` 5 unless the preset says otherwise); for a multi-task set,
+    ``task_dim`` 96 for mt80 or sizes 1 and 317, else 64, and ``latent_dim`` 512 for
+    mt30 at size 19 ("this checkpoint is slightly smaller"). Returns a dict of
+    :class:`~tdmpc2core.model.official.OfficialArchitecture` fields (obs/action dims as given)."""
+    if int(model_size) not in MODEL_SIZES:
+        raise ValueError(f"model_size={model_size!r} is not a preset; accepted: {sorted(MODEL_SIZES)}")
+    w = dict(MODEL_SIZES[int(model_size)])
+    out = dict(obs_dim=int(obs_dim), action_dim=int(action_dim), **w)
+    if num_tasks:
+        if task_set == "mt30" and int(model_size) == 19:
+            out["latent_dim"] = 512
+        out["task_dim"] = 96 if (task_set == "mt80" or int(model_size) in (1, 317)) else 64
+        out["num_tasks"] = int(num_tasks)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class OfficialCheckpoint:
+    """A loaded official checkpoint.
+
+    path: the file; sha256: its SHA-256; weights: the converted
+    :class:`~tdmpc2core.model.official.OfficialWeights`; architecture: the widths inferred
+    from the weights; model_size: the official preset it matches (None: none does, e.g. a
+    tiny test checkpoint); task_set: ``"mt30"`` / ``"mt80"`` / ``"custom"`` (multi-task) or
+    None (single-task); task_names: the multi-task checkpoint's tasks in task-index order
+    (official names), else ().
+    """
+
+    path: str
+    sha256: str
+    weights: OfficialWeights
+    architecture: OfficialArchitecture
+    model_size: Optional[int]
+    task_set: Optional[str]
+    task_names: tuple
+
+    @property
+    def multitask(self) -> bool:
+        return self.architecture.num_tasks > 0
+
+    def describe(self) -> str:
+        head = f"{os.path.basename(self.path)}: {self.architecture.describe()}"
+        if self.multitask:
+            head += f"; task set {self.task_set} ({len(self.task_names)} tasks)"
+        return head
+
+
+def _matching_size(arch: OfficialArchitecture, task_set: Optional[str]) -> Optional[int]:
+    for size in MODEL_SIZES:
+        want = official_architecture(size, arch.obs_dim, arch.action_dim, task_set=task_set,
+                                     num_tasks=arch.num_tasks)
+        if all(getattr(arch, k) == v for k, v in want.items()):
+            return size
+    return None
+
+
+def load_checkpoint(path, *, model_size: Optional[int] = None,
+                    task_set: Union[str, Sequence[str], None] = None) -> OfficialCheckpoint:
+    """Read and convert an official checkpoint, checking it against what was asked.
+
+    Args:
+      path: the ``.pt`` file.
+      model_size: the official model size it must be (None: whatever the weights are).
+      task_set: multi-task only: ``"mt30"``, ``"mt80"`` or the task names in task-index order
+        (a list, or one comma-separated string); None: the official set with as many tasks
+        as the checkpoint has embeddings.
+
+    Raises:
+      FileNotFoundError: no such file (named).
+      ImportError: PyTorch is not installed.
+      CheckpointMismatchError: the file is not a readable ``.pt`` (``torch.load(weights_only=True)``
+        refuses pickled code and damaged files), the weights are not an official TD-MPC2 state dict, or do not fit
+        ``model_size`` / ``task_set`` (names the file, its architecture and the size it fits).
+    """
+    from ..io.official import OfficialCheckpointError, load_official
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no official checkpoint at {path!r}")
+    import pickle
+
+    try:
+        sd = load_official(path)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as e:  # torch.load refusing the file
+        raise CheckpointMismatchError(f"{path}: not a readable PyTorch checkpoint (torch.load with "
+                                      f"weights_only=True refused it: {str(e).splitlines()[0][:300]})") from e
+    except OfficialCheckpointError as e:
+        raise CheckpointMismatchError(f"{path}: not a TD-MPC2 checkpoint this code can evaluate: {e}") from e
+    try:
+        weights = from_official(sd)
+    except OfficialWeightsError as e:
+        raise CheckpointMismatchError(f"{path}: not a TD-MPC2 checkpoint this code can evaluate: {e}") from e
+    arch = weights.architecture
+    names: tuple = ()
+    label = None
+    if arch.num_tasks:
+        try:
+            label, names = resolve_task_list(task_set, arch.num_tasks)
+        except (ValueError, KeyError) as e:
+            raise CheckpointMismatchError(f"{path}: {e}") from e
+        masks = weights.buffers.get("_action_masks")
+        if masks is not None and masks.shape[0] != len(names):
+            raise CheckpointMismatchError(f"{path}: _action_masks has {masks.shape[0]} rows, the task embedding "
+                                          f"{len(names)}")
+    elif task_set is not None:
+        raise CheckpointMismatchError(f"{path} is a single-task checkpoint ({arch.describe()}); a task set "
+                                      f"({task_set!r}) applies to multi-task checkpoints only")
+    fits = _matching_size(arch, label)
+    if model_size is not None:
+        if int(model_size) not in MODEL_SIZES:
+            raise CheckpointMismatchError(f"model_size={model_size!r} is not an official size; accepted: "
+                                          f"{sorted(MODEL_SIZES)}")
+        if fits != int(model_size):
+            want = official_architecture(int(model_size), arch.obs_dim, arch.action_dim, task_set=label,
+                                         num_tasks=arch.num_tasks)
+            diff = ", ".join(f"{k} {getattr(arch, k)} (file) vs {v}" for k, v in want.items() if getattr(arch, k) != v)
+            raise CheckpointMismatchError(
+                f"{path} does not fit model size {model_size}: {diff}. "
+                + (f"It fits --model-size {fits}." if fits is not None else
+                   "It fits no official model size: leave the model size out (inferred from the weights)."))
+    return OfficialCheckpoint(path=path, sha256=file_sha256(path), weights=weights, architecture=arch,
+                              model_size=fits, task_set=label, task_names=tuple(names))
+
+
+def _official_name(task: str) -> str:
+    return task[len(PREFIX):] if task.startswith(PREFIX) else task
+
+
+@dataclasses.dataclass
+class OfficialEvaluation:
+    """What :func:`evaluate_official` returns.
+
+    rows: one dict per episode (``task``, ``env_id``, ``task_index`` (-1 single-task),
+    ``episode``, ``return``, ``length`` (agent steps), ``env_frames``, ``seed``);
+    skipped: {task: reason} of the tasks of a multi-task set not evaluated (``"all"`` only);
+    checkpoint: the :class:`OfficialCheckpoint`; settings: the protocol (episodes, seed,
+    episode length, the planner's settings, gamma per task); compile_seconds: per program.
+    """
+
+    rows: list
+    skipped: dict
+    checkpoint: OfficialCheckpoint
+    settings: dict
+    compile_seconds: dict
+
+    def returns(self) -> dict:
+        """{task: mean return over its episodes}."""
+        out: dict = {}
+        for r in self.rows:
+            out.setdefault(r["task"], []).append(r["return"])
+        return {t: float(np.mean(v)) for t, v in out.items()}
+
+
+def _select_tasks(ckpt: OfficialCheckpoint, tasks) -> tuple[list, dict]:
+    """(the tasks to evaluate as (official name, task index or None), skipped {name: reason})."""
+    if isinstance(tasks, str):
+        tasks = [tasks]
+    tasks = [str(t) for t in tasks]
+    if not tasks:
+        raise ValueError("no task to evaluate: name a dm_control task (dmc:<name>) or, for a multi-task "
+                         "checkpoint, 'all' or its tasks")
+    if not ckpt.multitask:
+        if len(tasks) != 1 or tasks[0] in ("all", *task_set_names()):
+            raise CheckpointMismatchError(
+                f"{ckpt.path} is a single-task checkpoint ({ckpt.architecture.describe()}): name its one "
+                f"dm_control task, e.g. dmc:dog-run (got {tasks})")
+        name = _official_name(tasks[0])
+        if unavailable_reason(name) is not None:
+            from ..envs.dmcontrol_ids import unknown_id_error
+            raise unknown_id_error(PREFIX + name)
+        return [(name, None)], {}
+    available = [n for n in ckpt.task_names if unavailable_reason(n) is None]
+    if any(t in ("all", ckpt.task_set) for t in tasks):
+        if len(tasks) != 1:
+            raise ValueError(f"'all' evaluates every task of the checkpoint's set; do not list others beside it "
+                             f"(got {tasks})")
+        skipped = {n: unavailable_reason(n) for n in ckpt.task_names if unavailable_reason(n) is not None}
+        return [(n, i) for i, n in enumerate(ckpt.task_names) if n not in skipped], skipped
+    out = []
+    for t in tasks:
+        name = _official_name(t)
+        if name not in ckpt.task_names:
+            raise CheckpointMismatchError(
+                f"task {t!r} is not one of the {len(ckpt.task_names)} tasks of {ckpt.path} (task set "
+                f"{ckpt.task_set}); its tasks available here: {[PREFIX + n for n in available]}, or 'all'")
+        why = unavailable_reason(name)
+        if why is not None:
+            raise ValueError(f"task {t!r} of {ckpt.task_set} cannot be evaluated here: {why}. Tasks of this "
+                             f"checkpoint available here: {[PREFIX + n for n in available]} (or 'all', which "
+                             "skips the others and records why)")
+        out.append((name, ckpt.task_names.index(name)))
+    return out, {}
+
+
+def evaluate_official(checkpoint, tasks="all", *, model_size: Optional[int] = None,
+                      task_set: Union[str, Sequence[str], None] = None, episodes: int = DEFAULT_EPISODES,
+                      seed: int = DEFAULT_SEED, episode_length: int = 1000,
+                      planner: Optional[Mapping[str, object]] = None) -> OfficialEvaluation:
+    """Evaluate an official checkpoint with our planner on dm_control (the official protocol).
+
+    Args:
+      checkpoint: a ``.pt`` path or an :class:`OfficialCheckpoint` (:func:`load_checkpoint`).
+      tasks: single-task: its one task (``"dmc:dog-run"`` or ``"dog-run"``); multi-task:
+        ``"all"`` (or the set's name: every task available here, the others skipped with the
+        reason in ``skipped``) or a list of the set's tasks (one that is not available here
+        is an error listing those that are).
+      model_size: the official size the checkpoint must be (None: inferred from the weights).
+      task_set: multi-task: ``"mt30"``, ``"mt80"`` or the task names in index order (None:
+        the official set of the checkpoint's task count).
+      episodes: episodes per task (official default 10); seed: the evaluation seed (the
+        initial states and the planner's draws derive from it; official default 1).
+      episode_length: simulator steps per episode (the official 1000, i.e. 500 agent steps at
+        the paper's action repeat 2; shorter only for smoke tests).
+      planner: overrides of :data:`PLANNER_KEYS` (the paper's values otherwise).
+
+    Returns:
+      :class:`OfficialEvaluation`.
+
+    Raises:
+      FileNotFoundError, ImportError, CheckpointMismatchError: see :func:`load_checkpoint`;
+        also a task whose observation or action dims do not fit the weights (names both).
+      ValueError: an unknown or unavailable task (lists the tasks accepted), ``episodes`` < 1,
+        an unknown planner setting.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from ..envs import make_env
+    from ..model.official import agent_state
+    from ..model.update import embed
+    from ..model.world_model import WorldModel
+    from ..run.compiled import Compiled
+    from .single_task import TDMPC2
+
+    ckpt = checkpoint if isinstance(checkpoint, OfficialCheckpoint) else load_checkpoint(
+        checkpoint, model_size=model_size, task_set=task_set)
+    if isinstance(checkpoint, OfficialCheckpoint) and model_size is not None and ckpt.model_size != int(model_size):
+        raise CheckpointMismatchError(f"{ckpt.path} is model size {ckpt.model_size}, not {model_size}")
+    if int(episodes) < 1:
+        raise ValueError(f"episodes={episodes!r}: must evaluate at least one episode")
+    planner = dict(planner or {})
+    unknown = sorted(set(planner) - set(PLANNER_KEYS))
+    if unknown:
+        raise ValueError(f"unknown planner setting(s) {unknown}; accepted: {list(PLANNER_KEYS)}")
+    arch = ckpt.architecture
+    selected, skipped = _select_tasks(ckpt, tasks)
+    widths = arch.config_kwargs()
+    compile_seconds: dict = {}
+    rows, gammas, repeats = [], {}, {}
+
+    def check_dims(env, name):
+        s = env.spec
+        if arch.num_tasks:
+            bad = s.obs_dim > arch.obs_dim or s.action_dim > arch.action_dim
+            want = f"at most obs_dim {arch.obs_dim} and action_dim {arch.action_dim} (padded)"
+        else:
+            bad = s.obs_dim != arch.obs_dim or s.action_dim != arch.action_dim
+            want = f"obs_dim {arch.obs_dim} and action_dim {arch.action_dim}"
+        if bad:
+            raise CheckpointMismatchError(
+                f"{ckpt.path} does not fit task {PREFIX}{name}: the task has obs_dim {s.obs_dim} and action_dim "
+                f"{s.action_dim}, the weights take {want}")
+
+    def add_rows(name, index, env, ret, length):
+        for ep in range(int(episodes)):
+            rows.append({"task": name, "env_id": PREFIX + name, "task_index": -1 if index is None else int(index),
+                         "episode": ep, "return": float(ret[ep]), "length": int(length[ep]),
+                         "env_frames": int(length[ep]) * int(env.spec.action_repeat), "seed": int(seed)})
+
+    if not arch.num_tasks:
+        (name, _), = selected
+        agent = TDMPC2(PREFIX + name, model_size=widths.pop("model_size"), episode_length=int(episode_length),
+                       **widths, **planner)
+        check_dims(agent.env, name)
+        st = agent_state(agent.wm, ckpt.weights)
+        params = jax.tree_util.tree_map(lambda x: x[None], st.params)  # one seed
+        ret, length = agent.evaluate(_Params(params), int(episodes), seeds=[int(seed)])
+        add_rows(name, None, agent.env, ret[0], length[0])
+        gammas[name] = float(agent.gamma)
+        repeats[name] = int(agent.action_repeat)
+        compile_seconds.update(agent.compile_seconds)
+        cfg = agent.cfg
+    else:
+        envs = {name: make_env(PREFIX + name, episode_length=int(episode_length)) for name, _ in selected}
+        masks = ckpt.weights.buffers.get("_action_masks")  # the later (nested) layout stores them
+        for name, index in selected:
+            check_dims(envs[name], name)
+            if masks is not None and int(np.sum(masks[index])) != envs[name].spec.action_dim:
+                raise CheckpointMismatchError(
+                    f"{ckpt.path}: task {index} ({name}) has {int(np.sum(masks[index]))} action dims in the "
+                    f"checkpoint's _action_masks, the dm_control task {envs[name].spec.action_dim}: is the task list "
+                    f"({ckpt.task_set}) the one the checkpoint was trained on?")
+        T_min = min(env.spec.episode_length for env in envs.values()) if envs else int(episode_length) // 2
+        size = widths.pop("model_size")
+        cfg = resolve_config(TDMPC2Config(model_size=size, **widths, **planner), episode_length=T_min,
+                             action_dim=arch.action_dim)
+        wm = WorldModel(cfg, arch.obs_dim, arch.action_dim, arch.task_dim, arch.num_tasks)
+        params = jax.tree_util.tree_map(jnp.asarray, ckpt.weights.params)
+        # one planner program for every task (task embedding, mask and discount are arguments);
+        # the episodes' loop runs on the host, as the official evaluate.py's, stepping each
+        # task's environment (vmapped over the episodes) between planner calls
+        plan_fn = Compiled(jax.jit(_plan_batch(wm)), "plan", compile_seconds)
+        H, A = cfg.horizon, arch.action_dim
+        for name, index in selected:
+            env = envs[name]
+            a_dim = env.spec.action_dim
+            gamma = discount_from_episode_length(env.spec.episode_length, cfg.discount_denom, cfg.discount_min,
+                                                 cfg.discount_max)
+            gammas[name] = gamma
+            repeats[name] = int(env.spec.action_repeat)
+            mask = jnp.zeros((A,), jnp.float32).at[:a_dim].set(1.0)
+            e = embed(params["task_emb"], index)  # renormalised at look-up, not written back (K3)
+            key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(int(seed) + EVAL_KEY_OFFSET), 0), index)
+            ret, length = _host_episodes(env, plan_fn, params, e, mask, jnp.float32(gamma), arch.obs_dim, H, A,
+                                         jax.random.split(key, int(episodes)), compile_seconds)
+            add_rows(name, index, env, ret, length)
+    settings = dict(episodes=int(episodes), seed=int(seed), episode_length=int(episode_length),
+                    action_repeat=repeats, eval_mode=True, gamma=gammas,
+                    planner={k: getattr(cfg, k) for k in PLANNER_KEYS}, mpc=bool(cfg.mpc),
+                    reference_commit=REFERENCE_COMMIT, task_set_source=task_set_source())
+    return OfficialEvaluation(rows=rows, skipped=skipped, checkpoint=ckpt, settings=settings,
+                              compile_seconds=compile_seconds)
+
+
+def _plan_batch(wm):
+    """(params, obs [E, O], mean [E, H, A], t0, keys [E, 2], e, mask, gamma) -> (actions [E, A],
+    means [E, H, A]): one eval-mode plan per episode (vmapped), the task as arguments."""
+    import jax
+
+    from ..model.planner import plan
+
+    def f(params, obs, mean, t0, keys, e, mask, gamma):
+        return jax.vmap(lambda o, m, k: plan(wm, params, o, m, t0, True, gamma, k, e, mask))(obs, mean, keys)
+
+    return f
+
+
+def _host_episodes(env, plan_fn, params, e, mask, gamma, obs_dim: int, H: int, A: int, keys, compile_seconds):
+    """The episodes of one task, one per key, stepped together on the host: the keys split as
+    :func:`tdmpc2core.agents.online.eval_episode` splits them (a fresh initial state, then T
+    agent steps, ``t0`` on the first), observations zero-padded to ``obs_dim``, the env given
+    its own action dims. Returns (returns float64 [E], lengths int64 [E])."""
+    import jax
+    import jax.numpy as jnp
+
+    from ..run.compiled import Compiled
+
+    T, a_dim, pad = env.spec.episode_length, env.spec.action_dim, obs_dim - env.spec.obs_dim
+    E = keys.shape[0]
+    k_reset, k_loop = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)  # [E, 2] each
+    step_keys = jax.vmap(lambda k: jax.random.split(k, T))(k_loop)  # [E, T, 2]
+    reset = Compiled(jax.jit(jax.vmap(env.reset)), "env", compile_seconds)
+    step = Compiled(jax.jit(jax.vmap(env.step)), "env", compile_seconds)
+    split = jax.jit(jax.vmap(jax.random.split))
+    state, obs = reset(k_reset)
+    mean = jnp.zeros((E, H, A), jnp.float32)
+    ret, length = np.zeros(E, np.float64), np.zeros(E, np.int64)
+    alive = np.ones(E, bool)
+    for t in range(T):
+        k_act, k_step = jnp.moveaxis(split(step_keys[:, t]), 1, 0)
+        a, mean = plan_fn(params, jnp.pad(obs, ((0, 0), (0, pad))), mean, jnp.asarray(t == 0), k_act, e, mask, gamma)
+        state, out = step(state, a[:, :a_dim], k_step)  # the env gets its own dims only
+        r, term = np.asarray(out.reward, np.float64), np.asarray(out.terminated, bool)
+        ret += np.where(alive, r, 0.0)
+        length += alive
+        alive &= ~term
+        obs = out.obs
+    return ret, length
+
+
+class _Params:
+    """The one attribute of a run state that :meth:`TDMPC2.evaluate` reads (``agent.params``)."""
+
+    def __init__(self, params):
+        self.agent = type("AgentParams", (), {"params": params})()
+
+
+__all__ = ["CheckpointMismatchError", "OfficialCheckpoint", "OfficialEvaluation", "PLANNER_KEYS",
+           "DEFAULT_EPISODES", "DEFAULT_SEED", "official_architecture", "load_checkpoint", "evaluate_official",
+           "file_sha256"]
