@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import time
 import warnings
 from typing import Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
@@ -64,6 +65,8 @@ METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "tota
 #: the official code's task_dim (spec §1.2): 96 for model sizes 1 and 317 and for mt80, else 64
 TASK_DIM_LARGE, TASK_DIM_SMALL = 96, 64
 EVAL_KEY_OFFSET = 10_000_019  # as the single-task agent's evaluation keys
+#: the host path's bytes of batches per host-to-device transfer (all seeds), by default
+HOST_BLOCK_BYTES = 64 * 2 ** 20
 # history key <- evaluate() key
 _EVAL_FIELDS = (("eval_returns", "returns"), ("eval_lengths", "lengths"), ("eval_return", "return"),
                 ("eval_mean_return", "mean_return"), ("normalized_score_per_task", "normalized_score_per_task"),
@@ -94,25 +97,44 @@ class DeviceData(NamedTuple):
     masks: jnp.ndarray
 
 
-def sample_slices(data: DeviceData, key, batch_size: int, horizon: int) -> Batch:
-    """B slices of H+1 consecutive rows of the pooled dataset, time-major (spec §9, §10).
+def sample_indices(data: DeviceData, key, batch_size: int, horizon: int):
+    """The rows of B slices of H+1 consecutive rows (spec §9, §10): (idx [B, H+1] int32 rows of
+    the pool, task [B] int32).
 
-    Episodes uniformly with replacement over the sampleable episodes, then a start uniform
-    in [0, rows - (H+1)] (torchrl's SliceSampler with strict_length). A slice may start at a
-    reset row: its NaN action and reward are dropped by the shift (action, reward = rows
-    1..H). Returns Batch(obs [H+1, B, O], action [H, B, A], reward [H, B], terminated [H, B]
-    (zeros: the dataset has no terminations), task [B]).
+    Episodes uniformly with replacement over the sampleable episodes, then a start uniform in
+    [0, rows - (H+1)] (torchrl's SliceSampler with strict_length). Reads only ``starts``,
+    ``rows`` and ``task`` of ``data``, so the host path draws the same rows from the same key.
     """
     k_ep, k_start = jax.random.split(key)
     i = jax.random.randint(k_ep, (batch_size,), 0, data.starts.shape[0])
     start = jax.random.randint(k_start, (batch_size,), 0, data.rows[i] - horizon)  # maxval exclusive
     idx = (data.starts[i] + start)[:, None] + jnp.arange(horizon + 1, dtype=jnp.int32)[None]  # [B, H+1]
-    obs = data.obs[idx]
-    action = data.action[idx[:, 1:]]
-    reward = data.reward[idx[:, 1:]]
-    return Batch(obs=jnp.swapaxes(obs, 0, 1), action=jnp.swapaxes(action, 0, 1),
-                 reward=jnp.swapaxes(reward, 0, 1), terminated=jnp.zeros((horizon, batch_size), jnp.float32),
-                 task=data.task[i])
+    return idx, data.task[i]
+
+
+def gather_slices(xp, obs, action, reward, idx, task) -> Batch:
+    """The slices at rows ``idx`` [..., B, H+1] of the pool's ``obs``, ``action``, ``reward``, as
+    a time-major :class:`Batch` (obs [..., H+1, B, O], action [..., H, B, A], reward [..., H, B],
+    terminated zeros, task [..., B]). ``xp`` is ``jax.numpy`` (the device path) or ``numpy``
+    (the host path, on leading axes [K, S]): the same values either way."""
+    H = idx.shape[-1] - 1
+    o = obs[idx]
+    a = action[idx[..., 1:]]
+    r = reward[idx[..., 1:]]
+    return Batch(obs=xp.swapaxes(o, -3, -2), action=xp.swapaxes(a, -3, -2), reward=xp.swapaxes(r, -2, -1),
+                 terminated=xp.zeros(idx.shape[:-2] + (H, idx.shape[-2]), xp.float32), task=task)
+
+
+def sample_slices(data: DeviceData, key, batch_size: int, horizon: int) -> Batch:
+    """B slices of H+1 consecutive rows of the pooled dataset, time-major (spec §9, §10).
+
+    :func:`sample_indices` then :func:`gather_slices` on the device copy. A slice may start at
+    a reset row: its NaN action and reward are dropped by the shift (action, reward = rows
+    1..H). Returns Batch(obs [H+1, B, O], action [H, B, A], reward [H, B], terminated [H, B]
+    (zeros: the dataset has no terminations), task [B]).
+    """
+    idx, task = sample_indices(data, key, batch_size, horizon)
+    return gather_slices(jnp, data.obs, data.action, data.reward, idx, task)
 
 
 class MultiTaskState(NamedTuple):
@@ -156,6 +178,15 @@ class TDMPC2MultiTask:
       return_ranges: {task name: (low, high)} declared return ranges for the normalized
         score; Playground DM Control tasks default to (0, T x action_repeat).
       backend: Playground physics backend of the evaluation envs (None: MJX).
+      device_budget_bytes: the most bytes of pool rows (obs, action, reward: ``pool_nbytes``)
+        to place on the device. None (default) or a pool within it: the pool goes on the device
+        once and each update samples it inside the compiled program. A larger pool stays in
+        host memory (``data_placement == "host"``): the compiled program draws each update's
+        rows from the same keys, the host gathers them (numpy, a background thread one block
+        ahead) and only the batches move to the device. Both paths draw the same slices and
+        give the same numbers (tests/test_multitask.py; docs/architecture.md).
+      host_block_updates: updates per host-to-device transfer on the host path (None: as many
+        as fit in ``HOST_BLOCK_BYTES`` of batches for all seeds, at most 256).
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` at its paper
         default (the single-task agent's). ``gamma`` set explicitly applies to every task;
         ``seed_steps`` and ``buffer_size`` have no role offline.
@@ -172,7 +203,8 @@ class TDMPC2MultiTask:
 
     def __init__(self, dataset, eval_envs=None, model_size: int = 5, task_dim: Optional[int] = None,
                  batch_size: int = 1024, *, return_ranges: Optional[Mapping[str, Sequence[float]]] = None,
-                 backend: Optional[str] = None, **hyperparameters):
+                 backend: Optional[str] = None, device_budget_bytes: Optional[int] = None,
+                 host_block_updates: Optional[int] = None, **hyperparameters):
         from ..io.dataset import sampleable_episodes
 
         fields = {f.name for f in dataclasses.fields(TDMPC2Config)}
@@ -219,17 +251,38 @@ class TDMPC2MultiTask:
         self.num_episodes = int(len(starts))
         self.dataset_nbytes = int(getattr(dataset, "nbytes", 0))
         self.dataset_provenance = dict(getattr(dataset, "provenance", {}) or {})
-        # the dataset goes on the device once; every chunk of every seed reads this copy
-        self.data = jax.device_put(DeviceData(
+        host = DeviceData(
             obs=np.asarray(dataset.obs, np.float32), action=np.asarray(dataset.action, np.float32),
             reward=np.asarray(dataset.reward, np.float32), starts=np.asarray(starts, np.int32),
             rows=np.asarray(rows, np.int32), task=np.asarray(ep_task, np.int32), gamma=self.gammas,
-            masks=self.masks))
+            masks=self.masks)
+        if host.obs.shape[0] >= 2 ** 31:
+            raise ValueError(f"the dataset has {host.obs.shape[0]} rows; row indices are int32 (at most 2**31 - 1)")
+        #: bytes of the rows (obs, action, reward) the sampler reads: what the device budget bounds
+        self.pool_nbytes = int(host.obs.nbytes + host.action.nbytes + host.reward.nbytes)
+        self.device_budget_bytes = None if device_budget_bytes is None else int(device_budget_bytes)
+        #: "device": the pool on the device once, sampled inside the compiled program (every seed
+        #: reads that copy); "host": the pool stays in host memory, the compiled program draws the
+        #: rows of each update's slices, the host gathers them and moves only the batches
+        self.data_placement = ("device" if self.device_budget_bytes is None
+                               or self.pool_nbytes <= self.device_budget_bytes else "host")
+        self._host_data = host
+        if self.data_placement == "device":
+            self.data = jax.device_put(host)
+        else:  # only the episode table, discounts and masks on the device; the rows stay here
+            empty = lambda a: np.zeros((0,) + a.shape[1:], a.dtype)
+            self.data = jax.device_put(host._replace(obs=empty(host.obs), action=empty(host.action),
+                                                     reward=empty(host.reward)))
+        #: updates per host block (bounded by HOST_BLOCK_BYTES of batches per transfer)
+        self.host_block_updates = int(host_block_updates) if host_block_updates else None
 
         self.backend = backend
         self.eval_envs = self._build_eval_envs(eval_envs)
         self.return_ranges = self._resolve_ranges(return_ranges)
         self._fns: dict = {}
+        #: the host path's sampling time: seconds preparing batches (draw, gather, transfer; in a
+        #: background thread), seconds the updates waited for them, updates fed
+        self.host_timing = {"prepare_s": 0.0, "wait_s": 0.0, "updates": 0}
         #: seconds spent tracing, lowering and compiling each program in this process
         #: ({"init" | "chunk" | "eval": {"trace_lower_s", "compile_s", "calls_compiled"}})
         self.compile_seconds: dict = {}
@@ -356,8 +409,102 @@ class TDMPC2MultiTask:
         return fn
 
     def run_updates(self, state: MultiTaskState, n_updates: int) -> MultiTaskState:
-        """``n_updates`` more updates of every seed (one call of the compiled program)."""
-        return self._chunk()(state, self.data, jnp.int32(n_updates))
+        """``n_updates`` more updates of every seed: one call of the compiled program (device
+        path), or blocks of ``host_block_updates`` updates fed with batches gathered on the host
+        (host path; the same numbers)."""
+        if self.data_placement == "device":
+            return self._chunk()(state, self.data, jnp.int32(n_updates))
+        return self._run_updates_host(state, int(n_updates))
+
+    # ---- the host path -------------------------------------------------------------------
+    def _block_updates(self, n_seeds: int) -> int:
+        if self.host_block_updates:
+            return self.host_block_updates
+        B, H = self.cfg.batch_size, self.cfg.horizon
+        per = n_seeds * B * ((H + 1) * self.obs_dim + H * self.action_dim + H + 1 + (H + 1)) * 4
+        return int(max(1, min(256, HOST_BLOCK_BYTES // per)))
+
+    def _index_fn(self):
+        """(keys [S, 2], first update u0, n) -> (idx [K, S, B, H+1], task [K, S, B]) of updates
+        u0 .. u0+K-1: the keys of the device path's updates, the same draws."""
+        fn = self._fns.get("index")
+        if fn is None:
+            B, H = self.cfg.batch_size, self.cfg.horizon
+
+            def one(key, u, data):
+                k_sample, _ = jax.random.split(jax.random.fold_in(key, u))
+                return sample_indices(data, k_sample, B, H)
+
+            def block(keys, u0, data, K):
+                us = u0 + jnp.arange(K, dtype=jnp.int32)
+                return jax.vmap(lambda u: jax.vmap(lambda k: one(k, u, data))(keys))(us)
+
+            fn = self._fns["index"] = jax.jit(block, static_argnums=(3,))
+        return fn
+
+    def _chunk_host(self):
+        fn = self._fns.get("chunk_host")
+        if fn is None:
+            wm = self.wm
+
+            def single(st: MultiTaskState, batches: Batch, data: DeviceData, n_updates):
+                def body(j, carry):
+                    agent, _m = carry
+                    _, k_update = jax.random.split(jax.random.fold_in(st.key, agent.updates))
+                    batch = jax.tree_util.tree_map(lambda x: x[j], batches)
+                    agent, m = update(wm, agent, batch, data.gamma, k_update, data.masks)
+                    return agent, {k: m[k] for k in METRIC_KEYS}
+
+                agent, metrics = jax.lax.fori_loop(0, n_updates, body, (st.agent, st.metrics))
+                return st._replace(agent=agent, metrics=metrics)
+
+            # batches [K, S, ...] -> per seed [K, ...]
+            fn = self._fns["chunk_host"] = Compiled(
+                jax.jit(jax.vmap(single, in_axes=(0, 1, None, None)), donate_argnums=(0,)), "chunk",
+                self.compile_seconds)
+        return fn
+
+    def _host_batches(self, keys, u0: int, K: int, n: int) -> Batch:
+        """The batches of updates u0 .. u0+n-1, gathered on the host, zero-padded to K updates
+        (one program shape; the padding is never read): Batch leaves [K, S, ...], numpy."""
+        idx, task = jax.device_get(self._index_fn()(keys, jnp.int32(u0), self.data, K))
+        h = self._host_data
+        batch = gather_slices(np, h.obs, h.action, h.reward, idx[:n], task[:n])
+        if n < K:
+            batch = Batch(*(np.concatenate([x, np.zeros((K - n,) + x.shape[1:], x.dtype)]) for x in batch))
+        return batch
+
+    def _run_updates_host(self, state: MultiTaskState, n_updates: int) -> MultiTaskState:
+        import concurrent.futures
+
+        if n_updates <= 0:
+            return state
+        u0 = int(np.asarray(state.agent.updates)[0])
+        S = int(np.asarray(state.seed).shape[0])
+        K = self._block_updates(S)
+        keys = np.asarray(jax.device_get(state.key))  # a host copy: the state is donated to each block
+        blocks = [(u0 + b, min(K, n_updates - b)) for b in range(0, n_updates, K)]
+        chunk = self._chunk_host()
+        timing = self.host_timing
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            def prepare(u, n):
+                t = time.perf_counter()
+                batch = jax.device_put(self._host_batches(keys, u, K, n))
+                jax.block_until_ready(batch)
+                return batch, time.perf_counter() - t
+
+            nxt = pool.submit(prepare, *blocks[0])
+            for i, (u, n) in enumerate(blocks):
+                t = time.perf_counter()
+                batch, prep_s = nxt.result()
+                timing["wait_s"] += time.perf_counter() - t
+                timing["prepare_s"] += prep_s
+                timing["updates"] += n
+                if i + 1 < len(blocks):
+                    nxt = pool.submit(prepare, *blocks[i + 1])  # gathered while the device updates
+                state = chunk(state, batch, self.data, jnp.int32(n))
+                del batch
+        return state
 
     def program(self) -> "OfflineProgram":
         """What this agent computes for the run driver (:mod:`tdmpc2core.run.driver`)."""
@@ -436,10 +583,11 @@ class TDMPC2MultiTask:
     def dataset_sha256(self) -> str:
         """SHA-256 of the training data as the agent holds it (observations, actions, rewards,
         sampleable episode starts and lengths, task ids, discounts, action masks): part of a
-        checkpoint's settings, so a checkpoint is refused by an agent built on other data."""
+        checkpoint's settings, so a checkpoint is refused by an agent built on other data. The
+        same whichever ``data_placement`` (a run may resume on the other path)."""
         if getattr(self, "_dataset_sha256", None) is None:
             h = hashlib.sha256()
-            for name, arr in zip(DeviceData._fields, jax.device_get(tuple(self.data))):
+            for name, arr in zip(DeviceData._fields, tuple(self._host_data)):
                 arr = np.ascontiguousarray(arr)
                 h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode())
                 h.update(arr.tobytes())
@@ -669,5 +817,6 @@ def _is_playground(env_id: str) -> bool:
     return suite_of(env_id) == "playground"
 
 
-__all__ = ["TDMPC2MultiTask", "MultiTaskState", "DeviceData", "sample_slices", "official_task_dim",
+__all__ = ["TDMPC2MultiTask", "MultiTaskState", "DeviceData", "sample_slices", "sample_indices", "gather_slices",
+           "official_task_dim", "HOST_BLOCK_BYTES",
            "METRIC_KEYS"]
