@@ -168,9 +168,10 @@ class TDMPC2MultiTask:
       eval_envs: None (train without evaluating; :meth:`evaluate` raises); True (each task's
         env from the task table's ``env_id``); or one entry per task in task-id order: an env
         id (built with the task's action repeat and ``T_i x action_repeat`` simulator steps)
-        or a prebuilt :class:`tdmpc2core.envs.Env`. Every env must have the task's obs dim,
-        action dim, T (agent steps) and action repeat (gymnax envs keep their own time limit,
-        so a mismatch there raises).
+        or a prebuilt :class:`tdmpc2core.envs.Env`, or None: the task is trained on but not
+        evaluated (e.g. an official task we have no environment for; ``eval_task_ids``). Every
+        env must have the task's obs dim, action dim, T (agent steps) and action repeat
+        (gymnax envs keep their own time limit, so a mismatch there raises).
       model_size: preset {1, 5, 19, 48, 317}; widths left None come from it.
       task_dim: task-embedding width; None: the official value (:func:`official_task_dim`:
         96 for model sizes 1 and 317 or 80+ tasks, else 64).
@@ -290,6 +291,15 @@ class TDMPC2MultiTask:
     def __hash__(self):  # jitted closures capture self
         return id(self)
 
+    @property
+    def eval_task_ids(self) -> list:
+        """The task ids evaluated (those with an eval env), in task-id order."""
+        return [] if self.eval_envs is None else [i for i, e in enumerate(self.eval_envs) if e is not None]
+
+    @property
+    def eval_task_names(self) -> list:
+        return [self.task_names[i] for i in self.eval_task_ids]
+
     # ---- construction helpers -----------------------------------------------------
     def _build_eval_envs(self, eval_envs):
         if eval_envs is None or eval_envs is False:
@@ -305,9 +315,15 @@ class TDMPC2MultiTask:
         eval_envs = list(eval_envs)
         if len(eval_envs) != self.num_tasks:
             raise ValueError(f"eval_envs has {len(eval_envs)} entries; the dataset has {self.num_tasks} tasks "
-                             f"{self.task_names} (one env per task, in task-id order)")
+                             f"{self.task_names} (one env per task, in task-id order; None: not evaluated)")
+        if all(e is None for e in eval_envs):
+            raise ValueError("eval_envs names no env (every entry is None): pass eval_envs=None to train "
+                             "without evaluating")
         envs = []
         for t, spec in zip(self.tasks, eval_envs):
+            if spec is None:  # a task trained on but not evaluated (e.g. no environment for it)
+                envs.append(None)
+                continue
             if isinstance(spec, Env):
                 env = spec
             elif isinstance(spec, str):
@@ -343,14 +359,15 @@ class TDMPC2MultiTask:
                 if not hi > lo:
                     raise ValueError(f"return_ranges[{t.name!r}] = {given[t.name]!r}: need low < high")
                 out[t.name] = (lo, hi)
-            elif self.eval_envs is not None and self.eval_envs[i].spec.suite in ("playground", "dmcontrol"):
+            elif self.eval_envs is not None and self.eval_envs[i] is not None and \
+                    self.eval_envs[i].spec.suite in ("playground", "dmcontrol"):
                 # DM Control (Playground's MJX ports or dm_control itself): rewards in [0, 1] per
                 # simulator step (the paper's return / 10)
                 out[t.name] = (0.0, float(t.episode_length * t.action_repeat))
             else:
                 out[t.name] = None
         if self.eval_envs is not None:
-            missing = [n for n, r in out.items() if r is None]
+            missing = [n for i, (n, r) in enumerate(out.items()) if r is None and self.eval_envs[i] is not None]
             if missing:
                 warnings.warn(f"no declared return range for task(s) {missing}: their normalized score, and the "
                               "mean normalized score over tasks, are NaN (pass return_ranges)", stacklevel=3)
@@ -367,7 +384,8 @@ class TDMPC2MultiTask:
                  tasks=[dict(dataclasses.asdict(t) if dataclasses.is_dataclass(t) else dict(t._asdict()),
                              gamma=self.task_gammas[t.name], action_mask=m.tolist(),
                              return_range=self.return_ranges[t.name],
-                             eval_env=(None if self.eval_envs is None else self.eval_envs[i].spec.env_id))
+                             eval_env=(None if self.eval_envs is None or self.eval_envs[i] is None
+                                       else self.eval_envs[i].spec.env_id))
                         for i, (t, m) in enumerate(zip(self.tasks, self.masks))])
         return d
 
@@ -680,19 +698,22 @@ class TDMPC2MultiTask:
         return jnp.stack([jax.random.fold_in(jax.random.fold_in(
             jax.random.PRNGKey(int(s) + EVAL_KEY_OFFSET), int(updates)), int(task)) for s in seeds])
 
-    def normalized_score(self, returns) -> np.ndarray:
-        """100 (return - low) / (high - low) per task on the last axis ([..., num_tasks]); NaN
-        for a task without a declared range."""
+    def normalized_score(self, returns, task_ids=None) -> np.ndarray:
+        """100 (return - low) / (high - low) per task on the last axis ([..., num_tasks], or
+        [..., len(task_ids)] for the tasks ``task_ids``); NaN for a task without a declared range."""
         r = np.asarray(returns, np.float64)
         out = np.full(r.shape, np.nan)
-        for i, name in enumerate(self.task_names):
+        names = self.task_names if task_ids is None else [self.task_names[i] for i in task_ids]
+        for i, name in enumerate(names):
             rng = self.return_ranges.get(name)
             if rng is not None:
                 out[..., i] = 100.0 * (r[..., i] - rng[0]) / (rng[1] - rng[0])
         return out
 
     def evaluate(self, state: MultiTaskState, num_episodes: int = 10) -> dict:
-        """Evaluate every seed on every task, each in its own env (host loop over tasks).
+        """Evaluate every seed on every evaluated task (``eval_task_ids``: all tasks unless
+        eval_envs has None entries), each in its own env (host loop over tasks); the per-task
+        axes below have one entry per evaluated task, and the means are over those.
 
         ``num_episodes`` episodes per task from fresh initial states (keys from the seed, the
         updates done and the task), the planner in eval mode with the task's embedding and
@@ -711,14 +732,15 @@ class TDMPC2MultiTask:
         seeds = [int(s) for s in np.asarray(state.seed)]
         updates = int(np.asarray(state.agent.updates)[0])
         rets, lens = [], []
-        for i in range(self.num_tasks):
+        ids = self.eval_task_ids
+        for i in ids:
             r, l = self._eval_fn(i, int(num_episodes))(state.agent.params, self.eval_keys(seeds, updates, i))
             rets.append(np.asarray(r))
             lens.append(np.asarray(l))
         returns = np.stack(rets, axis=1).astype(np.float64)  # [S, K, E]
         per_task = returns.mean(axis=-1)
-        norm = self.normalized_score(per_task)
-        return {"tasks": list(self.task_names), "updates": updates, "returns": returns,
+        norm = self.normalized_score(per_task, ids)
+        return {"tasks": self.eval_task_names, "updates": updates, "returns": returns,
                 "lengths": np.stack(lens, axis=1), "return": per_task, "mean_return": per_task.mean(axis=-1),
                 "normalized_score_per_task": norm, "normalized_score": norm.mean(axis=-1)}
 
@@ -767,7 +789,7 @@ class OfflineProgram(RunProgram):
                 **{key: res[src] for key, src in _EVAL_FIELDS}}
 
     def eval_fields(self, n_seeds, eval_episodes):
-        S, K, E = n_seeds, self.agent.num_tasks, eval_episodes
+        S, K, E = n_seeds, len(self.agent.eval_task_ids), eval_episodes
         shapes = {"eval_returns": (S, K, E), "eval_lengths": (S, K, E), "eval_return": (S, K),
                   "eval_mean_return": (S,), "normalized_score_per_task": (S, K), "normalized_score": (S,)}
         return [EvalField("eval_updates", "eval_updates", np.int64)] + [
@@ -780,7 +802,8 @@ class OfflineProgram(RunProgram):
         rec["eval_return"] = np.asarray(ev["eval_return"])
 
     def finalize(self, history):
-        history["tasks"] = list(self.agent.task_names)
+        history["tasks"] = self.agent.eval_task_names if self.agent.eval_envs is not None else \
+            list(self.agent.task_names)
 
     def progress_fields(self, hist):
         evals = hist["evals"]
@@ -790,8 +813,9 @@ class OfflineProgram(RunProgram):
         """The class, the configuration (hyperparameters and the task table), the data's
         SHA-256 and the evaluation envs: what makes a checkpoint this agent's."""
         agent = self.agent
-        envs = None if agent.eval_envs is None else [[e.spec.env_id, e.spec.suite, e.spec.backend, repr(e._token)]
-                                                     for e in agent.eval_envs]
+        envs = None if agent.eval_envs is None else [
+            None if e is None else [e.spec.env_id, e.spec.suite, e.spec.backend, repr(e._token)]
+            for e in agent.eval_envs]
         return {"agent_class": type(agent).__name__, "agent": agent.config, "dataset_sha256": agent.dataset_sha256,
                 "eval_envs": envs}
 
