@@ -192,6 +192,17 @@ for _pool, _p in OFFICIAL_POOLS.items():
             f"(not in {_p['task_set']}, or no environment of ours: docs/dmcontrol.md); evaluable: {_evaluable}"
         )
     OFFICIAL_POOL_TASKS[_pool] = _eval
+
+
+def official_chunks(pool):
+    """The pool's chunk files as the official trainer globs them (*.pt, sorted); none found:
+    the rule still runs and the stage names the folder and what it expects."""
+    import glob
+    import os
+
+    return sorted(glob.glob(os.path.join(OFFICIAL_POOLS[pool]["src"], "*.pt")))
+
+
 if not TASKS and not OFFICIAL_POOLS:
     raise WorkflowError(f"config: protocols.{PROTOCOL_NAME}.tasks is empty; name at least one task (or official_pools)")
 

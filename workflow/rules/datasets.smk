@@ -25,13 +25,13 @@ rule dataset_pool:
         lambda wc: [task_dataset(t) for t in POOLS[wc.pool]],
     output:
         f"{DATASETS}/pools/{{pool}}.parquet",
-    wildcard_constraints:
-        # the official pools' file comes from convert_official_data (official_data.smk)
-        pool="|".join(re.escape(p) for p in POOLS) or "(?!)",
     log:
         "logs/dataset_pool/{pool}.log",
     benchmark:
         f"{BENCHMARKS}/dataset_pool/{{pool}}.tsv"
+    wildcard_constraints:
+        # the official pools' file comes from convert_official_data (official_data.smk)
+        pool="|".join(re.escape(p) for p in POOLS) or "(?!)",
     conda:
         CONDA_ENV
     shell:

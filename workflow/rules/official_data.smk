@@ -5,16 +5,6 @@
 # run arbitrary code: only name folders of files from a trusted source (the official release).
 # Needs torch and tensordict in the jobs' environment (pip install -e '.[official]').
 
-import glob
-import os
-
-
-def official_chunks(pool):
-    """The pool's chunk files as the official trainer globs them (*.pt, sorted); none found:
-    the rule still runs and the stage names the folder and what it expects."""
-    return sorted(glob.glob(os.path.join(OFFICIAL_POOLS[pool]["src"], "*.pt")))
-
-
 if OFFICIAL_POOLS:
 
     rule convert_official_data:
@@ -23,17 +13,17 @@ if OFFICIAL_POOLS:
             lambda wc: official_chunks(wc.pool),
         output:
             pool_dataset("{pool}"),
-        params:
-            src=lambda wc: OFFICIAL_POOLS[wc.pool]["src"],
-            task_set=lambda wc: OFFICIAL_POOLS[wc.pool]["task_set"],
-        wildcard_constraints:
-            pool="|".join(re.escape(p) for p in OFFICIAL_POOLS),
         log:
             "logs/convert_official_data/{pool}.log",
         benchmark:
             f"{BENCHMARKS}/convert_official_data/{{pool}}.tsv"
+        wildcard_constraints:
+            pool="|".join(re.escape(p) for p in OFFICIAL_POOLS),
         conda:
             CONDA_ENV
+        params:
+            src=lambda wc: OFFICIAL_POOLS[wc.pool]["src"],
+            task_set=lambda wc: OFFICIAL_POOLS[wc.pool]["task_set"],
         shell:
             "{TDMPC2} convert-official-data --src {params.src:q} --out {output:q} "
             "--tasks {params.task_set} > {log:q} 2>&1"
