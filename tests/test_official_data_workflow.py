@@ -3,6 +3,7 @@ small official-format chunk is converted and trained on (official_pools, officia
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -70,8 +71,9 @@ def test_convert_and_train_on_an_official_format_chunk(tmp_path):
     """A fresh checkout converts a small official-format chunk (a TensorDict of 4 mt30 episodes
     of 501 rows) and trains a tiny model on it for 200 updates, the pool kept in host memory
     (over its device budget), evaluated on dm_control's cartpole-balance."""
-    pytest.importorskip("tensordict")
-    pytest.importorskip("dm_control")
+    if not os.environ.get("CI"):  # CI installs both (.ci/run): there a missing one fails
+        pytest.importorskip("tensordict")
+        pytest.importorskip("dm_control")
     import pandas as pd
 
     from test_official_data import official_episodes, save_chunk

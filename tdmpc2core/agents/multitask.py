@@ -43,7 +43,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import time
 import warnings
 from typing import Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
@@ -493,7 +492,7 @@ class TDMPC2MultiTask:
         return batch
 
     def _run_updates_host(self, state: MultiTaskState, n_updates: int) -> MultiTaskState:
-        import concurrent.futures
+        from ..run.prefetch import feed
 
         if n_updates <= 0:
             return state
@@ -503,26 +502,17 @@ class TDMPC2MultiTask:
         keys = np.asarray(jax.device_get(state.key))  # a host copy: the state is donated to each block
         blocks = [(u0 + b, min(K, n_updates - b)) for b in range(0, n_updates, K)]
         chunk = self._chunk_host()
-        timing = self.host_timing
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            def prepare(u, n):
-                t = time.perf_counter()
-                batch = jax.device_put(self._host_batches(keys, u, K, n))
-                jax.block_until_ready(batch)
-                return batch, time.perf_counter() - t
+        box = [state]
 
-            nxt = pool.submit(prepare, *blocks[0])
-            for i, (u, n) in enumerate(blocks):
-                t = time.perf_counter()
-                batch, prep_s = nxt.result()
-                timing["wait_s"] += time.perf_counter() - t
-                timing["prepare_s"] += prep_s
-                timing["updates"] += n
-                if i + 1 < len(blocks):
-                    nxt = pool.submit(prepare, *blocks[i + 1])  # gathered while the device updates
-                state = chunk(state, batch, self.data, jnp.int32(n))
-                del batch
-        return state
+        def prepare(u, n):  # in a background thread, while the previous block trains
+            return jax.block_until_ready(jax.device_put(self._host_batches(keys, u, K, n)))
+
+        def consume(block, batch):
+            box[0] = chunk(box[0], batch, self.data, jnp.int32(block[1]))
+            self.host_timing["updates"] += block[1]
+
+        feed(blocks, prepare, consume, self.host_timing)
+        return box[0]
 
     def program(self) -> "OfflineProgram":
         """What this agent computes for the run driver (:mod:`tdmpc2core.run.driver`)."""

@@ -73,8 +73,12 @@ def run(args) -> int:
             "reset_rows": "row 0 of each official episode: action and reward set to NaN (the official trainer "
                           "never reads them)",
             "reader_versions": versions, "code": provenance.collect(".", include_jax=False)}
-    summary = official_data.convert_chunks(args.src, out, task_set=args.tasks, tasks=task_table(args.tasks),
-                                           provenance=prov, log=log)
+    try:
+        summary = official_data.convert_chunks(args.src, out, task_set=args.tasks, tasks=task_table(args.tasks),
+                                               provenance=prov, log=log)
+    except ImportError as exc:  # torch / tensordict missing: one line, as the other bad-input errors
+        log(f"error: {exc}")
+        return 1
     log(f"{out}: {len(summary['files'])} file(s) ({', '.join(summary['layouts'])}), {summary['episodes']} episodes, "
         f"{summary['rows']} rows, {summary['bytes'] / 1e6:.1f} MB; episodes per task: {summary['episodes_per_task']}")
     return 0
