@@ -65,3 +65,20 @@ def test_host_block_size_is_bounded(pool, monkeypatch):
     assert 1 <= agent._block_updates(2) <= 256
     monkeypatch.setattr(mt, "HOST_BLOCK_BYTES", 1)
     assert agent._block_updates(2) == 1
+
+
+def test_eval_envs_with_none_evaluate_only_those_tasks():
+    """An official pool's tasks without an env of ours are trained on, not evaluated (M8)."""
+    from test_multitask import T_TWIN, TwinLine, twin_episodes
+
+    rng = np.random.default_rng(0)
+    ds = make_dataset([twin_episodes(rng, 1.0, 4), twin_episodes(rng, -1.0, 4)],
+                      [task("right", 1, 1, T_TWIN), task("left", 1, 1, T_TWIN)])
+    agent = TDMPC2MultiTask(ds, eval_envs=[None, TwinLine(-1.0, "left")], batch_size=8,
+                            return_ranges={"left": (-25, 25)}, **TINY)
+    assert agent.eval_task_ids == [1] and agent.eval_task_names == ["left"]
+    ev = agent.evaluate(agent.init([0]), num_episodes=2)
+    assert ev["tasks"] == ["left"] and ev["returns"].shape == (1, 1, 2)
+    np.testing.assert_allclose(ev["normalized_score"], 100 * (ev["return"][:, 0] + 25) / 50)
+    with pytest.raises(ValueError, match="every entry is None"):
+        TDMPC2MultiTask(ds, eval_envs=[None, None], batch_size=8, **TINY)
