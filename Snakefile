@@ -46,6 +46,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/datasets.smk"
+include: "workflow/rules/official_data.smk"
 include: "workflow/rules/multitask.smk"
 include: "workflow/rules/official.smk"
 include: "workflow/rules/report.smk"
@@ -56,19 +57,22 @@ include: "workflow/rules/report.smk"
 # run folder (or the outputs Snakemake deleted after a job failed) stayed missing under a
 # complete-looking report. With every file a target, a plain rerun rebuilds exactly what is
 # missing and what depends on it.
+# A protocol of official pools only (no single-task tasks) ends at the scaling tables and
+# figure: the tables, overview figure and report are built from single-task runs.
 EVERY_OUTPUT = [
     RESOLVED,
     *[f for name in RUN_FILES for f in all_run_files(name)],
     *[task_dataset(t) for t in TASKS],
     *[pool_dataset(p) for p in POOLS],
-    *rules.dataset_summary.output,
+    *[pool_dataset(p) for p in OFFICIAL_POOLS],
+    *(rules.dataset_summary.output if TASKS else []),
     *expand(f"{FIGURES}/{{task}}_{{kind}}.png", task=list(TASKS), kind=["eval", "train"]),
-    *rules.figure_overview.output,
-    *rules.tables.output,
+    *(rules.figure_overview.output if TASKS else []),
+    *(rules.tables.output if TASKS else []),
     *[f for name in MULTI_FILES for f in multi_files(name)],
     *(rules.scaling.output if MULTITASK else []),
     *official_outputs(),
-    *rules.report.output,
+    *(rules.report.output if TASKS else []),
 ]
 
 

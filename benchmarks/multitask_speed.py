@@ -12,11 +12,21 @@ Reported per configuration: compile seconds (first chunk of 2 updates), updates/
 --repeats timed chunks after compilation), GFLOP/s (the official algorithm's update FLOPs,
 ``tdmpc2core/model/flops.py``, with all K Q members), and the days that ``--updates`` updates take
 at that speed.
+
+``--placement host`` (or ``both``) runs the host path (the pool in host memory, batches moved:
+``device_budget_bytes=0``) and adds, for it, ``sampling_batches_per_s``: batches (one update's
+slices for every seed) the host side prepares per second alone (draw the rows on the device,
+gather them with numpy, move them), against ``updates_per_s``; and ``wait_share``: the share of
+the timed chunks the updates spent waiting for batches (0: sampling is not the bottleneck).
+
+    python benchmarks/multitask_speed.py --placement both --sizes 1 --tasks 30 --obs 24 --actions 6 \
+        --episode-length 500 --episodes 20 --batch 1024      # the mt30 shapes
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -51,8 +61,22 @@ def synthetic_pool(num_tasks: int, obs: int, actions: int, T: int, episodes: int
                           provenance={"kind": "synthetic benchmark pool"})
 
 
-def bench(ds, seeds, repeats, updates_total, target_s, **kwargs) -> dict:
+def sampling_rate(agent, seeds, target_s: float) -> float:
+    """Batches per second of the host path's sampling alone (draw, gather, move), after a warm-up."""
+    keys = jax.random.split(jax.random.PRNGKey(0), len(seeds))
+    K = agent._block_updates(len(seeds))
+    jax.block_until_ready(jax.device_put(agent._host_batches(keys, 0, K, K)))  # compile the index program
+    n, t = 0, time.perf_counter()
+    while time.perf_counter() - t < target_s:
+        jax.block_until_ready(jax.device_put(agent._host_batches(keys, n, K, K)))
+        n += K
+    return n / (time.perf_counter() - t)
+
+
+def bench(ds, seeds, repeats, updates_total, target_s, placement="device", **kwargs) -> dict:
     t0 = time.perf_counter()
+    if placement == "host":
+        kwargs["device_budget_bytes"] = 0
     agent = TDMPC2MultiTask(ds, **kwargs)
     state = agent.init(seeds)
     state = agent.run_updates(state, 2)
@@ -63,12 +87,20 @@ def bench(ds, seeds, repeats, updates_total, target_s, **kwargs) -> dict:
     jax.block_until_ready(state)
     n = max(3, int(target_s / max((time.perf_counter() - t) / 3, 1e-6)))
     times = []
+    timing0 = dict(agent.host_timing)
+    t_all = time.perf_counter()
     for _ in range(repeats):
         t = time.perf_counter()
         state = agent.run_updates(state, n)
         jax.block_until_ready(state)
         times.append((time.perf_counter() - t) / n)
     per = statistics.median(times)
+    wall = time.perf_counter() - t_all
+    extra = {"placement": agent.data_placement, "pool_mb": round(agent.pool_nbytes / 1e6, 1)}
+    if agent.data_placement == "host":
+        extra.update(block_updates=agent._block_updates(len(seeds)),
+                     wait_share=round((agent.host_timing["wait_s"] - timing0["wait_s"]) / wall, 3),
+                     sampling_batches_per_s=round(sampling_rate(agent, seeds, target_s), 1))
     c = agent.cfg
     f = flops.update_flops(c, agent.obs_dim, agent.action_dim, agent.task_dim)
     n_params = int(sum(x.size for x in jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda x: x[0],
@@ -77,7 +109,8 @@ def bench(ds, seeds, repeats, updates_total, target_s, **kwargs) -> dict:
             "seeds": len(seeds), "compile_s": round(compile_s, 1), "updates_per_s": round(1 / per, 3),
             "gflops_per_s": round(len(seeds) * f / per / 1e9, 1),
             "days_for_updates": round(updates_total * per / 86400, 2), "updates": updates_total,
-            "device": jax.devices()[0].device_kind, "backend": jax.default_backend()}
+            "device": jax.devices()[0].device_kind, "backend": jax.default_backend(), **extra,
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 def main() -> int:
@@ -96,6 +129,8 @@ def main() -> int:
     p.add_argument("--target-seconds", type=float, default=3.0, help="length of one timed chunk")
     p.add_argument("--updates", type=int, default=10_000_000, help="updates of the run to estimate days for")
     p.add_argument("--json", help="append the results as JSON lines to this file")
+    p.add_argument("--placement", choices=["device", "host", "both"], default="device",
+                   help="where the pool lives: on the device (default), in host memory (batches moved), or both")
     args = p.parse_args()
     seeds = list(range(args.seeds))
     results = []
@@ -111,14 +146,16 @@ def main() -> int:
             print(json.dumps(results[-1]), flush=True)
     else:
         ds = synthetic_pool(args.tasks, args.obs, args.actions, args.episode_length, args.episodes)
+        places = ["device", "host"] if args.placement == "both" else [args.placement]
         for size in args.sizes:
-            results.append(dict(bench(ds, seeds, args.repeats, args.updates, args.target_seconds, model_size=size,
-                                      batch_size=args.batch), config=f"{args.tasks} tasks, obs {args.obs}, "
-                                                                     f"actions {args.actions}"))
-            print(json.dumps(results[-1]), flush=True)
-            if args.json:
-                with open(args.json, "a") as fh:
-                    fh.write(json.dumps(results[-1]) + "\n")
+            for place in places:
+                results.append(dict(bench(ds, seeds, args.repeats, args.updates, args.target_seconds, place,
+                                          model_size=size, batch_size=args.batch),
+                                    config=f"{args.tasks} tasks, obs {args.obs}, actions {args.actions}"))
+                print(json.dumps(results[-1]), flush=True)
+                if args.json:
+                    with open(args.json, "a") as fh:
+                        fh.write(json.dumps(results[-1]) + "\n")
     return 0
 
 

@@ -19,6 +19,8 @@ STAGES = {
     "dataset-task": ("dataset_task", "join the seeds' episode datasets of one task"),
     "dataset-pool": ("dataset_pool", "pool task datasets into one multi-task dataset"),
     "dataset-summary": ("dataset_summary", "per-episode summary of the datasets and their return figure"),
+    "convert-official-data": ("convert_official_data", "convert the official mt30/mt80 dataset chunks (torch "
+                              "files: trusted sources only, loading unpickles) into an episode Parquet pool"),
     "train-multi": ("train_multi", "train one multi-task TD-MPC2 model offline on a pooled dataset (seeds vmapped)"),
     "scaling": ("scaling", "the multi-task scaling table, per-task table and figure"),
     "figures": ("figures", "learning-curve figures per task, beside the published curves"),

@@ -64,6 +64,8 @@ METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "tota
 #: the official code's task_dim (spec §1.2): 96 for model sizes 1 and 317 and for mt80, else 64
 TASK_DIM_LARGE, TASK_DIM_SMALL = 96, 64
 EVAL_KEY_OFFSET = 10_000_019  # as the single-task agent's evaluation keys
+#: the host path's bytes of batches per host-to-device transfer (all seeds), by default
+HOST_BLOCK_BYTES = 64 * 2 ** 20
 # history key <- evaluate() key
 _EVAL_FIELDS = (("eval_returns", "returns"), ("eval_lengths", "lengths"), ("eval_return", "return"),
                 ("eval_mean_return", "mean_return"), ("normalized_score_per_task", "normalized_score_per_task"),
@@ -94,25 +96,44 @@ class DeviceData(NamedTuple):
     masks: jnp.ndarray
 
 
-def sample_slices(data: DeviceData, key, batch_size: int, horizon: int) -> Batch:
-    """B slices of H+1 consecutive rows of the pooled dataset, time-major (spec §9, §10).
+def sample_indices(data: DeviceData, key, batch_size: int, horizon: int):
+    """The rows of B slices of H+1 consecutive rows (spec §9, §10): (idx [B, H+1] int32 rows of
+    the pool, task [B] int32).
 
-    Episodes uniformly with replacement over the sampleable episodes, then a start uniform
-    in [0, rows - (H+1)] (torchrl's SliceSampler with strict_length). A slice may start at a
-    reset row: its NaN action and reward are dropped by the shift (action, reward = rows
-    1..H). Returns Batch(obs [H+1, B, O], action [H, B, A], reward [H, B], terminated [H, B]
-    (zeros: the dataset has no terminations), task [B]).
+    Episodes uniformly with replacement over the sampleable episodes, then a start uniform in
+    [0, rows - (H+1)] (torchrl's SliceSampler with strict_length). Reads only ``starts``,
+    ``rows`` and ``task`` of ``data``, so the host path draws the same rows from the same key.
     """
     k_ep, k_start = jax.random.split(key)
     i = jax.random.randint(k_ep, (batch_size,), 0, data.starts.shape[0])
     start = jax.random.randint(k_start, (batch_size,), 0, data.rows[i] - horizon)  # maxval exclusive
     idx = (data.starts[i] + start)[:, None] + jnp.arange(horizon + 1, dtype=jnp.int32)[None]  # [B, H+1]
-    obs = data.obs[idx]
-    action = data.action[idx[:, 1:]]
-    reward = data.reward[idx[:, 1:]]
-    return Batch(obs=jnp.swapaxes(obs, 0, 1), action=jnp.swapaxes(action, 0, 1),
-                 reward=jnp.swapaxes(reward, 0, 1), terminated=jnp.zeros((horizon, batch_size), jnp.float32),
-                 task=data.task[i])
+    return idx, data.task[i]
+
+
+def gather_slices(xp, obs, action, reward, idx, task) -> Batch:
+    """The slices at rows ``idx`` [..., B, H+1] of the pool's ``obs``, ``action``, ``reward``, as
+    a time-major :class:`Batch` (obs [..., H+1, B, O], action [..., H, B, A], reward [..., H, B],
+    terminated zeros, task [..., B]). ``xp`` is ``jax.numpy`` (the device path) or ``numpy``
+    (the host path, on leading axes [K, S]): the same values either way."""
+    H = idx.shape[-1] - 1
+    o = obs[idx]
+    a = action[idx[..., 1:]]
+    r = reward[idx[..., 1:]]
+    return Batch(obs=xp.swapaxes(o, -3, -2), action=xp.swapaxes(a, -3, -2), reward=xp.swapaxes(r, -2, -1),
+                 terminated=xp.zeros(idx.shape[:-2] + (H, idx.shape[-2]), xp.float32), task=task)
+
+
+def sample_slices(data: DeviceData, key, batch_size: int, horizon: int) -> Batch:
+    """B slices of H+1 consecutive rows of the pooled dataset, time-major (spec §9, §10).
+
+    :func:`sample_indices` then :func:`gather_slices` on the device copy. A slice may start at
+    a reset row: its NaN action and reward are dropped by the shift (action, reward = rows
+    1..H). Returns Batch(obs [H+1, B, O], action [H, B, A], reward [H, B], terminated [H, B]
+    (zeros: the dataset has no terminations), task [B]).
+    """
+    idx, task = sample_indices(data, key, batch_size, horizon)
+    return gather_slices(jnp, data.obs, data.action, data.reward, idx, task)
 
 
 class MultiTaskState(NamedTuple):
@@ -146,9 +167,10 @@ class TDMPC2MultiTask:
       eval_envs: None (train without evaluating; :meth:`evaluate` raises); True (each task's
         env from the task table's ``env_id``); or one entry per task in task-id order: an env
         id (built with the task's action repeat and ``T_i x action_repeat`` simulator steps)
-        or a prebuilt :class:`tdmpc2core.envs.Env`. Every env must have the task's obs dim,
-        action dim, T (agent steps) and action repeat (gymnax envs keep their own time limit,
-        so a mismatch there raises).
+        or a prebuilt :class:`tdmpc2core.envs.Env`, or None: the task is trained on but not
+        evaluated (e.g. an official task we have no environment for; ``eval_task_ids``). Every
+        env must have the task's obs dim, action dim, T (agent steps) and action repeat
+        (gymnax envs keep their own time limit, so a mismatch there raises).
       model_size: preset {1, 5, 19, 48, 317}; widths left None come from it.
       task_dim: task-embedding width; None: the official value (:func:`official_task_dim`:
         96 for model sizes 1 and 317 or 80+ tasks, else 64).
@@ -156,6 +178,15 @@ class TDMPC2MultiTask:
       return_ranges: {task name: (low, high)} declared return ranges for the normalized
         score; Playground DM Control tasks default to (0, T x action_repeat).
       backend: Playground physics backend of the evaluation envs (None: MJX).
+      device_budget_bytes: the most bytes of pool rows (obs, action, reward: ``pool_nbytes``)
+        to place on the device. None (default) or a pool within it: the pool goes on the device
+        once and each update samples it inside the compiled program. A larger pool stays in
+        host memory (``data_placement == "host"``): the compiled program draws each update's
+        rows from the same keys, the host gathers them (numpy, a background thread one block
+        ahead) and only the batches move to the device. Both paths draw the same slices and
+        give the same numbers (tests/test_multitask.py; docs/architecture.md).
+      host_block_updates: updates per host-to-device transfer on the host path (None: as many
+        as fit in ``HOST_BLOCK_BYTES`` of batches for all seeds, at most 256).
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` at its paper
         default (the single-task agent's). ``gamma`` set explicitly applies to every task;
         ``seed_steps`` and ``buffer_size`` have no role offline.
@@ -172,7 +203,8 @@ class TDMPC2MultiTask:
 
     def __init__(self, dataset, eval_envs=None, model_size: int = 5, task_dim: Optional[int] = None,
                  batch_size: int = 1024, *, return_ranges: Optional[Mapping[str, Sequence[float]]] = None,
-                 backend: Optional[str] = None, **hyperparameters):
+                 backend: Optional[str] = None, device_budget_bytes: Optional[int] = None,
+                 host_block_updates: Optional[int] = None, **hyperparameters):
         from ..io.dataset import sampleable_episodes
 
         fields = {f.name for f in dataclasses.fields(TDMPC2Config)}
@@ -219,23 +251,53 @@ class TDMPC2MultiTask:
         self.num_episodes = int(len(starts))
         self.dataset_nbytes = int(getattr(dataset, "nbytes", 0))
         self.dataset_provenance = dict(getattr(dataset, "provenance", {}) or {})
-        # the dataset goes on the device once; every chunk of every seed reads this copy
-        self.data = jax.device_put(DeviceData(
+        host = DeviceData(
             obs=np.asarray(dataset.obs, np.float32), action=np.asarray(dataset.action, np.float32),
             reward=np.asarray(dataset.reward, np.float32), starts=np.asarray(starts, np.int32),
             rows=np.asarray(rows, np.int32), task=np.asarray(ep_task, np.int32), gamma=self.gammas,
-            masks=self.masks))
+            masks=self.masks)
+        if host.obs.shape[0] >= 2 ** 31:
+            raise ValueError(f"the dataset has {host.obs.shape[0]} rows; row indices are int32 (at most 2**31 - 1)")
+        #: bytes of the rows (obs, action, reward) the sampler reads: what the device budget bounds
+        self.pool_nbytes = int(host.obs.nbytes + host.action.nbytes + host.reward.nbytes)
+        self.device_budget_bytes = None if device_budget_bytes is None else int(device_budget_bytes)
+        #: "device": the pool on the device once, sampled inside the compiled program (every seed
+        #: reads that copy); "host": the pool stays in host memory, the compiled program draws the
+        #: rows of each update's slices, the host gathers them and moves only the batches
+        self.data_placement = ("device" if self.device_budget_bytes is None
+                               or self.pool_nbytes <= self.device_budget_bytes else "host")
+        self._host_data = host
+        if self.data_placement == "device":
+            self.data = jax.device_put(host)
+        else:  # only the episode table, discounts and masks on the device; the rows stay here
+            empty = lambda a: np.zeros((0,) + a.shape[1:], a.dtype)
+            self.data = jax.device_put(host._replace(obs=empty(host.obs), action=empty(host.action),
+                                                     reward=empty(host.reward)))
+        #: updates per host block (bounded by HOST_BLOCK_BYTES of batches per transfer)
+        self.host_block_updates = int(host_block_updates) if host_block_updates else None
 
         self.backend = backend
         self.eval_envs = self._build_eval_envs(eval_envs)
         self.return_ranges = self._resolve_ranges(return_ranges)
         self._fns: dict = {}
+        #: the host path's sampling time: seconds preparing batches (draw, gather, transfer; in a
+        #: background thread), seconds the updates waited for them, updates fed
+        self.host_timing = {"prepare_s": 0.0, "wait_s": 0.0, "updates": 0}
         #: seconds spent tracing, lowering and compiling each program in this process
         #: ({"init" | "chunk" | "eval": {"trace_lower_s", "compile_s", "calls_compiled"}})
         self.compile_seconds: dict = {}
 
     def __hash__(self):  # jitted closures capture self
         return id(self)
+
+    @property
+    def eval_task_ids(self) -> list:
+        """The task ids evaluated (those with an eval env), in task-id order."""
+        return [] if self.eval_envs is None else [i for i, e in enumerate(self.eval_envs) if e is not None]
+
+    @property
+    def eval_task_names(self) -> list:
+        return [self.task_names[i] for i in self.eval_task_ids]
 
     # ---- construction helpers -----------------------------------------------------
     def _build_eval_envs(self, eval_envs):
@@ -252,9 +314,15 @@ class TDMPC2MultiTask:
         eval_envs = list(eval_envs)
         if len(eval_envs) != self.num_tasks:
             raise ValueError(f"eval_envs has {len(eval_envs)} entries; the dataset has {self.num_tasks} tasks "
-                             f"{self.task_names} (one env per task, in task-id order)")
+                             f"{self.task_names} (one env per task, in task-id order; None: not evaluated)")
+        if all(e is None for e in eval_envs):
+            raise ValueError("eval_envs names no env (every entry is None): pass eval_envs=None to train "
+                             "without evaluating")
         envs = []
         for t, spec in zip(self.tasks, eval_envs):
+            if spec is None:  # a task trained on but not evaluated (e.g. no environment for it)
+                envs.append(None)
+                continue
             if isinstance(spec, Env):
                 env = spec
             elif isinstance(spec, str):
@@ -290,14 +358,15 @@ class TDMPC2MultiTask:
                 if not hi > lo:
                     raise ValueError(f"return_ranges[{t.name!r}] = {given[t.name]!r}: need low < high")
                 out[t.name] = (lo, hi)
-            elif self.eval_envs is not None and self.eval_envs[i].spec.suite in ("playground", "dmcontrol"):
+            elif self.eval_envs is not None and self.eval_envs[i] is not None and \
+                    self.eval_envs[i].spec.suite in ("playground", "dmcontrol"):
                 # DM Control (Playground's MJX ports or dm_control itself): rewards in [0, 1] per
                 # simulator step (the paper's return / 10)
                 out[t.name] = (0.0, float(t.episode_length * t.action_repeat))
             else:
                 out[t.name] = None
         if self.eval_envs is not None:
-            missing = [n for n, r in out.items() if r is None]
+            missing = [n for i, (n, r) in enumerate(out.items()) if r is None and self.eval_envs[i] is not None]
             if missing:
                 warnings.warn(f"no declared return range for task(s) {missing}: their normalized score, and the "
                               "mean normalized score over tasks, are NaN (pass return_ranges)", stacklevel=3)
@@ -314,7 +383,8 @@ class TDMPC2MultiTask:
                  tasks=[dict(dataclasses.asdict(t) if dataclasses.is_dataclass(t) else dict(t._asdict()),
                              gamma=self.task_gammas[t.name], action_mask=m.tolist(),
                              return_range=self.return_ranges[t.name],
-                             eval_env=(None if self.eval_envs is None else self.eval_envs[i].spec.env_id))
+                             eval_env=(None if self.eval_envs is None or self.eval_envs[i] is None
+                                       else self.eval_envs[i].spec.env_id))
                         for i, (t, m) in enumerate(zip(self.tasks, self.masks))])
         return d
 
@@ -356,8 +426,93 @@ class TDMPC2MultiTask:
         return fn
 
     def run_updates(self, state: MultiTaskState, n_updates: int) -> MultiTaskState:
-        """``n_updates`` more updates of every seed (one call of the compiled program)."""
-        return self._chunk()(state, self.data, jnp.int32(n_updates))
+        """``n_updates`` more updates of every seed: one call of the compiled program (device
+        path), or blocks of ``host_block_updates`` updates fed with batches gathered on the host
+        (host path; the same numbers)."""
+        if self.data_placement == "device":
+            return self._chunk()(state, self.data, jnp.int32(n_updates))
+        return self._run_updates_host(state, int(n_updates))
+
+    # ---- the host path -------------------------------------------------------------------
+    def _block_updates(self, n_seeds: int) -> int:
+        if self.host_block_updates:
+            return self.host_block_updates
+        B, H = self.cfg.batch_size, self.cfg.horizon
+        per = n_seeds * B * ((H + 1) * self.obs_dim + H * self.action_dim + H + 1 + (H + 1)) * 4
+        return int(max(1, min(256, HOST_BLOCK_BYTES // per)))
+
+    def _index_fn(self):
+        """(keys [S, 2], first update u0, n) -> (idx [K, S, B, H+1], task [K, S, B]) of updates
+        u0 .. u0+K-1: the keys of the device path's updates, the same draws."""
+        fn = self._fns.get("index")
+        if fn is None:
+            B, H = self.cfg.batch_size, self.cfg.horizon
+
+            def one(key, u, data):
+                k_sample, _ = jax.random.split(jax.random.fold_in(key, u))
+                return sample_indices(data, k_sample, B, H)
+
+            def block(keys, u0, data, K):
+                us = u0 + jnp.arange(K, dtype=jnp.int32)
+                return jax.vmap(lambda u: jax.vmap(lambda k: one(k, u, data))(keys))(us)
+
+            fn = self._fns["index"] = jax.jit(block, static_argnums=(3,))
+        return fn
+
+    def _chunk_host(self):
+        fn = self._fns.get("chunk_host")
+        if fn is None:
+            wm = self.wm
+
+            def single(st: MultiTaskState, batches: Batch, data: DeviceData, n_updates):
+                def body(j, carry):
+                    agent, _m = carry
+                    _, k_update = jax.random.split(jax.random.fold_in(st.key, agent.updates))
+                    batch = jax.tree_util.tree_map(lambda x: x[j], batches)
+                    agent, m = update(wm, agent, batch, data.gamma, k_update, data.masks)
+                    return agent, {k: m[k] for k in METRIC_KEYS}
+
+                agent, metrics = jax.lax.fori_loop(0, n_updates, body, (st.agent, st.metrics))
+                return st._replace(agent=agent, metrics=metrics)
+
+            # batches [K, S, ...] -> per seed [K, ...]
+            fn = self._fns["chunk_host"] = Compiled(
+                jax.jit(jax.vmap(single, in_axes=(0, 1, None, None)), donate_argnums=(0,)), "chunk",
+                self.compile_seconds)
+        return fn
+
+    def _host_batches(self, keys, u0: int, K: int, n: int) -> Batch:
+        """The batches of updates u0 .. u0+n-1, gathered on the host, zero-padded to K updates
+        (one program shape; the padding is never read): Batch leaves [K, S, ...], numpy."""
+        idx, task = jax.device_get(self._index_fn()(keys, jnp.int32(u0), self.data, K))
+        h = self._host_data
+        batch = gather_slices(np, h.obs, h.action, h.reward, idx[:n], task[:n])
+        if n < K:
+            batch = Batch(*(np.concatenate([x, np.zeros((K - n,) + x.shape[1:], x.dtype)]) for x in batch))
+        return batch
+
+    def _run_updates_host(self, state: MultiTaskState, n_updates: int) -> MultiTaskState:
+        from ..run.prefetch import feed
+
+        if n_updates <= 0:
+            return state
+        u0 = int(np.asarray(state.agent.updates)[0])
+        S = int(np.asarray(state.seed).shape[0])
+        K = self._block_updates(S)
+        keys = np.asarray(jax.device_get(state.key))  # a host copy: the state is donated to each block
+        blocks = [(u0 + b, min(K, n_updates - b)) for b in range(0, n_updates, K)]
+        chunk = self._chunk_host()
+        box = [state]
+
+        def prepare(u, n):  # in a background thread, while the previous block trains
+            return jax.block_until_ready(jax.device_put(self._host_batches(keys, u, K, n)))
+
+        def consume(block, batch):
+            box[0] = chunk(box[0], batch, self.data, jnp.int32(block[1]))
+            self.host_timing["updates"] += block[1]
+
+        feed(blocks, prepare, consume, self.host_timing)
+        return box[0]
 
     def program(self) -> "OfflineProgram":
         """What this agent computes for the run driver (:mod:`tdmpc2core.run.driver`)."""
@@ -436,10 +591,11 @@ class TDMPC2MultiTask:
     def dataset_sha256(self) -> str:
         """SHA-256 of the training data as the agent holds it (observations, actions, rewards,
         sampleable episode starts and lengths, task ids, discounts, action masks): part of a
-        checkpoint's settings, so a checkpoint is refused by an agent built on other data."""
+        checkpoint's settings, so a checkpoint is refused by an agent built on other data. The
+        same whichever ``data_placement`` (a run may resume on the other path)."""
         if getattr(self, "_dataset_sha256", None) is None:
             h = hashlib.sha256()
-            for name, arr in zip(DeviceData._fields, jax.device_get(tuple(self.data))):
+            for name, arr in zip(DeviceData._fields, tuple(self._host_data)):
                 arr = np.ascontiguousarray(arr)
                 h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode())
                 h.update(arr.tobytes())
@@ -532,19 +688,22 @@ class TDMPC2MultiTask:
         return jnp.stack([jax.random.fold_in(jax.random.fold_in(
             jax.random.PRNGKey(int(s) + EVAL_KEY_OFFSET), int(updates)), int(task)) for s in seeds])
 
-    def normalized_score(self, returns) -> np.ndarray:
-        """100 (return - low) / (high - low) per task on the last axis ([..., num_tasks]); NaN
-        for a task without a declared range."""
+    def normalized_score(self, returns, task_ids=None) -> np.ndarray:
+        """100 (return - low) / (high - low) per task on the last axis ([..., num_tasks], or
+        [..., len(task_ids)] for the tasks ``task_ids``); NaN for a task without a declared range."""
         r = np.asarray(returns, np.float64)
         out = np.full(r.shape, np.nan)
-        for i, name in enumerate(self.task_names):
+        names = self.task_names if task_ids is None else [self.task_names[i] for i in task_ids]
+        for i, name in enumerate(names):
             rng = self.return_ranges.get(name)
             if rng is not None:
                 out[..., i] = 100.0 * (r[..., i] - rng[0]) / (rng[1] - rng[0])
         return out
 
     def evaluate(self, state: MultiTaskState, num_episodes: int = 10) -> dict:
-        """Evaluate every seed on every task, each in its own env (host loop over tasks).
+        """Evaluate every seed on every evaluated task (``eval_task_ids``: all tasks unless
+        eval_envs has None entries), each in its own env (host loop over tasks); the per-task
+        axes below have one entry per evaluated task, and the means are over those.
 
         ``num_episodes`` episodes per task from fresh initial states (keys from the seed, the
         updates done and the task), the planner in eval mode with the task's embedding and
@@ -563,14 +722,15 @@ class TDMPC2MultiTask:
         seeds = [int(s) for s in np.asarray(state.seed)]
         updates = int(np.asarray(state.agent.updates)[0])
         rets, lens = [], []
-        for i in range(self.num_tasks):
+        ids = self.eval_task_ids
+        for i in ids:
             r, l = self._eval_fn(i, int(num_episodes))(state.agent.params, self.eval_keys(seeds, updates, i))
             rets.append(np.asarray(r))
             lens.append(np.asarray(l))
         returns = np.stack(rets, axis=1).astype(np.float64)  # [S, K, E]
         per_task = returns.mean(axis=-1)
-        norm = self.normalized_score(per_task)
-        return {"tasks": list(self.task_names), "updates": updates, "returns": returns,
+        norm = self.normalized_score(per_task, ids)
+        return {"tasks": self.eval_task_names, "updates": updates, "returns": returns,
                 "lengths": np.stack(lens, axis=1), "return": per_task, "mean_return": per_task.mean(axis=-1),
                 "normalized_score_per_task": norm, "normalized_score": norm.mean(axis=-1)}
 
@@ -619,7 +779,7 @@ class OfflineProgram(RunProgram):
                 **{key: res[src] for key, src in _EVAL_FIELDS}}
 
     def eval_fields(self, n_seeds, eval_episodes):
-        S, K, E = n_seeds, self.agent.num_tasks, eval_episodes
+        S, K, E = n_seeds, len(self.agent.eval_task_ids), eval_episodes
         shapes = {"eval_returns": (S, K, E), "eval_lengths": (S, K, E), "eval_return": (S, K),
                   "eval_mean_return": (S,), "normalized_score_per_task": (S, K), "normalized_score": (S,)}
         return [EvalField("eval_updates", "eval_updates", np.int64)] + [
@@ -632,7 +792,8 @@ class OfflineProgram(RunProgram):
         rec["eval_return"] = np.asarray(ev["eval_return"])
 
     def finalize(self, history):
-        history["tasks"] = list(self.agent.task_names)
+        history["tasks"] = self.agent.eval_task_names if self.agent.eval_envs is not None else \
+            list(self.agent.task_names)
 
     def progress_fields(self, hist):
         evals = hist["evals"]
@@ -642,8 +803,9 @@ class OfflineProgram(RunProgram):
         """The class, the configuration (hyperparameters and the task table), the data's
         SHA-256 and the evaluation envs: what makes a checkpoint this agent's."""
         agent = self.agent
-        envs = None if agent.eval_envs is None else [[e.spec.env_id, e.spec.suite, e.spec.backend, repr(e._token)]
-                                                     for e in agent.eval_envs]
+        envs = None if agent.eval_envs is None else [
+            None if e is None else [e.spec.env_id, e.spec.suite, e.spec.backend, repr(e._token)]
+            for e in agent.eval_envs]
         return {"agent_class": type(agent).__name__, "agent": agent.config, "dataset_sha256": agent.dataset_sha256,
                 "eval_envs": envs}
 
@@ -669,5 +831,6 @@ def _is_playground(env_id: str) -> bool:
     return suite_of(env_id) == "playground"
 
 
-__all__ = ["TDMPC2MultiTask", "MultiTaskState", "DeviceData", "sample_slices", "official_task_dim",
+__all__ = ["TDMPC2MultiTask", "MultiTaskState", "DeviceData", "sample_slices", "sample_indices", "gather_slices",
+           "official_task_dim", "HOST_BLOCK_BYTES",
            "METRIC_KEYS"]

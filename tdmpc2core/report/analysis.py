@@ -686,15 +686,17 @@ def load_run_config(path: str | os.PathLike) -> dict:
     (task name -> merged settings, with ``published`` and ``expected``).
 
     Raises:
-      ValueError: the file lacks ``tasks`` (a mapping) or ``seeds`` (a list), naming the file.
+      ValueError: the file lacks ``tasks`` (a mapping, empty only in a protocol of official
+        pools) or ``seeds`` (a list), naming the file.
     """
     import yaml
 
     path = os.fspath(path)
     with open(path) as fh:
         cfg = yaml.safe_load(fh) or {}
-    if not isinstance(cfg.get("tasks"), dict) or not cfg["tasks"]:
-        raise ValueError(f"{path}: expected a non-empty mapping 'tasks' (task name -> settings)")
+    if not isinstance(cfg.get("tasks"), dict) or not (cfg["tasks"] or cfg.get("official_pools")):
+        raise ValueError(f"{path}: expected a non-empty mapping 'tasks' (task name -> settings; empty only "
+                         "with official_pools)")
     if not isinstance(cfg.get("seeds"), list) or not cfg["seeds"]:
         raise ValueError(f"{path}: expected a non-empty list 'seeds'")
     return cfg

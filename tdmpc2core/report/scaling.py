@@ -90,16 +90,31 @@ def _stats(x) -> dict:
 
 
 SCALING_COLUMNS = ["pool", "model_size", "params", "updates", "n_tasks", "n_seeds", "score_mean", "score_sd",
-                   "score_min", "score_max", "mean_return", "note"]
+                   "score_min", "score_max", "mean_return", "published_score", "note"]
+PUBLISHED_MULTITASK = "resources/published_multitask_scores.csv"
+
+
+def published_multitask_scores() -> pd.DataFrame:
+    """The paper's multi-task normalized scores per task set and model size that we carry
+    (``tdmpc2core/resources/published_multitask_scores.csv``: task_set, model_size,
+    normalized_score, source). Only values verified from a readable source are carried; today
+    none (tdmpc2core/resources/README.md says why)."""
+    from importlib import resources
+
+    with resources.files("tdmpc2core").joinpath(PUBLISHED_MULTITASK).open("r") as fh:
+        return pd.read_csv(fh, dtype={"task_set": str, "model_size": "Int64", "normalized_score": float,
+                                      "source": str})
 
 
 def scaling_table(final: pd.DataFrame, params: Mapping[tuple, int], pools: Sequence[str],
-                  sizes: Sequence[int]) -> pd.DataFrame:
+                  sizes: Sequence[int], published: Optional[Mapping[tuple, float]] = None) -> pd.DataFrame:
     """Per (pool, model_size): the final normalized score (mean over tasks per seed, then
     mean / sd / min / max over seeds) and ``mean_return``, the raw return averaged over tasks
     and seeds (tasks of different return scales mixed: kept for the CSV, not shown).
 
     ``params``: {(pool, model_size): learnable parameters} (from each run's run.json).
+    ``published``: {(pool, model_size): the paper's normalized score} where one is carried
+    (:func:`published_multitask_scores`), else ``published_score`` is NaN.
     A missing run gets a row with a note.
     """
     rows = []
@@ -107,7 +122,8 @@ def scaling_table(final: pd.DataFrame, params: Mapping[tuple, int], pools: Seque
         for size in sizes:
             f = final[(final["pool"] == pool) & (final["model_size"] == size)]
             r = {c: math.nan for c in SCALING_COLUMNS}
-            r.update(pool=pool, model_size=int(size), params=params.get((pool, int(size)), math.nan), note="")
+            r.update(pool=pool, model_size=int(size), params=params.get((pool, int(size)), math.nan), note="",
+                     published_score=(published or {}).get((pool, int(size)), math.nan))
             if f.empty:
                 r.update(n_tasks=0, n_seeds=0, note="no evaluation found")
                 rows.append(r)
@@ -209,6 +225,10 @@ def plot_scaling(scaling: pd.DataFrame, tasks: pd.DataFrame, path: str | os.Path
         ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"pool {pool}")
         for xi, yi, s in zip(x, y, d["model_size"]):
             ax.annotate(f"size {int(s)}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        pub = d[d["published_score"].notna()] if "published_score" in d else d.iloc[:0]
+        if len(pub):
+            ax.plot(pub["params"].astype(float), pub["published_score"].astype(float), "k^", linestyle=":",
+                    label=f"pool {pool}: paper")
     ax.set_xscale("log")
     ax.set_xlabel("learnable parameters")
     ax.set_ylabel("normalized score (0-100)")

@@ -35,23 +35,50 @@ CAVEAT = ("The pools are our own single-task runs' replay, not the paper's mt30 
           "check that the multi-task path works and how it scales on our data.")
 
 
-def _scaling_md(df, label, ranges_text) -> str:
+OFFICIAL_CAVEAT = ("Pools {pools} are the paper's own multi-task data (the official {sets} release, converted by "
+                   "`tdmpc2 convert-official-data`); their models are evaluated on the tasks we have an "
+                   "environment for, each listed in the per-task table, and the score is the mean over those.")
+
+
+def _caveat(official: dict, pools) -> str:
+    ours = [p for p in pools if p not in official]
+    off = [p for p in pools if p in official]
+    parts = []
+    if ours:
+        parts.append(CAVEAT if not off else f"Pools {ours}: " + CAVEAT)
+    if off:
+        parts.append(OFFICIAL_CAVEAT.format(pools=off, sets=sorted({official[p]["task_set"] for p in off})))
+    return " ".join(parts)
+
+
+def _published_text(df) -> str:
+    have = df[df["published_score"].notna()]
+    if len(have):
+        return ("Published: the paper's multi-task normalized score of the same task set and size "
+                "(tdmpc2core/resources/published_multitask_scores.csv, each with its source).")
+    return ("Published: the paper's multi-task normalized scores per size are not carried: no readable source "
+            "of the values could be verified (tdmpc2core/resources/README.md), so they are left out.")
+
+
+def _scaling_md(df, label, ranges_text, caveat=CAVEAT) -> str:
     from ..report import analysis as A
 
     view = df.copy()
     view["score"] = [A.mean_sd_text(m, s) for m, s in zip(view["score_mean"], view["score_sd"])]
     view["score_range"] = ["" if m != m else f"{lo:.1f} – {hi:.1f}"
                            for m, lo, hi in zip(view["score_mean"], view["score_min"], view["score_max"])]
-    cols = ["pool", "model_size", "params", "updates", "n_tasks", "n_seeds", "score", "score_range", "note"]
+    view["published"] = ["n/a" if p != p else f"{p:.1f}" for p in view["published_score"]]
+    cols = ["pool", "model_size", "params", "updates", "n_tasks", "n_seeds", "score", "score_range", "published",
+            "note"]
     heads = ["Pool", "Model size", "Parameters", "Updates", "Tasks", "Seeds", "Normalized score: mean ± sd",
-             "Min – max over seeds", "Note"]
-    return (f"# Multi-task scaling\n\n{label}\n\n{CAVEAT}\n\nNormalized score of a task = 100 (return - low) / "
+             "Min – max over seeds", "Published", "Note"]
+    return (f"# Multi-task scaling\n\n{label}\n\n{caveat}\n\n{_published_text(df)}\n\nNormalized score of a task = 100 (return - low) / "
             f"(high - low) for its declared return range ({ranges_text}); a seed's score is the mean over tasks "
             "at its final evaluation; over seeds: mean ± population sd, min – max.\n\n"
             + A.markdown_table(view, cols, heads))
 
 
-def _tasks_md(df, label) -> str:
+def _tasks_md(df, label, caveat=CAVEAT) -> str:
     from ..report import analysis as A
 
     view = df.copy()
@@ -62,7 +89,7 @@ def _tasks_md(df, label) -> str:
             "expected", "result", "note"]
     heads = ["Pool", "Task", "Model size", "Multi-task return: mean ± sd", "Per seed", "Normalized score",
              "Single-task return: mean ± sd", "Single-task agent steps", "Expected (multi-task)", "Result", "Note"]
-    return (f"# Multi-task returns per task beside the single-task runs\n\n{label}\n\n{CAVEAT}\n\n"
+    return (f"# Multi-task returns per task beside the single-task runs\n\n{label}\n\n{caveat}\n\n"
             "Final evaluations. Multi-task: one model per pool and size, evaluated on each task in its own "
             "environment. Single-task: the final evaluation of the runs whose replay the pool holds.\n\n"
             + A.markdown_table(view, cols, heads))
@@ -113,14 +140,19 @@ def run(args) -> int:
     ss = A.seed_scores(A.read_evals(single_paths))
     single_final = (ss.sort_values("eval_index").groupby(["task", "seed"]).tail(1) if not ss.empty else ss)
 
-    scaling = S.scaling_table(final, params, list(pools), sizes)
+    official = cfg.get("official_pools") or {}
+    pub = S.published_multitask_scores()
+    published = {(pool, int(r.model_size)): float(r.normalized_score) for pool in pools if pool in official
+                 for r in pub.itertuples() if r.task_set == official[pool]["task_set"]}
+    scaling = S.scaling_table(final, params, list(pools), sizes, published)
+    caveat = _caveat(official, list(pools))
     tasks = S.task_table(final, rng, single_final, pools, sizes, mt.get("expected") or {})
     declared = {t: (float(r.return_low), float(r.return_high)) for r in rng.itertuples() for t in [r.task]}
     out = args.outdir
     A.write_text_atomic(os.path.join(out, "multitask_scaling.csv"), scaling.to_csv(index=False))
-    A.write_text_atomic(os.path.join(out, "multitask_scaling.md"), _scaling_md(scaling, label, ranges_text(declared)))
+    A.write_text_atomic(os.path.join(out, "multitask_scaling.md"), _scaling_md(scaling, label, ranges_text(declared), caveat))
     A.write_text_atomic(os.path.join(out, "multitask_tasks.csv"), tasks.to_csv(index=False))
-    A.write_text_atomic(os.path.join(out, "multitask_tasks.md"), _tasks_md(tasks, label))
+    A.write_text_atomic(os.path.join(out, "multitask_tasks.md"), _tasks_md(tasks, label, caveat))
     S.plot_scaling(scaling, tasks, args.figure)
     print(f"tdmpc2 scaling: {len(pools)} pool(s) x {len(sizes)} model size(s); expected-range check: "
           f"{int((tasks['result'] == 'pass').sum())} pass, {int((tasks['result'] == 'fail').sum())} fail; "

@@ -32,7 +32,7 @@ from .resumable import (SignalStop, add_checkpoint_arguments, close_checkpoint_d
                         mismatch_message, open_checkpoint_dir)
 
 SPEC_KEYS = {"updates", "batch_size", "eval_every", "eval_episodes", "log_every", "agent", "return_ranges",
-             "backend"}
+             "backend", "eval_tasks", "device_budget_bytes"}
 REQUIRED = {"updates"}
 
 
@@ -85,8 +85,17 @@ def _run(args, spec: dict, log) -> int:
     agent_kwargs = dict(spec.get("agent", {}))
     if "batch_size" in spec:
         agent_kwargs["batch_size"] = int(spec["batch_size"])
-    agent = TDMPC2MultiTask(dataset, eval_envs=True, model_size=args.model_size,
-                            return_ranges=spec.get("return_ranges"), backend=spec.get("backend"), **agent_kwargs)
+    eval_envs = True
+    if spec.get("eval_tasks") is not None:  # evaluate these tasks only (trained on all)
+        table = {t.name: t for t in dataset.tasks}
+        bad = [n for n in spec["eval_tasks"] if n not in table or not table[n].env_id]
+        if bad or not spec["eval_tasks"]:
+            raise ValueError(f"spec eval_tasks: {bad or 'empty'}: each must be a task of {args.dataset} with an "
+                             f"env_id; evaluable: {[t.name for t in dataset.tasks if t.env_id]}")
+        eval_envs = [t.env_id if t.name in spec["eval_tasks"] else None for t in dataset.tasks]
+    agent = TDMPC2MultiTask(dataset, eval_envs=eval_envs, model_size=args.model_size,
+                            return_ranges=spec.get("return_ranges"), backend=spec.get("backend"),
+                            device_budget_bytes=spec.get("device_budget_bytes"), **agent_kwargs)
     # a batch of more slices than the pool holds would repeat slices: refused with the check the
     # workflow runs on its prediction of the pool at load (tdmpc2core.model.config)
     check_batch_size(agent.cfg.batch_size, slices_in_episodes(dataset.episode_rows, agent.cfg.horizon),
@@ -95,9 +104,12 @@ def _run(args, spec: dict, log) -> int:
     eval_every = int(spec.get("eval_every", 0)) or None
     eval_episodes = int(spec.get("eval_episodes", 10))
     log_every = int(spec.get("log_every", 0)) or None
-    names = agent.task_names
-    log(f"{len(names)} tasks {names}: {dataset.num_episodes} episodes, {dataset.num_transitions} transitions "
-        f"({dataset.nbytes / 1e6:.1f} MB on the device once); obs {agent.obs_dim}, action {agent.action_dim} "
+    names = agent.eval_task_names
+    placed = ("on the device once" if agent.data_placement == "device" else
+              f"in host memory: over the device budget of {agent.device_budget_bytes} bytes, batches moved")
+    log(f"{len(agent.task_names)} tasks {agent.task_names}: {dataset.num_episodes} episodes, "
+        f"{dataset.num_transitions} transitions ({agent.pool_nbytes / 1e6:.1f} MB of rows {placed}); "
+        f"evaluated: {names}; obs {agent.obs_dim}, action {agent.action_dim} "
         f"(padded), task_dim {agent.task_dim}, batch {agent.cfg.batch_size}, discounts "
         + ", ".join(f"{n} {g:.3f}" for n, g in agent.task_gammas.items())
         + f"; seeds {seeds}, {updates} updates, evaluation every {eval_every} updates")
@@ -231,6 +243,8 @@ def _run(args, spec: dict, log) -> int:
         "agent_config": agent.config, "task_dim": agent.task_dim, "gammas": agent.task_gammas,
         "return_ranges": {n: (None if rg is None else list(rg)) for n, rg in zip(names, ranges)},
         "params": count_params(params0), "updates": updates, "final": final,
+        "eval_tasks": names, "data_placement": agent.data_placement, "pool_nbytes": agent.pool_nbytes,
+        "device_budget_bytes": agent.device_budget_bytes, "host_sampling": dict(agent.host_timing),
         "updates_per_s_median": float(np.median(speeds)) if speeds else None,
         "matmul_precision": f"float32 ({MATMUL_PRECISION.name}); jax_default_matmul_precision="
                             f"{prov['platform'].get('jax_default_matmul_precision')}",

@@ -92,6 +92,7 @@ def _library_checks():
 
 
 LIBRARY_CONFIG, LIBRARY_ENVS = _library_checks()
+from tdmpc2core.io import official_data as LIBRARY_OFFICIAL  # plain Python + the task-set table (no torch)
 AGENT_KEYS = sorted(f.name for f in dataclasses.fields(LIBRARY_CONFIG.TDMPC2Config))
 
 
@@ -174,6 +175,38 @@ for _name, _t in TASKS.items():
         )
 
 
+# ---- official pools (protocols.<protocol>.official_pools; workflow/rules/official_data.smk) ----
+# pool -> {src, task_set, eval_tasks}: the official mt30 / mt80 chunks, converted into a pool
+OFFICIAL_POOLS = {name: dict(p) for name, p in (PROTOCOL.get("official_pools") or {}).items()}
+OFFICIAL_POOL_TASKS = {}  # pool -> the tasks it is evaluated on
+for _pool, _p in OFFICIAL_POOLS.items():
+    if _pool in POOLS:
+        raise WorkflowError(f"config: protocols.{PROTOCOL_NAME}: pool {_pool!r} is under both pools and official_pools")
+    _table = LIBRARY_OFFICIAL.task_set_table(_p["task_set"])
+    _evaluable = [t["name"] for t in _table if t["env_id"]]
+    _eval = list(_p.get("eval_tasks") or _evaluable)
+    _bad = [t for t in _eval if t not in _evaluable]
+    if _bad:
+        raise WorkflowError(
+            f"config: protocols.{PROTOCOL_NAME}.official_pools.{_pool}.eval_tasks: {_bad} cannot be evaluated "
+            f"(not in {_p['task_set']}, or no environment of ours: docs/dmcontrol.md); evaluable: {_evaluable}"
+        )
+    OFFICIAL_POOL_TASKS[_pool] = _eval
+
+
+def official_chunks(pool):
+    """The pool's chunk files as the official trainer globs them (*.pt, sorted); none found:
+    the rule still runs and the stage names the folder and what it expects."""
+    import glob
+    import os
+
+    return sorted(glob.glob(os.path.join(OFFICIAL_POOLS[pool]["src"], "*.pt")))
+
+
+if not TASKS and not OFFICIAL_POOLS:
+    raise WorkflowError(f"config: protocols.{PROTOCOL_NAME}.tasks is empty; name at least one task (or official_pools)")
+
+
 def task_dataset(task):
     return f"{DATASETS}/tasks/{task}.parquet"
 
@@ -218,17 +251,17 @@ MULTI_FILES = ["eval.parquet", "metrics.parquet", "run.json"]  # run.json last: 
 MULTITASK = PROTOCOL.get("multitask")
 MT_POOLS, MT_SIZES, MT_SEEDS = [], [], []
 if MULTITASK:
-    MT_POOLS = list(MULTITASK.get("pools") or POOLS)
-    _bad = [p for p in MT_POOLS if p not in POOLS]
+    MT_POOLS = list(MULTITASK.get("pools") or [*POOLS, *OFFICIAL_POOLS])
+    _bad = [p for p in MT_POOLS if p not in POOLS and p not in OFFICIAL_POOLS]
     if _bad or not MT_POOLS:
         raise WorkflowError(
             f"config: protocols.{PROTOCOL_NAME}.multitask.pools names {_bad or 'no pool'}; the pools are those "
-            f"under protocols.{PROTOCOL_NAME}.pools (have: {sorted(POOLS)})"
+            f"under protocols.{PROTOCOL_NAME}.pools and official_pools (have: {sorted([*POOLS, *OFFICIAL_POOLS])})"
         )
     MT_SIZES = [int(s) for s in MULTITASK["model_sizes"]]
     MT_SEEDS = [int(s) for s in MULTITASK.get("seeds") or SEEDS]
-    _pooled = {t for p in MT_POOLS for t in POOLS[p]}
-    _episodic = sorted(t for t in _pooled if (TASKS[t].get("agent") or {}).get("episodic"))
+    _pooled = {t for p in MT_POOLS for t in POOLS.get(p, OFFICIAL_POOL_TASKS.get(p, []))}
+    _episodic = sorted(t for t in _pooled if t in TASKS and (TASKS[t].get("agent") or {}).get("episodic"))
     if _episodic:
         raise WorkflowError(
             f"config: protocols.{PROTOCOL_NAME}.multitask trains pool(s) "
@@ -252,12 +285,13 @@ if MULTITASK:
     for _pool, _exp in (MULTITASK.get("expected") or {}).items():
         for _task, _e in (_exp or {}).items():
             _check_expected(f"protocols.{PROTOCOL_NAME}.multitask.expected.{_pool}.{_task}", _e)
-        _bad = sorted(set(_exp or {}) - set(POOLS.get(_pool, [])))
+        _bad = sorted(set(_exp or {}) - set(POOLS.get(_pool, OFFICIAL_POOL_TASKS.get(_pool, []))))
         if _pool not in MT_POOLS or _bad:
             raise WorkflowError(
                 f"config: protocols.{PROTOCOL_NAME}.multitask.expected.{_pool}: "
                 + (f"{_pool!r} is not a trained pool ({MT_POOLS})" if _pool not in MT_POOLS
-                   else f"task(s) {_bad} are not in pool {_pool!r} ({POOLS[_pool]})")
+                   else f"task(s) {_bad} are not in pool {_pool!r} "
+                   f"({POOLS.get(_pool, OFFICIAL_POOL_TASKS.get(_pool))})")
             )
     if "model_size" in (MULTITASK.get("agent") or {}):
         raise WorkflowError(
@@ -267,6 +301,19 @@ if MULTITASK:
     _unknown_agent_keys(f"protocols.{PROTOCOL_NAME}.multitask.agent", _mt_agent, sorted(AGENT_KEYS + ["task_dim"]))
     _mt_agent.pop("task_dim", None)
     for _pool in MT_POOLS:
+        if _pool in OFFICIAL_POOLS:
+            # the official data's episodes are known only once converted: the agent's settings are
+            # checked here, its batch against the pool when the job loads it (train-multi)
+            _table = LIBRARY_OFFICIAL.task_set_table(OFFICIAL_POOLS[_pool]["task_set"])
+            for _size in MT_SIZES:
+                try:
+                    LIBRARY_CONFIG.resolve_config(
+                        LIBRARY_CONFIG.TDMPC2Config(**_mt_agent, model_size=_size,
+                                                    batch_size=int(MULTITASK.get("batch_size") or 1024)),
+                        episode_length=min(t["episode_length"] for t in _table), action_dim=0)
+                except (ValueError, TypeError) as e:
+                    raise WorkflowError(f"config: protocols.{PROTOCOL_NAME}.multitask (pool {_pool}, model size {_size}): {e}")
+            continue
         # as TDMPC2MultiTask builds its configuration (the pool's shortest episode), per model size
         _T_min = min(TASK_T[t] for t in POOLS[_pool])
         for _size in MT_SIZES:
@@ -302,10 +349,14 @@ def multi_spec(pool):
     """The multi-task settings one train-multi job receives (docs/artifacts.md): the pool's
     own tasks' return ranges only."""
     m = MULTITASK
-    spec = {k: m[k] for k in ("updates", "batch_size", "eval_every", "eval_episodes", "log_every", "backend")
+    spec = {k: m[k] for k in ("updates", "batch_size", "eval_every", "eval_episodes", "log_every", "backend",
+                              "device_budget_bytes")
             if m.get(k) is not None}
     spec["agent"] = dict(m.get("agent") or {})
-    ranges = {t: list(r) for t, r in (m.get("return_ranges") or {}).items() if t in POOLS[pool]}
+    if pool in OFFICIAL_POOLS:
+        spec["eval_tasks"] = OFFICIAL_POOL_TASKS[pool]
+    members = POOLS.get(pool) or OFFICIAL_POOL_TASKS[pool]
+    ranges = {t: list(r) for t, r in (m.get("return_ranges") or {}).items() if t in members}
     if ranges:
         spec["return_ranges"] = ranges
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
@@ -336,7 +387,9 @@ RESOLVED_CONFIG = {
     "max_chunk_seconds": MAX_CHUNK_SECONDS,
     "bootstrap_reps": int(config["bootstrap_reps"]),
     "tasks": TASKS,
-    "pools": POOLS,
+    # an official pool: the tasks its models are evaluated on (the scaling stage's per-task rows)
+    "pools": {**POOLS, **OFFICIAL_POOL_TASKS},
+    "official_pools": OFFICIAL_POOLS,
     "datasets": {"allow_evicted": ALLOW_EVICTED},
     "multitask": MULTITASK_RESOLVED,
 }

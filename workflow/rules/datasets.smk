@@ -29,6 +29,9 @@ rule dataset_pool:
         "logs/dataset_pool/{pool}.log",
     benchmark:
         f"{BENCHMARKS}/dataset_pool/{{pool}}.tsv"
+    wildcard_constraints:
+        # the official pools' file comes from convert_official_data (official_data.smk)
+        pool="|".join(re.escape(p) for p in POOLS) or "(?!)",
     conda:
         CONDA_ENV
     shell:

@@ -52,7 +52,7 @@ if MULTITASK:
             config=RESOLVED,
             evals=multi_files("eval.parquet"),
             runs=multi_files("run.json"),
-            single=[p for pool in MT_POOLS for t in POOLS[pool] for p in run_files(t, "eval.parquet")],
+            single=[p for pool in MT_POOLS for t in POOLS.get(pool, []) for p in run_files(t, "eval.parquet")],
         output:
             scaling=report(
                 f"{TABLES}/multitask_scaling.csv",

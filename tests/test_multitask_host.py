@@ -1,0 +1,84 @@
+"""The multi-task agent's host path: a pool larger than the device budget stays in host memory,
+the compiled program draws each update's rows, the host gathers them, only batches move.
+
+It must draw the same slices and give the same numbers as the device path (the pool on the
+device, sampled inside the compiled program), so a run may switch paths between sessions.
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from tdmpc2core.agents import multitask as mt
+from tdmpc2core.agents.multitask import TDMPC2MultiTask, gather_slices, sample_indices, sample_slices
+
+from test_multitask import TINY, leaves, make_dataset, random_episodes, task
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """A synthetic pool of two tasks of different widths (obs 3 / action 1, obs 5 / action 2)."""
+    rng = np.random.default_rng(7)
+    tasks = [task("a", 3, 1, 12), task("b", 5, 2, 20)]
+    return make_dataset([random_episodes(rng, 6, 12, 3, 1), random_episodes(rng, 5, 20, 5, 2)], tasks)
+
+
+def test_placement_follows_the_device_budget(pool):
+    rows = pool.obs.nbytes + pool.action.nbytes + pool.reward.nbytes
+    assert TDMPC2MultiTask(pool, batch_size=8, **TINY).data_placement == "device"  # no budget: as before
+    assert TDMPC2MultiTask(pool, batch_size=8, device_budget_bytes=rows, **TINY).data_placement == "device"
+    host = TDMPC2MultiTask(pool, batch_size=8, device_budget_bytes=rows - 1, **TINY)
+    assert host.data_placement == "host" and host.pool_nbytes == rows
+    # on the device: only the episode table, discounts and masks
+    assert host.data.obs.shape[0] == 0 and host.data.starts.shape[0] == pool.num_episodes
+
+
+def test_host_gather_equals_device_sampling(pool):
+    agent = TDMPC2MultiTask(pool, batch_size=8, **TINY)
+    B, H = 8, agent.cfg.horizon
+    key = jax.random.PRNGKey(3)
+    dev = jax.jit(lambda k: sample_slices(agent.data, k, B, H))(key)
+    idx, tk = jax.jit(lambda k: sample_indices(agent.data, k, B, H))(key)
+    host = gather_slices(np, pool.obs, pool.action, pool.reward, np.asarray(idx), np.asarray(tk))
+    for x, y in zip(dev, host):
+        np.testing.assert_array_equal(np.asarray(x), y)
+
+
+def test_host_path_gives_the_device_paths_numbers(pool):
+    """Two seeds, 10 updates in blocks of 3 (a partial last block): the parameters, optimizer
+    states and metrics equal the device path's bit for bit (CPU)."""
+    n = 10
+    dev = TDMPC2MultiTask(pool, batch_size=8, **TINY)
+    host = TDMPC2MultiTask(pool, batch_size=8, device_budget_bytes=1024, host_block_updates=3, **TINY)
+    assert host.data_placement == "host"
+    a, _ = dev.train(seed=[0, 1], n_timesteps=n)
+    b, _ = host.train(seed=[0, 1], n_timesteps=n)
+    assert int(np.asarray(b.agent.updates)[0]) == n and host.host_timing["updates"] == n
+    for x, y in zip(leaves(a), leaves(b)):
+        np.testing.assert_array_equal(x, y)
+    assert dev.dataset_sha256 == host.dataset_sha256  # the same data whichever the placement
+
+
+def test_host_block_size_is_bounded(pool, monkeypatch):
+    agent = TDMPC2MultiTask(pool, batch_size=8, device_budget_bytes=0, **TINY)
+    assert 1 <= agent._block_updates(2) <= 256
+    monkeypatch.setattr(mt, "HOST_BLOCK_BYTES", 1)
+    assert agent._block_updates(2) == 1
+
+
+def test_eval_envs_with_none_evaluate_only_those_tasks():
+    """An official pool's tasks without an env of ours are trained on, not evaluated (M8)."""
+    from test_multitask import T_TWIN, TwinLine, twin_episodes
+
+    rng = np.random.default_rng(0)
+    ds = make_dataset([twin_episodes(rng, 1.0, 4), twin_episodes(rng, -1.0, 4)],
+                      [task("right", 1, 1, T_TWIN), task("left", 1, 1, T_TWIN)])
+    agent = TDMPC2MultiTask(ds, eval_envs=[None, TwinLine(-1.0, "left")], batch_size=8,
+                            return_ranges={"left": (-25, 25)}, **TINY)
+    assert agent.eval_task_ids == [1] and agent.eval_task_names == ["left"]
+    ev = agent.evaluate(agent.init([0]), num_episodes=2)
+    assert ev["tasks"] == ["left"] and ev["returns"].shape == (1, 1, 2)
+    np.testing.assert_allclose(ev["normalized_score"], 100 * (ev["return"][:, 0] + 25) / 50)
+    with pytest.raises(ValueError, match="every entry is None"):
+        TDMPC2MultiTask(ds, eval_envs=[None, None], batch_size=8, **TINY)
