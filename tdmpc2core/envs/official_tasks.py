@@ -1,8 +1,8 @@
 """The official multi-task task sets (mt30, mt80) as data, and which of their tasks run here.
 
-Source: ``tdmpc2core/resources/official_task_sets.json``, the ``TASK_SET`` table of the
-official repository's ``tdmpc2/common/__init__.py`` (nicklashansen/tdmpc2 at 5f6fade; the
-file's SHA-256 is stored beside the lists). Task ``i`` of a multi-task checkpoint is the
+Source: ``tdmpc2core/resources/official_task_sets.csv`` (read by :mod:`tdmpc2core.resources`),
+the ``TASK_SET`` table of the official repository's ``tdmpc2/common/__init__.py``
+(nicklashansen/tdmpc2 at 5f6fade; the file's SHA-256 is in ``OFFICIAL_TASK_SETS_SOURCE``). Task ``i`` of a multi-task checkpoint is the
 ``i``-th name of its set: the row of its task embedding and of its action mask.
 
 Plain Python (no JAX, no dm_control), so the workflow can check a configuration that names
@@ -14,22 +14,16 @@ three-link reacher tasks are refused) and the same 28 of mt80's 80 (its 50 Meta-
 from __future__ import annotations
 
 import functools
-import json
-from importlib import resources
 from typing import Optional, Sequence, Union
 
 from tdmpc2core.envs.dmcontrol_ids import DMCONTROL_ENVS, PREFIX, REFUSED_TASKS
-
-RESOURCE = "resources/official_task_sets.json"
+from tdmpc2core.resources import OFFICIAL_TASK_SETS_SOURCE, official_task_sets
 
 
 @functools.lru_cache(maxsize=1)
 def _load() -> dict:
-    with resources.files("tdmpc2core").joinpath(RESOURCE).open("r") as fh:
-        d = json.load(fh)
-    if "task_sets" not in d or "source" not in d:
-        raise ValueError(f"tdmpc2core/{RESOURCE}: expected the keys 'source' and 'task_sets'")
-    return d
+    return {"source": OFFICIAL_TASK_SETS_SOURCE,
+            "task_sets": {name: [r["name"] for r in rows] for name, rows in official_task_sets().items()}}
 
 
 def task_set_names() -> list[str]:

@@ -32,17 +32,16 @@ renamed at the end, so an error or a kill leaves no complete-looking file.
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
-from importlib import resources
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from . import atomic
+from ..resources import official_task_sets
 from .dataset import (FORMAT_NAME, FORMAT_VERSION, METADATA_KEY, ROW_GROUP_ROWS, DatasetError, EpisodeDataset,
                       TaskInfo, _arrow_table)
 
@@ -53,7 +52,6 @@ RELEASE_CHUNKS = {"mt30": 4, "mt80": 20}
 #: the keys a chunk must hold; ``episode`` (added by the official buffer) is accepted and ignored
 REQUIRED_KEYS = ("obs", "action", "reward", "task")
 IGNORED_KEYS = ("episode",)
-TASK_SETS_RESOURCE = "resources/official_task_sets.csv"
 
 
 class OfficialDataError(DatasetError):
@@ -72,16 +70,7 @@ def task_set_table(task_set: str) -> list:
     """
     if task_set not in EPISODE_ROWS:
         raise ValueError(f"unknown official task set {task_set!r}; accepted: {sorted(EPISODE_ROWS)}")
-    with resources.files("tdmpc2core").joinpath(TASK_SETS_RESOURCE).open("r") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["task_set"] == task_set]
-    out = []
-    for r in sorted(rows, key=lambda r: int(r["task_id"])):
-        out.append({"task_id": int(r["task_id"]), "name": r["name"], "domain": r["domain"],
-                    "obs_dim": int(r["obs_dim"]), "action_dim": int(r["action_dim"]),
-                    "episode_length": int(r["episode_length"]), "action_repeat": int(r["action_repeat"]),
-                    "env_id": r["env_id"] or None})
-    assert [r["task_id"] for r in out] == list(range(len(out))), "official_task_sets.csv: task ids not 0..K-1"
-    return out
+    return [dict(r) for r in official_task_sets()[task_set]]
 
 
 def chunk_files(src) -> list:
