@@ -167,6 +167,7 @@ def test_evaluate_official_single_task_writes_eval_parquet_and_run_json(single_e
     assert (df["checkpoint_sha256"] == hashlib.sha256(SINGLE.read_bytes()).hexdigest()).all()
     assert df["model_size"].isna().all() and (df["task_index"] == -1).all() and (df["seed"] == 1).all()
     assert prov["settings"]["planner"]["num_samples"] == 16 and prov["settings"]["episodes"] == 2
+    assert prov["settings"]["eval_mode"] is True  # not evaluate.py's exploration noise (deviation K4)
     assert prov["settings"]["gamma"]["cartpole-balance"] == pytest.approx(0.95)  # T = 20 agent steps
     assert prov["layout"] == "flat" and prov["architecture"]["obs_dim"] == 5 and prov["provenance"]["packages"]
     run = json.loads((single_eval / "run.json").read_text())

@@ -12,7 +12,9 @@ architecture from the weights and checks it against the requested model size and
   in eval mode: no exploration noise, ``t0`` on each episode's first step (zero warm
   start); the action is the first step of an elite drawn by its score, as the official
   ``plan`` does in eval mode (spec §6.5) ("the mean of the action distribution" in the
-  official docstring is that elite, not the MPPI mean);
+  official docstring is that elite, not the MPPI mean); the official ``evaluate.py`` itself
+  acts with exploration noise, the trainers' evaluations (the published curves) do not:
+  docs/deviations.md K4;
 * the paper's planner (``iterations`` 6, ``num_samples`` 512, ``num_elites`` 64,
   ``num_pi_trajs`` 24, ``horizon`` 3, ``temperature`` 0.5), every setting overridable;
 * single-task: the checkpoint's task; multi-task: each task with its row of the task
