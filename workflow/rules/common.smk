@@ -523,17 +523,25 @@ def extra_jobs(minutes):
 LONG_RUNS = {}
 
 
+# JAX's persistent compilation cache, shared by every training job: with a size limit set, JAX
+# guards each read and write of an entry with a file lock (filelock, on <cache>/.lockfile), so
+# concurrent jobs never read an entry another is still writing (tests/test_workflow.py runs two
+# at once on one folder). The limit is far above what the workflow's programs take (MBs each).
+JAX_CACHE_MAX_BYTES = 100 * 2**30
+
+
 def jax_env(gpu):
-    """The JAX environment of a job's shell: JAX_PLATFORMS=cpu for a job without a GPU (it
-    neither looks for a GPU nor grabs one it was not given), and for a GPU job the memory
-    settings of cluster.gpu_mem_fraction / cluster.gpu_preallocate. A GPU job sees the GPUs
-    its scheduler gave it (SLURM sets CUDA_VISIBLE_DEVICES); the platform is not forced, so
-    it runs on the CPU where JAX has no GPU backend (the log's backend line says which).
-    """
+    """The JAX environment of a training job's shell: the compilation cache's size limit (which
+    turns on its file lock), then JAX_PLATFORMS=cpu for a job without a GPU (it neither looks
+    for a GPU nor grabs one it was not given), or for a GPU job the memory settings of
+    cluster.gpu_mem_fraction / cluster.gpu_preallocate. A GPU job sees the GPUs its scheduler
+    gave it (SLURM sets CUDA_VISIBLE_DEVICES); the platform is not forced, so it runs on the
+    CPU where JAX has no GPU backend (run.json records the backend)."""
+    cache = f"JAX_COMPILATION_CACHE_MAX_SIZE={JAX_CACHE_MAX_BYTES}"
     if not int(gpu):
-        return "JAX_PLATFORMS=cpu"
+        return f"{cache} JAX_PLATFORMS=cpu"
     return (
-        f"XLA_PYTHON_CLIENT_PREALLOCATE={'true' if CLUSTER['gpu_preallocate'] else 'false'} "
+        f"{cache} XLA_PYTHON_CLIENT_PREALLOCATE={'true' if CLUSTER['gpu_preallocate'] else 'false'} "
         f"XLA_PYTHON_CLIENT_MEM_FRACTION={float(CLUSTER['gpu_mem_fraction']):g}"
     )
 
