@@ -42,7 +42,6 @@ MARK = "# written by tdmpc2-pipeline tests/test_slurm.py; removed when the test 
 INIT_SECONDS = 5  # --slurm-init-seconds-before-status-checks; MinJobAge must be >= 3x this
 MIN_JOB_AGE = 300
 
-pytestmark = pytest.mark.slow
 
 
 def not_here(reason: str):
@@ -204,6 +203,55 @@ def slurm_cluster():
         shutil.rmtree(base, ignore_errors=True)
 
 
+# ------------------------------------------------------------------ the checkpoint folder's lock
+HOLD = """
+import sys, time
+from tdmpc2core.run.lock import exclusive_folder
+with exclusive_folder(sys.argv[1]):
+    print("holding", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_checkpoint_folder_lock_refuses_a_second_writer(tmp_path):
+    """One writer per checkpoint folder: a second process (or a second open in this one) gets
+    FolderInUseError naming the folder and the holder's pid; the stage exits 4 with that line
+    before reading or writing anything; the kernel frees the lock when the holder dies, even
+    by SIGKILL, so a rerun is never blocked by a stale lock."""
+    from tdmpc2core.run.lock import FolderInUseError, exclusive_folder
+
+    folder = tmp_path / "ck"
+    with exclusive_folder(None):
+        pass  # no checkpoint folder: nothing to lock
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        with pytest.raises(FolderInUseError) as err:
+            with exclusive_folder(folder):
+                pass
+        assert err.value.folder == folder and f"pid {holder.pid} on " in err.value.holder
+        assert f"the checkpoint folder {folder} is in use by another process (pid {holder.pid}" in str(err.value)
+        for stage, extra in (("train-single", ["--task", "t", "--seeds", "0", "--outdir", str(tmp_path / "out"),
+                                               "--spec", '{"env_id": "Pendulum-v1", "agent_steps": 10}']),
+                             ("train-multi", ["--pool", "p", "--model-size", "1", "--seeds", "0", "--dataset",
+                                              str(tmp_path / "none.parquet"), "--outdir", str(tmp_path / "out"),
+                                              "--spec", '{"updates": 10}'])):
+            res = subprocess.run([sys.executable, "-m", "tdmpc2core.cli", stage, *extra,
+                                  "--checkpoint-dir", str(folder)], capture_output=True, text=True, timeout=300)
+            assert res.returncode == 4, (stage, res.stderr[-2000:])
+            assert "is in use by another process" in res.stderr and not (tmp_path / "out").exists(), res.stderr
+        assert sorted(p.name for p in folder.iterdir()) == [".lock"]  # nothing else touched
+    finally:
+        holder.kill()  # SIGKILL: the lock goes with the process
+        holder.wait()
+    with exclusive_folder(folder):
+        with pytest.raises(FolderInUseError):  # a second open in the same process is refused too
+            with exclusive_folder(folder):
+                pass
+    with exclusive_folder(folder):  # released at the end of the block
+        pass
+
+
 # ------------------------------------------------------------------ the workflow on the cluster
 # The configuration of tests/test_workflow.py's preemption test (the same compiled programs,
 # so the compilation cache is shared), with one GPU per training job, a job time limit of 30
@@ -302,6 +350,7 @@ def assert_same_results(a: dict, b: dict):
             np.testing.assert_array_equal(u, v, err_msg=f"{key}: {c}")
 
 
+@pytest.mark.slow
 def test_profile_on_a_real_slurm_submits_training_only_and_resumes_a_preempted_job(slurm_cluster, tmp_path):
     """1. The tiny config through the profile: the training job is submitted with sbatch
     asking for one GPU (its --time capped by cluster.max_job_minutes, --signal=TERM@lead),

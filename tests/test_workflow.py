@@ -562,6 +562,37 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     ok(snakemake(wf, "--report", "smk-report.zip", "--configfile", "small.yaml"))
     assert (wf / "smk-report.zip").stat().st_size > 10_000
 
+    # targeted reruns, counted (docs/pipeline.md, "Rerunning one seed, one task"): with nothing
+    # changed, two dry runs in fresh processes both have nothing to do (the params, code
+    # versions included, are built in a stable order)
+    for _ in range(2):
+        assert "Nothing to be done" in ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    # one task's hyperparameter: that task's jobs and what reads them; the other task's
+    # training, figure and dataset jobs (4 of the DAG's 17) stay
+    (wf / "hp.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent: {horizon: 4}\n")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml", "hp.yaml"))
+    assert job_stats(out) == {"resolve_config": 1, "train_single_seeds_0": 1, "train_single_seeds_1": 1,
+                              "figures_task": 1, "figure_overview": 1, "tables": 1, "dataset_task": 1,
+                              "dataset_pool": 1, "dataset_summary": 1, "train_multi": 1, "scaling": 1,
+                              "report": 1, "all": 1, "total": 13}
+    assert {t for _, t in planned_jobs(out) if t} == {"pendulum"}
+    # the code of tdmpc2core (a code version among each rule's params, common.smk): comments and
+    # docstrings change nothing; code of the report stage's modules reruns the report; code of
+    # the training stage reruns every training job and everything downstream
+    html_py = wf / "tdmpc2core/report/html.py"
+    html_py.write_text(html_py.read_text().replace('"""', '"""A docstring edit. ', 1) + "\n# a comment\n")
+    assert "Nothing to be done" in ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    html_py.write_text(html_py.read_text() + "CODE_VERSION_PROBE = 1\n")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    assert job_stats(out) == {"report": 1, "all": 1, "total": 2}
+    trainer = wf / "tdmpc2core/stages/train_single.py"
+    trainer.write_text(trainer.read_text() + "\nCODE_VERSION_PROBE = 1\n")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    assert job_stats(out) == {"train_single_seeds_0": 2, "train_single_seeds_1": 2, "figures_task": 2,
+                              "figure_overview": 1, "tables": 1, "dataset_task": 2, "dataset_pool": 1,
+                              "dataset_summary": 1, "train_multi": 1, "scaling": 1, "report": 1, "all": 1,
+                              "total": 16}
+
 
 STOPPABLE_TRAINER = '''
 """Test stand-in for `tdmpc2 train-single` that stops as the real one does: chunks of
