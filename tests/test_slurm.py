@@ -321,6 +321,17 @@ def clean_env():
     return {k: v for k, v in os.environ.items() if not k.startswith(("SNAKEMAKE", "SLURM_"))}
 
 
+def job_stats(out: str) -> dict[str, int]:
+    """The "Job stats" table of Snakemake's output as {rule: count}."""
+    stats = {}
+    for line in out.split("Job stats:", 1)[1].splitlines()[3:]:
+        m = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+        if not m:
+            break
+        stats[m.group(1)] = int(m.group(2))
+    return stats
+
+
 def sbatch_calls(out: str) -> list[str]:
     return [l.split("sbatch call:", 1)[1] for l in out.splitlines() if "sbatch call:" in l]
 
@@ -389,6 +400,17 @@ def test_profile_on_a_real_slurm_submits_training_only_and_resumes_a_preempted_j
         assert (wf / f).exists(), f
     assert "SLURM test run" in (wf / "results/report.html").read_text(encoding="utf-8")
     uninterrupted = read_outputs(wf)
+    # reruns through the profile: nothing changed, nothing to do; a deleted seed folder plans
+    # exactly its training job and what depends on it
+    for _ in range(2):
+        plan = subprocess.run(snakemake_cmd("-n"), cwd=wf, env=env, capture_output=True, text=True, timeout=600)
+        assert plan.returncode == 0 and "Nothing to be done" in plan.stdout + plan.stderr, plan.stderr[-3000:]
+    shutil.rmtree(wf / "results/single/pendulum/seed1")
+    plan = subprocess.run(snakemake_cmd("-n"), cwd=wf, env=env, capture_output=True, text=True, timeout=600)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert job_stats(plan.stdout + plan.stderr) == {
+        TRAIN_RULE: 1, "figures_task": 1, "figure_overview": 1, "tables": 1, "dataset_task": 1, "dataset_pool": 1,
+        "dataset_summary": 1, "report": 1, "all": 1, "total": 9}
     t1 = time.time()
 
     # ---- 2. the training job of a second copy, preempted mid-run
