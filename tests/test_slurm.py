@@ -14,8 +14,9 @@ through snakemake-executor-plugin-slurm, against slurmctld + slurmd + munged sta
   sacct then fails silently), short status and latency waits, and --verbose (the
   ``sbatch call:`` lines are checked).
 
-Measured on the 2-vCPU development machine (load about 2-3 from other jobs): about 6-7 minutes
-for the module with a warm compilation cache (.jax_cache/ of the checkout).
+Measured on the 2-vCPU development machine: 2.6 minutes with a warm compilation cache (the
+checkout's .jax_cache/, shared with tests/test_workflow.py's preemption test; load 3-4 from
+other jobs), 7.0 minutes with a cold one at load 11-15.
 """
 from __future__ import annotations
 
