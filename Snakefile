@@ -22,7 +22,6 @@ configfile: "config.yaml"
 
 # validated against workflow/schemas/config.schema.yaml; a refusal is one line naming the key
 include: "workflow/rules/validate.smk"
-
 include: "workflow/rules/common.smk"
 
 
@@ -30,13 +29,16 @@ report: "workflow/report/workflow.rst"
 
 
 # Everything but training is quick and needs no GPU: on a cluster it runs in the snakemake
-# process itself, and only the training jobs are submitted.
+# process itself, and only the training jobs (train_single_*, train_multi) are submitted.
+# (multitask.smk adds `scaling`; tests/test_workflow.py checks that no other rule is submitted.)
 localrules:
     all,
     resolve_config,
     figures_task,
     figure_overview,
     tables,
+    dataset_task,
+    dataset_pool,
     dataset_summary,
     report,
 
@@ -66,7 +68,9 @@ EVERY_OUTPUT = [
     *[pool_dataset(p) for p in POOLS],
     *[pool_dataset(p) for p in OFFICIAL_POOLS],
     *(rules.dataset_summary.output if TASKS else []),
-    *expand(f"{FIGURES}/{{task}}_{{kind}}.png", task=list(TASKS), kind=["eval", "train"]),
+    *expand(
+        f"{FIGURES}/{{task}}_{{kind}}.png", task=list(TASKS), kind=["eval", "train"]
+    ),
     *(rules.figure_overview.output if TASKS else []),
     *(rules.tables.output if TASKS else []),
     *[f for name in MULTI_FILES for f in multi_files(name)],

@@ -562,6 +562,37 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     ok(snakemake(wf, "--report", "smk-report.zip", "--configfile", "small.yaml"))
     assert (wf / "smk-report.zip").stat().st_size > 10_000
 
+    # targeted reruns, counted (docs/pipeline.md, "Rerunning one seed, one task"): with nothing
+    # changed, two dry runs in fresh processes both have nothing to do (the params, code
+    # versions included, are built in a stable order)
+    for _ in range(2):
+        assert "Nothing to be done" in ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    # one task's hyperparameter: that task's jobs and what reads them; the other task's
+    # training, figure and dataset jobs (4 of the DAG's 17) stay
+    (wf / "hp.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent: {horizon: 4}\n")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml", "hp.yaml"))
+    assert job_stats(out) == {"resolve_config": 1, "train_single_seeds_0": 1, "train_single_seeds_1": 1,
+                              "figures_task": 1, "figure_overview": 1, "tables": 1, "dataset_task": 1,
+                              "dataset_pool": 1, "dataset_summary": 1, "train_multi": 1, "scaling": 1,
+                              "report": 1, "all": 1, "total": 13}
+    assert {t for _, t in planned_jobs(out) if t} == {"pendulum"}
+    # the code of tdmpc2core (a code version among each rule's params, common.smk): comments and
+    # docstrings change nothing; code of the report stage's modules reruns the report; code of
+    # the training stage reruns every training job and everything downstream
+    html_py = wf / "tdmpc2core/report/html.py"
+    html_py.write_text(html_py.read_text().replace('"""', '"""A docstring edit. ', 1) + "\n# a comment\n")
+    assert "Nothing to be done" in ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    html_py.write_text(html_py.read_text() + "CODE_VERSION_PROBE = 1\n")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    assert job_stats(out) == {"report": 1, "all": 1, "total": 2}
+    trainer = wf / "tdmpc2core/stages/train_single.py"
+    trainer.write_text(trainer.read_text() + "\nCODE_VERSION_PROBE = 1\n")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    assert job_stats(out) == {"train_single_seeds_0": 2, "train_single_seeds_1": 2, "figures_task": 2,
+                              "figure_overview": 1, "tables": 1, "dataset_task": 2, "dataset_pool": 1,
+                              "dataset_summary": 1, "train_multi": 1, "scaling": 1, "report": 1, "all": 1,
+                              "total": 16}
+
 
 STOPPABLE_TRAINER = '''
 """Test stand-in for `tdmpc2 train-single` that stops as the real one does: chunks of
@@ -918,11 +949,183 @@ def test_slurm_profile_and_conda_env():
     unknown = [k for k in profile if f"--{k}" not in options]
     assert not unknown, f"not snakemake options: {unknown}"
     assert profile["executor"] == "slurm"
+    # nothing a training job needs lives in default-resources (a --default-resources on the
+    # command line replaces that list): the rules set gpu, runtime, mem_mb and slurm_extra
     res = profile["default-resources"]
-    assert res["gpu"] >= 1 and isinstance(res["runtime"], int) and isinstance(res["mem_mb"], int)
+    assert "gpu" not in res and "slurm_extra" not in res and "slurm_account" not in res
     assert profile["rerun-incomplete"] is True and profile["retries"] >= 1 and profile["latency-wait"] > 0
     # a workflow/profiles/default/ would be loaded silently on every run
     assert not (ROOT / "workflow/profiles/default").exists()
     env = yaml.safe_load((ROOT / "envs/tdmpc2.yaml").read_text())
     pip = [d for d in env["dependencies"] if isinstance(d, dict)][0]["pip"]
     assert "-e .." in pip
+
+
+# --------------------------------------------------------------------------- SLURM, lint, envs
+def no_jax_env(tmp_path: Path) -> dict:
+    """An environment in which importing jax (jaxlib, flax, optax) fails, as on a login node."""
+    nojax = tmp_path / "nojax"
+    for mod in ("jax", "jaxlib", "flax", "optax"):
+        (nojax / mod).mkdir(parents=True, exist_ok=True)
+        (nojax / mod / "__init__.py").write_text(f'raise ImportError("{mod} is not installed here (test stand-in)")\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    env["PYTHONPATH"] = str(nojax)
+    return env
+
+
+def job_resources(out: str) -> dict[str, list[dict[str, str]]]:
+    """rule -> the `resources:` of each of its jobs in a dry run's output."""
+    found = {}
+    for block in re.split(r"\n(?=(?:local)?rule \S+:)", out):
+        m = re.match(r"(?:local)?rule (\S+):", block.strip())
+        r = re.search(r"^\s+resources: (.*)$", block, re.M)
+        if m and r:
+            found.setdefault(m.group(1), []).append(dict(kv.split("=", 1) for kv in re.split(r", (?=\w+=)", r.group(1))))
+    return found
+
+
+def test_slurm_profile_dry_run_needs_no_jax_and_keeps_the_rules_resources(tmp_path):
+    """`snakemake -n --workflow-profile workflow/profiles/slurm` on a login node without JAX
+    plans the paper DAG; every training job asks for the config's GPU, memory and a time
+    limit of at most cluster.max_job_minutes (the 7-day multi-task runs: 24 h jobs), with the
+    SIGTERM lead; and a --default-resources on the command line, which replaces the profile's
+    list, changes none of that."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    wf = copy_workflow(tmp_path)
+    env = no_jax_env(tmp_path)
+
+    def dry(*args):
+        res = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--workflow-profile", "workflow/profiles/slurm",
+                              "--configfile", PAPER, *args], cwd=wf, capture_output=True, text=True, timeout=600,
+                             env=env)
+        return ok(res)
+
+    for extra in ((), ("--default-resources", "slurm_partition=gpu")):
+        out = dry(*extra)
+        assert "ImportError" not in out and job_stats(out)["total"] == 79
+        res = job_resources(out)
+        single, multi = res["train_single_seeds_0_1_2"], res["train_multi"]
+        assert len(single) == 22 and len(multi) == 5
+        for r in single + multi:
+            assert r["gpu"] == "1" and r["slurm_extra"] == "--signal=TERM@300", r
+            assert "XLA_PYTHON_CLIENT_MEM_FRACTION=0.75" in r["jax_env"] and "JAX_PLATFORMS" not in r["jax_env"]
+        # paper runtimes: 24 h, 72 h (humanoid), 7 days (multi-task); jobs of at most 24 h
+        assert {r["runtime"] for r in single + multi} == {"1440"}
+        assert {r["mem_mb"] for r in single} == {"32000"}
+        if extra:
+            assert all(r.get("slurm_partition") == "gpu" for r in single + multi)
+
+
+def test_only_training_rules_are_submitted(tmp_path):
+    """Every rule but the training ones is a local rule (on a cluster it runs in the snakemake
+    process), for the demo and the paper configuration."""
+    wf = copy_workflow(tmp_path)
+    (wf / "locality.smk").write_text(
+        'include: "Snakefile"\n\n\n'
+        'print("SUBMITTED=" + ",".join(sorted(r.name for r in workflow.rules\n'
+        '                                     if r.name not in workflow._localrules and not r.norun)))\n')
+    for args in ((), ("--configfile", PAPER)):
+        out = ok(snakemake(wf, "-n", "-s", "locality.smk", *args))
+        submitted = re.search(r"SUBMITTED=(\S*)", out).group(1).split(",")
+        assert submitted == ["train_multi"] + sorted(r for r in submitted if r.startswith("train_single_")), submitted
+        assert len(submitted) == 2
+
+
+def test_lint_and_format():
+    """`snakemake --lint` finds nothing (demo and paper configuration) and the Snakefile and
+    workflow/ are formatted with snakefmt."""
+    for args in ((), ("--configfile", PAPER)):
+        out = ok(snakemake(ROOT, "--lint", *args))
+        assert "Congratulations, your workflow is in a good condition!" in out
+    res = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _pyproject_pins() -> dict[str, str]:
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = list(meta["dependencies"])
+    pins = {}
+    for d in deps:
+        name = re.match(r"[A-Za-z0-9_.\-]+(\[[^\]]*\])?", d).group(0)
+        pins[re.sub(r"\[.*\]", "", name).lower()] = d[len(name):].strip()
+    return pins
+
+
+def test_conda_envs_agree_with_pyproject():
+    """envs/*.yaml (the rules' `conda:` environments) pin what pyproject.toml pins, textually
+    (no conda channel is reachable here): the same Python and every dependency with the same
+    specifier."""
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = _pyproject_pins()
+    envs = sorted((ROOT / "envs").glob("*.yaml"))
+    used = set()
+    for rule_file in [ROOT / "Snakefile", *(ROOT / "workflow/rules").glob("*.smk")]:
+        used |= {Path(m).name for m in re.findall(r"envs/([\w.-]+\.yaml)", rule_file.read_text())}
+    assert used and used <= {e.name for e in envs}, (used, envs)
+    for path in envs:
+        env = yaml.safe_load(path.read_text())
+        conda = [d for d in env["dependencies"] if isinstance(d, str)]
+        pip = [d for d in env["dependencies"] if isinstance(d, dict)][0]["pip"]
+        py = next(d for d in conda if d.startswith("python"))
+        assert meta["requires-python"] == ">=3.10" and py == "python=3.11", py  # the tested Python
+        listed = {}
+        for line in pip:
+            m = re.match(r"([A-Za-z0-9_.\-]+)(\[[^\]]*\])?(.*)", line)
+            if m and not line.startswith("-"):
+                listed[m.group(1).lower()] = m.group(3).strip()
+        assert listed == pins, {k: (listed.get(k), pins.get(k)) for k in set(listed) | set(pins)
+                                if listed.get(k) != pins.get(k)}
+        assert "-e .." in pip
+
+
+CACHE_PROGRAM = '''
+import logging, os, sys, time
+while not os.path.exists(sys.argv[1]):  # start together
+    time.sleep(0.01)
+import jax, jax.numpy as jnp
+logging.basicConfig(level=logging.WARNING)
+logging.getLogger("jax._src.compiler").setLevel(logging.DEBUG)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # cache every program
+total = 0.0
+for n in range(1, 13):
+    total += float(jax.jit(lambda x, n=n: jnp.tanh(x @ x.T * n).sum() + jnp.sin(x).mean())(jnp.ones((n, 8))))
+print("result", total)
+'''
+
+
+def test_compilation_cache_shared_by_concurrent_jobs(tmp_path):
+    """Two processes with the training jobs' JAX settings (from the rule's shell command)
+    compile the same programs at the same moment into one empty cache folder: both succeed,
+    with no error reading or writing an entry; a third process then finds every program in
+    the cache."""
+    out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "1"))
+    exports = re.search(r"export (PJRT_NPROC=[^;]*);", out).group(1)
+    assert "JAX_COMPILATION_CACHE_MAX_SIZE=" in exports  # the size limit turns JAX's entry lock on
+    cache, go = tmp_path / "cache", tmp_path / "go"
+    exports = re.sub(r"JAX_COMPILATION_CACHE_DIR=\S+", f"JAX_COMPILATION_CACHE_DIR={cache}", exports)
+    (tmp_path / "prog.py").write_text(CACHE_PROGRAM)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAKEMAKE", "JAX_", "XLA_"))}
+
+    def start(barrier):
+        return subprocess.Popen(["bash", "-c", f"export {exports}; exec {sys.executable} prog.py {barrier}"],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    pair = [start(go), start(go)]
+    time.sleep(2.0)
+    go.touch()
+    outs = [p.communicate(timeout=600)[0] for p in pair]
+    for p, text in zip(pair, outs):
+        assert p.returncode == 0, text[-3000:]
+        assert "Error reading persistent compilation cache" not in text and "Error writing" not in text, text[-3000:]
+    assert len({re.search(r"result (\S+)", t).group(1) for t in outs}) == 1
+    assert (cache / ".lockfile").exists()  # JAX's entry lock was used
+    later = start(go)
+    text = later.communicate(timeout=600)[0]
+    assert later.returncode == 0, text[-3000:]
+    lambdas = re.findall(r"PERSISTENT COMPILATION CACHE (HIT|MISS) for 'jit__lambda'", text, re.I)
+    assert len(lambdas) == 12 and all(x.upper() == "HIT" for x in lambdas), lambdas

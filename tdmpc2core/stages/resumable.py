@@ -25,6 +25,9 @@ from typing import Callable, Optional
 
 #: in a checkpoint folder: the run finished and wrote its outputs (a rerun then starts over)
 COMPLETE_MARKER = "outputs_written.json"
+#: exit code of a training stage whose checkpoint folder another process holds
+#: (tdmpc2core.run.lock): nothing was read or written
+FOLDER_IN_USE = 4
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 

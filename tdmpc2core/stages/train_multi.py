@@ -16,7 +16,8 @@ With ``--checkpoint-dir`` the job stops on SIGTERM/SIGINT at the next boundary b
 of the compiled program, writes a checkpoint and exits with 143/130 without outputs; the same
 command run again resumes, and its outputs equal an uninterrupted run's (wall-clock columns
 aside). Exit code 2: the checkpoint folder belongs to another run (settings named) or holds
-only damaged checkpoints. As ``tdmpc2 train-single`` (docs/pipeline.md, "Preemption").
+only damaged checkpoints; 4: another process holds the checkpoint folder (its lock,
+:mod:`tdmpc2core.run.lock`). As ``tdmpc2 train-single`` (docs/pipeline.md, "Preemption").
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from .spec import parse_spec as _parse_spec
 
-from .resumable import (SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, library_log,
+from .resumable import (FOLDER_IN_USE, SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, library_log,
                         mismatch_message, open_checkpoint_dir)
 
 SPEC_KEYS = {"updates", "batch_size", "eval_every", "eval_episodes", "log_every", "agent", "return_ranges",
@@ -57,8 +58,16 @@ def run(args) -> int:
 
     prefix = f"[train-multi {args.pool} size{args.model_size}]"
     log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
+    from ..run.lock import FolderInUseError, exclusive_folder
+
     with library_log(prefix):  # checkpoints written, resumes: into this job's log
-        return _run(args, spec, log)
+        try:
+            # one writer per checkpoint folder (a resubmitted job while the first still runs)
+            with exclusive_folder(args.checkpoint_dir):
+                return _run(args, spec, log)
+        except FolderInUseError as exc:
+            log(f"error: {exc}")
+            return FOLDER_IN_USE
 
 
 def _run(args, spec: dict, log) -> int:

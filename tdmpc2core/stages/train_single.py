@@ -17,7 +17,8 @@ raises KeyboardInterrupt once the running call returns; SIGKILL stops at once). 
 outputs are written the folder keeps only the final checkpoint and an
 ``outputs_written.json`` marker: running the job again (a forced rerun) trains anew.
 Exit codes: 0 done, 2 the checkpoint folder belongs to another run (settings named) or
-holds only damaged checkpoints, 130/143 stopped by SIGINT/SIGTERM.
+holds only damaged checkpoints, 4 the checkpoint folder is in use by another process (its
+lock, :mod:`tdmpc2core.run.lock`; nothing read or written), 130/143 stopped by SIGINT/SIGTERM.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from .spec import parse_spec as _parse_spec
 
-from .resumable import (SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, library_log,
+from .resumable import (FOLDER_IN_USE, SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, library_log,
                         mismatch_message, open_checkpoint_dir)
 
 SPEC_KEYS = {"env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes",
@@ -57,8 +58,16 @@ def run(args) -> int:
     outdir = Path(args.outdir)
     prefix = f"[train-single {args.task}]"
     log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
+    from ..run.lock import FolderInUseError, exclusive_folder
+
     with library_log(prefix):  # checkpoints written, resumes: into this job's log
-        return _run(args, spec, seeds, outdir, log)
+        try:
+            # one writer per checkpoint folder (a resubmitted job while the first still runs)
+            with exclusive_folder(args.checkpoint_dir):
+                return _run(args, spec, seeds, outdir, log)
+        except FolderInUseError as exc:
+            log(f"error: {exc}")
+            return FOLDER_IN_USE
 
 
 def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:

@@ -15,8 +15,12 @@ rule dataset_task:
         f"{BENCHMARKS}/dataset_task/{{task}}.tsv"
     conda:
         CONDA_ENV
+    resources:
+        tdmpc2=TDMPC2,
+    params:
+        code=stage_code("dataset_task"),
     shell:
-        "{TDMPC2} dataset-task --inputs {input:q} --out {output:q} > {log:q} 2>&1"
+        "JAX_PLATFORMS=cpu {resources.tdmpc2} dataset-task --inputs {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule dataset_pool:
@@ -34,8 +38,12 @@ rule dataset_pool:
         pool="|".join(re.escape(p) for p in POOLS) or "(?!)",
     conda:
         CONDA_ENV
+    resources:
+        tdmpc2=TDMPC2,
+    params:
+        code=stage_code("dataset_pool"),
     shell:
-        "{TDMPC2} dataset-pool --inputs {input:q} --out {output:q} > {log:q} 2>&1"
+        "JAX_PLATFORMS=cpu {resources.tdmpc2} dataset-pool --inputs {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule dataset_summary:
@@ -55,6 +63,10 @@ rule dataset_summary:
         "logs/dataset_summary.log",
     conda:
         CONDA_ENV
+    resources:
+        tdmpc2=TDMPC2,
+    params:
+        code=stage_code("dataset_summary"),
     shell:
-        "{TDMPC2} dataset-summary --tasks {input.tasks:q} --pools {input.pools:q} "
+        "JAX_PLATFORMS=cpu {resources.tdmpc2} dataset-summary --tasks {input.tasks:q} --pools {input.pools:q} "
         "--out {output.summary:q} --figure {output.figure:q} > {log:q} 2>&1"

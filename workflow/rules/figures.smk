@@ -19,17 +19,20 @@ rule figures_task:
             category="Training curves",
             labels={"task": "{task}", "figure": "training"},
         ),
-    params:
-        published=lambda wc: TASKS[wc.task]["published"] or "none",
-        subtitle=lambda wc: TASKS[wc.task]["env_id"],
     log:
         "logs/figures/{task}.log",
     benchmark:
         f"{BENCHMARKS}/figures/{{task}}.tsv"
     conda:
         CONDA_ENV
+    resources:
+        tdmpc2=TDMPC2,
+    params:
+        code=stage_code("figures"),
+        published=lambda wc: TASKS[wc.task]["published"] or "none",
+        subtitle=lambda wc: TASKS[wc.task]["env_id"],
     shell:
-        "{TDMPC2} figures --task {wildcards.task:q} --published {params.published:q} "
+        "JAX_PLATFORMS=cpu {resources.tdmpc2} figures --task {wildcards.task:q} --published {params.published:q} "
         "--subtitle {params.subtitle:q} --eval {input.eval:q} --metrics {input.metrics:q} "
         "--out-eval {output.eval:q} --out-train {output.train:q} > {log:q} 2>&1"
 
@@ -46,13 +49,16 @@ rule figure_overview:
             category="Learning curves",
             labels={"task": "all tasks", "figure": "overview"},
         ),
-    params:
-        runs=RUNS,
     log:
         "logs/figures/overview.log",
     benchmark:
         f"{BENCHMARKS}/figures/overview.tsv"
     conda:
         CONDA_ENV
+    resources:
+        tdmpc2=TDMPC2,
+    params:
+        code=stage_code("figures"),
+        runs=lambda wc, input: parent(input.eval[0], 3),
     shell:
-        "{TDMPC2} figures --config {input.config:q} --runs {params.runs:q} --overview {output:q} > {log:q} 2>&1"
+        "JAX_PLATFORMS=cpu {resources.tdmpc2} figures --config {input.config:q} --runs {params.runs:q} --overview {output:q} > {log:q} 2>&1"

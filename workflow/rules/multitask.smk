@@ -8,43 +8,59 @@ if MULTITASK:
     localrules:
         scaling,
 
+    LONG_RUNS["train_multi"] = MT_RESOURCES["runtime"]
+
     rule train_multi:
         """One multi-task model: the pool's dataset, one model size, the seeds vmapped."""
         input:
             dataset=pool_dataset("{pool}"),
         output:
             [f"{MULTI}/{{pool}}/size{{size}}/{f}" for f in MULTI_FILES],
-        params:
-            # the multi-task settings: a change reruns the multi-task jobs only
-            spec=lambda wc: multi_spec(wc.pool),
-            seeds=" ".join(str(s) for s in MT_SEEDS),
-            outdir=lambda wc: f"{MULTI}/{wc.pool}/size{wc.size}",
-        wildcard_constraints:
-            pool="|".join(re.escape(p) for p in MT_POOLS),
-            size="|".join(str(s) for s in MT_SIZES),
         log:
             "logs/train_multi/{pool}/size{size}.log",
         benchmark:
             f"{BENCHMARKS}/train_multi/{{pool}}/size{{size}}.tsv"
-        threads: config["threads_per_job"]
-        resources:
-            gpu=MT_RESOURCES["gpu"],
-            runtime=MT_RESOURCES["runtime"],
-            mem_mb=MT_RESOURCES["mem_mb"],
+        wildcard_constraints:
+            pool="|".join(re.escape(p) for p in MT_POOLS),
+            size="|".join(str(s) for s in MT_SIZES),
         conda:
             CONDA_ENV
+        threads: config["threads_per_job"]
+        # as the single-task training rule (train.smk): what a scheduler is asked for, then
+        # the shell's settings that are no rerun trigger. A runtime above
+        # cluster.max_job_minutes (the paper's 7 days) runs as several resubmitted jobs.
+        resources:
+            gpu=MT_RESOURCES["gpu"],
+            runtime=job_runtime(MT_RESOURCES["runtime"]),
+            mem_mb=MT_RESOURCES["mem_mb"],
+            slurm_extra=SLURM_EXTRA,
+            jax_env=jax_env(MT_RESOURCES["gpu"]),
+            tdmpc2=TDMPC2,
+            jax_cache=JAX_CACHE,
+            checkpoints=CHECKPOINTS,
+            checkpoint_every=str(MT_CHECKPOINT_EVERY),
+            keep_checkpoints=str(KEEP_CHECKPOINTS),
+            max_chunk_seconds=str(MAX_CHUNK_SECONDS),
+        params:
+            # the multi-task settings: a change reruns the multi-task jobs only
+            spec=lambda wc: multi_spec(wc.pool),
+            seeds=" ".join(str(s) for s in MT_SEEDS),
+            code=stage_code("train_multi"),
+            outdir=lambda wc, output: parent(output[0]),
         shell:
             # thread pinning, the compilation cache, `exec` and the checkpoints (outside results/,
             # resumed by a rerun after SIGTERM/SIGINT) as the single-task training jobs (train.smk)
             "export PJRT_NPROC={threads} OMP_NUM_THREADS={threads} "
-            "JAX_COMPILATION_CACHE_DIR={JAX_CACHE:q}; "
+            "JAX_COMPILATION_CACHE_DIR={resources.jax_cache:q} {resources.jax_env}; "
             'if [ {threads} -eq 1 ]; then export XLA_FLAGS="${{XLA_FLAGS:-}} --xla_cpu_multi_thread_eigen=false"; fi; '
-            "exec {TDMPC2} train-multi --pool {wildcards.pool:q} --model-size {wildcards.size} "
+            'echo "job on $(hostname): CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES-unset}} '
+            'SLURM_JOB_ID=${{SLURM_JOB_ID-none}} {resources.jax_env}" > {log:q}; '
+            "exec {resources.tdmpc2} train-multi --pool {wildcards.pool:q} --model-size {wildcards.size} "
             "--dataset {input.dataset:q} --spec {params.spec:q} --seeds {params.seeds} "
             "--outdir {params.outdir:q} "
-            "--checkpoint-dir {CHECKPOINTS:q}/multi/{wildcards.pool:q}/size{wildcards.size} "
-            "--checkpoint-every {MT_CHECKPOINT_EVERY} --keep-checkpoints {KEEP_CHECKPOINTS} "
-            "--max-chunk-seconds {MAX_CHUNK_SECONDS} > {log:q} 2>&1"
+            "--checkpoint-dir {resources.checkpoints:q}/multi/{wildcards.pool:q}/size{wildcards.size} "
+            "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
+            "--max-chunk-seconds {resources.max_chunk_seconds} >> {log:q} 2>&1"
 
     rule scaling:
         """The multi-task scaling table, the per-task table (beside the single-task returns) and their figure."""
@@ -52,7 +68,12 @@ if MULTITASK:
             config=RESOLVED,
             evals=multi_files("eval.parquet"),
             runs=multi_files("run.json"),
-            single=[p for pool in MT_POOLS for t in POOLS.get(pool, []) for p in run_files(t, "eval.parquet")],
+            single=[
+                p
+                for pool in MT_POOLS
+                for t in POOLS.get(pool, [])
+                for p in run_files(t, "eval.parquet")
+            ],
         output:
             scaling=report(
                 f"{TABLES}/multitask_scaling.csv",
@@ -74,28 +95,20 @@ if MULTITASK:
                 category="Multi-task",
                 labels={"figure": "scaling"},
             ),
-        params:
-            multi=MULTI,
-            runs=RUNS,
-            outdir=TABLES,
         log:
             "logs/scaling.log",
         benchmark:
             f"{BENCHMARKS}/scaling.tsv"
         conda:
             CONDA_ENV
+        resources:
+            tdmpc2=TDMPC2,
+        params:
+            multi=lambda wc, input: parent(input.evals[0], 3),
+            # the single-task runs' folder (none in a protocol of official pools only)
+            runs=lambda wc, input: parent(input.single[0], 3) if input.single else RUNS,
+            outdir=lambda wc, output: parent(output.scaling),
+            code=stage_code("scaling"),
         shell:
-            "{TDMPC2} scaling --config {input.config:q} --multi {params.multi:q} --runs {params.runs:q} "
+            "JAX_PLATFORMS=cpu {resources.tdmpc2} scaling --config {input.config:q} --multi {params.multi:q} --runs {params.runs:q} "
             "--outdir {params.outdir:q} --figure {output.figure:q} > {log:q} 2>&1"
-
-
-def multitask_report_inputs():
-    """What the report needs of the multi-task stage (nothing without a multitask block)."""
-    if not MULTITASK:
-        return []
-    return [rules.scaling.output.scaling, rules.scaling.output.tasks, rules.scaling.output.figure]
-
-
-def multitask_run_files():
-    """The multi-task runs' run.json files (the report shows their runtimes)."""
-    return [f"{MULTI}/{pool}/size{size}/run.json" for pool in MT_POOLS for size in MT_SIZES]

@@ -7,6 +7,10 @@
 
 if OFFICIAL_POOLS:
 
+    # run where snakemake runs, as the other dataset rules (CPU and disk, no GPU)
+    localrules:
+        convert_official_data,
+
     rule convert_official_data:
         """The official chunks of one pool as our episode dataset (trusted files only: loading unpickles)."""
         input:
@@ -21,9 +25,12 @@ if OFFICIAL_POOLS:
             pool="|".join(re.escape(p) for p in OFFICIAL_POOLS),
         conda:
             CONDA_ENV
+        resources:
+            tdmpc2=TDMPC2,
         params:
             src=lambda wc: OFFICIAL_POOLS[wc.pool]["src"],
             task_set=lambda wc: OFFICIAL_POOLS[wc.pool]["task_set"],
+            code=stage_code("convert_official_data"),
         shell:
-            "{TDMPC2} convert-official-data --src {params.src:q} --out {output:q} "
+            "JAX_PLATFORMS=cpu {resources.tdmpc2} convert-official-data --src {params.src:q} --out {output:q} "
             "--tasks {params.task_set} > {log:q} 2>&1"

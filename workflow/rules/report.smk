@@ -6,7 +6,11 @@ rule report:
     input:
         config=RESOLVED,
         tables=rules.tables.output,
-        figures=expand(f"{FIGURES}/{{task}}_{{kind}}.png", task=list(TASKS), kind=["eval", "train"]),
+        figures=expand(
+            f"{FIGURES}/{{task}}_{{kind}}.png",
+            task=list(TASKS),
+            kind=["eval", "train"],
+        ),
         overview=f"{FIGURES}/overview.png",
         runs=all_run_files("run.json"),
         datasets=rules.dataset_summary.output.summary,
@@ -21,18 +25,21 @@ rule report:
             category="Report",
             labels={"file": "report.html"},
         ),
-    params:
-        runs=RUNS,
-        tables=TABLES,
-        figures=FIGURES,
-        benchmarks=BENCHMARKS,
     log:
         "logs/report.log",
     benchmark:
         f"{BENCHMARKS}/report.tsv"
     conda:
         CONDA_ENV
+    resources:
+        tdmpc2=TDMPC2,
+    params:
+        code=stage_code("report"),
+        runs=lambda wc, input: parent(input.runs[0], 3),
+        tables=lambda wc, input: parent(input.tables[0]),
+        figures=lambda wc, input: parent(input.overview),
+        benchmarks=BENCHMARKS,
     shell:
-        "{TDMPC2} report --config {input.config:q} --runs {params.runs:q} --tables {params.tables:q} "
+        "JAX_PLATFORMS=cpu {resources.tdmpc2} report --config {input.config:q} --runs {params.runs:q} --tables {params.tables:q} "
         "--figures {params.figures:q} --benchmarks {params.benchmarks:q} --datasets {input.datasets:q} "
         "--multi-runs {input.multitask_runs:q} --official-tables {input.official:q} --out {output:q} > {log:q} 2>&1"

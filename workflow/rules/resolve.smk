@@ -6,12 +6,14 @@ rule resolve_config:
     """The configuration this run uses, as one YAML file the later stages read."""
     output:
         RESOLVED,
+    log:
+        "logs/resolve_config.log",
+    conda:
+        CONDA_ENV
     params:
         text=RESOLVED_YAML,
         protocol=PROTOCOL_NAME,
         n_tasks=len(TASKS),
-    log:
-        "logs/resolve_config.log",
     # a shell job, not `run:`: Snakemake runs a `run:` job in a Python subprocess of its own,
     # which prints a KeyboardInterrupt traceback when a terminal's Ctrl-C reaches it
     shell:

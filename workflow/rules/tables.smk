@@ -35,14 +35,17 @@ rule tables:
             labels={"table": "episode lengths (episodic tasks)"},
         ),
         lengths_md=f"{TABLES}/episode_lengths.md",
-    params:
-        runs=RUNS,
-        outdir=TABLES,
     log:
         "logs/tables.log",
     benchmark:
         f"{BENCHMARKS}/tables.tsv"
     conda:
         CONDA_ENV
+    resources:
+        tdmpc2=TDMPC2,
+    params:
+        code=stage_code("tables"),
+        runs=lambda wc, input: parent(input.eval[0], 3),
+        outdir=lambda wc, output: parent(output.single),
     shell:
-        "{TDMPC2} tables --config {input.config:q} --runs {params.runs:q} --outdir {params.outdir:q} > {log:q} 2>&1"
+        "JAX_PLATFORMS=cpu {resources.tdmpc2} tables --config {input.config:q} --runs {params.runs:q} --outdir {params.outdir:q} > {log:q} 2>&1"

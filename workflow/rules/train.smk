@@ -8,33 +8,49 @@
 
 
 for _group in SEED_GROUPS:
+    LONG_RUNS[f"train_single_{seed_tag(_group)}"] = max(
+        (t["resources"]["runtime"] for t in TASKS.values()), default=0
+    )
 
     rule:
         name:
             f"train_single_{seed_tag(_group)}"
         output:
             [f"{RUNS}/{{task}}/seed{s}/{f}" for s in _group for f in RUN_FILES],
+        log:
+            f"logs/train_single/{{task}}/{seed_tag(_group)}.log",
+        benchmark:
+            f"{BENCHMARKS}/train_single/{{task}}/{seed_tag(_group)}.tsv"
+        conda:
+            CONDA_ENV
+        threads: config["threads_per_job"]
+        # what the job asks a scheduler for, from the task's `resources` and `cluster`; the
+        # rest are the shell's settings that are no rerun trigger (resources, not params:
+        # moving the virtualenv, the cache or the checkpoints retrains nothing)
+        resources:
+            gpu=lambda wc: TASKS[wc.task]["resources"]["gpu"],
+            runtime=lambda wc: job_runtime(TASKS[wc.task]["resources"]["runtime"]),
+            mem_mb=lambda wc: TASKS[wc.task]["resources"]["mem_mb"],
+            slurm_extra=SLURM_EXTRA,
+            jax_env=lambda wc: jax_env(TASKS[wc.task]["resources"]["gpu"]),
+            tdmpc2=TDMPC2,
+            jax_cache=JAX_CACHE,
+            checkpoints=CHECKPOINTS,
+            checkpoint_every=str(CHECKPOINT_EVERY),  # strings: not a consumable resource
+            keep_checkpoints=str(KEEP_CHECKPOINTS),
+            max_chunk_seconds=str(MAX_CHUNK_SECONDS),
         params:
             # the merged settings of the task: a change reruns that task's jobs only (the
             # cache folder, threads and resources are not params: changing them reruns nothing)
             spec=lambda wc: task_spec(wc.task),
             seeds=" ".join(str(s) for s in _group),
+            # the code of tdmpc2core this stage runs (common.smk, code_version)
+            code=stage_code("train_single"),
             # the shell command is formatted when the job runs, after this loop has ended, so
             # it must not read `_group`: the tag comes through params (a function of the seeds,
             # which are already a param, so it adds no rerun trigger)
             seed_tag=seed_tag(_group),
-            outdir=lambda wc: f"{RUNS}/{wc.task}",
-        log:
-            f"logs/train_single/{{task}}/{seed_tag(_group)}.log",
-        benchmark:
-            f"{BENCHMARKS}/train_single/{{task}}/{seed_tag(_group)}.tsv"
-        threads: config["threads_per_job"]
-        resources:
-            gpu=lambda wc: TASKS[wc.task]["resources"]["gpu"],
-            runtime=lambda wc: TASKS[wc.task]["resources"]["runtime"],
-            mem_mb=lambda wc: TASKS[wc.task]["resources"]["mem_mb"],
-        conda:
-            CONDA_ENV
+            outdir=lambda wc, output: parent(output[0], 2),
         shell:
             # PJRT_NPROC sizes the thread pool of JAX's CPU client (XLA reads it before the
             # core count), OMP_NUM_THREADS that of oneDNN/OpenMP kernels; with one thread,
@@ -43,10 +59,12 @@ for _group in SEED_GROUPS:
             # its checkpoint (a shell killed first would end the job, and on SLURM the step,
             # before that).
             "export PJRT_NPROC={threads} OMP_NUM_THREADS={threads} "
-            "JAX_COMPILATION_CACHE_DIR={JAX_CACHE:q}; "
+            "JAX_COMPILATION_CACHE_DIR={resources.jax_cache:q} {resources.jax_env}; "
             'if [ {threads} -eq 1 ]; then export XLA_FLAGS="${{XLA_FLAGS:-}} --xla_cpu_multi_thread_eigen=false"; fi; '
-            "exec {TDMPC2} train-single --task {wildcards.task:q} --spec {params.spec:q} "
+            'echo "job on $(hostname): CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES-unset}} '
+            'SLURM_JOB_ID=${{SLURM_JOB_ID-none}} {resources.jax_env}" > {log:q}; '
+            "exec {resources.tdmpc2} train-single --task {wildcards.task:q} --spec {params.spec:q} "
             "--seeds {params.seeds} --outdir {params.outdir:q} "
-            "--checkpoint-dir {CHECKPOINTS:q}/single/{wildcards.task:q}/{params.seed_tag} "
-            "--checkpoint-every {CHECKPOINT_EVERY} --keep-checkpoints {KEEP_CHECKPOINTS} "
-            "--max-chunk-seconds {MAX_CHUNK_SECONDS} > {log:q} 2>&1"
+            "--checkpoint-dir {resources.checkpoints:q}/single/{wildcards.task:q}/{params.seed_tag} "
+            "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
+            "--max-chunk-seconds {resources.max_chunk_seconds} >> {log:q} 2>&1"

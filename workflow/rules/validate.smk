@@ -63,23 +63,36 @@ def config_error_line(err, schema, configfiles):
     """One line for a jsonschema ValidationError of the configuration."""
     path = [str(p) for p in err.absolute_path]
     where = ".".join(path) or "the top level"
-    if err.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(err.instance, dict):
+    if err.validator in (
+        "additionalProperties",
+        "unevaluatedProperties",
+    ) and isinstance(err.instance, dict):
         accepted = _accepted_keys(err.schema, schema)
         unknown = [k for k in err.instance if k not in accepted] or ["?"]
         key = unknown[0]
         files = _files_setting(path + [key], configfiles)
         src = f" (set in {files[0]})" if files else " (set by --config)"
         close = difflib.get_close_matches(str(key), sorted(accepted), n=1)
-        hint = (f"; did you mean {close[0]!r}?" if close
-                else f"; accepted there: {', '.join(sorted(accepted))}")
-        more = f" (and {len(unknown) - 1} more unknown key(s))" if len(unknown) > 1 else ""
+        hint = (
+            f"; did you mean {close[0]!r}?"
+            if close
+            else f"; accepted there: {', '.join(sorted(accepted))}"
+        )
+        more = (
+            f" (and {len(unknown) - 1} more unknown key(s))" if len(unknown) > 1 else ""
+        )
         return f"config: unknown key {key!r} in {where}{src}{hint}{more}"
     files = _files_setting(path, configfiles) if path else []
     src = f" (set in {files[0]})" if files else ""
     if err.validator == "enum":
-        close = difflib.get_close_matches(str(err.instance), [str(v) for v in err.validator_value], n=1)
-        return (f"config: {where}{src}: {err.instance!r} is not accepted"
-                + (f"; did you mean {close[0]!r}?" if close else f"; accepted: {err.validator_value}"))
+        close = difflib.get_close_matches(
+            str(err.instance), [str(v) for v in err.validator_value], n=1
+        )
+        return f"config: {where}{src}: {err.instance!r} is not accepted" + (
+            f"; did you mean {close[0]!r}?"
+            if close
+            else f"; accepted: {err.validator_value}"
+        )
     return f"config: {where}{src}: {err.message}"
 
 
@@ -90,7 +103,9 @@ except WorkflowError as _e:
     _err = _e.__cause__ or _e.__context__
     if not isinstance(_err, jsonschema.ValidationError):
         raise
-    with open(os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")) as _fh:
+    with open(
+        os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
+    ) as _fh:
         _schema = yaml.safe_load(_fh)
     # priority: the Snakefile's configfile (config.yaml), then each --configfile in the order given
     _cli = [str(f) for f in workflow.overwrite_configfiles or ()]
