@@ -89,21 +89,7 @@ def main(argv=None):
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"))
     args = ap.parse_args(argv)
 
-    root = Path(args.official).resolve()
-    src = root / "tdmpc2"
-    needed = ["tdmpc2.py", "common/math.py", "common/layers.py", "common/init.py", "common/scale.py",
-              "common/world_model.py", "common/__init__.py"]
-    absent = [n for n in needed if not (src / n).is_file()]
-    if absent:
-        sys.exit(f"error: {root} is not a checkout of nicklashansen/tdmpc2: missing tdmpc2/{absent[0]}")
-    commit = rp.git_commit(root) or args.commit
-    if not commit:
-        sys.exit("error: the checkout's commit is unknown (not a git work tree): pass --commit SHA")
-    if args.commit and not commit.startswith(args.commit[:7]):
-        sys.exit(f"error: --commit {args.commit} but the checkout is at {commit}")
-    if not rp.REFERENCE.startswith(commit[:7]):
-        sys.exit(f"error: the checkout is at {commit}; these fixtures are recorded from {rp.REFERENCE[:7]}")
-    commit = rp.REFERENCE
+    root, src, commit = rp.official_checkout(args.official, args.commit)
 
     import torch
     torch.set_num_threads(1)

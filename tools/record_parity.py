@@ -542,6 +542,30 @@ def record_later_layouts(torch, root: Path, variants, out, files):
         purge_official_modules()
 
 
+def official_checkout(path, commit_arg=None):
+    """(root, root/tdmpc2, the full reference commit) of a checkout of nicklashansen/tdmpc2 at
+    5f6fade; exits with a one-line error for anything else (files missing, another commit, a
+    commit that cannot be told: pass ``commit_arg`` for a tree that is not a git work tree)."""
+    root = Path(path).resolve()
+    src = root / "tdmpc2"
+    needed = ["tdmpc2.py", "common/math.py", "common/layers.py", "common/init.py", "common/scale.py",
+              "common/world_model.py", "common/__init__.py"]
+    absent = [n for n in needed if not (src / n).is_file()]
+    if absent:
+        sys.exit(f"error: {root} is not a checkout of nicklashansen/tdmpc2: missing tdmpc2/{absent[0]}")
+    commit = git_commit(root)
+    if commit is None:
+        commit = commit_arg
+    elif commit_arg and not commit.startswith(commit_arg[:7]):
+        sys.exit(f"error: --commit {commit_arg} but the checkout is at {commit}")
+    if not commit:
+        sys.exit("error: the checkout's commit is unknown (not a git work tree): pass --commit SHA")
+    if len(commit) < 7 or not REFERENCE.startswith(commit[:7]):
+        sys.exit(f"error: the checkout is at {commit}; the fixtures are recorded from {REFERENCE[:7]} "
+                 f"(spec/tdmpc2.md's reference): check it out first")
+    return root, src, REFERENCE
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--official", required=True, help="a checkout of nicklashansen/tdmpc2 (at 5f6fade)")
@@ -554,24 +578,7 @@ def main(argv=None):
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"))
     args = ap.parse_args(argv)
 
-    root = Path(args.official).resolve()
-    src = root / "tdmpc2"
-    needed = ["tdmpc2.py", "common/math.py", "common/layers.py", "common/init.py", "common/scale.py",
-              "common/world_model.py", "common/__init__.py"]
-    absent = [n for n in needed if not (src / n).is_file()]
-    if absent:
-        sys.exit(f"error: {root} is not a checkout of nicklashansen/tdmpc2: missing tdmpc2/{absent[0]}")
-    commit = git_commit(root)
-    if commit is None:
-        commit = args.commit
-    elif args.commit and not commit.startswith(args.commit):
-        sys.exit(f"error: --commit {args.commit} but the checkout is at {commit}")
-    if not commit:
-        sys.exit("error: the checkout's commit is unknown (not a git work tree): pass --commit SHA")
-    if not REFERENCE.startswith(commit[:7]) or len(commit) < 7:
-        sys.exit(f"error: the checkout is at {commit}; the fixtures are recorded from {REFERENCE[:7]} "
-                 f"(spec/tdmpc2.md's reference): check it out first")
-    commit = REFERENCE if REFERENCE.startswith(commit) else commit
+    root, src, commit = official_checkout(args.official, args.commit)
 
     import torch
     torch.set_num_threads(1)
