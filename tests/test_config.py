@@ -33,11 +33,16 @@ def test_validate_config_refuses_what_the_job_refuses():
     for bad, needle in ((dict(horizon=0), "horizon=0 must be >= 1"),
                         (dict(num_elites=65), "num_elites=65 exceeds num_samples=64"),
                         (dict(batch_size=0), "batch_size=0 must be >= 1"),
-                        (dict(model_size=3), "model_size=3 is not a preset")):
+                        (dict(model_size=3), "model_size=3 is not a preset"),
+                        (dict(num_elites=0), "num_elites=0 must be >= 1"),
+                        (dict(iterations=0), "iterations=0 must be >= 1"),
+                        (dict(num_pi_trajs=-1), "num_pi_trajs=-1 must be >= 0")):
         with pytest.raises(ValueError, match=needle):
             validate_config(TDMPC2Config(**{**DEMO, **bad}), episode_length=T)
         with pytest.raises(ValueError, match=needle):  # the job's path: the same check
             resolve_config(TDMPC2Config(**{**DEMO, **bad}), episode_length=T, action_dim=1)
+    # without the planner (mpc=False) its iterations are never used
+    assert validate_config(TDMPC2Config(**{**DEMO, "iterations": 0, "mpc": False}), episode_length=T).iterations == 0
 
 
 def test_first_update_slices_and_the_batch_it_can_feed():

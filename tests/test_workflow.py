@@ -256,6 +256,11 @@ def test_unknown_config_keys_are_refused(tmp_path):
              "batch_size=991 exceeds the 990 distinct training slices (horizon + 1 consecutive rows of one episode) "
              "that the replay at the first update (seed_steps=1000, n_envs=1, T=200, horizon=3) holds"),
             ("tasks: {pendulum: {n_envs: 6}}", "seed_steps=1000 is too small: with n_envs=6"),
+            ("tasks: {pendulum: {agent: {num_elites: 0}}}", "num_elites=0 must be >= 1"),
+            ("tasks: {pendulum: {agent: {iterations: 0}}}", "iterations=0 must be >= 1"),
+            # a run that ends in its seed phase would write complete-looking outputs of no update
+            ("tasks: {pendulum: {agent_steps: 1000}}",
+             "agent_steps=1000 trains nothing: the first update comes after the seed phase's seed_steps=1000"),
             # an episodic task's first update waits for data (R3): its batch is bounded by the run
             ("tasks: {pendulum: {agent: {episodic: true, batch_size: 6001}}}",
              "batch_size=6001 exceeds the 6000 distinct training slices (horizon + 1 consecutive rows of one "

@@ -3,7 +3,7 @@
     python tools/record_parity.py --official PATH_TO_CHECKOUT [--commit SHA] [--out tests/fixtures]
 
 PATH_TO_CHECKOUT is a checkout of nicklashansen/tdmpc2 at 5f6fade (the reference of
-spec/tdmpc2.md), e.g. ``git clone https://github.com/nicklashansen/tdmpc2 && git -C tdmpc2
+docs/spec/tdmpc2.md), e.g. ``git clone https://github.com/nicklashansen/tdmpc2 && git -C tdmpc2
 checkout 5f6fade``. Nothing of it is copied into this repository: this script imports its
 model files (``tdmpc2/tdmpc2.py`` and ``tdmpc2/common/{math,layers,init,scale,world_model}.py``,
 which need only PyTorch) from the checkout and runs them unmodified on the CPU. The official
@@ -562,7 +562,7 @@ def official_checkout(path, commit_arg=None):
         sys.exit("error: the checkout's commit is unknown (not a git work tree): pass --commit SHA")
     if len(commit) < 7 or not REFERENCE.startswith(commit[:7]):
         sys.exit(f"error: the checkout is at {commit}; the fixtures are recorded from {REFERENCE[:7]} "
-                 f"(spec/tdmpc2.md's reference): check it out first")
+                 f"(docs/spec/tdmpc2.md's reference): check it out first")
     return root, src, REFERENCE
 
 

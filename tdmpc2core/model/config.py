@@ -1,6 +1,6 @@
 """Hyperparameters of TD-MPC2, their paper defaults, model-size presets and derived values.
 
-Source: ``spec/tdmpc2.md`` §1 (the official ``config.yaml`` at commit 5f6fade and
+Source: ``docs/spec/tdmpc2.md`` §1 (the official ``config.yaml`` at commit 5f6fade and
 ``common/__init__.py::MODEL_SIZE``). Every default below is the paper's.
 """
 from __future__ import annotations
@@ -132,6 +132,14 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int,
         raise ValueError(f"latent_dim={widths['latent_dim']} must be divisible by simnorm_dim={cfg.simnorm_dim}")
     if widths["num_q"] < 2:
         raise ValueError(f"num_q={widths['num_q']} must be at least 2 (a random pair is drawn, spec §4.6)")
+    if cfg.mpc and cfg.iterations < 1:
+        raise ValueError(f"iterations={cfg.iterations} must be >= 1 (MPPI refits its mean at least once, "
+                         f"spec §6.4; the paper's 6); mpc=False acts with the policy alone")
+    if cfg.num_elites < 1:
+        raise ValueError(f"num_elites={cfg.num_elites} must be >= 1 (the MPPI refit weights its top-k "
+                         f"sequences, spec §6.4c; the paper's 64)")
+    if cfg.num_pi_trajs < 0:
+        raise ValueError(f"num_pi_trajs={cfg.num_pi_trajs} must be >= 0")
     if cfg.num_elites > cfg.num_samples:
         raise ValueError(f"num_elites={cfg.num_elites} exceeds num_samples={cfg.num_samples}")
     if cfg.num_pi_trajs >= cfg.num_samples:

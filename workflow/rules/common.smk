@@ -161,6 +161,17 @@ def _check_task(name, t):
         )
     except (ValueError, TypeError) as e:
         raise WorkflowError(f"config: {where}.agent (T = {T} agent steps): {e}")
+    _n = int(t.get("n_envs") or 1)
+    _first_update = (
+        -(-cfg.seed_steps // _n) * _n + _n
+    )  # agent steps when the burst's tick has run
+    if int(t["agent_steps"]) < _first_update:
+        raise WorkflowError(
+            f"config: {where}: agent_steps={t['agent_steps']} trains nothing: the first update comes "
+            f"after the seed phase's seed_steps={cfg.seed_steps} random agent steps, in the tick that "
+            f"reaches {_first_update} agent steps (n_envs={_n}); raise agent_steps to at least "
+            f"{_first_update} or lower agent.seed_steps"
+        )
     if (
         cfg.episodic
     ):  # its first update's data is known only during the run: bounded by the run
