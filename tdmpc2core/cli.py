@@ -32,10 +32,11 @@ STAGES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tdmpc2", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="tdmpc2", description="The tdmpc2 command: one sub-command per "
+                                     "pipeline stage (file in, file out; docs/artifacts.md for the formats).")
     sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
     for name, (module, help_text) in STAGES.items():
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text[:1].upper() + help_text[1:] + ".")
         p.set_defaults(_module=module)
         try:
             mod = importlib.import_module(f"tdmpc2core.stages.{module}")

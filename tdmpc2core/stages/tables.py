@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "task's last published step is added)")
     parser.add_argument("--bootstrap-reps", type=int, default=None,
                         help="bootstrap replications (default: the config's bootstrap_reps, else 2000)")
-    parser.add_argument("--bootstrap-seed", type=int, default=0)
+    parser.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap resampling of the CIs")
 
 
 def _single_task_md(df, label: str, simulator_note: str = "") -> str:
