@@ -176,6 +176,9 @@ def test_errors_name_the_key_the_expected_shape_and_the_size_that_fits():
     bad = dict(sd, **{"_pi.1.bias": np.zeros(384, np.float64)})
     with pytest.raises(O.OfficialWeightsError, match="'_pi.1.bias' has dtype float64"):
         O.from_official(bad)
+    bad = dict(sd, **{"_pi.1.bias": np.full(384, np.nan, np.float32)})
+    with pytest.raises(O.OfficialWeightsError, match="'_pi.1.bias' holds 384 non-finite value"):
+        O.from_official(bad)
     bad = dict(sd, **{"_encoder.rgb.2.weight": np.zeros((32, 9, 7, 7), np.float32)})
     with pytest.raises(O.OfficialWeightsError, match="pixel"):
         O.from_official(bad)

@@ -370,7 +370,8 @@ def from_official(state_dict: Mapping, expected: Optional[OfficialArchitecture] 
       :class:`OfficialWeights` (float32 numpy arrays, copied bit for bit).
 
     Raises:
-      OfficialWeightsError: a missing, extra or mis-shaped key, or a non-float32 tensor: the
+      OfficialWeightsError: a missing, extra or mis-shaped key, a non-float32 tensor, or one
+        holding NaN or inf: the
         message names the key, the expected shape and the model size that the state dict
         fits; a pixel encoder; the nested layout's ``_detach_Qs_params`` differing from
         ``_Qs.params`` or a ``__batch_size`` other than [K].
@@ -409,6 +410,9 @@ def from_official(state_dict: Mapping, expected: Optional[OfficialArchitecture] 
             raise OfficialWeightsError(f"key {k!r} has shape {got}, expected {tuple(shp)} for {what}; {_fit_hint(sd)}")
         if np.dtype(v.dtype) != np.float32:
             raise OfficialWeightsError(f"key {k!r} has dtype {v.dtype}; official weights are float32")
+        if not np.all(np.isfinite(v)):
+            raise OfficialWeightsError(f"key {k!r} holds {int(np.sum(~np.isfinite(v)))} non-finite value(s) "
+                                       f"(NaN or inf): a damaged checkpoint or a diverged run; refusing to convert")
     if layout == "nested":
         K = arch.num_q
         for prefix in _QS_PREFIXES["nested"]:
