@@ -177,6 +177,14 @@ def test_evaluate_official_single_task_writes_eval_parquet_and_run_json(single_e
     assert isinstance(pd.read_parquet(single_eval / "eval.parquet"), pd.DataFrame)
 
 
+def test_a_refused_evaluation_leaves_an_earlier_complete_one_as_it_was(single_eval, tmp_path):
+    out = tmp_path / "again"
+    shutil.copytree(single_eval, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert cli("--checkpoint", SINGLE, "--task", "dmc:cheetah-run", "--out", out) == 1  # dims do not fit
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_multi_task_checkpoint_pads_masks_and_skips_what_is_not_available():
     """Task 0 (cartpole-balance: obs 5 of 6, action 1 of 2) with its embedding; task 1 named
     reacher-three-easy (not on dm_control here): skipped with the reason under 'all'."""
@@ -203,7 +211,8 @@ class _Pickled:
 
 
 @pytest.mark.parametrize("case", ["model_size", "dims", "missing", "unknown_task", "task_count", "not_in_set",
-                                  "single_all", "not_a_checkpoint", "damaged", "pickled_code"])
+                                  "single_all", "not_a_checkpoint", "damaged", "pickled_code", "text_file",
+                                  "empty_file", "float_planner"])
 def test_errors_name_the_file_and_what_fits_and_write_nothing(tmp_path, capsys, case):
     torch = _torch()
     out = tmp_path / "results" / "official" / "x"
@@ -219,8 +228,11 @@ def test_errors_name_the_file_and_what_fits_and_write_nothing(tmp_path, capsys, 
                       r"\['dmc:cartpole-balance', 'dmc:reacher-easy'\]",
         "single_all": r"official_ckpt_single\.pt is a single-task checkpoint",
         "not_a_checkpoint": r"bad\.pt: not a TD-MPC2 checkpoint this code can evaluate: missing key",
-        "damaged": r"bad\.pt: not a readable PyTorch checkpoint \(torch.load with weights_only=True refused it",
-        "pickled_code": r"bad\.pt: not a readable PyTorch checkpoint \(torch.load with weights_only=True refused it",
+        "damaged": r"bad\.pt: not a readable PyTorch checkpoint: torch.load\(weights_only=True\) refused it",
+        "pickled_code": r"bad\.pt: not a readable PyTorch checkpoint: torch.load\(weights_only=True\) refused it",
+        "text_file": r"bad\.pt: not a readable PyTorch checkpoint: torch.load\(weights_only=True\) refused it",
+        "empty_file": r"bad\.pt: not a readable PyTorch checkpoint: torch.load\(weights_only=True\) refused it",
+        "float_planner": r"planner setting num_samples=10\.0 must be an integer",
     }[case]
     if case == "model_size":
         extra = ["--model-size", 5]
@@ -245,6 +257,14 @@ def test_errors_name_the_file_and_what_fits_and_write_nothing(tmp_path, capsys, 
     elif case == "pickled_code":
         ck = tmp_path / "bad.pt"
         torch.save({"model": _Pickled()}, ck)  # an object whose unpickling would run code
+    elif case == "text_file":
+        ck = tmp_path / "bad.pt"
+        ck.write_text("hello\n")  # torch's weights-only unpickler raised a bare KeyError on it
+    elif case == "empty_file":
+        ck = tmp_path / "bad.pt"
+        ck.write_bytes(b"")  # an EOFError without a message
+    elif case == "float_planner":
+        extra = ["--planner", "num_samples=10.0"]
     rc = cli("--checkpoint", ck, "--task", task, *extra, "--out", out)
     captured = capsys.readouterr()
     err = captured.err

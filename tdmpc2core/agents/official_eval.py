@@ -52,6 +52,7 @@ from ..model.official import (REFERENCE_COMMIT, OfficialArchitecture, OfficialWe
 #: Planner settings a caller may override (the paper's defaults otherwise, spec §1.2).
 PLANNER_KEYS = ("iterations", "num_samples", "num_elites", "num_pi_trajs", "horizon", "min_std", "max_std",
                 "temperature")
+_PLANNER_INTS = ("iterations", "num_samples", "num_elites", "num_pi_trajs", "horizon")
 #: The official evaluate.py's defaults (config.yaml at 5f6fade): eval_episodes, seed.
 DEFAULT_EPISODES, DEFAULT_SEED = 10, 1
 EVAL_KEY_OFFSET = 10_000_019  # as the agents' evaluation keys
@@ -152,15 +153,18 @@ def load_checkpoint(path, *, model_size: Optional[int] = None,
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no official checkpoint at {path!r}")
-    import pickle
-
     try:
         sd = load_official(path)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as e:  # torch.load refusing the file
-        raise CheckpointMismatchError(f"{path}: not a readable PyTorch checkpoint (torch.load with "
-                                      f"weights_only=True refused it: {str(e).splitlines()[0][:300]})") from e
     except OfficialCheckpointError as e:
         raise CheckpointMismatchError(f"{path}: not a TD-MPC2 checkpoint this code can evaluate: {e}") from e
+    except ImportError:
+        raise
+    except Exception as e:  # torch.load(weights_only=True) refusing the file: pickled code, damage, not a .pt
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise CheckpointMismatchError(
+            f"{path}: not a readable PyTorch checkpoint: torch.load(weights_only=True) refused it "
+            f"({type(e).__name__}{': ' + first if first else ''}); expected the {{'model': state_dict}} file "
+            f"the official TDMPC2.save writes") from e
     try:
         weights = from_official(sd)
     except OfficialWeightsError as e:
@@ -317,6 +321,13 @@ def evaluate_official(checkpoint, tasks="all", *, model_size: Optional[int] = No
     unknown = sorted(set(planner) - set(PLANNER_KEYS))
     if unknown:
         raise ValueError(f"unknown planner setting(s) {unknown}; accepted: {list(PLANNER_KEYS)}")
+    for k, v in planner.items():
+        if k in _PLANNER_INTS and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            raise ValueError(f"planner setting {k}={v!r} must be an integer")
+        if k not in _PLANNER_INTS and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+            raise ValueError(f"planner setting {k}={v!r} must be a number above 0")
+    if planner.get("min_std", 0.05) > planner.get("max_std", 2.0):
+        raise ValueError(f"planner settings min_std={planner.get('min_std', 0.05)} > max_std={planner.get('max_std', 2.0)}")
     arch = ckpt.architecture
     selected, skipped = _select_tasks(ckpt, tasks)
     widths = arch.config_kwargs()

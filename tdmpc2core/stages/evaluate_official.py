@@ -32,7 +32,10 @@ def _planner_kv(text: str):
         raise argparse.ArgumentTypeError(f"--planner {text!r}: expected KEY=VALUE, e.g. num_samples=512")
     k, v = text.split("=", 1)
     try:
-        return k.strip(), (float(v) if any(c in v for c in ".eE") else int(v))
+        try:
+            return k.strip(), int(v)
+        except ValueError:
+            return k.strip(), float(v)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--planner {text!r}: {v!r} is not a number") from None
 
@@ -76,8 +79,6 @@ def run(args) -> int:
         return 1
     out = Path(args.out)
     runjson = out / "run.json"
-    if runjson.exists():
-        runjson.unlink()  # the marker of completeness goes first, comes back last
     name = args.name or Path(args.checkpoint).stem
     log = lambda msg: print(f"tdmpc2 evaluate-official [{name}]: {msg}", file=sys.stderr, flush=True)  # noqa: E731
     t0 = time.perf_counter()
@@ -115,6 +116,10 @@ def run(args) -> int:
     })
     meta = json.dumps({**info, "provenance": prov}, sort_keys=True, default=atomic._json_default)
     table = table.replace_schema_metadata({b"tdmpc2.provenance": meta.encode()})
+    # the marker of completeness goes first, comes back last: a refused or failed evaluation
+    # (everything above) leaves an earlier complete one as it was
+    if runjson.exists():
+        runjson.unlink()
     atomic.write_parquet(out / "eval.parquet", table)
     atomic.write_json(runjson, {**info, "returns": ev.returns(), "wall_seconds": wall,
                                 "compile_seconds": per_program(ev.compile_seconds),
