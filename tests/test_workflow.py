@@ -313,6 +313,11 @@ def test_unknown_config_keys_are_refused(tmp_path):
     res = snakemake(wf, "-n", "--configfile", "mt4.yaml")
     assert res.returncode != 0 and "task(s) ['walker'] are not in pool 'demo'" in res.stdout + res.stderr
 
+    # a stop request must be able to checkpoint before the time limit's kill
+    res = snakemake(wf, "-n", "--config", "max_chunk_seconds=400")
+    assert res.returncode != 0 and "max_chunk_seconds=400 is not below cluster.stop_lead_seconds=300" in (
+        res.stdout + res.stderr)
+
     res = snakemake(wf, "-n", "--config", "protocol=nope")
     assert res.returncode != 0
     assert "protocol 'nope' has no entry under 'protocols'" in res.stdout + res.stderr

@@ -403,7 +403,8 @@ def evaluate_official(checkpoint, tasks="all", *, model_size: Optional[int] = No
     settings = dict(episodes=int(episodes), seed=int(seed), episode_length=int(episode_length),
                     action_repeat=repeats, eval_mode=True, gamma=gammas,
                     planner={k: getattr(cfg, k) for k in PLANNER_KEYS}, mpc=bool(cfg.mpc),
-                    reference_commit=REFERENCE_COMMIT, task_set_source=task_set_source())
+                    reference_commit=REFERENCE_COMMIT,
+                    task_set_source=task_set_source() if ckpt.task_set in task_set_names() else None)
     return OfficialEvaluation(rows=rows, skipped=skipped, checkpoint=ckpt, settings=settings,
                               compile_seconds=compile_seconds)
 

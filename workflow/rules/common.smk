@@ -578,6 +578,13 @@ CONDA_ENV = "../../envs/tdmpc2.yaml"  # relative to workflow/rules/
 # --default-resources on the command line replaces as a whole.
 CLUSTER = config["cluster"]
 MAX_JOB_MINUTES = int(CLUSTER["max_job_minutes"])
+if MAX_CHUNK_SECONDS >= float(CLUSTER["stop_lead_seconds"]):
+    raise WorkflowError(
+        f"config: max_chunk_seconds={MAX_CHUNK_SECONDS:g} is not below cluster.stop_lead_seconds="
+        f"{CLUSTER['stop_lead_seconds']}: a job told to stop that long before its time limit finishes its "
+        "running call first (up to max_chunk_seconds) and then writes its checkpoint, so it could be killed "
+        "before the checkpoint; lower max_chunk_seconds (e.g. 30) or raise cluster.stop_lead_seconds"
+    )
 # sbatch --signal=TERM@N: SIGTERM to every process of the job step N s before its time limit
 # (the trainer checkpoints and exits 143; the retry resumes), then the config's own options
 SLURM_EXTRA = " ".join(
@@ -757,7 +764,7 @@ def _check_official_tasks():
                     + (
                         f"cannot be evaluated here ({why}); "
                         if t.startswith("dmc:")
-                        else ""
+                        else "is not accepted; "
                     )
                     + f"accepted: {sets} or a dm_control id (dmc:<official name>, `tdmpc2core.envs.list_env_ids()`)"
                 )
