@@ -100,13 +100,7 @@ def main(argv=None):
     cpu_torch = rp.CpuTorch(torch)
     oagent.torch = cpu_torch
     oscale.torch = cpu_torch
-    files = {}
-    for name, mod in list(sys.modules.items()):
-        f = getattr(mod, "__file__", None)
-        if f and Path(f).resolve().is_relative_to(src):
-            files[str(Path(f).resolve().relative_to(root))] = rp.sha256(Path(f).resolve())
-    if any(f"tdmpc2/{n}" not in files for n in needed):
-        sys.exit("error: an official file was not imported from the checkout; refusing to write")
+    files = rp.imported_official_files(root, src)
 
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)

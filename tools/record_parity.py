@@ -542,15 +542,33 @@ def record_later_layouts(torch, root: Path, variants, out, files):
         purge_official_modules()
 
 
+#: the official files the recording tools import (their SHA-256 goes into every fixture)
+OFFICIAL_FILES = ("tdmpc2.py", "common/math.py", "common/layers.py", "common/init.py", "common/scale.py",
+                  "common/world_model.py", "common/__init__.py")
+
+
+def imported_official_files(root: Path, src: Path) -> dict:
+    """{path relative to the checkout: SHA-256} of every module imported from ``src``; exits if
+    one of OFFICIAL_FILES was not imported from there (the fixtures must name what made them)."""
+    files = {}
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if f and Path(f).resolve().is_relative_to(src):
+            files[str(Path(f).resolve().relative_to(root))] = sha256(Path(f).resolve())
+    missing = [n for n in OFFICIAL_FILES if f"tdmpc2/{n}" not in files]
+    if missing:
+        sys.exit(f"error: tdmpc2/{missing[0]} was not imported from the checkout (no SHA-256 to record); "
+                 "refusing to write")
+    return files
+
+
 def official_checkout(path, commit_arg=None):
     """(root, root/tdmpc2, the full reference commit) of a checkout of nicklashansen/tdmpc2 at
     5f6fade; exits with a one-line error for anything else (files missing, another commit, a
     commit that cannot be told: pass ``commit_arg`` for a tree that is not a git work tree)."""
     root = Path(path).resolve()
     src = root / "tdmpc2"
-    needed = ["tdmpc2.py", "common/math.py", "common/layers.py", "common/init.py", "common/scale.py",
-              "common/world_model.py", "common/__init__.py"]
-    absent = [n for n in needed if not (src / n).is_file()]
+    absent = [n for n in OFFICIAL_FILES if not (src / n).is_file()]
     if absent:
         sys.exit(f"error: {root} is not a checkout of nicklashansen/tdmpc2: missing tdmpc2/{absent[0]}")
     commit = git_commit(root)
@@ -592,14 +610,7 @@ def main(argv=None):
     oagent.torch = cpu_torch
     oscale.torch = cpu_torch
 
-    files = {}
-    for name, mod in list(sys.modules.items()):
-        f = getattr(mod, "__file__", None)
-        if f and Path(f).resolve().is_relative_to(src):
-            files[str(Path(f).resolve().relative_to(root))] = sha256(Path(f).resolve())
-    missing_hash = [n for n in needed if f"tdmpc2/{n}" not in files]
-    if missing_hash:
-        sys.exit(f"error: no SHA-256 recorded for tdmpc2/{missing_hash[0]}; refusing to write")
+    files = imported_official_files(root, src)
 
     meta = dict(fixture_version=FIXTURE_VERSION, official_repository="nicklashansen/tdmpc2", official_commit=commit,
                 official_files_sha256=dict(sorted(files.items())), torch_version=torch.__version__,
