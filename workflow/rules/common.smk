@@ -267,6 +267,14 @@ def official_chunks(pool):
     return sorted(glob.glob(os.path.join(OFFICIAL_POOLS[pool]["src"], "*.pt")))
 
 
+for _pool in OFFICIAL_POOLS:
+    if not official_chunks(_pool):  # may still be downloading: said, not refused
+        print(
+            f"note: official_pools.{_pool}.src {OFFICIAL_POOLS[_pool]['src']!r} holds no *.pt chunk files yet; "
+            "convert_official_data will refuse it until the official chunks are there",
+            file=sys.stderr,
+        )
+
 if not TASKS and not OFFICIAL_POOLS:
     raise WorkflowError(
         f"config: protocols.{PROTOCOL_NAME}.tasks is empty; name at least one task (or official_pools)"
