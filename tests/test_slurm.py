@@ -222,8 +222,8 @@ def test_checkpoint_folder_lock_refuses_a_second_writer(tmp_path):
     from tdmpc2core.run.lock import FolderInUseError, exclusive_folder
 
     folder = tmp_path / "ck"
-    with exclusive_folder(None):
-        pass  # no checkpoint folder: nothing to lock
+    with exclusive_folder(None) as held:  # no checkpoint folder (a run without checkpoints): no lock
+        assert held is None and not folder.exists()
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "holding"
