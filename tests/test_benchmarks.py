@@ -38,3 +38,21 @@ def test_gpu_benchmark_rejects_a_bad_figure():
            "train": {"1": {"agent_steps_per_s": 0.0, "tflop_per_s": 1.0, "compile_s": 1.0}}}
     with pytest.raises(ValueError, match="model size 5: non-positive or non-finite figures"):
         gpu.check_row(row)
+
+
+def test_cost_table_grid_varies_one_axis_at_a_time_and_renders_every_point():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import cost
+    points = cost.grid(cost.BASE, cost.AXES)
+    assert points[0] == ("base", cost.BASE)
+    for axis, point in points[1:]:
+        changed = {k for k in cost.BASE if point[k] != cost.BASE[k]}
+        assert changed == {axis}, (axis, point)
+    # every value of every axis is measured once (the base's own value by the base row)
+    assert len(points) == 1 + sum(len(v) - (cost.BASE[a] in v) for a, v in cost.AXES.items())
+    rows = [dict(point=p, axis=a, compile_s=10.0, eval_compile_s=5.0, agent_steps_per_s=2.0,
+                 s_per_1M_env_frames=5e5) for a, p in points]
+    meta = dict(env=cost.ENV, backend="cpu", jax="x", date="d", load_start="1", load_end="2", base=cost.BASE)
+    md = cost.markdown(rows, meta)
+    assert md.count("\n| ") == len(points) + 1  # header + one row per point
+    assert "| horizon | 5 | 10.0 | 5.0 | 2.00 | 139 |" in md and "| base | (base) |" in md
