@@ -114,6 +114,14 @@ def test_default_dry_run(tmp_path):
     spec, seeds = multi[("demo", 1)]
     assert seeds == "0" and spec["updates"] == 8000 and spec["batch_size"] == 64 and "model_size" not in spec["agent"]
     assert spec["return_ranges"] == {"pendulum": [-3254.72, 0.0]}  # declared; CartpoleBalance: DMC default
+    # threads: the training jobs run side by side on one thread each; the multi-task job runs
+    # alone and gets its resources.threads (2), lowered to --cores
+    def threads(text):
+        return {cmd: n for n, cmd in re.findall(r"PJRT_NPROC=(\d+) .*? exec \S+ -m tdmpc2core.cli (train-\w+)", text)}
+    assert threads(out) == {"train-single": "1", "train-multi": "2"}, threads(out)
+    (tmp_path / "one").mkdir()
+    assert threads(ok(snakemake(copy_workflow(tmp_path / "one"), "-n", "-p", "--cores", "1"))) == {
+        "train-single": "1", "train-multi": "1"}
 
 
 def test_paper_dry_run_has_22_tasks_and_no_demo_leak(tmp_path):

@@ -610,6 +610,12 @@ def job_runtime(minutes):
     return min(int(minutes), MAX_JOB_MINUTES)
 
 
+def job_threads(resources):
+    """A job's CPU threads: its `resources.threads`, else the top-level threads_per_job
+    (Snakemake lowers either to --cores)."""
+    return int(resources.get("threads") or config["threads_per_job"])
+
+
 def extra_jobs(minutes):
     """How many more jobs than one a run of `minutes` needs under cluster.max_job_minutes."""
     return max(0, -(-int(minutes) // MAX_JOB_MINUTES) - 1)

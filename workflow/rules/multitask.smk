@@ -25,7 +25,7 @@ if MULTITASK:
             size="|".join(str(s) for s in MT_SIZES),
         conda:
             CONDA_ENV
-        threads: config["threads_per_job"]
+        threads: job_threads(MT_RESOURCES)
         # as the single-task training rule (train.smk): what a scheduler is asked for, then
         # the shell's settings that are no rerun trigger. A runtime above
         # cluster.max_job_minutes (the paper's 7 days) runs as several resubmitted jobs.

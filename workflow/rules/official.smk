@@ -26,7 +26,7 @@ if OFFICIAL_CKPTS:
             name="|".join(re.escape(n) for n in OFFICIAL_CKPTS),
         conda:
             CONDA_ENV
-        threads: config["threads_per_job"]
+        threads: job_threads(OFFICIAL_RESOURCES)
         # a job of its own on a cluster (a large checkpoint wants a GPU): what it asks the
         # scheduler for comes from official_checkpoints.resources, as a training job's does
         resources:

@@ -23,7 +23,7 @@ for _group in SEED_GROUPS:
             f"{BENCHMARKS}/train_single/{{task}}/{seed_tag(_group)}.tsv"
         conda:
             CONDA_ENV
-        threads: config["threads_per_job"]
+        threads: lambda wc: job_threads(TASKS[wc.task]["resources"])
         # what the job asks a scheduler for, from the task's `resources` and `cluster`; the
         # rest are the shell's settings that are no rerun trigger (resources, not params:
         # moving the virtualenv, the cache or the checkpoints retrains nothing)
