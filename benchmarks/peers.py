@@ -404,6 +404,18 @@ class TdmpcJax:
 
 
 WORKERS = {"ours": Ours, "official": Official, "tdmpc2-jax": TdmpcJax}
+#: what one timed block of each peer holds (also in the JSON)
+TIMED = {
+    "ours": {"update": "one call of jit(lax.scan of n tdmpc2core.model.update.update) on a fixed batch: world "
+                       "model + policy + soft target update; metrics dropped",
+             "plan": "jit(tdmpc2core.model.planner.plan) from one observation (encode + MPPI + final noise)"},
+    "official": {"update": "n calls of TDMPC2.update(buffer), buffer.sample() returning the same fixed tensors "
+                           "(no replay sampling); includes its metrics' .item() reads; torch eager, CPU",
+                 "plan": "TDMPC2.act(obs, t0=False, eval_mode=False): encode + plan + final noise; torch eager"},
+    "tdmpc2-jax": {"update": "one call of jit(lax.scan of n TDMPC2.update) on a fixed batch: world model + policy + "
+                             "soft target update; metrics dropped",
+                   "plan": "jit(WorldModel.encode + TDMPC2.plan(train=True)) from one observation"},
+}
 
 
 def worker_main(peer: str, opts: dict) -> int:
@@ -516,6 +528,9 @@ def run(args) -> dict:
             for p, w in workers.items():
                 setup[p][s] = w._read()["result"]
                 print(f"set up {p} size {s}: {setup[p][s]}", flush=True)
+            counts = {p: setup[p][s]["params"] for p in peers}
+            if len(set(counts.values())) > 1:  # the same architecture has the same parameters
+                raise RuntimeError(f"size {s}: the peers' parameter counts differ (not the same networks): {counts}")
         upd = {p: {s: [] for s in args.sizes} for p in peers}
         plan = {p: {s: [] for s in args.sizes} for p in peers}
         mm = []
@@ -577,7 +592,8 @@ def run(args) -> dict:
                  "uptime_start": load_start, "uptime_end": load_end, "cpu_count": os.cpu_count(),
                  "rounds": args.rounds, "sizes": args.sizes, "tiny": args.tiny, "env": ENV_ID,
                  "obs_dim": OBS_DIM, "action_dim": ACTION_DIM, "plan_calls_per_block": args.plan_calls,
-                 "configs": {s: specs[s][1] for s in args.sizes}, "peers": info},
+                 "configs": {s: specs[s][1] for s in args.sizes}, "peers": info,
+                 "timed_call": {p: TIMED[p] for p in peers}},
         "results": results, "ratios": ratios,
         "matmul_gflop_per_s": matmul, "matmul_peak_gflop_per_s": peak,
     }
@@ -604,6 +620,16 @@ def markdown(out) -> str:
             line += (f"; planning speed ours / {q['faster_peer_plan']} = "
                      f"{q['plan_speed_ours_over_faster_peer']:.2f}")
         lines.append(line)
+    pi = m["peers"]
+    if "ours" in pi:
+        lines.append(f"- ours: tdmpc2core {pi['ours']['tdmpc2core_commit']} ({pi['ours']['tdmpc2core_file']}), "
+                     f"jax {pi['ours']['jax']} on {pi['ours']['backend']}")
+    if "official" in pi:
+        lines.append(f"- official: {pi['official']['commit']}, torch {pi['official']['torch']} "
+                     f"({pi['official']['torch_threads']} threads), {pi['official']['mode']}")
+    if "tdmpc2-jax" in pi:
+        q = pi["tdmpc2-jax"]
+        lines.append(f"- tdmpc2-jax: {q['commit']}, jax {q['jax']}, flax {q['flax']}, optax {q['optax']}")
     lines.append(f"- f32 matmul (jitted, HIGHEST), GFLOP/s median (min-max) over rounds: " + ", ".join(
         f"{k} {v['median']:.0f} ({v['min']:.0f}-{v['max']:.0f})" for k, v in out["matmul_gflop_per_s"].items())
                  + f"; peak {peak:.0f}")
