@@ -11,7 +11,9 @@ from a checkout named on the command line):
   JSON names the file and its git commit).
 - ``official``: nicklashansen/tdmpc2 at 5f6fade (the reference of docs/spec/tdmpc2.md),
   PyTorch eager on the CPU, imported as tools/record_parity.py does (its ``CpuTorch``
-  redirect; no file of the checkout is edited). That commit has no torch.compile path.
+  redirect; no file of the checkout is edited). That commit has no torch.compile path. Its
+  worker runs with OMP_WAIT_POLICY=PASSIVE (``--omp-wait-policy``): on a shared machine,
+  torch's spinning OpenMP threads made it 5-10x slower.
 - ``tdmpc2-jax``: ShaneFlandermeyer/tdmpc2-jax, its ``TDMPC2`` / ``WorldModel`` classes
   built from its own layers (``NormedLinear``, ``Ensemble``, ``mish``, ``simnorm``) at the
   official widths (its ``WorldModel.create`` ties the hidden width to ``latent_dim``;
@@ -217,6 +219,8 @@ class Official:
         import numpy as np
         import torch
         torch.manual_seed(0)
+        if opts.get("torch_threads"):
+            torch.set_num_threads(int(opts["torch_threads"]))
         rp.purge_official_modules()
         sys.path.insert(0, str(src))
         import common
@@ -230,6 +234,7 @@ class Official:
         self.sizes = {}
         self.info = {"checkout": str(root), "commit": git_commit(root) or commit, "torch": torch.__version__,
                      "torch_threads": torch.get_num_threads(), "mode": "eager (5f6fade has no torch.compile path)",
+                     "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
                      "official_files_sha256": rp.imported_official_files(root, src)}
 
     def setup(self, size, spec, overrides, n_updates):
@@ -448,9 +453,9 @@ def worker_main(peer: str, opts: dict) -> int:
 class Worker:
     """The harness side of one peer's worker process."""
 
-    def __init__(self, peer, python, opts):
+    def __init__(self, peer, python, opts, extra_env=None):
         self.peer = peer
-        env = dict(os.environ)
+        env = dict(os.environ, **(extra_env or {}))
         self.proc = subprocess.Popen([python, str(Path(__file__).resolve()), "--worker", peer,
                                       "--worker-opts", json.dumps(opts)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
@@ -512,13 +517,17 @@ def run(args) -> dict:
             raise SystemExit(f"error: peer {p} needs --{p} PATH (a checkout), or leave it out of --peers")
         if not Path(path).is_dir():
             raise SystemExit(f"error: --{p} {path}: no such folder")
-    opts = {"official": args.official, "tdmpc2_jax": args.tdmpc2_jax}
+    opts = {"official": args.official, "tdmpc2_jax": args.tdmpc2_jax, "torch_threads": args.torch_threads}
     pythons = {"ours": sys.executable, "official": sys.executable, "tdmpc2-jax": args.tdmpc2_jax_python}
     specs = {s: size_spec(s, args.batch, args.horizon, args.tiny) for s in args.sizes}
     n_updates = {s: args.n_updates or (2 if args.tiny else 10 if s == 1 else 4) for s in args.sizes}
     load_start, t_start = uptime(), time.time()
     print(f"start: {load_start}", flush=True)
-    workers = {p: Worker(p, pythons[p], opts) for p in peers}
+    # torch's OpenMP threads spin while they wait: on a shared machine (other processes, or
+    # the other peers' idle workers) that made the official update 5-10x slower than with
+    # passive waiting, measured here (load 6-9: 0.3-0.6 against 2.6-3.4 updates/s at size 1)
+    env = {"official": {} if args.omp_wait_policy == "default" else {"OMP_WAIT_POLICY": args.omp_wait_policy}}
+    workers = {p: Worker(p, pythons[p], opts, env.get(p)) for p in peers}
     try:
         info = {p: w.started() for p, w in workers.items()}
         setup = {p: {} for p in peers}
@@ -626,7 +635,8 @@ def markdown(out) -> str:
                      f"jax {pi['ours']['jax']} on {pi['ours']['backend']}")
     if "official" in pi:
         lines.append(f"- official: {pi['official']['commit']}, torch {pi['official']['torch']} "
-                     f"({pi['official']['torch_threads']} threads), {pi['official']['mode']}")
+                     f"({pi['official']['torch_threads']} threads, OMP_WAIT_POLICY "
+                     f"{pi['official']['OMP_WAIT_POLICY']}), {pi['official']['mode']}")
     if "tdmpc2-jax" in pi:
         q = pi["tdmpc2-jax"]
         lines.append(f"- tdmpc2-jax: {q['commit']}, jax {q['jax']}, flax {q['flax']}, optax {q['optax']}")
@@ -667,6 +677,11 @@ def main(argv=None):
     ap.add_argument("--tdmpc2-jax", help="a checkout of ShaneFlandermeyer/tdmpc2-jax")
     ap.add_argument("--tdmpc2-jax-python", default=sys.executable,
                     help="the Python that runs tdmpc2-jax (jax, flax, optax, jaxtyping, einops); default: this one")
+    ap.add_argument("--torch-threads", type=int,
+                    help="torch.set_num_threads for the official code (default: torch's own, one per core)")
+    ap.add_argument("--omp-wait-policy", choices=["PASSIVE", "ACTIVE", "default"], default="PASSIVE",
+                    help="OMP_WAIT_POLICY of the official code's worker (default PASSIVE: see run(); "
+                         "default: leave the environment's)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 5], help="model sizes (presets)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch", type=int, default=256)
