@@ -591,7 +591,10 @@ def run(args) -> dict:
         best = max(others, key=lambda p: results[p][s]["updates_per_s"]["median"])
         ratios[s] = {"faster_peer_updates": best,
                      "updates_ours_over_faster_peer": results["ours"][s]["updates_per_s"]["median"]
-                     / results[best][s]["updates_per_s"]["median"]}
+                     / results[best][s]["updates_per_s"]["median"],
+                     # paired by round (the blocks timed side by side): less exposed to load drifting
+                     "updates_ours_over_faster_peer_by_round": spread(
+                         [a / b for a, b in zip(upd["ours"][s], upd[best][s])])}
         if args.plan_calls:
             bestp = min(others, key=lambda p: results[p][s]["plan_ms"]["median"])
             ratios[s].update(faster_peer_plan=bestp, plan_speed_ours_over_faster_peer=(
@@ -623,8 +626,10 @@ def markdown(out) -> str:
                          f"{r['update_gflop_per_s']:.1f} ({100 * r['update_share_of_peak']:.0f}%) | "
                          + (f"{pl['median']:.1f} ({pl['min']:.1f}-{pl['max']:.1f})" if pl else "-") + " |")
     for s, q in out["ratios"].items():
+        pr = q["updates_ours_over_faster_peer_by_round"]
         line = (f"- size {s}: updates/s ours / {q['faster_peer_updates']} (the faster peer) = "
-                f"{q['updates_ours_over_faster_peer']:.2f}")
+                f"{q['updates_ours_over_faster_peer']:.2f} (ratio of medians; by round: median "
+                f"{pr['median']:.2f}, {pr['min']:.2f}-{pr['max']:.2f})")
         if "faster_peer_plan" in q:
             line += (f"; planning speed ours / {q['faster_peer_plan']} = "
                      f"{q['plan_speed_ours_over_faster_peer']:.2f}")
