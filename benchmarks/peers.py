@@ -74,11 +74,12 @@ SHARED_KEYS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q", "s
                "iterations", "num_samples", "num_elites", "num_pi_trajs", "min_std", "max_std", "temperature")
 
 
-def git_commit(path):
+def git_commit(path, sub="."):
+    """HEAD of the git work tree holding ``path``, "+dirty" if tracked files under ``sub`` differ."""
     try:
         out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
                              check=True)
-        dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "--", sub],
                                capture_output=True, text=True, check=True).stdout.strip()
         return out.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
@@ -106,7 +107,7 @@ class Ours:
         self.sizes = {}
         self.matmuls = {}
         src = Path(tdmpc2core.__file__).resolve().parents[1]
-        self.info = {"tdmpc2core_file": tdmpc2core.__file__, "tdmpc2core_commit": git_commit(src),
+        self.info = {"tdmpc2core_file": tdmpc2core.__file__, "tdmpc2core_commit": git_commit(src, "tdmpc2core"),
                      "jax": jax.__version__, "backend": jax.default_backend(),
                      "device": jax.devices()[0].device_kind}
 
