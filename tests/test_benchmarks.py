@@ -1,4 +1,6 @@
-"""The GPU benchmark (benchmarks/gpu.py) runs in its reduced CPU form, so it cannot rot."""
+"""The GPU benchmark (benchmarks/gpu.py) runs in its reduced CPU form, and the peer benchmark
+(benchmarks/peers.py) without its peers, so neither can rot."""
+import argparse
 import json
 import subprocess
 import sys
@@ -56,3 +58,52 @@ def test_cost_table_grid_varies_one_axis_at_a_time_and_renders_every_point():
     md = cost.markdown(rows, meta)
     assert md.count("\n| ") == len(points) + 1  # header + one row per point
     assert "| horizon | 5 | 10.0 | 5.0 | 2.00 | 139 |" in md and "| base | (base) |" in md
+@pytest.mark.slow
+def test_peer_benchmark_ours_alone_runs_interleaved_and_writes_its_table(tmp_path):
+    """benchmarks/peers.py without the peers (tiny widths, one round): the harness, its worker
+    process, the matmul peak and the JSON / Markdown it writes."""
+    out = tmp_path / "peers.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--peers", "none", "--tiny", "--rounds", "2",
+           "--sizes", "1", "--horizon", "1", "--plan-calls", "1", "--matmul-shapes", "64x64x64", "128x64x32",
+           "--matmul-seconds", "0.01", "--json", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    meta = data["meta"]
+    assert meta["tiny"] is True and meta["rounds"] == 2 and meta["sizes"] == [1]
+    assert "load average" in meta["uptime_start"] and "load average" in meta["uptime_end"]
+    assert meta["configs"]["1"]["batch_size"] == 8 and meta["configs"]["1"]["horizon"] == 1
+    assert set(meta["peers"]) == {"ours"} and meta["peers"]["ours"]["tdmpc2core_file"].endswith("__init__.py")
+    assert "lax.scan" in meta["timed_call"]["ours"]["update"]
+    row = data["results"]["ours"]["1"]
+    assert len(row["updates_per_s"]["rounds"]) == 2 and len(row["plan_ms"]["rounds"]) == 2
+    assert row["updates_per_s"]["min"] <= row["updates_per_s"]["median"] <= row["updates_per_s"]["max"]
+    assert row["updates_per_block"] == 2 and row["params"] > 0 and row["update_gflop_counted"] > 0
+    assert set(data["matmul_gflop_per_s"]) == {"64x64x64", "128x64x32"} and data["matmul_peak_gflop_per_s"] > 0
+    assert data["ratios"] == {}  # no peer to compare with
+    md = out.with_suffix(".md").read_text()
+    assert "| peer | size | params | updates/s median (min-max) |" in md and "| ours | 1 |" in md
+
+
+def test_peer_benchmark_refuses_a_missing_or_wrong_checkout(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import peers
+    with pytest.raises(SystemExit, match="peer official needs --official PATH"):
+        peers.main(["--peers", "official"])
+    with pytest.raises(SystemExit, match="--tdmpc2-jax /nonexistent/x: no such folder"):
+        peers.main(["--peers", "tdmpc2-jax", "--tdmpc2-jax", "/nonexistent/x"])
+    with pytest.raises(SystemExit, match="is not a checkout of nicklashansen/tdmpc2"):
+        peers.Official({"official": str(tmp_path)})
+    with pytest.raises(FileNotFoundError, match="not a checkout of ShaneFlandermeyer/tdmpc2-jax"):
+        peers.TdmpcJax({"tdmpc2_jax": str(tmp_path)})
+    with pytest.raises(argparse.ArgumentTypeError, match="expected MxKxN"):
+        peers.parse_shape("1024x1024")
+
+
+def test_peer_benchmark_rejects_a_bad_figure():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import peers
+    out = {"results": {"ours": {1: {"updates_per_s": {"rounds": [3.0, 0.0]}, "plan_ms": {"rounds": [1.0]}}}},
+           "matmul_peak_gflop_per_s": 10.0}
+    with pytest.raises(ValueError, match=r"non-positive or non-finite figures: \['ours size 1'\]"):
+        peers.check(out)
