@@ -278,3 +278,12 @@ def test_bernoulli_mask_integer_threshold_equals_the_float_comparison_for_every_
 def test_bernoulli_mask_falls_back_to_jax_for_other_generators():
     k = jax.random.key(0, impl="rbg")
     np.testing.assert_array_equal(tm.bernoulli_mask(k, 0.9, (5, 7)), jax.random.bernoulli(k, 0.9, (5, 7)))
+
+
+def test_bernoulli_mask_takes_the_written_out_path_for_default_keys():
+    # the speed-up is real only if the default keys do not fall back to jax.random (whose
+    # threefry2x32 primitive XLA:CPU runs as a rolled loop)
+    for key in (jax.random.PRNGKey(0), jax.random.key(0)):
+        jaxpr = str(jax.make_jaxpr(lambda k: tm.bernoulli_mask(k, 0.99, (4, 8)))(key))
+        assert "threefry2x32" not in jaxpr and "random_bits" not in jaxpr
+    assert "random_bits" in str(jax.make_jaxpr(lambda k: jax.random.bernoulli(k, 0.99, (4, 8)))(jax.random.PRNGKey(0)))
