@@ -249,3 +249,41 @@ def test_running_scale_has_no_gradient_through_the_batch():
     x = jnp.asarray(np32(np.random.default_rng(1).standard_normal((64, 1)) * 5.0))
     g = jax.grad(lambda x: tm.running_scale_update(jnp.float32(1.0), x, 0.01))(x)
     assert float(jnp.max(jnp.abs(g))) == 0.0
+
+
+# ------------------------------------------------------------------ dropout masks
+@pytest.mark.parametrize("p", [0.99, 0.5, 0.01])
+def test_bernoulli_mask_is_jax_random_bernoulli_bit_for_bit(p):
+    for shape in [(3, 64, 40), (7,), ()]:
+        for seed in range(3):
+            k = jax.random.fold_in(jax.random.PRNGKey(seed), 17)
+            want = np.asarray(jax.jit(lambda k: jax.random.bernoulli(k, p, shape))(k))
+            got = np.asarray(jax.jit(lambda k: tm.bernoulli_mask(k, p, shape))(k))
+            assert got.dtype == bool and got.shape == shape and (got == want).all(), (shape, seed)
+            kt = jax.random.key(seed)  # a typed key
+            assert (np.asarray(tm.bernoulli_mask(kt, p, shape)) == np.asarray(jax.random.bernoulli(kt, p, shape))).all()
+    keys = jax.random.split(jax.random.PRNGKey(3), 3)  # vmapped over keys, as the Q ensemble draws them
+    np.testing.assert_array_equal(jax.vmap(lambda k: tm.bernoulli_mask(k, p, (2, 50)))(keys),
+                                  jax.vmap(lambda k: jax.random.bernoulli(k, p, (2, 50)))(keys))
+
+
+def test_bernoulli_mask_integer_threshold_equals_the_float_comparison_for_every_mantissa():
+    m = np.arange(2 ** 23, dtype=np.uint32)
+    u = (m | np.uint32(0x3F800000)).view(np.float32) - np.float32(1.0)  # jax.random.uniform's values
+    for p in [0.99, 0.5, 0.01, 0.123456]:
+        thr = int(np.ceil(np.float64(np.float32(p)) * 2.0 ** 23))
+        np.testing.assert_array_equal(u < np.float32(p), m < thr)
+
+
+def test_bernoulli_mask_falls_back_to_jax_for_other_generators():
+    k = jax.random.key(0, impl="rbg")
+    np.testing.assert_array_equal(tm.bernoulli_mask(k, 0.9, (5, 7)), jax.random.bernoulli(k, 0.9, (5, 7)))
+
+
+def test_bernoulli_mask_takes_the_written_out_path_for_default_keys():
+    # the speed-up is real only if the default keys do not fall back to jax.random (whose
+    # threefry2x32 primitive XLA:CPU runs as a rolled loop)
+    for key in (jax.random.PRNGKey(0), jax.random.key(0)):
+        jaxpr = str(jax.make_jaxpr(lambda k: tm.bernoulli_mask(k, 0.99, (4, 8)))(key))
+        assert "threefry2x32" not in jaxpr and "random_bits" not in jaxpr
+    assert "random_bits" in str(jax.make_jaxpr(lambda k: jax.random.bernoulli(k, 0.99, (4, 8)))(jax.random.PRNGKey(0)))

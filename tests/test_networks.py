@@ -372,3 +372,17 @@ def test_dropout_needs_a_key_and_masks_differ_per_member(q5):
     # identical members get different masks (spec §3.3 randomness='different')
     np.testing.assert_array_equal(r["same"][0], r["same"][1])
     assert np.max(np.abs(r["same_drop"][0] - r["same_drop"][1])) > 1e-3
+
+
+def test_dropout_module_equals_flax_dropout_bit_for_bit():
+    import flax.linen as fnn
+
+    from tdmpc2core.model.networks import Dropout
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, 16, 40))
+    for rate in (0.01, 0.5):
+        for seed in range(2):
+            rngs = {"dropout": jax.random.PRNGKey(seed)}
+            want = fnn.Dropout(rate).apply({}, x, deterministic=False, rngs=rngs)
+            got = Dropout(rate).apply({}, x, deterministic=False, rngs=rngs)
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert Dropout(rate).apply({}, x, deterministic=True) is x

@@ -122,3 +122,53 @@ def running_scale_update(scale, x, tau: float):
     """S <- S + tau * (max(P95 - P5, 1) - S) from the batch x [B, 1] (spec §4.7)."""
     v = jnp.maximum(percentile_range(jax.lax.stop_gradient(x)), 1.0)
     return scale + tau * (v - scale)
+
+
+# ---- dropout masks: jax.random.bernoulli's bits, computed without the rolled loop ---------
+_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_THREEFRY_PARITY = 0x1BD11BDA
+
+
+def _threefry2x32(k1, k2, x1, x2):
+    """Threefry-2x32 with 20 rounds (Salmon et al. 2011, the counter-based generator behind
+    jax.random's default key), written out round by round so XLA fuses it into one
+    elementwise loop. JAX's own CPU lowering rolls the rounds into a 5-step while loop that
+    writes both [shape] words to memory every step. Same arithmetic, so the same bits."""
+    ks = (k1, k2, k1 ^ k2 ^ jnp.uint32(_THREEFRY_PARITY))
+    x1, x2 = x1 + ks[0], x2 + ks[1]
+    for i in range(5):
+        for r in _THREEFRY_ROTATIONS[i % 2]:
+            x1 = x1 + x2
+            x2 = (x2 << jnp.uint32(r)) | (x2 >> jnp.uint32(32 - r))
+            x2 = x1 ^ x2
+        x1 = x1 + ks[(i + 1) % 3]
+        x2 = x2 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
+    return x1, x2
+
+
+def bernoulli_mask(key, p: float, shape):
+    """``jax.random.bernoulli(key, p, shape)``, bit for bit, faster on CPU (dropout, spec §3.3).
+
+    Used where JAX draws with the default generator (threefry2x32, ``jax_threefry_partitionable``
+    on, as in jax 0.10): the 32-bit words are threefry2x32(key, (i >> 32, i & 0xffffffff)) of
+    the flat index i, xor-ed; jax.random's uniform is (word >> 9) * 2^-23, so ``u < p`` is the
+    integer test ``word >> 9 < ceil(p_f32 * 2^23)``. Any other key type or generator setting
+    falls back to ``jax.random.bernoulli`` itself. ``key``: a raw uint32[2] key or a typed
+    threefry key; ``p`` a Python float in (0, 1). Returns bool [shape]. tests/test_math.py
+    checks the identity with jax.random.bernoulli.
+    """
+    import numpy as np
+
+    shape = tuple(int(d) for d in shape)
+    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    fast = (jax.config.jax_threefry_partitionable and 0.0 < p < 1.0 and _pymath.prod(shape) < 2 ** 32
+            and (jax.random.key_impl(key) == "threefry2x32" if typed
+                 else (jax.config.jax_default_prng_impl == "threefry2x32" and key.shape == (2,)
+                       and key.dtype == jnp.uint32)))
+    if not fast:
+        return jax.random.bernoulli(key, p, shape)
+    data = jax.random.key_data(key) if typed else key
+    lo = jax.lax.iota(jnp.uint32, _pymath.prod(shape)).reshape(shape) if shape else jnp.zeros((), jnp.uint32)
+    b1, b2 = _threefry2x32(data[0], data[1], jnp.zeros_like(lo), lo)
+    threshold = int(np.ceil(np.float64(np.float32(p)) * 2.0 ** 23))
+    return ((b1 ^ b2) >> jnp.uint32(9)) < jnp.uint32(threshold)

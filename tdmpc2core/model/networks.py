@@ -19,12 +19,28 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from .math import mish, simnorm
+from .math import bernoulli_mask, mish, simnorm
 
 #: Matmul precision of every Dense layer: full float32 (no silent TF32/bf16 on GPUs; spec §12.19).
 MATMUL_PRECISION = jax.lax.Precision.HIGHEST
 LN_EPS = 1e-5
 weight_init = nn.initializers.normal(stddev=0.02)
+
+
+class Dropout(nn.Module):
+    """``flax.linen.Dropout`` (same name in the tree, so the same ``make_rng`` key, and the
+    same mask and scaling) with the mask drawn by :func:`~tdmpc2core.model.math.bernoulli_mask`,
+    which computes jax.random.bernoulli's bits without JAX's rolled CPU loop (spec §3.3)."""
+
+    rate: float
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = True):
+        if self.rate == 0.0 or deterministic:
+            return x
+        keep_prob = 1.0 - self.rate
+        mask = bernoulli_mask(self.make_rng("dropout"), keep_prob, x.shape)
+        return jax.lax.select(mask, x / keep_prob, jnp.zeros_like(x))
 
 
 class NormedLinear(nn.Module):
@@ -40,7 +56,7 @@ class NormedLinear(nn.Module):
         x = nn.Dense(self.features, kernel_init=weight_init, bias_init=nn.initializers.zeros,
                      precision=MATMUL_PRECISION)(x)
         if self.dropout > 0:
-            x = nn.Dropout(rate=self.dropout)(x, deterministic=deterministic)
+            x = Dropout(rate=self.dropout)(x, deterministic=deterministic)
         x = nn.LayerNorm(epsilon=LN_EPS)(x)
         if self.act == "mish":
             return mish(x)
