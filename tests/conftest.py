@@ -19,6 +19,7 @@ CI's 2-core CPU; most of its time is XLA compiling).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -47,6 +48,40 @@ def pytest_configure(config):
     jax.config.update("jax_compilation_cache_dir", os.environ[CACHE_ENV])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    from jax import monitoring
+
+    def tally(event: str, duration: float, **_) -> None:
+        if event == "/jax/compilation_cache/compile_time_saved_sec":  # one per program loaded from the cache
+            _TALLY["hits"] += 1
+            _TALLY["saved_s"] += duration
+
+    monitoring.register_event_duration_secs_listener(tally)
+
+
+_TALLY = {"hits": 0, "saved_s": 0.0}
+
+
+def pytest_sessionfinish(session):
+    """Each process's cache hits and the compile seconds they saved (XLA's timing of the first
+    compile, less the read), for the terminal summary."""
+    path = os.path.join(os.environ.get(CACHE_ENV, ""), f"tally-{os.getpid()}.json")
+    if os.path.isdir(os.path.dirname(path)) and _TALLY["hits"]:
+        with open(path, "w") as fh:
+            json.dump(_TALLY, fh)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    owned = getattr(config, "_tdmpc2_owned_cache", None)
+    if not owned or not os.path.isdir(owned):
+        return
+    hits, saved = 0, 0.0
+    for name in os.listdir(owned):
+        if name.startswith("tally-"):
+            with open(os.path.join(owned, name)) as fh:
+                t = json.load(fh)
+            hits, saved = hits + t["hits"], saved + t["saved_s"]
+    terminalreporter.write_line(f"session compilation cache (tests/conftest.py): {hits} programs loaded instead "
+                                f"of compiled, {saved:.0f} s of compiling saved (as timed when first compiled)")
 
 
 def pytest_unconfigure(config):
