@@ -1,0 +1,127 @@
+"""Session set-up shared by every test file (issue 15: the whole suite in under 20 minutes on
+CI's 2-core CPU; most of its time is XLA compiling).
+
+* One JAX persistent compilation cache per test session, in a fresh temporary folder shared by
+  the session's pytest-xdist workers (found through ``TDMPC2_TEST_JAX_CACHE``, set by the
+  controller before the workers start) and removed at the end. Tests that build agents of the
+  same configuration in other files (or in the other worker) then load the compiled programs
+  instead of compiling them again. It is set in this process's JAX config only, never in the
+  environment: the subprocesses of the workflow, SLURM and benchmark tests keep the cache (or
+  none) that their own command line sets. Starting cold each session, it cannot hide a compile
+  failure or a miscompile from an older run (tests/test_jax_stack.py's reproducer compiles
+  afresh); a test that sets its own cache folder (tests/test_checkpoint.py) restores this one
+  afterwards. Programs with host callbacks (dm_control) are not cached by JAX.
+* Under pytest-xdist (``.ci/run``: ``-n 2 --dist loadfile``): each test file is one unit of
+  work, so its module fixtures (a trained agent, the SLURM daemons) are built once on one
+  worker, except the long subprocess pipelines named in ``HEAVY``, each a unit of its own; the
+  units go out longest first (``HEAVY``'s estimates, measured under load on the 2-core machine),
+  so that the two workers finish together (pytest_xdist_make_scheduler below).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+import pytest
+
+CACHE_ENV = "TDMPC2_TEST_JAX_CACHE"
+
+# node id (a file, or a file::test) -> estimated seconds on CI's 2-core CPU under two workers.
+# A test named here runs in a group of its own; a file named here keeps its tests together.
+HEAVY = {
+    "tests/test_slurm.py": 300,
+    "tests/test_workflow.py::test_real_tiny_run_produces_report": 160,
+    "tests/test_workflow.py::test_sigterm_then_rerun_of_the_target_resumes_and_equals_a_fresh_run": 150,
+    "tests/test_workflow.py::test_real_dmcontrol_run_of_two_seeds_produces_report": 120,
+    "tests/test_benchmarks.py::test_gpu_benchmark_reduced_form_runs_on_cpu_and_writes_its_tables": 120,
+}
+
+
+def pytest_configure(config):
+    if CACHE_ENV not in os.environ:  # the controller (or a run without xdist): one folder for the session
+        os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="tdmpc2-test-jax-cache-")
+        config._tdmpc2_owned_cache = os.environ[CACHE_ENV]
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.environ[CACHE_ENV])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    from jax import monitoring
+
+    def tally(event: str, duration: float, **_) -> None:
+        if event == "/jax/compilation_cache/compile_time_saved_sec":  # one per program loaded from the cache
+            _TALLY["hits"] += 1
+            _TALLY["saved_s"] += duration
+
+    monitoring.register_event_duration_secs_listener(tally)
+
+
+_TALLY = {"hits": 0, "saved_s": 0.0}
+
+
+def pytest_sessionfinish(session):
+    """Each process's cache hits and the compile seconds they saved (XLA's timing of the first
+    compile, less the read), for the terminal summary."""
+    path = os.path.join(os.environ.get(CACHE_ENV, ""), f"tally-{os.getpid()}.json")
+    if os.path.isdir(os.path.dirname(path)) and _TALLY["hits"]:
+        with open(path, "w") as fh:
+            json.dump(_TALLY, fh)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    owned = getattr(config, "_tdmpc2_owned_cache", None)
+    if not owned or not os.path.isdir(owned):
+        return
+    hits, saved = 0, 0.0
+    for name in os.listdir(owned):
+        if name.startswith("tally-"):
+            with open(os.path.join(owned, name)) as fh:
+                t = json.load(fh)
+            hits, saved = hits + t["hits"], saved + t["saved_s"]
+    terminalreporter.write_line(f"session compilation cache (tests/conftest.py): {hits} programs loaded instead "
+                                f"of compiled, {saved:.0f} s of compiling saved (as timed when first compiled)")
+
+
+def pytest_unconfigure(config):
+    owned = getattr(config, "_tdmpc2_owned_cache", None)
+    if owned:
+        shutil.rmtree(owned, ignore_errors=True)
+        os.environ.pop(CACHE_ENV, None)
+
+
+def _scope(nodeid: str) -> str:
+    """The unit of work a test belongs to: its HEAVY entry, else its file."""
+    test = nodeid.split("[")[0]
+    path = test.split("::")[0]
+    return test if test in HEAVY else path
+
+
+@pytest.hookimpl(tryfirst=True)  # workers only (the controller does not collect)
+def pytest_collection_modifyitems(config, items):
+    if not hasattr(config, "workerinput"):  # not an xdist worker: collection order
+        return
+    first = {}
+    for index, item in enumerate(items):
+        first.setdefault(_scope(item.nodeid), index)
+    # longest first, then in collection order; the sort is stable, so a unit's tests keep their order
+    items.sort(key=lambda it: (-HEAVY.get(_scope(it.nodeid), 0.0), first[_scope(it.nodeid)]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the HEAVY tests split out of their files: xdist's loadgroup
+    cannot do it under pytest 9.2 (it renames node ids through ``Item._nodeid``, which pytest
+    9.2 no longer reads), so this scheduler does it by node id. Units go out in the workers'
+    collection order (longest first, above), not reordered by size."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class HeavyApart(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    config.option.loadscopereorder = False
+    return HeavyApart(config, log)
