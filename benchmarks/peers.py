@@ -94,7 +94,35 @@ def uptime():
 
 
 # =================================================================== the workers
-class Ours:
+class _JaxTimed:
+    """The timed calls of a JAX peer: ``self.sizes[size]`` holds ``upd`` (a jitted block of
+    updates, state -> state), ``plan`` (jitted, (plan input, key) -> action), ``n`` (updates
+    per block), ``key`` and the carried state under ``STATE``; ``plan_input`` picks what the
+    planning call takes from that state."""
+
+    STATE = "state"
+
+    def plan_input(self, state):
+        return state
+
+    def update(self, size):
+        jax, s = self.jax, self.sizes[size]
+        s["key"], k = jax.random.split(s["key"])
+        t = time.perf_counter()
+        s[self.STATE] = jax.block_until_ready(s["upd"](s[self.STATE], k))
+        return time.perf_counter() - t, s["n"]
+
+    def plan(self, size, n):
+        jax, s = self.jax, self.sizes[size]
+        keys = jax.random.split(jax.random.fold_in(s["key"], 7), n)
+        s["key"] = jax.random.split(s["key"])[0]
+        t = time.perf_counter()
+        for k in keys:
+            jax.block_until_ready(s["plan"](self.plan_input(s[self.STATE]), k))
+        return time.perf_counter() - t, n
+
+
+class Ours(_JaxTimed):
     """tdmpc2core, from whatever checkout Python imports."""
 
     def __init__(self, opts):
@@ -145,21 +173,8 @@ class Ours:
         n_params = sum(int(x.size) for x in jax.tree.leaves(st.params))
         return {"params": n_params, "compile_s": {"update_block": compile_upd, "plan": compile_plan}}
 
-    def update(self, size):
-        jax, s = self.jax, self.sizes[size]
-        s["key"], k = jax.random.split(s["key"])
-        t = time.perf_counter()
-        s["state"] = jax.block_until_ready(s["upd"](s["state"], k))
-        return time.perf_counter() - t, s["n"]
-
-    def plan(self, size, n):
-        jax, s = self.jax, self.sizes[size]
-        keys = jax.random.split(jax.random.fold_in(s["key"], 7), n)
-        s["key"] = jax.random.split(s["key"])[0]
-        t = time.perf_counter()
-        for k in keys:
-            jax.block_until_ready(s["plan"](s["state"].params, k))
-        return time.perf_counter() - t, n
+    def plan_input(self, state):
+        return state.params
 
     def matmul(self, shapes, min_s):
         """{"MxKxN": GFLOP/s} of a jitted f32 matmul (HIGHEST precision), calls repeated for
@@ -283,8 +298,10 @@ class Official:
         return time.perf_counter() - t, n
 
 
-class TdmpcJax:
+class TdmpcJax(_JaxTimed):
     """ShaneFlandermeyer/tdmpc2-jax, given the official widths."""
+
+    STATE = "agent"
 
     def __init__(self, opts):
         root = Path(opts["tdmpc2_jax"]).resolve()
@@ -391,22 +408,6 @@ class TdmpcJax:
         jax.block_until_ready(p(agent, jax.random.PRNGKey(1)))
         self.sizes[size] = dict(upd=upd, plan=p, agent=agent, key=jax.random.PRNGKey(3), n=n_updates)
         return {"params": n_params, "compile_s": {"update_block": compile_upd, "plan": compile_plan}}
-
-    def update(self, size):
-        jax, s = self.jax, self.sizes[size]
-        s["key"], k = jax.random.split(s["key"])
-        t = time.perf_counter()
-        s["agent"] = jax.block_until_ready(s["upd"](s["agent"], k))
-        return time.perf_counter() - t, s["n"]
-
-    def plan(self, size, n):
-        jax, s = self.jax, self.sizes[size]
-        keys = jax.random.split(jax.random.fold_in(s["key"], 7), n)
-        s["key"] = jax.random.split(s["key"])[0]
-        t = time.perf_counter()
-        for k in keys:
-            jax.block_until_ready(s["plan"](s["agent"], k))
-        return time.perf_counter() - t, n
 
 
 WORKERS = {"ours": Ours, "official": Official, "tdmpc2-jax": TdmpcJax}

@@ -36,7 +36,9 @@ def test_validate_config_refuses_what_the_job_refuses():
                         (dict(model_size=3), "model_size=3 is not a preset"),
                         (dict(num_elites=0), "num_elites=0 must be >= 1"),
                         (dict(iterations=0), "iterations=0 must be >= 1"),
-                        (dict(num_pi_trajs=-1), "num_pi_trajs=-1 must be >= 0")):
+                        (dict(num_pi_trajs=-1), "num_pi_trajs=-1 must be >= 0"),
+                        (dict(dropout=1.0), r"dropout=1.0 must be in \[0, 1\)"),
+                        (dict(dropout=-0.2), r"dropout=-0.2 must be in \[0, 1\)")):
         with pytest.raises(ValueError, match=needle):
             validate_config(TDMPC2Config(**{**DEMO, **bad}), episode_length=T)
         with pytest.raises(ValueError, match=needle):  # the job's path: the same check

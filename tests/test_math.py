@@ -287,3 +287,11 @@ def test_bernoulli_mask_takes_the_written_out_path_for_default_keys():
         jaxpr = str(jax.make_jaxpr(lambda k: tm.bernoulli_mask(k, 0.99, (4, 8)))(key))
         assert "threefry2x32" not in jaxpr and "random_bits" not in jaxpr
     assert "random_bits" in str(jax.make_jaxpr(lambda k: jax.random.bernoulli(k, 0.99, (4, 8)))(jax.random.PRNGKey(0)))
+
+
+def test_bernoulli_mask_refuses_a_batch_of_typed_keys_as_jax_does():
+    keys = jax.random.split(jax.random.key(0), 2)  # shape (2,): not one key
+    with pytest.raises(ValueError, match="single key"):
+        jax.random.bernoulli(keys, 0.9, (3, 2))
+    with pytest.raises(ValueError, match="single key"):
+        tm.bernoulli_mask(keys, 0.9, (3, 2))

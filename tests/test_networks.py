@@ -386,3 +386,9 @@ def test_dropout_module_equals_flax_dropout_bit_for_bit():
             got = Dropout(rate).apply({}, x, deterministic=False, rngs=rngs)
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         assert Dropout(rate).apply({}, x, deterministic=True) is x
+    # rate 1 drops everything, as flax: zero output and zero (not NaN) gradient
+    rngs = {"dropout": jax.random.PRNGKey(0)}
+    for mod in (Dropout(1.0), fnn.Dropout(1.0)):
+        out = mod.apply({}, x, deterministic=False, rngs=rngs)
+        grad = jax.grad(lambda v: jnp.sum(mod.apply({}, v, deterministic=False, rngs=rngs)))(x)
+        assert not np.any(np.asarray(out)) and not np.any(np.asarray(grad)), type(mod)

@@ -135,6 +135,8 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int,
     if cfg.mpc and cfg.iterations < 1:
         raise ValueError(f"iterations={cfg.iterations} must be >= 1 (MPPI refits its mean at least once, "
                          f"spec §6.4; the paper's 6); mpc=False acts with the policy alone")
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ValueError(f"dropout={cfg.dropout!r} must be in [0, 1) (the Q heads' dropout rate, spec §3.3)")
     if cfg.num_elites < 1:
         raise ValueError(f"num_elites={cfg.num_elites} must be >= 1 (the MPPI refit weights its top-k "
                          f"sequences, spec §6.4c; the paper's 64)")

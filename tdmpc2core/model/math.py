@@ -162,7 +162,7 @@ def bernoulli_mask(key, p: float, shape):
     shape = tuple(int(d) for d in shape)
     typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
     fast = (jax.config.jax_threefry_partitionable and 0.0 < p < 1.0 and _pymath.prod(shape) < 2 ** 32
-            and (jax.random.key_impl(key) == "threefry2x32" if typed
+            and (jax.random.key_impl(key) == "threefry2x32" and key.shape == () if typed
                  else (jax.config.jax_default_prng_impl == "threefry2x32" and key.shape == (2,)
                        and key.dtype == jnp.uint32)))
     if not fast:

@@ -38,6 +38,8 @@ class Dropout(nn.Module):
     def __call__(self, x, deterministic: bool = True):
         if self.rate == 0.0 or deterministic:
             return x
+        if self.rate >= 1.0:  # as flax: all dropped, zero output and zero gradient (no 0/0)
+            return jnp.zeros_like(x)
         keep_prob = 1.0 - self.rate
         mask = bernoulli_mask(self.make_rng("dropout"), keep_prob, x.shape)
         return jax.lax.select(mask, x / keep_prob, jnp.zeros_like(x))
