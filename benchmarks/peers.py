@@ -519,6 +519,22 @@ def run(args) -> dict:
             raise SystemExit(f"error: peer {p} needs --{p} PATH (a checkout), or leave it out of --peers")
         if not Path(path).is_dir():
             raise SystemExit(f"error: --{p} {path}: no such folder")
+    # the checks each worker makes, made here first, so a wrong folder is one line, not a
+    # worker's traceback
+    if "official" in peers:
+        sys.path.insert(0, str(ROOT / "tools"))
+        import record_parity as rp
+        rp.official_checkout(args.official)  # exits with one line for a wrong checkout
+    if "tdmpc2-jax" in peers:
+        if not (Path(args.tdmpc2_jax) / "tdmpc2_jax" / "tdmpc2.py").is_file():
+            raise SystemExit(f"error: --tdmpc2-jax {args.tdmpc2_jax}: not a checkout of ShaneFlandermeyer/tdmpc2-jax "
+                             "(no tdmpc2_jax/tdmpc2.py)")
+        py = Path(args.tdmpc2_jax_python)
+        if not (py.is_file() and os.access(py, os.X_OK)):
+            raise SystemExit(f"error: --tdmpc2-jax-python {py}: not an executable file")
+    bad = [s for s in args.sizes if s not in (1, 5, 19, 48, 317)]
+    if bad:
+        raise SystemExit(f"error: --sizes {bad[0]}: not a model-size preset; accepted: 1 5 19 48 317")
     opts = {"official": args.official, "tdmpc2_jax": args.tdmpc2_jax, "torch_threads": args.torch_threads}
     pythons = {"ours": sys.executable, "official": sys.executable, "tdmpc2-jax": args.tdmpc2_jax_python}
     specs = {s: size_spec(s, args.batch, args.horizon, args.tiny) for s in args.sizes}
@@ -690,9 +706,9 @@ def main(argv=None):
                     help="OMP_WAIT_POLICY of the official code's worker (default PASSIVE: see run(); "
                          "default: leave the environment's)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 5], help="model sizes (presets)")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--horizon", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    ap.add_argument("--batch", type=int, default=256, help="batch size of the updates (default 256)")
+    ap.add_argument("--horizon", type=int, default=3, help="horizon of updates and planning (default 3)")
     ap.add_argument("--n-updates", type=int, help="updates per timed block (default: 10 at size 1, 4 at size 5)")
     ap.add_argument("--plan-calls", type=int, default=3, help="planning calls per timed block (0: no planning)")
     ap.add_argument("--matmul-shapes", type=parse_shape, nargs="+", default=list(MATMUL_SHAPES))
