@@ -30,6 +30,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -97,7 +98,8 @@ def _hours(seconds: float) -> str:
 
 
 def markdown(rows: list, meta: dict) -> str:
-    lines = [f"Cost as work grows ({meta['env']}, {meta['backend']}, jax {meta['jax']}, {meta['date']}; "
+    lines = [("REDUCED (a test of the command, not speed figures): " if meta.get("reduced") else "")
+             + f"Cost as work grows ({meta['env']}, {meta['backend']}, {meta.get('cpus')} CPUs, jax {meta['jax']}, {meta['date']}; "
              f"load {meta['load_start']} at the start, {meta['load_end']} at the end). Base: "
              + ", ".join(f"{k} {v}" for k, v in meta["base"].items()) + ".", "",
              "| changed | value | training program compile s | eval program compile s | agent steps/s "
@@ -116,7 +118,7 @@ def load() -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--axes", nargs="*", choices=list(AXES), help="the axes to vary (default: all)")
     p.add_argument("--ticks", type=int, default=5, help="timed training ticks per point (default 5)")
     p.add_argument("--eval-episodes", type=int, default=10, help="episodes of the evaluation program (default 10)")
@@ -124,6 +126,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="write the rows here (and a Markdown table beside it, .md)")
     p.add_argument("--point", default=None, help=argparse.SUPPRESS)  # internal: one point, in a child process
     args = p.parse_args(argv)
+    if args.ticks < 1 or args.eval_episodes < 1:
+        p.error(f"--ticks {args.ticks} and --eval-episodes {args.eval_episodes}: both must be >= 1")
+    if args.json and args.json.endswith(".md"):
+        p.error(f"--json {args.json}: the Markdown table is written beside the JSON as .md; name a .json file")
 
     if args.point is not None:
         print("POINT " + json.dumps(measure_point(json.loads(args.point), ticks=args.ticks,
@@ -132,9 +138,13 @@ def main(argv=None) -> int:
 
     base, axes = (REDUCED_BASE, REDUCED_AXES) if args.reduced else (BASE, AXES)
     if args.axes:
+        missing = [a for a in args.axes if a not in axes]
+        if missing:
+            p.error(f"--axes {missing[0]}: not an axis of the {'reduced ' if args.reduced else ''}grid "
+                    f"(its axes: {' '.join(axes)})")
         axes = {a: v for a, v in axes.items() if a in args.axes}
     meta = {"env": ENV, "base": base, "date": dt.date.today().isoformat(), "load_start": load(),
-            "reduced": args.reduced}
+            "reduced": args.reduced, "cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine()}
     rows = []
     for axis, point in grid(base, axes):
         cmd = [sys.executable, str(Path(__file__).resolve()), "--point", json.dumps(point), "--ticks",
@@ -145,6 +155,10 @@ def main(argv=None) -> int:
             raise RuntimeError(f"cost point {point} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
         row = dict(json.loads(found[-1][6:]), axis=axis)
         rows.append(row)
+        if args.json:  # every row measured so far survives a later point's failure
+            partial = Path(args.json).with_suffix(".partial.json")
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
         print(f"{axis:>12} {json.dumps(point)}: compile {row['compile_s']:.1f} s (+ eval {row['eval_compile_s']:.1f} s), "
               f"{row['agent_steps_per_s']:.2f} agent steps/s", flush=True)
     meta.update(load_end=load(), backend=rows[0]["backend"], jax=rows[0]["jax"])
@@ -155,6 +169,7 @@ def main(argv=None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
         out.with_suffix(".md").write_text(table)
+        out.with_suffix(".partial.json").unlink(missing_ok=True)
     return 0
 
 
