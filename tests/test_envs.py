@@ -355,3 +355,23 @@ def test_playground_cartpole_balance_jit_vmap():
     # Rewards of a balance task are in [0, 1] per control step, so [0, 2] per agent step.
     r = np.asarray(outs.reward)
     assert (r >= 0).all() and (r <= 2.0 + 1e-6).all() and (r > 1.0).any()
+
+
+def test_placeholder_env_state_has_the_resets_structure_and_no_reset_in_its_program(pendulum):
+    """A run's initial env state (agents/online.py placeholder_env_state): the structure,
+    shapes and dtypes of ``vmap(env.reset)``'s output, all zeros, and a program without the
+    reset's computation (tick 0 resets every env; the init program need not contain it)."""
+    from tdmpc2core.agents.online import placeholder_env_state
+
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    real = jax.vmap(pendulum.reset)(keys)
+    fake = placeholder_env_state(pendulum, keys)
+    assert jax.tree_util.tree_structure(fake) == jax.tree_util.tree_structure(real)
+    for a, b in zip(jax.tree_util.tree_leaves(fake), jax.tree_util.tree_leaves(real)):
+        assert a.shape == b.shape and a.dtype == b.dtype and not np.any(np.asarray(a))
+    assert np.any(np.asarray(real[1]))  # the real reset's observation is not zeros, so the check can fail
+    hlo = jax.jit(lambda k: placeholder_env_state(pendulum, jax.random.split(k, 3))).lower(
+        jax.random.PRNGKey(0)).as_text()
+    real_hlo = jax.jit(lambda k: jax.vmap(pendulum.reset)(jax.random.split(k, 3))).lower(
+        jax.random.PRNGKey(0)).as_text()
+    assert "cosine" not in hlo and "cosine" in real_hlo  # Pendulum's reset computes cos(theta)

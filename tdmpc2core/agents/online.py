@@ -80,12 +80,30 @@ def zero_metrics(cfg=None):
     return {k: jnp.zeros((), jnp.float32) for k in (METRIC_KEYS if cfg is None else metric_keys(cfg))}
 
 
+def placeholder_env_state(env, keys):
+    """(env_state, obs) of ``jax.vmap(env.reset)(keys)``'s shapes and dtypes, all zeros,
+    without the reset's computation in the program.
+
+    A run's first tick resets every env (at tick 0 in both modes: the episode boundary, or
+    ``done`` set for every env), so the state a run starts with is never stepped, observed or
+    recorded; only its structure is needed. Building it from shapes keeps the env's reset
+    (for Brax and MJX physics, a large program) out of the init program, which then compiles
+    in a fraction of the time; the key split is unchanged, so every later number is the same.
+    An env whose state holds typed PRNG keys (which have no zeros) gets its real reset.
+    """
+    shapes = jax.eval_shape(jax.vmap(env.reset), keys)
+    leaves = jax.tree_util.tree_leaves(shapes)
+    if any(jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) for x in leaves):
+        return jax.vmap(env.reset)(keys)
+    return jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+
+
 def init_run_state(agent, agent_state: AgentState, key, run_agent_steps: int) -> RunState:
     """A run before its first tick (one seed)."""
     env, cfg = agent.env, agent.cfg
     n, T = agent.n_envs, agent.episode_length
     k_env, key = jax.random.split(key)
-    env_state, obs = jax.vmap(env.reset)(jax.random.split(k_env, n))
+    env_state, obs = placeholder_env_state(env, jax.random.split(k_env, n))
     if cfg.episodic:
         replay = rp.init_episodic_replay(rp.capacity_steps(cfg.buffer_size, run_agent_steps, T), n, T,
                                          env.spec.obs_dim, env.spec.action_dim)
