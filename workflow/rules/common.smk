@@ -724,17 +724,29 @@ def code_version(stage):
         name = todo.pop()
         if name in seen:
             continue
+        seen[name], imports = _module_code(name)
+        todo += sorted(imports - set(seen))
+    for name in sorted(seen):
+        digest.update(f"{name}\n{seen[name]}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+MODULE_CODE = {}
+
+
+def _module_code(name):
+    """(the module's AST dump without docstrings, the library modules it imports), parsed
+    once per workflow load: the stages share most of their imports."""
+    if name not in MODULE_CODE:
         path = _module_path(name)
         if path is None:
             raise WorkflowError(f"code version: no module {name} under {LIBRARY_ROOT}")
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        seen[name] = ast.dump(_strip_docstrings(tree), include_attributes=False)
-        todo += sorted(
-            _module_imports(name, tree, path.name == "__init__.py") - set(seen)
+        MODULE_CODE[name] = (
+            ast.dump(_strip_docstrings(tree), include_attributes=False),
+            _module_imports(name, tree, path.name == "__init__.py"),
         )
-    for name in sorted(seen):
-        digest.update(f"{name}\n{seen[name]}\n".encode())
-    return digest.hexdigest()[:16]
+    return MODULE_CODE[name]
 
 
 CODE_VERSION = {}
