@@ -6,6 +6,7 @@ Snakemake there, so nothing in the checkout's results/ is read or written.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -49,6 +50,47 @@ def ok(res: subprocess.CompletedProcess) -> str:
     return out
 
 
+@contextlib.contextmanager
+def workflow_api(wf: Path, *configfiles: str, config: tuple[str, ...] = ()):
+    """Snakemake's own API on the workflow in ``wf``, in this process, with the settings that
+    ``snakemake --configfile <configfiles> --config <config>`` run in ``wf`` builds
+    (snakemake/cli.py): the WorkflowApi, for .dag() (which loads the workflow: the Snakefile
+    and every rule file run, validate.smk's schema check and common.smk's checks included) or
+    .lint(). It saves the start of a snakemake process (4-6 s under load) per configuration."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.cli import parse_config
+    from snakemake.settings.types import ConfigSettings, ResourceSettings
+
+    cwd = os.getcwd()
+    os.chdir(wf)  # the command line's working directory: config files are read relative to it
+    try:
+        with SnakemakeApi() as api:
+            settings = ConfigSettings(config=parse_config(list(config)), configfiles=[Path(f) for f in configfiles])
+            yield api.workflow(resource_settings=ResourceSettings(cores=1), config_settings=settings,
+                               snakefile=wf / "Snakefile", workdir=wf)
+    finally:
+        os.chdir(cwd)
+
+
+def load_workflow(wf: Path, *configfiles: str, config: tuple[str, ...] = ()) -> None:
+    """Load the workflow in ``wf`` in this process as ``snakemake -n`` loads it before it plans
+    (workflow_api): a refusal is raised as the WorkflowError whose message the command line
+    prints (test_unknown_config_keys_are_refused checks that printing end to end); nothing is
+    planned or run."""
+    with workflow_api(wf, *configfiles, config=config) as api:
+        api.dag()  # loads (parses and runs) the workflow
+
+
+def refusal(wf: Path, *configfiles: str, config: tuple[str, ...] = ()) -> str:
+    """The message of the WorkflowError with which loading the workflow (load_workflow) refuses
+    this configuration; fails the test if it loads."""
+    from snakemake.exceptions import WorkflowError
+
+    with pytest.raises(WorkflowError) as e:
+        load_workflow(wf, *configfiles, config=config)
+    return str(e.value)
+
+
 def job_stats(out: str) -> dict[str, int]:
     """The first "Job stats" table of Snakemake's output as {rule: count}."""
     block = out.split("Job stats:", 1)[1]
@@ -90,7 +132,14 @@ def multi_specs(out: str) -> dict[tuple[str, int], tuple[dict, str]]:
 
 
 # --------------------------------------------------------------------------- dry runs
-def test_default_dry_run(tmp_path):
+@pytest.fixture(scope="module")
+def demo_plan_one_core(tmp_path_factory) -> str:
+    """The output of `snakemake -n -p --cores 1` on the demo (a copy of the workflow), run once
+    for the tests that read it."""
+    return ok(snakemake(copy_workflow(tmp_path_factory.mktemp("plan-one-core")), "-n", "-p", "--cores", "1"))
+
+
+def test_default_dry_run(tmp_path, demo_plan_one_core):
     out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "2"))
     stats = job_stats(out)
     # 2 tasks x 2 seeds, the demo's seeds_per_job 2: one vmapped job per task
@@ -119,9 +168,7 @@ def test_default_dry_run(tmp_path):
     def threads(text):
         return {cmd: n for n, cmd in re.findall(r"PJRT_NPROC=(\d+) .*? exec \S+ -m tdmpc2core.cli (train-\w+)", text)}
     assert threads(out) == {"train-single": "1", "train-multi": "2"}, threads(out)
-    (tmp_path / "one").mkdir()
-    assert threads(ok(snakemake(copy_workflow(tmp_path / "one"), "-n", "-p", "--cores", "1"))) == {
-        "train-single": "1", "train-multi": "1"}
+    assert threads(demo_plan_one_core) == {"train-single": "1", "train-multi": "1"}
 
 
 def test_paper_dry_run_has_22_tasks_and_no_demo_leak(tmp_path):
@@ -212,6 +259,11 @@ def test_paper_dmcontrol_config_is_the_paper_protocol_on_dm_control(tmp_path):
 
 # --------------------------------------------------------------------------- validation
 def test_unknown_config_keys_are_refused(tmp_path):
+    """Every refusal of a bad configuration when the workflow loads, before any job: the
+    message names the key or value, where it is, the file that sets it and what is accepted.
+    Two go through the `snakemake -n` command line (the refusal printed as one line with no
+    schema dump, and the source of a key: --config or the file); the others load the same
+    workflow in this process (load_workflow), which runs the same checks."""
     wf = copy_workflow(tmp_path)
     res = snakemake(wf, "-n", "--config", "bogus=1")
     assert res.returncode != 0
@@ -226,27 +278,26 @@ def test_unknown_config_keys_are_refused(tmp_path):
     assert ("config: unknown key 'agent_step' in protocols.demo.tasks.pendulum (set in typo.yaml); "
             "did you mean 'agent_steps'?") in out
     assert "Failed validating" not in out and "On instance" not in out and len(out.splitlines()) <= 6, out
+
+    # in this process from here on: the demo loads as it is, and each bad file is refused
+    load_workflow(wf)
+    assert ("config: unknown key 'agent_step' in protocols.demo.tasks.pendulum (set in typo.yaml); "
+            "did you mean 'agent_steps'?") in refusal(wf, "typo.yaml")  # the same message as the command line's
     (wf / "typo2.yaml").write_text("protocols: {demo: {tasks: {pendulum: {published: cartpol-balance}}}}\n")
-    res = snakemake(wf, "-n", "--configfile", "typo2.yaml")
     assert ("config: protocols.demo.tasks.pendulum.published (set in typo2.yaml): 'cartpol-balance' is not "
-            "accepted; did you mean 'cartpole-balance'?") in res.stdout + res.stderr
+            "accepted; did you mean 'cartpole-balance'?") in refusal(wf, "typo2.yaml")
 
     (wf / "agent.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent: {num_sample: 5}\n")
-    res = snakemake(wf, "-n", "--configfile", "agent.yaml")
-    assert res.returncode != 0
     assert ("config: unknown agent setting 'num_sample' in protocols.demo.tasks.pendulum.agent; did you mean "
-            "'num_samples'?") in res.stdout + res.stderr
+            "'num_samples'?") in refusal(wf, "agent.yaml")
     (wf / "agent2.yaml").write_text("protocols: {demo: {defaults: {agent: {num_sampels: 5}}}}\n")
-    res = snakemake(wf, "-n", "--configfile", "agent2.yaml")
     assert "unknown agent setting 'num_sampels' in protocols.demo.defaults.agent; did you mean 'num_samples'?" \
-        in res.stdout + res.stderr
+        in refusal(wf, "agent2.yaml")
 
     # `episodic` marks a task that terminates (docs/pipeline.md): a boolean
     (wf / "episodic.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n"
                                       "        agent: {episodic: 'yes'}\n")
-    res = snakemake(wf, "-n", "--configfile", "episodic.yaml")
-    assert res.returncode != 0
-    assert "'yes' is not of type 'boolean'" in res.stdout + res.stderr
+    assert "'yes' is not of type 'boolean'" in refusal(wf, "episodic.yaml")
     # what the library would refuse at the job's start is refused at load
     for text, message in (
             ("tasks: {pendulum: {agent: {model_size: 3}}}",
@@ -287,48 +338,37 @@ def test_unknown_config_keys_are_refused(tmp_path):
             ("multitask: {expected: {demo: {pendulum: {mean_min: 5, mean_max: 1}}}}",
              "multitask.expected.demo.pendulum: mean_min 5 > mean_max 1")):
         (wf / "bad.yaml").write_text("protocols: {demo: {" + text + "}}\n")
-        res = snakemake(wf, "-n", "--configfile", "bad.yaml")
-        assert res.returncode != 0 and message in res.stdout + res.stderr, (text, res.stdout + res.stderr)
+        msg = refusal(wf, "bad.yaml")
+        assert message in msg, (text, msg)
     # an episodic task in a pool the multi-task stage trains: refused at load (deviation M7)
     (wf / "episodic2.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n"
                                        "        agent: {episodic: true}\n")
-    res = snakemake(wf, "-n", "--configfile", "episodic2.yaml")
-    assert res.returncode != 0
-    assert "holding episodic task(s) ['pendulum']" in res.stdout + res.stderr
+    assert "holding episodic task(s) ['pendulum']" in refusal(wf, "episodic2.yaml")
 
     # a run longer than its replay cannot export its whole history: refused at load time
     (wf / "evict.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent: {buffer_size: 2000}\n")
-    res = snakemake(wf, "-n", "--configfile", "evict.yaml")
-    assert res.returncode != 0
-    assert "task 'pendulum' of protocol 'demo' trains 6000 agent steps with buffer_size 2000" in res.stdout + res.stderr
+    assert "task 'pendulum' of protocol 'demo' trains 6000 agent steps with buffer_size 2000" in refusal(
+        wf, "evict.yaml")
     (wf / "evict2.yaml").write_text("protocols:\n  demo:\n    datasets: {allow_evicted: true}\n")
-    ok(snakemake(wf, "-n", "--configfile", "evict.yaml", "evict2.yaml"))
+    load_workflow(wf, "evict.yaml", "evict2.yaml")  # allowed explicitly: loads
     (wf / "pool.yaml").write_text("protocols:\n  demo:\n    pools: {bad: [pendulum, walker]}\n")
-    res = snakemake(wf, "-n", "--configfile", "pool.yaml")
-    assert res.returncode != 0 and "pool 'bad' of protocol 'demo' names task(s) ['walker']" in res.stdout + res.stderr
+    assert "pool 'bad' of protocol 'demo' names task(s) ['walker']" in refusal(wf, "pool.yaml")
 
     (wf / "mt.yaml").write_text("protocols:\n  demo:\n    multitask: {pools: [nope]}\n")
-    res = snakemake(wf, "-n", "--configfile", "mt.yaml")
-    assert res.returncode != 0 and "multitask.pools names ['nope']" in res.stdout + res.stderr
+    assert "multitask.pools names ['nope']" in refusal(wf, "mt.yaml")
     (wf / "mt2.yaml").write_text("protocols:\n  demo:\n    multitask: {agent: {model_size: 5}}\n")
-    res = snakemake(wf, "-n", "--configfile", "mt2.yaml")
-    assert res.returncode != 0 and "multitask.agent.model_size" in res.stdout + res.stderr
+    assert "multitask.agent.model_size" in refusal(wf, "mt2.yaml")
     (wf / "mt3.yaml").write_text("protocols:\n  demo:\n    multitask: {model_sizes: [7]}\n")
-    res = snakemake(wf, "-n", "--configfile", "mt3.yaml")
-    assert res.returncode != 0 and ("config: protocols.demo.multitask.model_sizes.0 (set in mt3.yaml): 7 is not "
-                                    "accepted; accepted: [1, 5, 19, 48, 317]") in res.stdout + res.stderr
+    assert ("config: protocols.demo.multitask.model_sizes.0 (set in mt3.yaml): 7 is not accepted; accepted: "
+            "[1, 5, 19, 48, 317]") in refusal(wf, "mt3.yaml")
     (wf / "mt4.yaml").write_text("protocols:\n  demo:\n    multitask: {expected: {demo: {walker: {mean_min: 1}}}}\n")
-    res = snakemake(wf, "-n", "--configfile", "mt4.yaml")
-    assert res.returncode != 0 and "task(s) ['walker'] are not in pool 'demo'" in res.stdout + res.stderr
+    assert "task(s) ['walker'] are not in pool 'demo'" in refusal(wf, "mt4.yaml")
 
     # a stop request must be able to checkpoint before the time limit's kill
-    res = snakemake(wf, "-n", "--config", "max_chunk_seconds=400")
-    assert res.returncode != 0 and "max_chunk_seconds=400 is not below cluster.stop_lead_seconds=300" in (
-        res.stdout + res.stderr)
+    assert "max_chunk_seconds=400 is not below cluster.stop_lead_seconds=300" in refusal(
+        wf, config=("max_chunk_seconds=400",))
 
-    res = snakemake(wf, "-n", "--config", "protocol=nope")
-    assert res.returncode != 0
-    assert "protocol 'nope' has no entry under 'protocols'" in res.stdout + res.stderr
+    assert "protocol 'nope' has no entry under 'protocols'" in refusal(wf, config=("protocol=nope",))
 
 
 def test_dry_run_needs_no_jax(tmp_path):
@@ -705,158 +745,9 @@ def test_signal_to_snakemake_alone_stops_training_with_a_checkpoint(tmp_path, si
         assert json.loads((wf / f"results/single/{task}/seed0/run.json").read_text())["resumed_from"] == 600
 
 
-TINY = """\
-protocol: tiny
-seeds: [0]
-seeds_per_job: 1
-threads_per_job: 1
-jax_cache_dir: {cache}
-bootstrap_reps: 200
-protocols:
-  tiny:
-    label: "Tiny test run: NOT the paper's protocol"
-    defaults:
-      action_repeat: 1
-      episode_length: 1000
-      agent_steps: 500
-      eval_every: 250
-      eval_episodes: 1
-      agent: {{model_size: 1, num_samples: 32, num_elites: 4, num_pi_trajs: 2, iterations: 1,
-              batch_size: 32, seed_steps: 200}}
-      resources: {{gpu: 0, runtime: 30, mem_mb: 4000}}
-    tasks:
-      pendulum:
-        env_id: Pendulum-v1
-        published: null
-        expected: null
-      inverted-pendulum:  # episodic (Brax; terminates when the pole falls), not pooled
-        env_id: inverted_pendulum
-        episode_length: 100
-        agent_steps: 300
-        eval_every: 300
-        eval_episodes: 2
-        n_envs: 2
-        agent: {{episodic: true, seed_steps: 100, mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16,
-                batch_size: 16}}
-    pools: {{tiny: [pendulum]}}
-    multitask:
-      model_sizes: [1]
-      updates: 4
-      batch_size: 16
-      eval_every: 2
-      eval_episodes: 1
-      agent: {{mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16, num_elites: 4, num_pi_trajs: 2,
-              iterations: 1, task_dim: 8}}
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not HAVE_TRAIN_SINGLE,
-                    reason="tdmpc2core/stages/train_single.py (the lead's train-single stage) does not exist yet")
-def test_real_tiny_run_produces_report(tmp_path):
-    wf = copy_workflow(tmp_path)
-    # the checkout's (git-ignored) compilation cache: compiling this run takes minutes on a
-    # small CPU the first time, seconds afterwards
-    (wf / "tiny.yaml").write_text(TINY.format(cache=json.dumps(str(ROOT / ".jax_cache"))))
-    ok(snakemake(wf, "--cores", "2", "--configfile", "tiny.yaml", timeout=900))
-    html = (wf / "results" / "report.html").read_text(encoding="utf-8")
-    assert "Tiny test run" in html and "data:image/png;base64," in html
-    assert "HIGHEST" in html  # the runs' matmul precision, from run.json
-    assert "train_single/pendulum/seeds_0" in html  # the training job's benchmark
-    assert (wf / "results/single/pendulum/seed0/run.json").exists()
-    assert (wf / "results/tables/final_scores.csv").exists()
-    # the real train-multi stage on the pool of that run: evaluations at 0, 2 and 4 updates;
-    # Pendulum has no declared return range here, so no normalized score (and the report says so)
-    import pandas as pd
-
-    # the pool the workflow predicted at load (its batch check) is the pool the runs exported
-    from tdmpc2core.model import config as C
-    from tdmpc2core.dataset import load_dataset as _load
-
-    pool = _load(wf / "results/datasets/pools/tiny.parquet")
-    cfg = C.resolve_config(C.TDMPC2Config(model_size=1, seed_steps=200), episode_length=200, action_dim=1)
-    assert pool.num_episodes == C.episodes_held_at_end(cfg, agent_steps=500, episode_length=200) == 2
-    run = json.loads((wf / "results/multi/tiny/size1/run.json").read_text())
-    assert run["task_dim"] == 8 and run["gammas"] == {"pendulum": 0.975} and run["return_ranges"] == {"pendulum": None}
-    ev = pd.read_parquet(wf / "results/multi/tiny/size1/eval.parquet")
-    assert sorted(ev["updates"].unique()) == [0, 2, 4] and set(ev["task"]) == {"pendulum"}
-    assert ev["length"].eq(200).all() and ev["normalized_score"].isna().all()
-    assert 'id="multitask"' in html and "no declared return range" in html
-    # the runtime table: one row per training job, the multi-task one included
-    assert "pool tiny, model size 1" in html and html.count("<td>train-single</td>") == 2
-    # the episodic task: termination loss logged, terminated episodes in its dataset, its
-    # episode lengths beside its returns in a table and the report
-    met = pd.read_parquet(wf / "results/single/inverted-pendulum/seed0/metrics.parquet")
-    assert np.isfinite(met["termination_loss"].iloc[-1]) and "termination_loss" not in pd.read_parquet(
-        wf / "results/single/pendulum/seed0/metrics.parquet").columns
-    from tdmpc2core.dataset import load_dataset
-
-    ds = load_dataset(wf / "results/datasets/tasks/inverted-pendulum.parquet")
-    assert ds.terminated.sum() > 5 and ds.tasks[0].episode_length == 100
-    lengths = pd.read_csv(wf / "results/tables/episode_lengths.csv")
-    assert set(lengths["task"]) == {"inverted-pendulum"} and list(lengths["agent_steps"]) == [0, 300]
-    assert lengths["length_mean"].between(1, 100).all()
-    assert 'id="lengths"' in html
-
-
-DMCONTROL_TINY = """\
-protocol: dmc-tiny
-seeds: [0, 1]
-seeds_per_job: 2
-threads_per_job: 1
-jax_cache_dir: .jax_cache
-checkpoint_every: 1000
-bootstrap_reps: 200
-protocols:
-  dmc-tiny:
-    label: "dm_control test run: NOT the paper's protocol"
-    defaults:
-      action_repeat: 2
-      episode_length: 200
-      agent_steps: 2000
-      eval_every: 1000
-      eval_episodes: 2
-      n_envs: 2
-      agent: {model_size: 1, mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16, num_elites: 4,
-              num_pi_trajs: 2, iterations: 1, batch_size: 16, seed_steps: 200}
-      resources: {gpu: 0, runtime: 30, mem_mb: 4000}
-    tasks:
-      cartpole-balance:
-        env_id: dmc:cartpole-balance
-        published: cartpole-balance
-        expected: null
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not HAVE_TRAIN_SINGLE, reason="no train-single stage")
-def test_real_dmcontrol_run_of_two_seeds_produces_report(tmp_path):
-    """Two seeds on dm_control itself, 2,000 agent steps each, through the whole pipeline
-    (training with the host-stepped simulator, export, tables, figures, report); and the
-    user-facing dmcontrol-smoke.yaml plans."""
-    import pandas as pd
-
-    wf = copy_workflow(tmp_path)
-    plan = ok(snakemake(wf, "-n", "--cores", "2", "--configfile", "workflow/configs/dmcontrol-smoke.yaml"))
-    assert job_stats(plan)["train_single_seeds_0_1"] == 1
-    (wf / "dmc.yaml").write_text(DMCONTROL_TINY)
-    ok(snakemake(wf, "--cores", "2", "--configfile", "dmc.yaml", timeout=1500))
-    for seed in (0, 1):
-        run = wf / "results/single/cartpole-balance" / f"seed{seed}"
-        ev = pd.read_parquet(run / "eval.parquet")
-        assert sorted(ev["agent_steps"].unique()) == [0, 1000, 2000] and ev["length"].eq(100).all()
-        assert ev["return"].between(0, 200).all()
-        info = json.loads((run / "run.json").read_text())
-        assert "dm-control" in json.dumps(info)
-    from tdmpc2core.dataset import load_dataset
-
-    ds = load_dataset(wf / "results/datasets/tasks/cartpole-balance.parquet")
-    assert ds.tasks[0].episode_length == 100 and not ds.terminated.any()
-    html = (wf / "results" / "report.html").read_text(encoding="utf-8")
-    banner = html.split('<div class="banner', 1)[1].split("</div>", 1)[0]
-    assert "Simulator: dm_control" in banner and "like for like" in html
-
-
+# The pendulum job of the real runs below. tests/test_slurm.py's TINY has the same settings
+# (the same compiled programs: whichever test compiles them first leaves them in the checkout's
+# .jax_cache for the other); keep the two identical.
 PREEMPT = """\
 protocol: preempt
 seeds: [0, 1]
@@ -887,24 +778,130 @@ protocols:
         expected: null
 """
 
+# what the tiny run adds to PREEMPT: an episodic task (Brax; it terminates when the pole
+# falls; not pooled), a pool of the pendulum runs and a multi-task model trained on it
+TINY_MORE = """\
+label: "Tiny test run: NOT the paper's protocol"
+tasks:
+  inverted-pendulum:
+    env_id: inverted_pendulum
+    episode_length: 100
+    agent_steps: 300
+    eval_every: 300
+    eval_episodes: 2
+    n_envs: 2
+    agent: {episodic: true, seed_steps: 100, mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16,
+            batch_size: 16}
+pools: {tiny: [pendulum]}
+multitask:
+  model_sizes: [1]
+  updates: 4
+  batch_size: 16
+  eval_every: 2
+  eval_episodes: 1
+  agent: {mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16, num_elites: 4, num_pi_trajs: 2,
+          iterations: 1, task_dim: 8}
+"""
+
+
+def tiny_config(cache: Path) -> str:
+    """PREEMPT with TINY_MORE merged into its protocol (the pendulum job's settings untouched)."""
+    cfg = yaml.safe_load(PREEMPT.format(cache=json.dumps(str(cache))))
+    block, more = cfg["protocols"]["preempt"], yaml.safe_load(TINY_MORE)
+    block["tasks"].update(more.pop("tasks"))
+    block.update(more)
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def _read_outputs(paths) -> dict:
+    """Each run file's contents: a .parquet as a DataFrame, run.json as a dict."""
+    import pandas as pd
+
+    return {p: (pd.read_parquet(p) if p.suffix == ".parquet" else json.loads(p.read_text())) for p in paths}
+
+
+def test_preempt_is_the_pendulum_job_of_test_slurm():
+    """PREEMPT and tests/test_slurm.py's TINY train the same pendulum job (so the compiled
+    programs are shared through the checkout's .jax_cache); only the cluster settings, the
+    label, the resources and the pool differ."""
+    from test_slurm import TINY as SLURM_TINY
+
+    ours = yaml.safe_load(PREEMPT.format(cache='"c"'))
+    theirs = yaml.safe_load(SLURM_TINY.format(cache='"c"'))
+    (a,), (b,) = ours.pop("protocols").values(), theirs.pop("protocols").values()
+    theirs.pop("cluster"), ours.pop("protocol"), theirs.pop("protocol")
+    assert ours == theirs
+    a["defaults"].pop("resources"), b["defaults"].pop("resources")
+    assert a["defaults"] == b["defaults"] and a["tasks"] == b["tasks"]
+
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAVE_TRAIN_SINGLE, reason="no train-single stage")
-def test_sigterm_then_rerun_of_the_target_resumes_and_equals_a_fresh_run(tmp_path):
-    """SLURM-style preemption of a training job: SIGTERM to Snakemake and the trainer mid-run;
-    the job fails, Snakemake deletes its outputs but not the checkpoints; rerunning the target
-    resumes, and its outputs equal those of a forced rerun that trains from scratch."""
+@pytest.mark.skipif(not HAVE_TRAIN_SINGLE,
+                    reason="tdmpc2core/stages/train_single.py (the lead's train-single stage) does not exist yet")
+def test_real_tiny_run_produces_report(tmp_path):
+    """The real stages end to end on a tiny configuration (PREEMPT's pendulum job, 2 seeds
+    vmapped, plus an episodic Brax task, the pool and a multi-task model): the report, the
+    tables, the datasets, the multi-task run. Then, in the same folder, SLURM-style preemption
+    of the pendulum job (one run fewer than a test of its own: the first run is the fresh
+    reference): a forced rerun starts over, is stopped by SIGTERM to Snakemake and the trainer
+    mid-run; the job fails, Snakemake deletes its outputs but not the checkpoints; rerunning
+    the target resumes, and its outputs equal those of the first run, trained from scratch."""
     import pandas as pd
     import psutil
 
     wf = copy_workflow(tmp_path)
-    (wf / "p.yaml").write_text(PREEMPT.format(cache=json.dumps(str(ROOT / ".jax_cache"))))
+    # the checkout's (git-ignored) compilation cache: compiling this run takes minutes on a
+    # small CPU the first time, seconds afterwards
+    (wf / "tiny.yaml").write_text(tiny_config(ROOT / ".jax_cache"))
+    ok(snakemake(wf, "--cores", "2", "--configfile", "tiny.yaml", timeout=900))
+    html = (wf / "results" / "report.html").read_text(encoding="utf-8")
+    assert "Tiny test run" in html and "data:image/png;base64," in html
+    assert "HIGHEST" in html  # the runs' matmul precision, from run.json
+    assert "train_single/pendulum/seeds_0_1" in html  # the training job's benchmark
+    assert (wf / "results/single/pendulum/seed0/run.json").exists()
+    assert (wf / "results/tables/final_scores.csv").exists()
+    # the real train-multi stage on the pool of that run: evaluations at 0, 2 and 4 updates;
+    # Pendulum has no declared return range here, so no normalized score (and the report says so)
+
+    # the pool the workflow predicted at load (its batch check) is the pool the runs exported:
+    # 2 seeds x what one seed's replay holds at the end
+    from tdmpc2core.model import config as C
+    from tdmpc2core.dataset import load_dataset
+
+    pool = load_dataset(wf / "results/datasets/pools/tiny.parquet")
+    cfg = C.resolve_config(C.TDMPC2Config(model_size=1, seed_steps=400), episode_length=200, action_dim=1)
+    assert pool.num_episodes == 2 * C.episodes_held_at_end(cfg, agent_steps=700, episode_length=200, n_envs=2) == 4
+    run = json.loads((wf / "results/multi/tiny/size1/run.json").read_text())
+    assert run["task_dim"] == 8 and run["gammas"] == {"pendulum": 0.975} and run["return_ranges"] == {"pendulum": None}
+    ev = pd.read_parquet(wf / "results/multi/tiny/size1/eval.parquet")
+    assert sorted(ev["updates"].unique()) == [0, 2, 4] and set(ev["task"]) == {"pendulum"}
+    assert ev["length"].eq(200).all() and ev["normalized_score"].isna().all()
+    assert 'id="multitask"' in html and "no declared return range" in html
+    # the runtime table: one row per training job, the multi-task one included
+    assert "pool tiny, model size 1" in html and html.count("<td>train-single</td>") == 2
+    # the episodic task: termination loss logged, terminated episodes in its dataset, its
+    # episode lengths beside its returns in a table and the report
+    met = pd.read_parquet(wf / "results/single/inverted-pendulum/seed0/metrics.parquet")
+    assert np.isfinite(met["termination_loss"].iloc[-1]) and "termination_loss" not in pd.read_parquet(
+        wf / "results/single/pendulum/seed0/metrics.parquet").columns
+    ds = load_dataset(wf / "results/datasets/tasks/inverted-pendulum.parquet")
+    assert ds.terminated.sum() > 5 and ds.tasks[0].episode_length == 100
+    lengths = pd.read_csv(wf / "results/tables/episode_lengths.csv")
+    assert set(lengths["task"]) == {"inverted-pendulum"} and list(lengths["agent_steps"]) == [0, 300]
+    assert lengths["length_mean"].between(1, 100).all()
+    assert 'id="lengths"' in html
+
+    # ---- preemption of the pendulum job (its outputs above: the fresh run, the reference)
     target = "results/single/pendulum/seed0/eval.parquet"
     outs = [wf / f"results/single/pendulum/seed{s}" / f for s in (0, 1) for f in RUN_FILES_]
+    fresh = _read_outputs(outs)
     log = wf / "logs/train_single/pendulum/seeds_0_1.log"
     ckdir = wf / "checkpoints/single/pendulum/seeds_0_1"
+    assert (ckdir / "outputs_written.json").exists()
+    log.unlink()  # the first run's log: wait for this run's own checkpoint line below
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
-    smk = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile=p.yaml", target],
+    smk = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile=tiny.yaml",
+                            "--forcerun", target, "--", target],
                            cwd=wf, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 900
     while time.time() < deadline and smk.poll() is None:
@@ -920,43 +917,99 @@ def test_sigterm_then_rerun_of_the_target_resumes_and_equals_a_fresh_run(tmp_pat
     out = smk.communicate(timeout=600)[0]
     assert smk.returncode != 0, out[-4000:]
     text = log.read_text()
+    # the forced rerun cleared the finished run's checkpoints and trained from scratch
+    assert "starting over" in text and "resumed from" not in text, text[-4000:]
     assert "received SIGTERM" in text and "stopped by SIGTERM" in text, text[-4000:]
     assert not any(p.exists() for p in outs)  # Snakemake removed what a failed job might have left
     stopped = sorted(ckdir.glob("step_*"))
     assert stopped and 500 <= int(stopped[-1].name.split("_")[1]) < 700  # ... but not the checkpoints
-
     assert "train_single_seeds_0_1 (task pendulum): stopped at " in out  # the run's last lines
-    out = ok(snakemake(wf, "--cores", "2", "--configfile=p.yaml", target))
-    assert f"resumed from checkpoints/single/pendulum/seeds_0_1/{stopped[-1].name}" in log.read_text()
-    resumed = {p: (pd.read_parquet(p) if p.suffix == ".parquet" else json.loads(p.read_text())) for p in outs}
-    assert (ckdir / "outputs_written.json").exists()
 
-    # a forced rerun trains from scratch (the finished folder is cleared), to the same numbers
-    ok(snakemake(wf, "--cores", "2", "--configfile=p.yaml", "--forcerun", target))
-    text = log.read_text()
-    assert "starting over" in text and "resumed from" not in text
+    # rerunning the target resumes from the newest checkpoint, to the first run's numbers
+    ok(snakemake(wf, "--cores", "2", "--configfile=tiny.yaml", "--", target))
+    assert f"resumed from checkpoints/single/pendulum/seeds_0_1/{stopped[-1].name}" in log.read_text()
+    assert (ckdir / "outputs_written.json").exists()
+    resumed = _read_outputs(outs)
     for p in outs:
         if p.suffix == ".parquet":  # every column but the wall-clock ones, NaNs (reset rows) included
-            fresh = pd.read_parquet(p)
-            assert list(fresh.columns) == list(resumed[p].columns) and len(fresh) == len(resumed[p]) > 0
-            for c in fresh.columns:
+            assert list(fresh[p].columns) == list(resumed[p].columns) and len(fresh[p]) == len(resumed[p]) > 0
+            for c in fresh[p].columns:
                 if c in ("wall_time_s", "agent_steps_per_s"):
                     continue
-                x, y = resumed[p][c].to_numpy(), fresh[c].to_numpy()
+                x, y = resumed[p][c].to_numpy(), fresh[p][c].to_numpy()
                 if x.dtype == object and isinstance(x[0], np.ndarray):  # fixed-size list columns
                     x, y = np.stack(x), np.stack(y)
                 np.testing.assert_array_equal(x, y, err_msg=f"{p.name}: {c}")
         else:
-            run = json.loads(p.read_text())
             assert resumed[p]["resumed_from_agent_steps"] == int(stopped[-1].name.split("_")[1])
-            assert run["resumed_from_agent_steps"] is None
-            # every session of the resumed run, for the report's runtime table; the forced rerun is a new run
+            assert fresh[p]["resumed_from_agent_steps"] is None
+            # every session of the resumed run, for the report's runtime table; the fresh run had one
             att = resumed[p]["attempts"]
             assert [a["outcome"] for a in att] == ["stopped by SIGTERM", "completed"]
             assert (att[0]["start_step"], att[1]["start_step"], att[1]["end_step"]) == (
                 0, resumed[p]["resumed_from_agent_steps"], 700)
-            assert [a["outcome"] for a in run["attempts"]] == ["completed"]
-            assert run["final_eval_return"] == resumed[p]["final_eval_return"]
+            assert [a["outcome"] for a in fresh[p]["attempts"]] == ["completed"]
+            assert fresh[p]["final_eval_return"] == resumed[p]["final_eval_return"]
+
+
+DMCONTROL_TINY = """\
+protocol: dmc-tiny
+seeds: [0, 1]
+seeds_per_job: 2
+threads_per_job: 1
+jax_cache_dir: .jax_cache
+checkpoint_every: 300
+bootstrap_reps: 200
+protocols:
+  dmc-tiny:
+    label: "dm_control test run: NOT the paper's protocol"
+    defaults:
+      action_repeat: 2
+      episode_length: 200
+      agent_steps: 600
+      eval_every: 300
+      eval_episodes: 2
+      n_envs: 2
+      agent: {model_size: 1, mlp_dim: 32, latent_dim: 16, enc_dim: 32, num_samples: 16, num_elites: 4,
+              num_pi_trajs: 2, iterations: 1, batch_size: 16, seed_steps: 200}
+      resources: {gpu: 0, runtime: 30, mem_mb: 4000}
+    tasks:
+      cartpole-balance:
+        env_id: dmc:cartpole-balance
+        published: cartpole-balance
+        expected: null
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_TRAIN_SINGLE, reason="no train-single stage")
+def test_real_dmcontrol_run_of_two_seeds_produces_report(tmp_path):
+    """Two seeds on dm_control itself through the whole pipeline (training with the
+    host-stepped simulator, checkpoints every 300 agent steps, export, tables, figures,
+    report): 600 agent steps each, the 200 of the seed phase (two episodes per environment),
+    the burst of updates, then planning and updating; and the user-facing
+    dmcontrol-smoke.yaml plans."""
+    import pandas as pd
+
+    wf = copy_workflow(tmp_path)
+    plan = ok(snakemake(wf, "-n", "--cores", "2", "--configfile", "workflow/configs/dmcontrol-smoke.yaml"))
+    assert job_stats(plan)["train_single_seeds_0_1"] == 1
+    (wf / "dmc.yaml").write_text(DMCONTROL_TINY)
+    ok(snakemake(wf, "--cores", "2", "--configfile", "dmc.yaml", timeout=1500))
+    for seed in (0, 1):
+        run = wf / "results/single/cartpole-balance" / f"seed{seed}"
+        ev = pd.read_parquet(run / "eval.parquet")
+        assert sorted(ev["agent_steps"].unique()) == [0, 300, 600] and ev["length"].eq(100).all()
+        assert ev["return"].between(0, 200).all()
+        info = json.loads((run / "run.json").read_text())
+        assert "dm-control" in json.dumps(info)
+    from tdmpc2core.dataset import load_dataset
+
+    ds = load_dataset(wf / "results/datasets/tasks/cartpole-balance.parquet")
+    assert ds.tasks[0].episode_length == 100 and not ds.terminated.any()
+    html = (wf / "results" / "report.html").read_text(encoding="utf-8")
+    banner = html.split('<div class="banner', 1)[1].split("</div>", 1)[0]
+    assert "Simulator: dm_control" in banner and "like for like" in html
 
 
 def test_slurm_profile_and_conda_env():
@@ -1036,25 +1089,27 @@ def test_slurm_profile_dry_run_needs_no_jax_and_keeps_the_rules_resources(tmp_pa
 
 def test_only_training_rules_are_submitted(tmp_path):
     """Every rule but the training ones is a local rule (on a cluster it runs in the snakemake
-    process), for the demo and the paper configuration."""
+    process), for the demo and the paper configuration (the workflow loaded in this process)."""
     wf = copy_workflow(tmp_path)
-    (wf / "locality.smk").write_text(
-        'include: "Snakefile"\n\n\n'
-        'print("SUBMITTED=" + ",".join(sorted(r.name for r in workflow.rules\n'
-        '                                     if r.name not in workflow._localrules and not r.norun)))\n')
-    for args in ((), ("--configfile", PAPER)):
-        out = ok(snakemake(wf, "-n", "-s", "locality.smk", *args))
-        submitted = re.search(r"SUBMITTED=(\S*)", out).group(1).split(",")
+    for args in ((), (PAPER,)):
+        with workflow_api(wf, *args) as api:
+            api.dag()  # loads the workflow
+            workflow = api._workflow
+            submitted = sorted(r.name for r in workflow.rules if r.name not in workflow._localrules and not r.norun)
         assert submitted == ["train_multi"] + sorted(r for r in submitted if r.startswith("train_single_")), submitted
         assert len(submitted) == 2
 
 
-def test_lint_and_format():
-    """`snakemake --lint` finds nothing (demo and paper configuration) and the Snakefile and
-    workflow/ are formatted with snakefmt."""
-    for args in ((), ("--configfile", PAPER)):
-        out = ok(snakemake(ROOT, "--lint", *args))
-        assert "Congratulations, your workflow is in a good condition!" in out
+def test_lint_and_format(capsys):
+    """`snakemake --lint` finds nothing (demo and paper configuration; Snakemake's linter run in
+    this process, its findings as JSON) and the Snakefile and workflow/ are formatted with
+    snakefmt."""
+    for args in ((), (PAPER,)):
+        capsys.readouterr()
+        with workflow_api(ROOT, *args) as api:
+            linted = api.lint(json=True)
+        lints = json.loads(capsys.readouterr().out)
+        assert not linted and lints == {"snakefiles": [], "rules": []}, lints
     res = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -1116,13 +1171,12 @@ print("result", total)
 '''
 
 
-def test_compilation_cache_shared_by_concurrent_jobs(tmp_path):
+def test_compilation_cache_shared_by_concurrent_jobs(tmp_path, demo_plan_one_core):
     """Two processes with the training jobs' JAX settings (from the rule's shell command)
     compile the same programs at the same moment into one empty cache folder: both succeed,
     with no error reading or writing an entry; a third process then finds every program in
     the cache."""
-    out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "1"))
-    exports = re.search(r"export (PJRT_NPROC=[^;]*);", out).group(1)
+    exports = re.search(r"export (PJRT_NPROC=[^;]*);", demo_plan_one_core).group(1)
     assert "JAX_COMPILATION_CACHE_MAX_SIZE=" in exports  # the size limit turns JAX's entry lock on
     cache, go = tmp_path / "cache", tmp_path / "go"
     exports = re.sub(r"JAX_COMPILATION_CACHE_DIR=\S+", f"JAX_COMPILATION_CACHE_DIR={cache}", exports)
