@@ -32,9 +32,9 @@ CACHE_ENV = "TDMPC2_TEST_JAX_CACHE"
 # A test named here runs in a group of its own; a file named here keeps its tests together.
 HEAVY = {
     "tests/test_slurm.py": 300,
-    "tests/test_workflow.py::test_real_tiny_run_produces_report": 160,
-    "tests/test_workflow.py::test_sigterm_then_rerun_of_the_target_resumes_and_equals_a_fresh_run": 150,
-    "tests/test_workflow.py::test_real_dmcontrol_run_of_two_seeds_produces_report": 120,
+    "tests/test_workflow.py::test_real_tiny_run_produces_report": 200,
+    "tests/test_workflow.py::test_real_dmcontrol_run_of_two_seeds_produces_report": 75,
+    "tests/test_workflow.py::test_pipeline_with_stand_in_trainer": 100,
     "tests/test_benchmarks.py::test_gpu_benchmark_reduced_form_runs_on_cpu_and_writes_its_tables": 120,
 }
 
