@@ -100,15 +100,15 @@ def test_export_refuses_a_missing_seed_index_and_evicted_episodes(run):
         export_episodes(agent, state)
     with pytest.raises(ValueError, match="out of range"):
         export_episodes(agent, state, seed_index=2)
-    # the run continued (a copy: the state is donated) to 2000 agent steps = 1000 ticks: 5 rounds
-    # of 2 episodes ended, the ring of 5 episodes (+ 2 in progress) wrapped and evicted the 5 oldest
+    # the run continued (a copy: the state is donated) to 2000 agent steps = 1000 ticks: 8 episodes
+    # committed (4 rounds of 2); the ring holds 5 (+ 2 being written), so it wrapped and evicted 3
     copy = jax.tree_util.tree_map(lambda x: x.copy(), state)
     st, _ = agent.train(seed=[0, 1], n_timesteps=RUN_STEPS, total_timesteps=2 * RUN_STEPS, state=copy,
                         history=hist)
-    with pytest.raises(ValueError, match=r"evicted 5 older episode\(s\) \(buffer_size=1000 agent steps\)"):
+    with pytest.raises(ValueError, match=r"evicted 3 older episode\(s\) \(buffer_size=1000 agent steps\)"):
         export_episodes(agent, st, seed_index=1)
     ds = export_episodes(agent, st, seed_index=1, allow_evicted=True)
-    assert ds.num_episodes == 5 and ds.provenance["evicted_episodes"] == 5
+    assert ds.num_episodes == 5 and ds.provenance["evicted_episodes"] == 3
     assert ds.num_rows == 5 * 201 and np.all(ds.truncated[ds.step == 200])
 
 
