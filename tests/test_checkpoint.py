@@ -161,20 +161,14 @@ def test_sub_chunk_sizer_probes_then_fills_the_cap():
         SubChunkSizer(0)
 
 
-# ------------------------------------------------------------- restore by a new process
-RESUME_SCRIPT = """
-import json, sys
-from tdmpc2core import TDMPC2
-spec = json.loads(sys.argv[2])
-agent = TDMPC2("Pendulum-v1", n_envs=spec["n_envs"], **spec["agent"])
-state, hist = agent.train(seed=[0, 1], n_timesteps=spec["agent_steps"], eval_every=spec["eval_every"],
-                          eval_episodes=spec["eval_episodes"], checkpoint_dir=sys.argv[1], checkpoint_every=100)
-print("DONE", agent.state_tick(state))
-"""
-
-
+# ------------------------------------------------------------- stopped, then restored
 @pytest.mark.slow
-def test_stopped_then_restored_by_new_process_equals_whole(whole, tmp_path):
+def test_stopped_then_restored_equals_whole(whole, tmp_path):
+    """Stopped by ``should_stop`` (checkpoints every 100 agent steps, all kept, one at the stop),
+    the newest checkpoint then damaged: the resumed run warns, uses the one before and ends as
+    the uninterrupted run. Resumed in this process (the same programs, nothing traced again; the
+    state comes from the folder); a new process resumes from a damaged folder in
+    test_sigterm_then_rerun_equals_whole."""
     agent, w_state, w_hist = whole
     d = tmp_path / "ckpt"
     seen = []
@@ -188,15 +182,15 @@ def test_stopped_then_restored_by_new_process_equals_whole(whole, tmp_path):
     steps = [int(p.name.split("_")[1]) for p in ck.list_checkpoints(d)]
     assert steps == [100, 200, 300, 400, 500, stop.agent_steps]
     assert not list(d.glob(".tmp-*"))
-    # the newest checkpoint is then damaged (cut short): the new process must warn and use step 500
+    # the newest checkpoint is then damaged (cut short): the resumed run must warn and use step 500
     payload = stop.checkpoint.path / ck.PAYLOAD
     payload.write_bytes(payload.read_bytes()[: payload.stat().st_size // 2])
 
-    res = subprocess.run([sys.executable, "-c", RESUME_SCRIPT, str(d), json.dumps(SPEC)], capture_output=True,
-                         text=True, timeout=900, env=subprocess_env(), cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-4000:]
-    assert f"DONE {STEPS // N_ENVS}" in res.stdout
-    assert "skipping checkpoint" in res.stderr and "truncated" in res.stderr
+    with pytest.warns(ck.CheckpointWarning, match="truncated"):
+        state, hist = agent.train(seed=SEEDS, n_timesteps=STEPS, **RUN, checkpoint_dir=d, checkpoint_every=100)
+    assert agent.state_tick(state) == STEPS // N_ENVS
+    assert_same_state(state, w_state)
+    assert_same_history(hist, w_hist)
     final = ck.latest_checkpoint(d)
     assert final.name == ck.checkpoint_name(STEPS)
     state, hist, manifest = agent.restore(final, seeds=SEEDS, total_timesteps=STEPS, **RUN)
@@ -215,6 +209,10 @@ def stage_cmd(out: Path, ckdir: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_sigterm_then_rerun_equals_whole(whole, tmp_path):
+    """`tdmpc2 train-single` stopped by SIGTERM in the training phase: exit 143, no outputs, the
+    newest 2 checkpoints kept. The newest is then damaged; rerunning the command (a new process
+    restoring the run from its folder) warns, resumes from the one before, and writes the
+    uninterrupted run's outputs; the folder keeps the final checkpoint, equal to it."""
     agent, w_state, w_hist = whole
     out, ckdir = tmp_path / "results/single/pendulum", tmp_path / "checkpoints/single/pendulum/seeds_0_1"
     proc = subprocess.Popen(stage_cmd(out, ckdir), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
@@ -238,16 +236,23 @@ def test_sigterm_then_rerun_equals_whole(whole, tmp_path):
     for s in SEEDS:  # no output that could pass for complete
         assert not (out / f"seed{s}" / "run.json").exists()
         assert not (out / f"seed{s}" / "eval.parquet").exists()
-    stopped_at = int(ck.latest_checkpoint(ckdir).name.split("_")[1])
+    kept = ck.list_checkpoints(ckdir)
+    assert len(kept) == 2  # keep_checkpoints
+    assert ck.latest_checkpoint(ckdir) == kept[-1]
+    stopped_at, before = (int(p.name.split("_")[1]) for p in (kept[-1], kept[0]))
     # stopped in the training phase, before the end (at 500 itself when the signal arrived before
     # the check that follows that checkpoint; 500 lies inside the schedule's chunk 402-600)
-    assert 500 <= stopped_at < STEPS
-    assert len(ck.list_checkpoints(ckdir)) == 2  # keep_checkpoints
+    assert 500 <= stopped_at < STEPS and before < stopped_at
+    # the newest checkpoint is then damaged (cut short): the rerun, a new process, must warn,
+    # skip it and resume from the one before
+    payload = kept[-1] / ck.PAYLOAD
+    payload.write_bytes(payload.read_bytes()[: payload.stat().st_size // 2])
 
     res = subprocess.run(stage_cmd(out, ckdir), capture_output=True, text=True, timeout=900,
                          env=subprocess_env(), cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-4000:]
-    assert f"resumed from {ckdir / ck.checkpoint_name(stopped_at)}" in res.stderr
+    assert "skipping checkpoint" in res.stderr and "truncated" in res.stderr, res.stderr[-4000:]
+    assert f"resumed from {kept[0]}" in res.stderr
     assert "last eval return" in res.stderr and "left" in res.stderr
     # the outputs equal the uninterrupted run's
     for i, s in enumerate(SEEDS):
@@ -260,7 +265,7 @@ def test_sigterm_then_rerun_equals_whole(whole, tmp_path):
             np.testing.assert_array_equal(met[k].to_numpy(), [np.float64(np.asarray(c[k])[i]) for c in w_hist["chunks"]],
                                           err_msg=k)
         run = json.loads((out / f"seed{s}" / "run.json").read_text())
-        assert run["resumed_from_agent_steps"] == stopped_at
+        assert run["resumed_from_agent_steps"] == before
     # the folder keeps the final checkpoint (the trained agent) and a completion marker
     assert [p.name for p in ck.list_checkpoints(ckdir)] == [ck.checkpoint_name(STEPS)]
     assert (ckdir / "outputs_written.json").exists()
@@ -430,63 +435,43 @@ def test_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path, where):
 
 
 # ------------------------------------------------------------- the multi-task agent
-from tdmpc2core.envs.base import Env, EnvSpec  # noqa: E402
-
-MT_T, MT_UPDATES = 25, 60
+# One configuration for every multi-task test here, the `tdmpc2 train-multi` stage's included: a
+# pool of 3 random Pendulum-v1 episodes (gymnax, obs 3, action 1, T = 200), model size 1 with the
+# tiny widths, batch 16, the task_dim default, evaluated in Pendulum-v1, 2 seeds. The stage builds
+# the same agent from the pool's file and the same spec, so its programs (init, training chunk,
+# evaluation) are those of `mt_whole`, loaded from the compilation cache, not compiled again.
+MT_T, MT_EPISODES, MT_UPDATES = 200, 3, 60
 MT_RUN = dict(eval_every=20, eval_episodes=2, log_every=10)  # evaluations at 0, 20, 40, 60
+MT_RANGES = {"pendulum": (-3254.72, 0.0)}
+MT_AGENT = {k: v for k, v in TINY.items() if k not in ("model_size", "batch_size")}
 
 
-class Line(Env):
-    """A point on [-1, 1] moved by 0.2 a per step, reward sign * x (two tasks: right, left)."""
+def mt_pool():
+    """The pool: random observations, actions and rewards in the dataset layout (row 0 of an
+    episode is its reset row; deterministic: the subprocess and the stage build the same one)."""
+    from tdmpc2core.dataset import EpisodeDataset, TaskInfo
 
-    def __init__(self, sign: float, name: str):
-        self.sign = float(sign)
-        self._token = self.sign
-        self.spec = EnvSpec(env_id=name, suite="gymnax", obs_dim=1, action_dim=1, action_low=(-1.0,),
-                            action_high=(1.0,), action_repeat=1, episode_length=MT_T, sim_episode_length=MT_T,
-                            backend=None, can_terminate=False)
-
-    def _raw_reset(self, key):
-        x = jax.random.uniform(key, (), jnp.float32, -0.5, 0.5)
-        return x, x[None]
-
-    def _raw_step(self, x, env_action, key):
-        x = jnp.clip(x + 0.2 * env_action[0], -1.0, 1.0)
-        return x, x[None], self.sign * x, jnp.zeros((), bool)
+    rng = np.random.default_rng(3)
+    T, n_ep = MT_T, MT_EPISODES
+    act = rng.uniform(-1, 1, (n_ep * (T + 1), 1)).astype(np.float32)
+    rew = rng.normal(size=n_ep * (T + 1)).astype(np.float32)
+    act[:: T + 1], rew[:: T + 1] = np.nan, np.nan
+    return EpisodeDataset(obs=rng.normal(size=(n_ep * (T + 1), 3)).astype(np.float32), action=act, reward=rew,
+                          terminated=np.zeros(n_ep * (T + 1), bool), truncated=np.tile(np.arange(T + 1) == T, n_ep),
+                          episode=np.repeat(np.arange(n_ep, dtype=np.int64), T + 1),
+                          step=np.tile(np.arange(T + 1, dtype=np.int32), n_ep),
+                          task=np.zeros(n_ep * (T + 1), np.int32),
+                          tasks=(TaskInfo("pendulum", 3, 1, T, 1, 0.975, "Pendulum-v1"),),
+                          provenance={"source": "tests/test_checkpoint.py"}).check("test pool")
 
 
 def mt_agent(batch_size=16):
-    """A two-task multi-task agent on random-action data of the two Line tasks (deterministic:
-    the subprocess builds the same one)."""
-    from tdmpc2core.dataset import EpisodeDataset, TaskInfo
+    """The multi-task agent on :func:`mt_pool` (what `tdmpc2 train-multi --model-size 1` builds
+    from the pool's file and a spec of this batch size, ``MT_AGENT`` and ``MT_RANGES``)."""
     from tdmpc2core.agents.multitask import TDMPC2MultiTask
 
-    rng = np.random.default_rng(0)
-    cols = {k: [] for k in ("obs", "action", "reward", "episode", "task")}
-    for ep in range(12):
-        k = ep % 2  # task 0 "right" (reward x), task 1 "left" (reward -x)
-        sign, x = (1.0, -1.0)[k], rng.uniform(-0.5, 0.5)
-        o, a, r = [x], [np.nan], [np.nan]
-        for _ in range(MT_T):
-            u = rng.uniform(-1, 1)
-            x = float(np.clip(x + 0.2 * u, -1.0, 1.0))
-            o.append(x), a.append(u), r.append(sign * x)
-        cols["obs"].append(np.array(o, np.float32)[:, None])
-        cols["action"].append(np.array(a, np.float32)[:, None])
-        cols["reward"].append(np.array(r, np.float32))
-        cols["episode"].append(np.full(MT_T + 1, ep, np.int64))
-        cols["task"].append(np.full(MT_T + 1, k, np.int32))
-    c = {k: np.concatenate(v) for k, v in cols.items()}
-    n = len(c["reward"])
-    tasks = tuple(TaskInfo(name=nm, obs_dim=1, action_dim=1, episode_length=MT_T, action_repeat=1, discount=0.95)
-                  for nm in ("right", "left"))
-    ds = EpisodeDataset(obs=c["obs"], action=c["action"], reward=c["reward"], terminated=np.zeros(n, bool),
-                        truncated=np.tile(np.arange(MT_T + 1) == MT_T, 12), episode=c["episode"],
-                        step=np.tile(np.arange(MT_T + 1, dtype=np.int32), 12), task=c["task"], tasks=tasks,
-                        provenance={"source": "tests/test_checkpoint.py"}).check("test dataset")
-    return TDMPC2MultiTask(ds, eval_envs=[Line(1.0, "right"), Line(-1.0, "left")], batch_size=batch_size,
-                           return_ranges={"right": (-25, 25), "left": (-25, 25)}, task_dim=8,
-                           **{k: v for k, v in TINY.items() if k != "batch_size"})
+    return TDMPC2MultiTask(mt_pool(), eval_envs=True, model_size=1, batch_size=batch_size,
+                           return_ranges=MT_RANGES, **MT_AGENT)
 
 
 @pytest.fixture(scope="module")
@@ -562,7 +547,7 @@ def test_multitask_checkpoint_of_other_data_or_settings_is_refused(compile_cache
 
 
 @pytest.mark.slow
-def test_train_multi_stage_sigterm_then_rerun_equals_a_fresh_run(compile_cache, tmp_path, capsys):
+def test_train_multi_stage_sigterm_then_rerun_equals_a_fresh_run(mt_whole, tmp_path, capsys):
     """`tdmpc2 train-multi` (in this process): SIGTERM once the checkpoint at 30 of 60 updates is
     written; exit 143 without outputs; the rerun resumes; a later forced rerun (the finished
     folder's marker) trains anew, to the same outputs."""
@@ -571,23 +556,12 @@ def test_train_multi_stage_sigterm_then_rerun_equals_a_fresh_run(compile_cache, 
     import pandas as pd
 
     from tdmpc2core.cli import build_parser
-    from tdmpc2core.dataset import EpisodeDataset, TaskInfo, save_dataset
+    from tdmpc2core.dataset import save_dataset
     from tdmpc2core.stages import train_multi
 
-    rng = np.random.default_rng(3)
-    T, n_ep = 200, 3  # gymnax Pendulum-v1: obs 3, action 1, T = 200
-    act = rng.uniform(-1, 1, (n_ep * (T + 1), 1)).astype(np.float32)
-    rew = rng.normal(size=n_ep * (T + 1)).astype(np.float32)
-    act[:: T + 1], rew[:: T + 1] = np.nan, np.nan
-    ds = EpisodeDataset(obs=rng.normal(size=(n_ep * (T + 1), 3)).astype(np.float32), action=act, reward=rew,
-                        terminated=np.zeros(n_ep * (T + 1), bool), truncated=np.tile(np.arange(T + 1) == T, n_ep),
-                        episode=np.repeat(np.arange(n_ep, dtype=np.int64), T + 1),
-                        step=np.tile(np.arange(T + 1, dtype=np.int32), n_ep), task=np.zeros(n_ep * (T + 1), np.int32),
-                        tasks=(TaskInfo("pendulum", 3, 1, T, 1, 0.975, "Pendulum-v1"),), provenance={}).check("t")
-    save_dataset(ds, tmp_path / "pool.parquet")
-    spec = {"updates": 60, "batch_size": 16, "eval_every": 20, "eval_episodes": 1, "log_every": 10,
-            "agent": {k: v for k, v in TINY.items() if k not in ("model_size", "batch_size")},
-            "return_ranges": {"pendulum": [-3254.72, 0.0]}}
+    save_dataset(mt_pool(), tmp_path / "pool.parquet")
+    # the settings of mt_agent() and MT_RUN: the programs of mt_whole, from the compilation cache
+    spec = {"updates": MT_UPDATES, "batch_size": 16, "agent": MT_AGENT, "return_ranges": MT_RANGES, **MT_RUN}
     ckdir = tmp_path / "checkpoints/multi/p/size1"
 
     def stage(outdir):

@@ -52,16 +52,23 @@ def assert_same(a: EpisodeDataset, b: EpisodeDataset):
 
 
 # ------------------------------------------------------------------ export from a run
+RUN_STEPS, BUFFER = 1000, 1000  # the fixture's call; the replay holds 1000 agent steps (5 episodes)
+
+
 @pytest.fixture(scope="module")
 def run():
-    agent = TDMPC2("Pendulum-v1", n_envs=2, seed_steps=400, **TINY)  # T = 200
+    """The first call (1000 agent steps) of a 2000-step run whose replay holds 1000 agent steps:
+    no longer than ``buffer_size``, so nothing is evicted yet. The eviction test continues a copy
+    of it with the same compiled program (same agent, same replay shape): nothing to compile."""
+    agent = TDMPC2("Pendulum-v1", n_envs=2, seed_steps=400, buffer_size=BUFFER, **TINY)  # T = 200
     finished = []
-    state, _ = agent.train(seed=[0, 1], n_timesteps=1000, callback=lambda r: finished.append(r))
-    return agent, state, finished
+    state, hist = agent.train(seed=[0, 1], n_timesteps=RUN_STEPS, total_timesteps=2 * RUN_STEPS,
+                              callback=lambda r: finished.append(r))
+    return agent, state, finished, hist
 
 
 def test_export_equals_the_rows_the_run_collected(run):
-    agent, state, chunks = run
+    agent, state, chunks, _ = run
     for i in range(2):
         ds = export_episodes(agent, state, seed_index=i, name="pendulum", seed=i)
         # 1000 agent steps over 2 envs = 500 ticks: 2 rounds of 2 complete episodes (the third in progress)
@@ -88,21 +95,25 @@ def test_export_equals_the_rows_the_run_collected(run):
 
 
 def test_export_refuses_a_missing_seed_index_and_evicted_episodes(run):
-    agent, state, _ = run
+    agent, state, _, hist = run
     with pytest.raises(ValueError, match="seed_index"):
         export_episodes(agent, state)
     with pytest.raises(ValueError, match="out of range"):
         export_episodes(agent, state, seed_index=2)
-    small = TDMPC2("Pendulum-v1", n_envs=2, seed_steps=400, buffer_size=200, **TINY)
-    st, _ = small.train(seed=[0], n_timesteps=1000)  # capacity 1 complete episode
-    with pytest.raises(ValueError, match="evicted 3 older episode"):
-        export_episodes(small, st)
-    ds = export_episodes(small, st, allow_evicted=True)
-    assert ds.num_episodes == 1 and ds.provenance["evicted_episodes"] == 3
+    # the run continued (a copy: the state is donated) to 2000 agent steps = 1000 ticks: 8 episodes
+    # committed (4 rounds of 2); the ring holds 5 (+ 2 being written), so it wrapped and evicted 3
+    copy = jax.tree_util.tree_map(lambda x: x.copy(), state)
+    st, _ = agent.train(seed=[0, 1], n_timesteps=RUN_STEPS, total_timesteps=2 * RUN_STEPS, state=copy,
+                        history=hist)
+    with pytest.raises(ValueError, match=r"evicted 3 older episode\(s\) \(buffer_size=1000 agent steps\)"):
+        export_episodes(agent, st, seed_index=1)
+    ds = export_episodes(agent, st, seed_index=1, allow_evicted=True)
+    assert ds.num_episodes == 5 and ds.provenance["evicted_episodes"] == 3
+    assert ds.num_rows == 5 * 201 and np.all(ds.truncated[ds.step == 200])
 
 
 def test_export_round_trips_bit_for_bit_and_third_party_readers_read_it(run, tmp_path):
-    agent, state, _ = run
+    agent, state, _, _ = run
     ds = export_episodes(agent, state, seed_index=0, name="pendulum")
     path = tmp_path / "pendulum.parquet"
     size = save_dataset(ds, path)
@@ -353,12 +364,13 @@ def test_stages_join_pool_and_refuse_bad_inputs_leaving_nothing(tmp_path):
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
 
 
-def test_train_multi_refuses_a_batch_larger_than_the_pool(tmp_path):
+def test_train_multi_refuses_a_batch_larger_than_the_pool(tmp_path, capsys):
     """The job's side of the load-time check (tdmpc2core.model.config.check_batch_size): a pool of
     two Pendulum episodes of 201 rows holds 2 x (201 - 3) = 396 distinct slices of horizon + 1
-    rows, so a batch of 397 would repeat slices; refused in one line before any training."""
-    import subprocess
-    import sys
+    rows, so a batch of 397 would repeat slices; refused in one line before any training.
+    Through the command's entry point (``tdmpc2core.cli.main``, which prints the one-line error
+    and sets the exit code) in this process; the stage tests above run the CLI as a subprocess."""
+    from tdmpc2core.cli import main
 
     ds = synthetic("pendulum", 3, 1, 200, [200, 200])
     ds = EpisodeDataset(**{f: getattr(ds, f) for f in ("obs", "action", "reward", "terminated", "truncated",
@@ -367,15 +379,12 @@ def test_train_multi_refuses_a_batch_larger_than_the_pool(tmp_path):
     save_dataset(ds, tmp_path / "pool.parquet")
     agent = {k: v for k, v in TINY.items() if k not in ("model_size", "batch_size")}
 
-    def train(batch):
-        spec = {"updates": 1, "batch_size": batch, "eval_every": 1, "eval_episodes": 1, "agent": agent}
-        return subprocess.run([sys.executable, "-m", "tdmpc2core.cli", "train-multi", "--pool", "p", "--model-size",
-                               "1", "--dataset", str(tmp_path / "pool.parquet"), "--spec", json.dumps(spec),
-                               "--seeds", "0", "--outdir", str(tmp_path / "out")],
-                              capture_output=True, text=True, timeout=600)
-
-    res = train(397)
-    assert res.returncode == 1, res.stderr[-3000:]
-    assert ("error: ValueError: batch_size=397 exceeds the 396 distinct training slices (horizon + 1 consecutive "
-            f"rows of one episode) that the pooled dataset {tmp_path / 'pool.parquet'} holds") in res.stderr
+    spec = {"updates": 1, "batch_size": 397, "eval_every": 1, "eval_episodes": 1, "agent": agent}
+    rc = main(["train-multi", "--pool", "p", "--model-size", "1", "--dataset", str(tmp_path / "pool.parquet"),
+               "--spec", json.dumps(spec), "--seeds", "0", "--outdir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 1, err[-3000:]
+    assert ("tdmpc2 train-multi: error: ValueError: batch_size=397 exceeds the 396 distinct training slices "
+            f"(horizon + 1 consecutive rows of one episode) that the pooled dataset {tmp_path / 'pool.parquet'} "
+            "holds") in err
     assert not (tmp_path / "out" / "run.json").exists()

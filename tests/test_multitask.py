@@ -23,6 +23,11 @@ from tdmpc2core.model.planner import plan, policy_trajectories
 TINY = dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16, num_elites=4, num_pi_trajs=2,
             iterations=1, task_dim=8)
 T_TWIN = 25
+# the twin-task agent (wider, so that the probe learns); tests/test_multitask_host.py evaluates
+# with the same settings, so its evaluation and init programs are this file's (the session's
+# compilation cache, tests/conftest.py)
+TWIN = dict(TINY, mlp_dim=64, latent_dim=32, enc_dim=64, num_samples=64, num_elites=8, num_pi_trajs=4, iterations=2)
+TWIN_BATCH, TWIN_EVAL_EPISODES = 64, 10
 
 
 def leaves(tree):
@@ -113,10 +118,8 @@ def twin():
     rng = np.random.default_rng(0)
     ds = make_dataset([twin_episodes(rng, 1.0, 40), twin_episodes(rng, -1.0, 40)],
                       [task("right", 1, 1, T_TWIN), task("left", 1, 1, T_TWIN)])
-    agent = TDMPC2MultiTask(ds, eval_envs=[TwinLine(1.0, "right"), TwinLine(-1.0, "left")], batch_size=64,
-                            return_ranges={"right": (-25, 25), "left": (-25, 25)},
-                            **dict(TINY, mlp_dim=64, latent_dim=32, enc_dim=64, num_samples=64, num_elites=8,
-                                   num_pi_trajs=4, iterations=2))
+    agent = TDMPC2MultiTask(ds, eval_envs=[TwinLine(1.0, "right"), TwinLine(-1.0, "left")], batch_size=TWIN_BATCH,
+                            return_ranges={"right": (-25, 25), "left": (-25, 25)}, **TWIN)
     return ds, agent
 
 
@@ -134,16 +137,19 @@ def test_task_dim_defaults_follow_the_official_parser(padded):
     assert official_task_dim(1, 30) == 96 and official_task_dim(317, 30) == 96
     assert official_task_dim(5, 30) == 64 and official_task_dim(19, 30) == 64 and official_task_dim(48, 30) == 64
     assert official_task_dim(5, 80) == 96 and official_task_dim(48, 80) == 96
-    ds, _ = padded
+    ds, padded_agent = padded
     small = {k: v for k, v in TINY.items() if k != "task_dim"}
     assert TDMPC2MultiTask(ds, **small).task_dim == 96                 # model_size 1
     assert TDMPC2MultiTask(ds, **dict(small, model_size=5)).task_dim == 64
     agent = TDMPC2MultiTask(ds, **dict(small, task_dim=12))            # an explicit value overrides
     assert agent.task_dim == 12 and agent.cfg.batch_size == 1024       # the paper's multi-task batch
-    params = seed0(agent.init([0]).agent.params)
-    assert params["task_emb"].shape == (2, 12)
+    # the parameters of an explicit task_dim: the padded agent's (TINY's task_dim=8), whose init
+    # program the other tests here use too (one compile fewer than initialising `agent`)
+    assert padded_agent.task_dim == 8
+    params = seed0(padded_agent.init([0]).agent.params)
+    assert params["task_emb"].shape == (2, 8)
     assert np.all(np.abs(np.asarray(params["task_emb"])) <= 0.02)     # uniform(-0.02, 0.02), spec §3.7
-    assert params["encoder"]["NormedLinear_0"]["Dense_0"]["kernel"].shape[0] == 4 + 12   # padded obs + e
+    assert params["encoder"]["NormedLinear_0"]["Dense_0"]["kernel"].shape[0] == 4 + 8    # padded obs + e
     assert params["pi"]["Dense_0"]["kernel"].shape[1] == 2 * 3                          # padded actions
 
 
@@ -330,14 +336,14 @@ def test_twin_task_probe_needs_the_task_embedding(twin):
     (optimal return ~23, a random policy ~0); with the two embedding rows swapped it goes the
     wrong way on both."""
     _, agent = twin
-    state, hist = agent.train(seed=[0], n_timesteps=1500, eval_every=1500, eval_episodes=10)
+    state, hist = agent.train(seed=[0], n_timesteps=1500, eval_every=1500, eval_episodes=TWIN_EVAL_EPISODES)
     before, after = hist["eval_return"][0, 0], hist["eval_return"][-1, 0]
     print("twin-task returns before / after training:", before, after)
     assert np.all(after > 15.0), after
     assert np.all(hist["normalized_score"][-1] > 80.0)   # 100 (return + 25) / 50, declared range
     swapped = state._replace(agent=state.agent._replace(
         params=dict(state.agent.params, task_emb=state.agent.params["task_emb"][:, ::-1])))
-    wrong = agent.evaluate(swapped, num_episodes=10)["return"][0]
+    wrong = agent.evaluate(swapped, num_episodes=TWIN_EVAL_EPISODES)["return"][0]
     print("with the embedding rows swapped:", wrong)
     assert np.all(wrong < 0.0), wrong
 

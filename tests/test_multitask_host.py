@@ -18,10 +18,12 @@ from test_multitask import TINY, leaves, make_dataset, random_episodes, task
 
 @pytest.fixture(scope="module")
 def pool():
-    """A synthetic pool of two tasks of different widths (obs 3 / action 1, obs 5 / action 2)."""
+    """A synthetic pool of two tasks of different widths (obs 2 / action 1, obs 4 / action 3: the
+    padded widths of tests/test_multitask.py's `padded` pool, so the agents' init program is
+    that file's, from the session's compilation cache when it ran first)."""
     rng = np.random.default_rng(7)
-    tasks = [task("a", 3, 1, 12), task("b", 5, 2, 20)]
-    return make_dataset([random_episodes(rng, 6, 12, 3, 1), random_episodes(rng, 5, 20, 5, 2)], tasks)
+    tasks = [task("a", 2, 1, 12), task("b", 4, 3, 20)]
+    return make_dataset([random_episodes(rng, 6, 12, 2, 1), random_episodes(rng, 5, 20, 4, 3)], tasks)
 
 
 def test_placement_follows_the_device_budget(pool):
@@ -68,17 +70,20 @@ def test_host_block_size_is_bounded(pool, monkeypatch):
 
 
 def test_eval_envs_with_none_evaluate_only_those_tasks():
-    """An official pool's tasks without an env of ours are trained on, not evaluated (M8)."""
-    from test_multitask import T_TWIN, TwinLine, twin_episodes
+    """An official pool's tasks without an env of ours are trained on, not evaluated (M8).
+    The agent has tests/test_multitask.py's twin-task settings, so its init and evaluation
+    programs are those of that file's probe (task "left", 10 episodes): loaded from the
+    session's compilation cache when that file ran first."""
+    from test_multitask import T_TWIN, TWIN, TWIN_BATCH, TWIN_EVAL_EPISODES, TwinLine, twin_episodes
 
     rng = np.random.default_rng(0)
     ds = make_dataset([twin_episodes(rng, 1.0, 4), twin_episodes(rng, -1.0, 4)],
                       [task("right", 1, 1, T_TWIN), task("left", 1, 1, T_TWIN)])
-    agent = TDMPC2MultiTask(ds, eval_envs=[None, TwinLine(-1.0, "left")], batch_size=8,
-                            return_ranges={"left": (-25, 25)}, **TINY)
+    agent = TDMPC2MultiTask(ds, eval_envs=[None, TwinLine(-1.0, "left")], batch_size=TWIN_BATCH,
+                            return_ranges={"left": (-25, 25)}, **TWIN)
     assert agent.eval_task_ids == [1] and agent.eval_task_names == ["left"]
-    ev = agent.evaluate(agent.init([0]), num_episodes=2)
-    assert ev["tasks"] == ["left"] and ev["returns"].shape == (1, 1, 2)
+    ev = agent.evaluate(agent.init([0]), num_episodes=TWIN_EVAL_EPISODES)
+    assert ev["tasks"] == ["left"] and ev["returns"].shape == (1, 1, TWIN_EVAL_EPISODES)
     np.testing.assert_allclose(ev["normalized_score"], 100 * (ev["return"][:, 0] + 25) / 50)
     with pytest.raises(ValueError, match="every entry is None"):
-        TDMPC2MultiTask(ds, eval_envs=[None, None], batch_size=8, **TINY)
+        TDMPC2MultiTask(ds, eval_envs=[None, None], batch_size=TWIN_BATCH, **TWIN)
