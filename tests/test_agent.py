@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import sys
+import warnings
 from pathlib import Path
 
 import jax
@@ -193,9 +195,11 @@ def test_seed_steps_shorter_than_an_episode_is_refused():
 # wheels gave other digests on the machine of 2026-12-01 19:30 (an "Intel(R) Xeon(R) Processor"
 # with AVX-512; pi kernel sums 2.2e-7 and 3.3e-7 apart, evaluation returns after training up
 # to 21.6 apart) than on the one they were recorded on that morning (its CPU was not noted).
-# So there is one baseline per machine a pin was recorded on, each for the same code; a run
-# must equal one of them bit for bit. A machine matching none fails in CI with its values
-# (add them here, labelled with its CPU, after checking that tests/test_parity.py passes).
+# (and an "AMD EPYC" of 2026-12-02 gave a third set). So there is one baseline per machine a pin
+# was recorded on, each for the same code; a run on a CPU model that has one must equal it bit
+# for bit. A CPU model with none (CI's machines vary) is held to the cross-CPU tolerances below
+# and passes with a warning that gives its values (add them here, labelled with its CPU, after
+# checking that tests/test_parity.py passes).
 BASELINE_VERSIONS = ("0.10.1", "0.10.1")
 BASELINES = {
     "recorded 2026-12-01 07:18 (CPU not noted)": {
@@ -214,7 +218,7 @@ BASELINES = {
                 eval_returns=[[[-1618.6572265625, -1019.6524047851562], [-1195.4683837890625, -1314.865234375]],
                               [[-1543.8524169921875, -1567.678466796875], [-1464.4073486328125, -1348.510986328125]]]),
     },
-    "AMD EPYC, avx512f (2026-12-02 04:40, recorded on 70efd97 and on db5c49c: equal)": {
+    "AMD EPYC (family 26, model 2), avx512f (2026-12-02 04:40, recorded on 70efd97 and db5c49c: equal)": {
         1: dict(agent="cfbf03f687696d79", replay="c89be092b13e7487",
                 pi_kernel_sum=[0.0659765508316923, 0.054997452250972856], updates=[259, 259]),
         2: dict(agent="deb99c44a83a13f4", replay="7475ccee46e08d29",
@@ -226,25 +230,70 @@ BASELINES = {
 
 
 def cpu_label() -> str:
-    """The host CPU as a baseline label names it: model name, and whether it has AVX-512."""
+    """The host CPU as a baseline label names it: model name, family and model numbers (a virtual
+    machine's model name can be generic, "AMD EPYC", over several generations), AVX-512 or not."""
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.machine() or "unknown CPU"
-    fields = dict(line.split(":", 1) for line in info.splitlines()[:40] if ":" in line)
-    model = fields.get("model name\t", fields.get("model name", platform.machine())).strip()
-    flags = " " + next((v for k, v in fields.items() if k.strip() == "flags"), "") + " "
-    return f"{model}, {'avx512f' if ' avx512f ' in flags else 'no avx512f'}"
+    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in info.splitlines()[:40] if ":" in line)}
+    model = fields.get("model name", platform.machine())
+    flags = " " + fields.get("flags", "") + " "
+    return (f"{model} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}), "
+            f"{'avx512f' if ' avx512f ' in flags else 'no avx512f'}")
+
+
+#: On a CPU model with no baseline of its own, a run must still agree with every recorded
+#: baseline to what float32 rounding across CPUs moves: the update counts exactly, the pi kernel
+#: sums within PI_SUM_ATOL (the three machines' sums differ by at most 1.1e-6; measured on the
+#: AMD EPYC, 2026-12-02, the n_envs 1 run: a 1% change of tau moves them by 1.4e-5 and 2.7e-5,
+#: of the learning rate, rho or the entropy coefficient by 3e-4 to 8.5e-4) and the untrained
+#: planner's returns (the first evaluation, before any update) within UNTRAINED_RETURN_ATOL
+#: (observed at most 4e-4). Returns after training are not compared there: 420 agent steps of a
+#: chaotic system put the machines up to 31 apart.
+PI_SUM_ATOL = 5e-6
+UNTRAINED_RETURN_ATOL = 1e-2
+
+
+def near_baseline(got: dict, pins: dict) -> list[str]:
+    """What of ``got`` falls outside the cross-CPU tolerances of one baseline (empty: near)."""
+    off = []
+    if got["updates"] != pins["updates"]:
+        off.append(f"updates {got['updates']} != {pins['updates']}")
+    d = np.max(np.abs(np.subtract(got["pi_kernel_sum"], pins["pi_kernel_sum"])))
+    if not d <= PI_SUM_ATOL:
+        off.append(f"pi kernel sums {d:.3g} apart (> {PI_SUM_ATOL})")
+    if "eval_returns" in pins:
+        d = np.max(np.abs(np.subtract(got["eval_returns"][0], pins["eval_returns"][0])))
+        if not d <= UNTRAINED_RETURN_ATOL:
+            off.append(f"untrained returns {d:.3g} apart (> {UNTRAINED_RETURN_ATOL})")
+    return off
 
 
 def assert_matches_a_baseline(got: dict, case: int) -> None:
-    """``got`` equals the baseline ``case`` of one of the machines in BASELINES, bit for bit."""
+    """``got`` equals the baseline ``case`` of one of the machines in BASELINES, bit for bit.
+
+    A CPU whose label (:func:`cpu_label`) begins a baseline's label must match bit for bit (a
+    code change that moves numbers fails there). Any other CPU model cannot be checked bit for
+    bit: its run must be near every baseline (:func:`near_baseline`) and passes with a warning
+    that gives the values to record for it (tools/record_pins.py on an unchanged commit)."""
     for label, pins in BASELINES.items():
         if got == pins[case]:
             return
-    pytest.fail(f"n_envs {case}: the run matches no recorded baseline (machines: {list(BASELINES)}); this "
-                f"machine ({cpu_label()}) gives {got}. A code change that moves numbers is a bug here; a new "
-                f"CPU model is not: record it with tools/record_pins.py on an unchanged commit and add it.")
+    here = cpu_label()
+    recorded = [label for label in BASELINES if label.startswith(here)]
+    head = (f"n_envs {case}: the run matches no recorded baseline (machines: {list(BASELINES)}); this machine "
+            f"({here}) gives {got}.")
+    if recorded:
+        pytest.fail(f"{head} This CPU model has a baseline ({recorded[0]!r}): a code change that moves numbers is a "
+                    f"bug here (or, for an algebraically identical rewrite, a re-record in a commit of its own).")
+    far = {label: off for label, pins in BASELINES.items() if (off := near_baseline(got, pins[case]))}
+    if far:
+        pytest.fail(f"{head} This CPU model has no baseline, and the run is farther from the recorded ones than "
+                    f"float32 rounding across CPUs moves them: {far}")
+    warnings.warn(f"{head} This CPU model has no baseline, so the run was checked only to the cross-CPU "
+                  f"tolerances (near every baseline); record it with tools/record_pins.py on an unchanged commit "
+                  f"and add it to BASELINES.", stacklevel=2)
 
 
 def digest(tree) -> str:
@@ -280,6 +329,36 @@ def require_baseline_versions():
         if os.environ.get("CI"):
             pytest.fail(msg)
         pytest.skip(msg)
+
+
+def test_near_baseline_check_refuses_what_rounding_across_cpus_cannot_explain(monkeypatch):
+    """The fallback for an unrecorded CPU model: cross-CPU rounding passes (with a warning that
+    gives the values to record), a moved update count, pi sum or untrained return fails, and a
+    recorded CPU model gets no tolerance at all."""
+    pins = next(iter(BASELINES.values()))[2]
+    close = dict(pins, agent="0" * 16, replay="1" * 16, pi_kernel_sum=[v + 1e-6 for v in pins["pi_kernel_sum"]],
+                 eval_returns=[[[r + 4e-4 for r in e] for e in pins["eval_returns"][0]], pins["eval_returns"][1]])
+    assert near_baseline(close, pins) == []
+    assert near_baseline(dict(close, updates=[417, 418]), pins)
+    assert near_baseline(dict(close, pi_kernel_sum=[pins["pi_kernel_sum"][0] + 1.4e-5, pins["pi_kernel_sum"][1]]),
+                         pins)
+    assert near_baseline(dict(close, eval_returns=[[[r + 0.1 for r in e] for e in pins["eval_returns"][0]],
+                                                   pins["eval_returns"][1]]), pins)
+    # after training the machines differ by up to 31: not compared
+    assert near_baseline(dict(close, eval_returns=[pins["eval_returns"][0], [[0.0, 0.0], [0.0, 0.0]]]), pins) == []
+    monkeypatch.setattr(sys.modules[__name__], "cpu_label", lambda: "Some CPU (family 1, model 1), no avx512f")
+    far = {label: dict(p[2]) for label, p in BASELINES.items()}
+    monkeypatch.setattr(sys.modules[__name__], "BASELINES",
+                        {label: {2: dict(p, pi_kernel_sum=[v + 1e-6 for v in p["pi_kernel_sum"]])}
+                         for label, p in far.items()})
+    with pytest.warns(UserWarning, match="has no baseline.*record it"):
+        assert_matches_a_baseline(dict(pins), 2)
+    with pytest.raises(pytest.fail.Exception, match="farther from the recorded ones"):
+        assert_matches_a_baseline(dict(pins, updates=[1, 1]), 2)
+    label = next(iter(BASELINES))
+    monkeypatch.setattr(sys.modules[__name__], "cpu_label", lambda: label[:20])
+    with pytest.raises(pytest.fail.Exception, match="This CPU model has a baseline"):
+        assert_matches_a_baseline(dict(pins), 2)
 
 
 @pytest.mark.slow
