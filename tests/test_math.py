@@ -295,3 +295,15 @@ def test_bernoulli_mask_refuses_a_batch_of_typed_keys_as_jax_does():
         jax.random.bernoulli(keys, 0.9, (3, 2))
     with pytest.raises(ValueError, match="single key"):
         tm.bernoulli_mask(keys, 0.9, (3, 2))
+
+
+def test_bernoulli_mask_is_computed_once_for_several_readers():
+    # the speed-up of the written-out rounds holds only if XLA does not copy them into every
+    # fusion that reads the mask (as it did with a plain `<` test: three copies per dropout site
+    # in an update); its 20 rotations (each a shift-left) must occur once in the compiled program
+    def f(k, x, y):
+        m = tm.bernoulli_mask(k, 0.99, x.shape)
+        return jnp.where(m, x / 0.99, 0.0), jnp.sum(jnp.where(m, y, 0.0) * x, axis=0), jnp.where(m, y * 3.0, 1.0).T
+    x = jnp.ones((64, 32), jnp.float32)
+    hlo = jax.jit(f).lower(jax.random.PRNGKey(0), x, 2 * x).compile().as_text()
+    assert hlo.count("shift-left(") == 20

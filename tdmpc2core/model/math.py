@@ -156,6 +156,13 @@ def bernoulli_mask(key, p: float, shape):
     falls back to ``jax.random.bernoulli`` itself. ``key``: a raw uint32[2] key or a typed
     threefry key; ``p`` a Python float in (0, 1). Returns bool [shape]. tests/test_math.py
     checks the identity with jax.random.bernoulli.
+
+    The test ``u < t`` is written ``u // t == 0`` (the same for unsigned u and t >= 1): XLA
+    counts an integer division as expensive and will not copy it, with the 20 rounds before it,
+    into every fusion that reads the mask. With ``<``, XLA:CPU recomputed the whole generator in
+    each of the mask's readers (the dropout forward, its backward and the transposing fusions of
+    the Q ensemble's first-layer gradient: three times per dropout site in an update); now the
+    words are computed once per site and the readers compare.
     """
     import numpy as np
 
@@ -171,4 +178,4 @@ def bernoulli_mask(key, p: float, shape):
     lo = jax.lax.iota(jnp.uint32, _pymath.prod(shape)).reshape(shape) if shape else jnp.zeros((), jnp.uint32)
     b1, b2 = _threefry2x32(data[0], data[1], jnp.zeros_like(lo), lo)
     threshold = int(np.ceil(np.float64(np.float32(p)) * 2.0 ** 23))
-    return ((b1 ^ b2) >> jnp.uint32(9)) < jnp.uint32(threshold)
+    return ((b1 ^ b2) >> jnp.uint32(9)) // jnp.uint32(threshold) == jnp.uint32(0)
