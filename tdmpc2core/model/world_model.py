@@ -90,14 +90,18 @@ class WorldModel:
 
     def _q_members(self, qs_params, z, a, e=None, dropout_key=None):
         """Logits [k, ..., num_bins] of the members stacked in qs_params (axis 0)."""
-        x = _cat(z, e, a)
         qmod = self.modules["q"]
         k = jax.tree_util.tree_leaves(qs_params)[0].shape[0]
+        # one copy of the shared input per member, so every layer is a plain batched matmul over
+        # the members: with one shared input XLA contracts the first layer's gradient over
+        # members x features and transposes the activations' gradient twice to do it
+        x = _cat(z, e, a)
+        xs = jnp.broadcast_to(x, (k,) + x.shape)
         if dropout_key is None:
-            return jax.vmap(lambda p: qmod.apply({"params": p}, x, deterministic=True))(qs_params)
+            return jax.vmap(lambda p, x: qmod.apply({"params": p}, x, deterministic=True))(qs_params, xs)
         keys = jax.random.split(dropout_key, k)  # a different dropout mask per member (spec §3.3)
-        return jax.vmap(lambda p, kk: qmod.apply({"params": p}, x, deterministic=False, rngs={"dropout": kk}))(
-            qs_params, keys)
+        return jax.vmap(lambda p, x, kk: qmod.apply({"params": p}, x, deterministic=False, rngs={"dropout": kk}))(
+            qs_params, xs, keys)
 
     def q_all(self, qs_params, z, a, e=None, dropout_key=None):
         """Logits of all K members [K, ..., num_bins]; dropout on iff dropout_key is given."""
