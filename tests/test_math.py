@@ -280,6 +280,15 @@ def test_bernoulli_mask_falls_back_to_jax_for_other_generators():
     np.testing.assert_array_equal(tm.bernoulli_mask(k, 0.9, (5, 7)), jax.random.bernoulli(k, 0.9, (5, 7)))
 
 
+def test_bernoulli_mask_equals_jax_in_64_bit_mode_and_for_p_that_float32_rounds_to_zero():
+    k = jax.random.PRNGKey(4)
+    with jax.enable_x64(True):  # float64 uniforms from 64-bit words: the fallback
+        for p in (0.5, 0.9):
+            np.testing.assert_array_equal(tm.bernoulli_mask(k, p, (40, 25)), jax.random.bernoulli(k, p, (40, 25)))
+    for p in (1e-46, 1e-300):  # float32(p) == 0: no threshold of at least 1, so no division by zero
+        np.testing.assert_array_equal(tm.bernoulli_mask(k, p, (40, 25)), jax.random.bernoulli(k, p, (40, 25)))
+
+
 def test_bernoulli_mask_takes_the_written_out_path_for_default_keys():
     # the speed-up is real only if the default keys do not fall back to jax.random (whose
     # threefry2x32 primitive XLA:CPU runs as a rolled loop)

@@ -152,8 +152,9 @@ def bernoulli_mask(key, p: float, shape):
     Used where JAX draws with the default generator (threefry2x32, ``jax_threefry_partitionable``
     on, as in jax 0.10): the 32-bit words are threefry2x32(key, (i >> 32, i & 0xffffffff)) of
     the flat index i, xor-ed; jax.random's uniform is (word >> 9) * 2^-23, so ``u < p`` is the
-    integer test ``word >> 9 < ceil(p_f32 * 2^23)``. Any other key type or generator setting
-    falls back to ``jax.random.bernoulli`` itself. ``key``: a raw uint32[2] key or a typed
+    integer test ``word >> 9 < ceil(p_f32 * 2^23)``. Any other key type or generator setting,
+    64-bit mode (``jax_enable_x64``: jax.random then draws float64 uniforms from 64-bit words) and
+    a ``p`` that float32 rounds to 0 fall back to ``jax.random.bernoulli`` itself. ``key``: a raw uint32[2] key or a typed
     threefry key; ``p`` a Python float in (0, 1). Returns bool [shape]. tests/test_math.py
     checks the identity with jax.random.bernoulli.
 
@@ -168,7 +169,9 @@ def bernoulli_mask(key, p: float, shape):
 
     shape = tuple(int(d) for d in shape)
     typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-    fast = (jax.config.jax_threefry_partitionable and 0.0 < p < 1.0 and _pymath.prod(shape) < 2 ** 32
+    threshold = int(np.ceil(np.float64(np.float32(p)) * 2.0 ** 23)) if 0.0 < p < 1.0 else 0
+    fast = (jax.config.jax_threefry_partitionable and not jax.config.jax_enable_x64 and threshold >= 1
+            and _pymath.prod(shape) < 2 ** 32
             and (jax.random.key_impl(key) == "threefry2x32" and key.shape == () if typed
                  else (jax.config.jax_default_prng_impl == "threefry2x32" and key.shape == (2,)
                        and key.dtype == jnp.uint32)))
@@ -177,5 +180,4 @@ def bernoulli_mask(key, p: float, shape):
     data = jax.random.key_data(key) if typed else key
     lo = jax.lax.iota(jnp.uint32, _pymath.prod(shape)).reshape(shape) if shape else jnp.zeros((), jnp.uint32)
     b1, b2 = _threefry2x32(data[0], data[1], jnp.zeros_like(lo), lo)
-    threshold = int(np.ceil(np.float64(np.float32(p)) * 2.0 ** 23))
     return ((b1 ^ b2) >> jnp.uint32(9)) // jnp.uint32(threshold) == jnp.uint32(0)

@@ -111,7 +111,9 @@ class WorldModel:
         """min or avg of two distinct random members, decoded to scalars [...] (spec §4.6).
 
         One pair is drawn per call and shared by the whole batch. Only the two chosen
-        members are evaluated: the same numbers as evaluating all K and selecting them.
+        members are evaluated: without dropout, the same numbers as evaluating all K and
+        selecting them; with ``dropout_key``, the pair's masks come from that key split in two
+        (not K), so they are not the masks ``q_all`` would give those members.
         ``idx`` [2] int: the pair to use instead of drawing it from ``key`` (an injected draw).
         """
         K = jax.tree_util.tree_leaves(qs_params)[0].shape[0]
