@@ -359,8 +359,8 @@ def require_baseline_versions():
 
 def test_near_baseline_check_refuses_what_rounding_across_cpus_cannot_explain(monkeypatch):
     """The fallback for an unrecorded CPU model: cross-CPU rounding passes (with a warning that
-    gives the values to record), a moved update count, pi sum or untrained return fails, and a
-    recorded CPU model gets no tolerance at all."""
+    gives the values to record), a moved update count, pi sum, parameter sum or untrained return
+    fails, and a recorded CPU model gets no tolerance at all."""
     pins = next(iter(BASELINES.values()))[2]
     close = dict(pins, agent="0" * 16, replay="1" * 16, pi_kernel_sum=[v + 1e-6 for v in pins["pi_kernel_sum"]],
                  eval_returns=[[[r + 4e-4 for r in e] for e in pins["eval_returns"][0]], pins["eval_returns"][1]])
@@ -375,10 +375,9 @@ def test_near_baseline_check_refuses_what_rounding_across_cpus_cannot_explain(mo
     # after training the machines differ by up to 31: not compared
     assert near_baseline(dict(close, eval_returns=[pins["eval_returns"][0], [[0.0, 0.0], [0.0, 0.0]]]), pins) == []
     monkeypatch.setattr(sys.modules[__name__], "cpu_label", lambda: "Some CPU (family 1, model 1), no avx512f")
-    far = {label: dict(p[2]) for label, p in BASELINES.items()}
-    monkeypatch.setattr(sys.modules[__name__], "BASELINES",
-                        {label: {2: dict(p, pi_kernel_sum=[v + 1e-6 for v in p["pi_kernel_sum"]])}
-                         for label, p in far.items()})
+    shifted = {label: {2: dict(p[2], pi_kernel_sum=[v + 1e-6 for v in p[2]["pi_kernel_sum"]])}
+               for label, p in BASELINES.items()}  # as another CPU's rounding would move them
+    monkeypatch.setattr(sys.modules[__name__], "BASELINES", shifted)
     with pytest.warns(UserWarning, match="has no baseline.*record it"):
         assert_matches_a_baseline(dict(pins), 2)
     with pytest.raises(pytest.fail.Exception, match="farther from the recorded ones"):

@@ -153,10 +153,10 @@ def bernoulli_mask(key, p: float, shape):
     on, as in jax 0.10): the 32-bit words are threefry2x32(key, (i >> 32, i & 0xffffffff)) of
     the flat index i, xor-ed; jax.random's uniform is (word >> 9) * 2^-23, so ``u < p`` is the
     integer test ``word >> 9 < ceil(p_f32 * 2^23)``. Any other key type or generator setting,
-    64-bit mode (``jax_enable_x64``: jax.random then draws float64 uniforms from 64-bit words) and
-    a ``p`` that float32 rounds to 0 fall back to ``jax.random.bernoulli`` itself. ``key``: a raw uint32[2] key or a typed
-    threefry key; ``p`` a Python float in (0, 1). Returns bool [shape]. tests/test_math.py
-    checks the identity with jax.random.bernoulli.
+    64-bit mode (``jax_enable_x64``: jax.random then draws float64 uniforms from 64-bit words)
+    and a ``p`` that float32 rounds to 0 fall back to ``jax.random.bernoulli`` itself. ``key``:
+    a raw uint32[2] key or a typed threefry key; ``p`` a Python float in (0, 1). Returns bool
+    [shape]. tests/test_math.py checks the identity with jax.random.bernoulli.
 
     The test ``u < t`` is written ``u // t == 0`` (the same for unsigned u and t >= 1): XLA
     counts an integer division as expensive and will not copy it, with the 20 rounds before it,
