@@ -13,7 +13,8 @@ and of every Q member zero.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from functools import partial
+from typing import Callable, Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -25,6 +26,66 @@ from .math import bernoulli_mask, mish, simnorm
 MATMUL_PRECISION = jax.lax.Precision.HIGHEST
 LN_EPS = 1e-5
 weight_init = nn.initializers.normal(stddev=0.02)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3,))
+def linear(x, kernel, bias, frozen_inputs: int = 0):
+    """x @ kernel + bias over any leading axes: x [..., in], kernel [in, out], bias [out]
+    -> [..., out] (the Linear layer of spec §3.1, float32 at HIGHEST precision).
+
+    The forward pass is flax.linen.Dense's. The backward pass computes the kernel's gradient
+    as one contraction over all leading axes, sum_n x[n, i] g[n, o] (``einsum('ni,no->io')``):
+    XLA:CPU lowers that straight to one dot of the two stored arrays, while the gradient JAX
+    derives for the same product makes it copy g into a transposed layout first and run a
+    slower dot (benchmarks/README.md, "Where a CPU update's time goes"). Same gradients up
+    to float32 summation order.
+
+    ``frozen_inputs`` (static): the first ``frozen_inputs`` input features get a zero
+    cotangent and their part of g @ kernel^T is not computed. Only for inputs the caller
+    has already passed through ``stop_gradient`` (the policy step's detached latents in
+    front of the action, spec §5.2.7): their gradient is discarded anyway.
+    """
+    del frozen_inputs
+    return _linear_fwd_value(x, kernel, bias)
+
+
+def _linear_fwd_value(x, kernel, bias):
+    y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=MATMUL_PRECISION)
+    return y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+
+
+def _linear_fwd(x, kernel, bias, frozen_inputs):
+    return _linear_fwd_value(x, kernel, bias), (x, kernel)
+
+
+def _linear_bwd(frozen_inputs, res, g):
+    x, kernel = res
+    g2 = g.reshape(-1, g.shape[-1])
+    d_kernel = jnp.einsum("ni,no->io", x.reshape(-1, x.shape[-1]), g2, precision=MATMUL_PRECISION)
+    d_bias = jnp.sum(g2, axis=0)
+    f = frozen_inputs
+    dx = jnp.einsum("...o,io->...i", g, kernel[f:], precision=MATMUL_PRECISION)
+    if f:
+        dx = jnp.concatenate([jnp.zeros(g.shape[:-1] + (f,), dx.dtype), dx], axis=-1)
+    return dx, d_kernel, d_bias
+
+
+linear.defvjp(_linear_fwd, _linear_bwd)
+
+
+class Dense(nn.Module):
+    """``flax.linen.Dense`` (same name in the tree, same parameters and initialisation) applied
+    through :func:`linear`; ``frozen_inputs`` as there."""
+
+    features: int
+    kernel_init: Callable = weight_init
+    bias_init: Callable = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, x, frozen_inputs: int = 0):
+        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
+        bias = self.param("bias", self.bias_init, (self.features,), jnp.float32)
+        return linear(x, kernel, bias, frozen_inputs)
 
 
 class Dropout(nn.Module):
@@ -54,9 +115,8 @@ class NormedLinear(nn.Module):
     simnorm_dim: int = 8
 
     @nn.compact
-    def __call__(self, x, deterministic: bool = True):
-        x = nn.Dense(self.features, kernel_init=weight_init, bias_init=nn.initializers.zeros,
-                     precision=MATMUL_PRECISION)(x)
+    def __call__(self, x, deterministic: bool = True, frozen_inputs: int = 0):
+        x = Dense(self.features)(x, frozen_inputs)
         if self.dropout > 0:
             x = Dropout(rate=self.dropout)(x, deterministic=deterministic)
         x = nn.LayerNorm(epsilon=LN_EPS)(x)
@@ -83,13 +143,14 @@ class MLP(nn.Module):
     simnorm_dim: int = 8
 
     @nn.compact
-    def __call__(self, x, deterministic: bool = True):
+    def __call__(self, x, deterministic: bool = True, frozen_inputs: int = 0):
+        """``frozen_inputs``: see :func:`linear` (first layer only)."""
         for i, h in enumerate(self.hidden):
-            x = NormedLinear(h, "mish", self.dropout if i == 0 else 0.0, self.simnorm_dim)(x, deterministic)
+            x = NormedLinear(h, "mish", self.dropout if i == 0 else 0.0, self.simnorm_dim)(
+                x, deterministic, frozen_inputs if i == 0 else 0)
         if self.out_act is None:
             kinit = nn.initializers.zeros if self.zero_out else weight_init
-            return nn.Dense(self.out, kernel_init=kinit, bias_init=nn.initializers.zeros,
-                            precision=MATMUL_PRECISION)(x)
+            return Dense(self.out, kernel_init=kinit)(x)
         return NormedLinear(self.out, self.out_act, 0.0, self.simnorm_dim)(x, deterministic)
 
 

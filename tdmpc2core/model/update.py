@@ -225,7 +225,7 @@ def policy_loss(wm: WorldModel, pi_params, qs_params, zs, pi_scale, key, e=None,
         e = jax.lax.stop_gradient(e)
     _, a, log_pi, _ = wm.pi(pi_params, zs, k_pi, e, mask, eps=eps)
     q = wm.q_pair(jax.lax.stop_gradient(qs_params), zs, a, k_pair, "avg", e, dropout_key=k_drop,
-                  idx=pair)  # [H+1, B]
+                  idx=pair, grad_action_only=True)  # [H+1, B]
     new_scale = tm.running_scale_update(pi_scale, q[0][:, None], cfg.tau)
     q = q / jax.lax.stop_gradient(new_scale)
     rho = cfg.rho ** jnp.arange(zs.shape[0], dtype=jnp.float32)

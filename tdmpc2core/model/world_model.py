@@ -88,9 +88,19 @@ class WorldModel:
         log_pi = log_pi - tm.squash_correction(sample)
         return mean, sample, log_pi, log_std
 
-    def _q_members(self, qs_params, z, a, e=None, dropout_key=None):
-        """Logits [k, ..., num_bins] of the members stacked in qs_params (axis 0)."""
+    def _q_members(self, qs_params, z, a, e=None, dropout_key=None, grad_action_only=False):
+        """Logits [k, ..., num_bins] of the members stacked in qs_params (axis 0).
+
+        ``grad_action_only``: z and e enter through ``stop_gradient`` and the first layer's
+        backward pass computes the input gradient for the action columns only (a saving of
+        (latent + task_dim) / (latent + task_dim + action_dim) of that matmul).
+        """
         qmod = self.modules["q"]
+        frozen = 0
+        if grad_action_only:
+            z = jax.lax.stop_gradient(z)
+            e = None if e is None else jax.lax.stop_gradient(e)
+            frozen = z.shape[-1] + (0 if e is None else e.shape[-1])
         k = jax.tree_util.tree_leaves(qs_params)[0].shape[0]
         # one copy of the shared input per member, so every layer is a plain batched matmul over
         # the members: with one shared input XLA contracts the first layer's gradient over
@@ -98,16 +108,18 @@ class WorldModel:
         x = _cat(z, e, a)
         xs = jnp.broadcast_to(x, (k,) + x.shape)
         if dropout_key is None:
-            return jax.vmap(lambda p, x: qmod.apply({"params": p}, x, deterministic=True))(qs_params, xs)
+            return jax.vmap(lambda p, x: qmod.apply({"params": p}, x, deterministic=True, frozen_inputs=frozen))(
+                qs_params, xs)
         keys = jax.random.split(dropout_key, k)  # a different dropout mask per member (spec §3.3)
-        return jax.vmap(lambda p, x, kk: qmod.apply({"params": p}, x, deterministic=False, rngs={"dropout": kk}))(
-            qs_params, xs, keys)
+        return jax.vmap(lambda p, x, kk: qmod.apply({"params": p}, x, deterministic=False, frozen_inputs=frozen,
+                                                    rngs={"dropout": kk}))(qs_params, xs, keys)
 
     def q_all(self, qs_params, z, a, e=None, dropout_key=None):
         """Logits of all K members [K, ..., num_bins]; dropout on iff dropout_key is given."""
         return self._q_members(qs_params, z, a, e, dropout_key)
 
-    def q_pair(self, qs_params, z, a, key, reduce: str, e=None, dropout_key=None, idx=None):
+    def q_pair(self, qs_params, z, a, key, reduce: str, e=None, dropout_key=None, idx=None,
+               grad_action_only=False):
         """min or avg of two distinct random members, decoded to scalars [...] (spec §4.6).
 
         One pair is drawn per call and shared by the whole batch. Only the two chosen
@@ -115,6 +127,8 @@ class WorldModel:
         selecting them; with ``dropout_key``, the pair's masks come from that key split in two
         (not K), so they are not the masks ``q_all`` would give those members.
         ``idx`` [2] int: the pair to use instead of drawing it from ``key`` (an injected draw).
+        ``grad_action_only``: gradient flows to ``a`` only, z and e are detached (the policy
+        step, spec §5.2.7); same values, less backward work (see ``_q_members``).
         """
         K = jax.tree_util.tree_leaves(qs_params)[0].shape[0]
         if idx is None:
@@ -122,7 +136,8 @@ class WorldModel:
         else:
             idx = jnp.asarray(idx, jnp.int32)
         pair = jax.tree_util.tree_map(lambda p: p[idx], qs_params)
-        q = tm.two_hot_inv(self._q_members(pair, z, a, e, dropout_key), self.cfg.vmin, self.cfg.vmax)
+        q = tm.two_hot_inv(self._q_members(pair, z, a, e, dropout_key, grad_action_only), self.cfg.vmin,
+                           self.cfg.vmax)
         if reduce == "min":
             return jnp.minimum(q[0], q[1])
         if reduce == "avg":
