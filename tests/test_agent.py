@@ -202,31 +202,29 @@ def test_seed_steps_shorter_than_an_episode_is_refused():
 # checking that tests/test_parity.py passes).
 BASELINE_VERSIONS = ("0.10.1", "0.10.1")
 BASELINES = {
-    # re-recorded at the Q ensemble's per-member input (moved from the AMD EPYC's values at
-    # d293c5e by: pi kernel sums n_envs 1 1.2e-7 / 1.2e-7, n_envs 2 2.1e-6 / 2.1e-7; untrained
-    # returns unchanged; returns after 420 agent steps 0.001, 0.086, 0 and 52.8). The baselines
-    # of the Intel Xeon (2026-12-01 19:50) and of the morning's unnoted CPU were for the code
-    # before it and could not be re-recorded here: those machines now get the cross-CPU check.
-    # The parameter sums were added at 06:50 from the same runs (digests unchanged).
-    "AMD EPYC (family 26, model 2), avx512f (2026-12-02 05:16, Q ensemble per-member input)": {
-        1: dict(agent="96663e901eccb2a2", replay="f72e3f25532a6120",
-                pi_kernel_sum=[0.06597642872657161, 0.054997329018078744], updates=[259, 259],
-                param_sums=dict(encoder=[48.70641619649723, 47.9813601335145],
-                                dynamics=[80.19900508903834, 80.81747993506451],
-                                reward=[61.2038807226927, 63.49961689826887],
-                                qs=[133.5336628638288, 142.75012787531216],
-                                target_qs=[124.54426412108069, 135.35075874412473],
-                                pi=[64.28434516545508, 63.857357168997794])),
-        2: dict(agent="ef4b69311704c0fb", replay="9be9712b2ac9a03c",
-                pi_kernel_sum=[-0.49094865296501666, 0.03441487782401964], updates=[418, 418],
-                param_sums=dict(encoder=[48.8079359218209, 48.00587430700398],
-                                dynamics=[80.21326470919075, 80.91402604983978],
-                                reward=[72.19709468406336, 71.07673770525071],
-                                qs=[140.3977744009644, 130.5985626196325],
-                                target_qs=[135.27963486937938, 127.93137907954508],
-                                pi=[64.66714945866352, 63.75599490829336]),
+    # re-recorded at networks.linear (the kernel gradient as one contraction; the policy step's
+    # action-only Q input gradient), moved from the per-member-input values by: pi kernel sums
+    # n_envs 1 9.6e-8, n_envs 2 1.1e-6; parameter sums at most 8.9e-6 (reward, n_envs 2);
+    # untrained returns unchanged; returns after 420 agent steps 0, 0.18, 0.0002 and 21.6.
+    "AMD EPYC (family 26, model 2), avx512f (2026-12-02 08:40, linear layers' custom VJP)": {
+        1: dict(agent="d80e482d312fce89", replay="0f8fdcff271f9bcc",
+                pi_kernel_sum=[0.06597642641281709, 0.054997233011818025], updates=[259, 259],
+                param_sums=dict(encoder=[48.706416102206276, 47.98135998784892],
+                                dynamics=[80.1990053625043, 80.81748027619142],
+                                reward=[61.20387780142846, 63.49961709591116],
+                                qs=[133.53365844244536, 142.75012448078076],
+                                target_qs=[124.54426256364172, 135.350755338279],
+                                pi=[64.28434519366357, 63.85735625580111])),
+        2: dict(agent="64bfe3867b54ba45", replay="bcb2bb7726ba64ed",
+                pi_kernel_sum=[-0.49094755412079394, 0.03441480698529631], updates=[418, 418],
+                param_sums=dict(encoder=[48.80793569313755, 48.00587469578204],
+                                dynamics=[80.21326434865159, 80.91402501562425],
+                                reward=[72.19708581282521, 71.0767347314686],
+                                qs=[140.39777402834443, 130.59856208115343],
+                                target_qs=[135.27963367635994, 127.9313772956715],
+                                pi=[64.667149804558, 63.75599520738797]),
                 eval_returns=[[[-1618.6571044921875, -1019.6524047851562], [-1195.4683837890625, -1314.8653564453125]],
-                              [[-1543.8524169921875, -1567.678466796875], [-1464.4071044921875, -1326.95458984375]]]),
+                              [[-1543.8524169921875, -1567.855224609375], [-1464.4073486328125, -1348.5107421875]]]),
     },
 }
 
