@@ -459,3 +459,20 @@ def test_q_pair_grad_action_only_same_values_and_action_gradient(q5):
     assert not np.any(np.asarray(gz1)) and not np.any(np.asarray(gz0))
     assert np.max(np.abs(np.asarray(ga0))) > 1e-4
     np.testing.assert_allclose(np.asarray(ga1), np.asarray(ga0), rtol=1e-5, atol=1e-7)
+
+
+def test_linear_cotangent_dtypes_bad_frozen_inputs_and_no_forward_mode():
+    """Cotangents in each argument's own dtype (as autodiff gives them), a clear error for a
+    frozen_inputs outside [0, in], and forward mode refused (a custom_vjp; documented)."""
+    from tdmpc2core.model.networks import linear
+    x = jnp.ones((3, 10), jnp.bfloat16)
+    k, b = jnp.ones((10, 4), jnp.float32), jnp.zeros((4,), jnp.float32)
+    gx, gk, gb = jax.grad(lambda x, k, b: jnp.sum(linear(x, k, b)), argnums=(0, 1, 2))(x, k, b)
+    assert (gx.dtype, gk.dtype, gb.dtype) == (jnp.bfloat16, jnp.float32, jnp.float32)
+    for bad in (-1, 11):
+        with pytest.raises(ValueError, match="frozen_inputs"):
+            linear(x, k, b, bad)
+        with pytest.raises(ValueError, match="frozen_inputs"):
+            jax.grad(lambda k: jnp.sum(linear(x, k, b, bad)))(k)
+    with pytest.raises(TypeError, match="forward-mode"):
+        jax.jvp(lambda k: linear(x, k, b), (k,), (k,))

@@ -40,13 +40,24 @@ def linear(x, kernel, bias, frozen_inputs: int = 0):
     slower dot (benchmarks/README.md, "Where a CPU update's time goes"). Same gradients up
     to float32 summation order.
 
-    ``frozen_inputs`` (static): the first ``frozen_inputs`` input features get a zero
-    cotangent and their part of g @ kernel^T is not computed. Only for inputs the caller
+    ``frozen_inputs`` (static, 0 to ``in``): the first ``frozen_inputs`` input features get a
+    zero cotangent and their part of g @ kernel^T is not computed. Only for inputs the caller
     has already passed through ``stop_gradient`` (the policy step's detached latents in
     front of the action, spec §5.2.7): their gradient is discarded anyway.
+
+    Reverse mode only: being a ``custom_vjp``, it refuses ``jax.jvp`` / ``jax.jacfwd`` (JAX
+    raises "can't apply forward-mode autodiff (jvp) to a custom_vjp function"); nothing in
+    tdmpc2core uses forward mode. Cotangents come back in each argument's own dtype.
+    Raises ValueError for ``frozen_inputs`` outside [0, in].
     """
-    del frozen_inputs
+    _check_frozen(x, frozen_inputs)
     return _linear_fwd_value(x, kernel, bias)
+
+
+def _check_frozen(x, frozen_inputs):
+    if not 0 <= frozen_inputs <= x.shape[-1]:
+        raise ValueError(f"linear: frozen_inputs={frozen_inputs} is outside [0, {x.shape[-1]}] "
+                         f"(the input's last axis, shape {tuple(x.shape)})")
 
 
 def _linear_fwd_value(x, kernel, bias):
@@ -55,11 +66,12 @@ def _linear_fwd_value(x, kernel, bias):
 
 
 def _linear_fwd(x, kernel, bias, frozen_inputs):
-    return _linear_fwd_value(x, kernel, bias), (x, kernel)
+    _check_frozen(x, frozen_inputs)
+    return _linear_fwd_value(x, kernel, bias), (x, kernel, bias)
 
 
 def _linear_bwd(frozen_inputs, res, g):
-    x, kernel = res
+    x, kernel, bias = res
     g2 = g.reshape(-1, g.shape[-1])
     d_kernel = jnp.einsum("ni,no->io", x.reshape(-1, x.shape[-1]), g2, precision=MATMUL_PRECISION)
     d_bias = jnp.sum(g2, axis=0)
@@ -67,7 +79,7 @@ def _linear_bwd(frozen_inputs, res, g):
     dx = jnp.einsum("...o,io->...i", g, kernel[f:], precision=MATMUL_PRECISION)
     if f:
         dx = jnp.concatenate([jnp.zeros(g.shape[:-1] + (f,), dx.dtype), dx], axis=-1)
-    return dx, d_kernel, d_bias
+    return dx.astype(x.dtype), d_kernel.astype(kernel.dtype), d_bias.astype(bias.dtype)
 
 
 linear.defvjp(_linear_fwd, _linear_bwd)
