@@ -156,14 +156,15 @@ class MLP(nn.Module):
 
     @nn.compact
     def __call__(self, x, deterministic: bool = True, frozen_inputs: int = 0):
-        """``frozen_inputs``: see :func:`linear` (first layer only)."""
+        """``frozen_inputs``: see :func:`linear`; applies to the first layer (the one reading x)."""
+        frozen = frozen_inputs
         for i, h in enumerate(self.hidden):
-            x = NormedLinear(h, "mish", self.dropout if i == 0 else 0.0, self.simnorm_dim)(
-                x, deterministic, frozen_inputs if i == 0 else 0)
+            x = NormedLinear(h, "mish", self.dropout if i == 0 else 0.0, self.simnorm_dim)(x, deterministic, frozen)
+            frozen = 0
         if self.out_act is None:
             kinit = nn.initializers.zeros if self.zero_out else weight_init
-            return Dense(self.out, kernel_init=kinit)(x)
-        return NormedLinear(self.out, self.out_act, 0.0, self.simnorm_dim)(x, deterministic)
+            return Dense(self.out, kernel_init=kinit)(x, frozen)
+        return NormedLinear(self.out, self.out_act, 0.0, self.simnorm_dim)(x, deterministic, frozen)
 
 
 def build_modules(cfg, obs_dim: int, action_dim: int, task_dim: int = 0) -> dict[str, nn.Module]:
