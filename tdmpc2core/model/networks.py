@@ -73,8 +73,10 @@ def _linear_fwd(x, kernel, bias, frozen_inputs):
 def _linear_bwd(frozen_inputs, res, g):
     x, kernel, bias = res
     g2 = g.reshape(-1, g.shape[-1])
-    d_kernel = jnp.einsum("ni,no->io", x.reshape(-1, x.shape[-1]), g2, precision=MATMUL_PRECISION)
-    d_bias = jnp.sum(g2, axis=0)
+    x2 = x.reshape(-1, x.shape[-1])
+    x1 = jnp.concatenate([x2, jnp.ones((x2.shape[0], 1), x2.dtype)], axis=-1)
+    d_kb = jnp.einsum("ni,no->io", x1, g2, precision=MATMUL_PRECISION)
+    d_kernel, d_bias = d_kb[:-1], d_kb[-1]
     f = frozen_inputs
     dx = jnp.einsum("...o,io->...i", g, kernel[f:], precision=MATMUL_PRECISION)
     if f:
@@ -98,6 +100,93 @@ class Dense(nn.Module):
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
         bias = self.param("bias", self.bias_init, (self.features,), jnp.float32)
         return linear(x, kernel, bias, frozen_inputs)
+
+
+def _rowsum_operand(x):
+    return jax.lax.optimization_barrier(x)
+
+
+def _ln_stats(h):
+    """flax.linen.LayerNorm's statistics (use_fast_variance): mean, var = max(0, E[h^2] - mean^2)."""
+    mu = jnp.mean(h, axis=-1, keepdims=True)
+    mu2 = jnp.mean(_rowsum_operand(jnp.square(h)), axis=-1, keepdims=True)
+    return mu, jnp.maximum(0.0, mu2 - jnp.square(mu))
+
+
+def _ln_act_value(h, scale, bias, act):
+    mu, var = _ln_stats(h)
+    rstd = jax.lax.rsqrt(var + LN_EPS)
+    y = (h - mu) * (rstd * scale) + bias
+    return (mish(y) if act == "mish" else y), (mu, rstd)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3,))
+def layer_norm_act(h, scale, bias, act: Optional[str] = None):
+    """LayerNorm over the last axis (epsilon 1e-5), then Mish if ``act == 'mish'`` (spec §3.1).
+
+    h [..., F] float32, scale [F], bias [F] -> [..., F]. The forward pass is
+    ``flax.linen.LayerNorm(epsilon=1e-5)`` followed by :func:`~tdmpc2core.model.math.mish`,
+    operation for operation, so the same values bit for bit. The backward pass is written
+    out (the gradient of LayerNorm with the fast variance, and mish'(y) = t + y 4e(e+1)/(n+2)^2
+    with e = exp(y), n = e(e+2), t = n/(n+2); 1 for y > 20): the one JAX derives makes XLA:CPU
+    recompute LayerNorm and Mish's derivative from about eight stored arrays in each of the
+    three fusions that read it (benchmarks/README.md). Same gradients up to float32 rounding;
+    a variance that float32 rounds below zero (clamped to 0 in the forward pass) passes no
+    gradient through the statistics, as the clamp does under autodiff.
+
+    ``act``: 'mish' or None (plain LayerNorm). Reverse mode only (custom_vjp, as
+    :func:`linear`). Raises ValueError for another ``act``.
+    """
+    if act not in ("mish", None):
+        raise ValueError(f"layer_norm_act: act={act!r}; accepted: 'mish' or None")
+    return _ln_act_value(h, scale, bias, act)[0]
+
+
+def _layer_norm_act_fwd(h, scale, bias, act):
+    if act not in ("mish", None):
+        raise ValueError(f"layer_norm_act: act={act!r}; accepted: 'mish' or None")
+    if act is None:
+        out, (mu, rstd) = _ln_act_value(h, scale, bias, act)
+        return out, (h, mu, rstd, scale, bias, None)
+    mu, var = _ln_stats(h)
+    rstd = jax.lax.rsqrt(var + LN_EPS)
+    y = (h - mu) * (rstd * scale) + bias
+    e = jax.lax.optimization_barrier(jnp.exp(jnp.minimum(y, 20.0)))
+    n = e * (e + 2.0)
+    out = jnp.where(y > 20.0, y, y * n / (n + 2.0))
+    return out, (h, mu, rstd, scale, bias, e)
+
+
+def _layer_norm_act_bwd(act, res, g):
+    h, mu, rstd, scale, bias, e = res
+    xhat = (h - mu) * rstd
+    if act == "mish":
+        y = (h - mu) * (rstd * scale) + bias  # the forward pass's y, operation for operation
+        n = e * (e + 2.0)
+        d = n / (n + 2.0) + y * (4.0 * e * (e + 1.0)) / jnp.square(n + 2.0)
+        g = g * jnp.where(y > 20.0, 1.0, d)
+    g_scaled = g * scale
+    a = jnp.mean(_rowsum_operand(g_scaled), axis=-1, keepdims=True)
+    b = jnp.mean(_rowsum_operand(g_scaled * xhat), axis=-1, keepdims=True)
+    dh = rstd * (g_scaled - a - xhat * b)
+    lead = tuple(range(g.ndim - 1))
+    d_scale = jnp.sum(g * xhat, axis=lead)
+    d_bias = jnp.sum(g, axis=lead)
+    return dh.astype(h.dtype), d_scale.astype(scale.dtype), d_bias.astype(bias.dtype)
+
+
+layer_norm_act.defvjp(_layer_norm_act_fwd, _layer_norm_act_bwd)
+
+
+class LayerNorm(nn.Module):
+    """``flax.linen.LayerNorm(epsilon=1e-5)`` (same name in the tree, same parameters) applied
+    through :func:`layer_norm_act`, optionally followed by Mish (``act='mish'``)."""
+
+    @nn.compact
+    def __call__(self, x, act: Optional[str] = None):
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, (x.shape[-1],), jnp.float32)
+        return layer_norm_act(x, scale, bias, act)
 
 
 class Dropout(nn.Module):
@@ -131,12 +220,10 @@ class NormedLinear(nn.Module):
         x = Dense(self.features)(x, frozen_inputs)
         if self.dropout > 0:
             x = Dropout(rate=self.dropout)(x, deterministic=deterministic)
-        x = nn.LayerNorm(epsilon=LN_EPS)(x)
-        if self.act == "mish":
-            return mish(x)
-        if self.act == "simnorm":
-            return simnorm(x, self.simnorm_dim)
-        raise ValueError(f"unknown activation {self.act!r}")
+        if self.act not in ("mish", "simnorm"):
+            raise ValueError(f"unknown activation {self.act!r}")
+        x = LayerNorm()(x, "mish" if self.act == "mish" else None)
+        return x if self.act == "mish" else simnorm(x, self.simnorm_dim)
 
 
 class MLP(nn.Module):
