@@ -316,3 +316,20 @@ def test_bernoulli_mask_is_computed_once_for_several_readers():
     x = jnp.ones((64, 32), jnp.float32)
     hlo = jax.jit(f).lower(jax.random.PRNGKey(0), x, 2 * x).compile().as_text()
     assert hlo.count("shift-left(") == 20
+
+
+def test_mish_gradient_from_its_exponential_equals_autodiff():
+    """math.mish_grad_given_exp (the derivative networks.layer_norm_act's backward pass uses)
+    equals the float64 derivative and jax.grad of math.mish to float32 rounding over a wide
+    range, the x > 20 identity branch included; mish_given_exp equals mish bit for bit."""
+    x = jnp.concatenate([jnp.linspace(-40.0, 40.0, 4001), jnp.array([-1e4, 19.999, 20.0, 20.001, 1e4])])
+    e = jnp.exp(jnp.minimum(x, 20.0))
+    np.testing.assert_array_equal(np.asarray(tm.mish_given_exp(x, e)), np.asarray(tm.mish(x)))
+    got = np.asarray(tm.mish_grad_given_exp(x, e), np.float64)
+    x64 = np.asarray(x, np.float64)
+    sp = np.logaddexp(0.0, x64)  # softplus
+    ref = np.tanh(sp) + x64 * (1.0 - np.tanh(sp) ** 2) / (1.0 + np.exp(-x64))  # float64 mish'
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    # and autodiff of math.mish agrees to the same float32 rounding
+    np.testing.assert_allclose(got, np.asarray(jax.vmap(jax.grad(tm.mish))(x), np.float64), rtol=1e-5, atol=1e-6)
+    assert float(tm.mish_grad_given_exp(jnp.float32(30.0), jnp.exp(jnp.float32(20.0)))) == 1.0

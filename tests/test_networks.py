@@ -396,9 +396,10 @@ def test_dropout_module_equals_flax_dropout_bit_for_bit():
 
 # ---------------------------------------------------------------------- Linear with its own VJP
 def test_dense_equals_flax_dense_forward_init_and_gradients():
-    """networks.Dense: flax.linen.Dense's parameters (names, shapes, initial values) and forward
-    bit for bit; its hand-written backward pass (one contraction over all leading axes for the
-    kernel) gives autodiff's gradients to float32 summation order, also under vmap."""
+    """networks.Dense: flax.linen.Dense's parameters (names, shapes, initial values) bit for bit
+    and its forward value to float32 rounding ([x, 1] @ [kernel; bias] adds the bias inside the
+    dot); its hand-written backward pass (one contraction over all leading axes for kernel and
+    bias) gives autodiff's gradients to float32 summation order, also under vmap."""
     import flax.linen as fnn
 
     from tdmpc2core.model.networks import MATMUL_PRECISION, Dense, weight_init
@@ -410,7 +411,7 @@ def test_dense_equals_flax_dense_forward_init_and_gradients():
     for a, b in zip(jax.tree_util.tree_leaves(p), jax.tree_util.tree_leaves(q)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     p = jax.tree_util.tree_map(lambda v: v + 0.1 * jax.random.normal(jax.random.PRNGKey(2), v.shape), p)
-    np.testing.assert_array_equal(np.asarray(ours.apply(p, x)), np.asarray(ref.apply(p, x)))
+    np.testing.assert_allclose(np.asarray(ours.apply(p, x)), np.asarray(ref.apply(p, x)), rtol=1e-6, atol=1e-6)
     w = jax.random.normal(jax.random.PRNGKey(3), (3, 7, 9))
 
     def loss(mod):
@@ -476,3 +477,52 @@ def test_linear_cotangent_dtypes_bad_frozen_inputs_and_no_forward_mode():
             jax.grad(lambda k: jnp.sum(linear(x, k, b, bad)))(k)
     with pytest.raises(TypeError, match="forward-mode"):
         jax.jvp(lambda k: linear(x, k, b), (k,), (k,))
+
+
+@pytest.mark.parametrize("act", ["mish", None])
+def test_layer_norm_act_equals_flax_layernorm_then_mish_values_and_gradients(act):
+    """networks.layer_norm_act (LayerNorm with a hand-written backward pass, optionally fused
+    with Mish): flax.linen.LayerNorm(1e-5) [+ math.mish] to float32 rounding, forward and the
+    gradients of h, scale and bias, jitted and under vmap, with rows where y > 20 (Mish is the
+    identity there) and a row of equal entries (variance 0, rstd = 1/sqrt(1e-5)); LayerNorm parameters as flax's."""
+    from tdmpc2core.model.networks import LayerNorm, layer_norm_act
+    k = jax.random.split(jax.random.PRNGKey(0), 5)
+    h = jax.random.normal(k[0], (2, 5, 96)) * 3.0 + 1.0
+    h = h.at[1, 1].set(0.7)
+    scale = 1.0 + 0.3 * jax.random.normal(k[1], (96,))
+    bias = (0.2 * jax.random.normal(k[2], (96,))).at[:3].set(21.0)  # y > 20 in about half these
+    w = jax.random.normal(k[3], h.shape)
+
+    def ref(h, scale, bias):
+        y = nn.LayerNorm(epsilon=1e-5).apply({"params": {"scale": scale, "bias": bias}}, h)
+        return tm.mish(y) if act == "mish" else y
+
+    ours = lambda h, s, b: layer_norm_act(h, s, b, act)  # noqa: E731
+    assert float(jnp.max(ref(h, scale, bias))) > 20.0 or act is None
+    np.testing.assert_allclose(np.asarray(jax.jit(ours)(h, scale, bias)), np.asarray(jax.jit(ref)(h, scale, bias)),
+                               rtol=1e-6, atol=1e-6)
+    ss, bs = jnp.stack([scale, 0.5 * scale]), jnp.stack([bias, -bias])
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(ours))(h, ss, bs)),
+                               np.asarray(jax.jit(jax.vmap(ref))(h, ss, bs)), rtol=1e-6, atol=1e-6)
+    g_ours = jax.jit(jax.grad(lambda *a: jnp.sum(w * ours(*a)), argnums=(0, 1, 2)))(h, scale, bias)
+    g_ref = jax.jit(jax.grad(lambda *a: jnp.sum(w * ref(*a)), argnums=(0, 1, 2)))(h, scale, bias)
+    for a, b in zip(g_ours, g_ref):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-5)
+    gv = jax.jit(jax.vmap(jax.grad(lambda *a: jnp.sum(w * ours(*a)), argnums=(0, 1, 2))))(h, ss, bs)
+    gr = jax.jit(jax.vmap(jax.grad(lambda *a: jnp.sum(w * ref(*a)), argnums=(0, 1, 2))))(h, ss, bs)
+    for a, b in zip(gv, gr):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-5)
+    p_ours = LayerNorm().init(jax.random.PRNGKey(1), h)
+    p_ref = nn.LayerNorm(epsilon=1e-5).init(jax.random.PRNGKey(1), h)
+    assert jax.tree_util.tree_structure(p_ours) == jax.tree_util.tree_structure(p_ref)
+    for a, b in zip(jax.tree_util.tree_leaves(p_ours), jax.tree_util.tree_leaves(p_ref)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_layer_norm_act_refuses_other_activations():
+    from tdmpc2core.model.networks import layer_norm_act
+    h, s, b = jnp.ones((2, 8)), jnp.ones((8,)), jnp.zeros((8,))
+    with pytest.raises(ValueError, match="act='relu'.*'mish' or None"):
+        layer_norm_act(h, s, b, "relu")
+    with pytest.raises(ValueError, match="act='relu'"):
+        jax.grad(lambda h: jnp.sum(layer_norm_act(h, s, b, "relu")))(h)

@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from .math import bernoulli_mask, mish, simnorm
+from .math import bernoulli_mask, mish, mish_given_exp, mish_grad_given_exp, simnorm
 
 #: Matmul precision of every Dense layer: full float32 (no silent TF32/bf16 on GPUs; spec §12.19).
 MATMUL_PRECISION = jax.lax.Precision.HIGHEST
@@ -33,12 +33,15 @@ def linear(x, kernel, bias, frozen_inputs: int = 0):
     """x @ kernel + bias over any leading axes: x [..., in], kernel [in, out], bias [out]
     -> [..., out] (the Linear layer of spec §3.1, float32 at HIGHEST precision).
 
-    The forward pass is flax.linen.Dense's. The backward pass computes the kernel's gradient
-    as one contraction over all leading axes, sum_n x[n, i] g[n, o] (``einsum('ni,no->io')``):
-    XLA:CPU lowers that straight to one dot of the two stored arrays, while the gradient JAX
-    derives for the same product makes it copy g into a transposed layout first and run a
-    slower dot (benchmarks/README.md, "Where a CPU update's time goes"). Same gradients up
-    to float32 summation order.
+    Computed as one product [x, 1] @ [kernel; bias] (the bias as an extra input row, added in
+    the dot's accumulation rather than after it): the same value up to float32 rounding as
+    flax.linen.Dense's x @ kernel + bias, without a pass over the output to add the bias. The
+    [x, 1] kept for the backward pass gives the kernel and the bias gradient in one contraction
+    over all leading axes, sum_n [x, 1][n, i] g[n, o] (``einsum('ni,no->io')``): XLA:CPU lowers
+    that straight to one dot of the two stored arrays, while the gradient JAX derives for
+    x @ kernel makes it copy g into a transposed layout first and run a slower dot, and a
+    separate sum for the bias (a slow column reduction on CPU). See benchmarks/README.md
+    ("Where a CPU update's time goes"). Same gradients up to float32 summation order.
 
     ``frozen_inputs`` (static, 0 to ``in``): the first ``frozen_inputs`` input features get a
     zero cotangent and their part of g @ kernel^T is not computed. Only for inputs the caller
@@ -51,7 +54,7 @@ def linear(x, kernel, bias, frozen_inputs: int = 0):
     Raises ValueError for ``frozen_inputs`` outside [0, in].
     """
     _check_frozen(x, frozen_inputs)
-    return _linear_fwd_value(x, kernel, bias)
+    return _linear_value(x, kernel, bias)[0]
 
 
 def _check_frozen(x, frozen_inputs):
@@ -60,28 +63,28 @@ def _check_frozen(x, frozen_inputs):
                          f"(the input's last axis, shape {tuple(x.shape)})")
 
 
-def _linear_fwd_value(x, kernel, bias):
-    y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=MATMUL_PRECISION)
-    return y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+def _linear_value(x, kernel, bias):
+    """([x, 1] @ [kernel; bias], [x, 1])."""
+    x1 = jnp.concatenate([x, jnp.ones(x.shape[:-1] + (1,), x.dtype)], axis=-1)
+    w1 = jnp.concatenate([kernel, bias[None].astype(kernel.dtype)], axis=0)
+    return jax.lax.dot_general(x1, w1, (((x.ndim - 1,), (0,)), ((), ())), precision=MATMUL_PRECISION), x1
 
 
 def _linear_fwd(x, kernel, bias, frozen_inputs):
     _check_frozen(x, frozen_inputs)
-    return _linear_fwd_value(x, kernel, bias), (x, kernel, bias)
+    y, x1 = _linear_value(x, kernel, bias)
+    return y, (x1, kernel, bias)
 
 
 def _linear_bwd(frozen_inputs, res, g):
-    x, kernel, bias = res
-    g2 = g.reshape(-1, g.shape[-1])
-    x2 = x.reshape(-1, x.shape[-1])
-    x1 = jnp.concatenate([x2, jnp.ones((x2.shape[0], 1), x2.dtype)], axis=-1)
-    d_kb = jnp.einsum("ni,no->io", x1, g2, precision=MATMUL_PRECISION)
-    d_kernel, d_bias = d_kb[:-1], d_kb[-1]
+    x1, kernel, bias = res
+    d_kb = jnp.einsum("ni,no->io", x1.reshape(-1, x1.shape[-1]), g.reshape(-1, g.shape[-1]),
+                      precision=MATMUL_PRECISION)
     f = frozen_inputs
     dx = jnp.einsum("...o,io->...i", g, kernel[f:], precision=MATMUL_PRECISION)
     if f:
         dx = jnp.concatenate([jnp.zeros(g.shape[:-1] + (f,), dx.dtype), dx], axis=-1)
-    return dx.astype(x.dtype), d_kernel.astype(kernel.dtype), d_bias.astype(bias.dtype)
+    return dx.astype(x1.dtype), d_kb[:-1].astype(kernel.dtype), d_kb[-1].astype(bias.dtype)
 
 
 linear.defvjp(_linear_fwd, _linear_bwd)
@@ -102,22 +105,24 @@ class Dense(nn.Module):
         return linear(x, kernel, bias, frozen_inputs)
 
 
-def _rowsum_operand(x):
+def _stored(x):
+    """x behind an optimization barrier. A row sum of a stored array XLA:CPU runs as one loop;
+    a row sum of an expression it splits into reduce-windows over a stored copy (about 7x
+    slower on a [2048, 384] array). For e = exp(y) in :func:`layer_norm_act`'s forward pass:
+    computed once, kept for the backward pass."""
     return jax.lax.optimization_barrier(x)
 
 
 def _ln_stats(h):
-    """flax.linen.LayerNorm's statistics (use_fast_variance): mean, var = max(0, E[h^2] - mean^2)."""
+    """mean, rstd over the last axis: flax.linen.LayerNorm's fast variance,
+    var = max(0, E[h^2] - mean^2), rstd = 1 / sqrt(var + 1e-5)."""
     mu = jnp.mean(h, axis=-1, keepdims=True)
-    mu2 = jnp.mean(_rowsum_operand(jnp.square(h)), axis=-1, keepdims=True)
-    return mu, jnp.maximum(0.0, mu2 - jnp.square(mu))
+    mu2 = jnp.mean(_stored(jnp.square(h)), axis=-1, keepdims=True)
+    return mu, jax.lax.rsqrt(jnp.maximum(0.0, mu2 - jnp.square(mu)) + LN_EPS)
 
 
-def _ln_act_value(h, scale, bias, act):
-    mu, var = _ln_stats(h)
-    rstd = jax.lax.rsqrt(var + LN_EPS)
-    y = (h - mu) * (rstd * scale) + bias
-    return (mish(y) if act == "mish" else y), (mu, rstd)
+def _ln_y(h, mu, rstd, scale, bias):
+    return (h - mu) * (rstd * scale) + bias
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -125,49 +130,48 @@ def layer_norm_act(h, scale, bias, act: Optional[str] = None):
     """LayerNorm over the last axis (epsilon 1e-5), then Mish if ``act == 'mish'`` (spec §3.1).
 
     h [..., F] float32, scale [F], bias [F] -> [..., F]. The forward pass is
-    ``flax.linen.LayerNorm(epsilon=1e-5)`` followed by :func:`~tdmpc2core.model.math.mish`,
-    operation for operation, so the same values bit for bit. The backward pass is written
-    out (the gradient of LayerNorm with the fast variance, and mish'(y) = t + y 4e(e+1)/(n+2)^2
-    with e = exp(y), n = e(e+2), t = n/(n+2); 1 for y > 20): the one JAX derives makes XLA:CPU
-    recompute LayerNorm and Mish's derivative from about eight stored arrays in each of the
-    three fusions that read it (benchmarks/README.md). Same gradients up to float32 rounding;
-    a variance that float32 rounds below zero (clamped to 0 in the forward pass) passes no
+    ``flax.linen.LayerNorm(epsilon=1e-5)``'s formula (fast variance, max(0, E[h^2] - mean^2))
+    followed by :func:`~tdmpc2core.model.math.mish`; E[h^2] is summed from a stored h^2 (see
+    :func:`_stored`), so values can differ from flax's in the last float32 bits. The backward
+    pass is written out (LayerNorm's gradient, dh = rstd (g' - mean(g') - xhat mean(g' xhat))
+    with g' = scale g mish'(y), and mish' from the e = exp(y) the forward pass kept): the one
+    JAX derives made XLA:CPU recompute LayerNorm and Mish's derivative from about eight stored
+    arrays in each of the three fusions that read it (benchmarks/README.md). Same gradients
+    up to float32 rounding; a variance that float32 rounds below zero (clamped to 0) passes no
     gradient through the statistics, as the clamp does under autodiff.
 
     ``act``: 'mish' or None (plain LayerNorm). Reverse mode only (custom_vjp, as
     :func:`linear`). Raises ValueError for another ``act``.
     """
+    _check_act(act)
+    mu, rstd = _ln_stats(h)
+    y = _ln_y(h, mu, rstd, scale, bias)
+    return mish(y) if act == "mish" else y
+
+
+def _check_act(act):
     if act not in ("mish", None):
         raise ValueError(f"layer_norm_act: act={act!r}; accepted: 'mish' or None")
-    return _ln_act_value(h, scale, bias, act)[0]
 
 
 def _layer_norm_act_fwd(h, scale, bias, act):
-    if act not in ("mish", None):
-        raise ValueError(f"layer_norm_act: act={act!r}; accepted: 'mish' or None")
+    _check_act(act)
+    mu, rstd = _ln_stats(h)
+    y = _ln_y(h, mu, rstd, scale, bias)
     if act is None:
-        out, (mu, rstd) = _ln_act_value(h, scale, bias, act)
-        return out, (h, mu, rstd, scale, bias, None)
-    mu, var = _ln_stats(h)
-    rstd = jax.lax.rsqrt(var + LN_EPS)
-    y = (h - mu) * (rstd * scale) + bias
-    e = jax.lax.optimization_barrier(jnp.exp(jnp.minimum(y, 20.0)))
-    n = e * (e + 2.0)
-    out = jnp.where(y > 20.0, y, y * n / (n + 2.0))
-    return out, (h, mu, rstd, scale, bias, e)
+        return y, (h, mu, rstd, scale, bias, None)
+    e = _stored(jnp.exp(jnp.minimum(y, 20.0)))
+    return mish_given_exp(y, e), (h, mu, rstd, scale, bias, e)
 
 
 def _layer_norm_act_bwd(act, res, g):
     h, mu, rstd, scale, bias, e = res
     xhat = (h - mu) * rstd
     if act == "mish":
-        y = (h - mu) * (rstd * scale) + bias  # the forward pass's y, operation for operation
-        n = e * (e + 2.0)
-        d = n / (n + 2.0) + y * (4.0 * e * (e + 1.0)) / jnp.square(n + 2.0)
-        g = g * jnp.where(y > 20.0, 1.0, d)
+        g = g * mish_grad_given_exp(_ln_y(h, mu, rstd, scale, bias), e)
     g_scaled = g * scale
-    a = jnp.mean(_rowsum_operand(g_scaled), axis=-1, keepdims=True)
-    b = jnp.mean(_rowsum_operand(g_scaled * xhat), axis=-1, keepdims=True)
+    a = jnp.mean(_stored(g_scaled), axis=-1, keepdims=True)
+    b = jnp.mean(_stored(g_scaled * xhat), axis=-1, keepdims=True)
     dh = rstd * (g_scaled - a - xhat * b)
     lead = tuple(range(g.ndim - 1))
     d_scale = jnp.sum(g * xhat, axis=lead)
