@@ -137,8 +137,10 @@ def layer_norm_act(h, scale, bias, act: Optional[str] = None):
     with g' = scale g mish'(y), and mish' from the e = exp(y) the forward pass kept): the one
     JAX derives made XLA:CPU recompute LayerNorm and Mish's derivative from about eight stored
     arrays in each of the three fusions that read it (benchmarks/README.md). Same gradients
-    up to float32 rounding; a variance that float32 rounds below zero (clamped to 0) passes no
-    gradient through the statistics, as the clamp does under autodiff.
+    up to float32 rounding. One difference in kind: the gradient treats the variance as
+    unclamped, where autodiff of the clamp max(0, E[h^2] - mean^2) drops the variance term for
+    a row whose variance float32 rounds below zero (its entries all equal up to rounding); that
+    term is then of the order of the rounding error (tests/test_networks.py checks such a row).
 
     ``act``: 'mish' or None (plain LayerNorm). Reverse mode only (custom_vjp, as
     :func:`linear`). Raises ValueError for another ``act``.
