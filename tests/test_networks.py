@@ -526,3 +526,37 @@ def test_layer_norm_act_refuses_other_activations():
         layer_norm_act(h, s, b, "relu")
     with pytest.raises(ValueError, match="act='relu'"):
         jax.grad(lambda h: jnp.sum(layer_norm_act(h, s, b, "relu")))(h)
+
+
+def test_layer_norm_act_clamped_variance_and_low_precision_inputs_as_flax():
+    """Where E[h^2] - mean^2 rounds below zero (|mean| / std ~ 1e4: the variance is clamped to
+    0) or to exactly 0, the gradient weights the variance term as autodiff of flax's clamp does
+    (0, resp. 1/2); a bfloat16 h is normalised in float32 as flax's statistics are. Found by a
+    new user's checks."""
+    from tdmpc2core.model.networks import layer_norm_act
+    o, z = jnp.ones(4), jnp.zeros(4)
+    g = jnp.array([1.0, 0.0, 0.0, 0.0])
+
+    def ref(h):
+        return nn.LayerNorm(epsilon=1e-5).apply({"params": {"scale": o, "bias": z}}, h)
+
+    for h, rtol in ((jnp.array([4096.5, 4097.0, 4097.5, 4098.0]), 1e-5),   # variance -2 -> clamped
+                    (jnp.array([10000.0, 10001.0, 10002.0, 10003.0]), 5e-3)):  # exactly 0: a tie (x2 without the 1/2)
+        got = jax.grad(lambda h: jnp.sum(g * layer_norm_act(h, o, z)))(h)
+        want = jax.grad(lambda h: jnp.sum(g * ref(h)))(h)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=rtol)
+    hb = jnp.array([30.0, 31.0, 29.0, 30.5], jnp.bfloat16)
+    out = layer_norm_act(hb, o, z)
+    assert out.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref(hb)), rtol=1e-6, atol=1e-6)
+    assert jax.grad(lambda h: jnp.sum(layer_norm_act(h, o, z, "mish")))(hb).dtype == jnp.bfloat16
+
+
+def test_linear_keeps_a_wider_bias_and_refuses_a_scalar_input():
+    """A float32 bias beside a bfloat16 kernel is not rounded to bfloat16 (x @ kernel + bias
+    promotes); a scalar x gets a clear error. Found by a new user's checks."""
+    from tdmpc2core.model.networks import linear
+    got = linear(jnp.ones((1, 1)), jnp.zeros((1, 1), jnp.bfloat16), jnp.array([0.123456]))
+    np.testing.assert_allclose(np.asarray(got, np.float64), 0.123456, rtol=1e-7)
+    with pytest.raises(ValueError, match="scalar"):
+        linear(jnp.float32(1.0), jnp.ones((1, 1)), jnp.zeros(1))

@@ -58,6 +58,8 @@ def linear(x, kernel, bias, frozen_inputs: int = 0):
 
 
 def _check_frozen(x, frozen_inputs):
+    if jnp.ndim(x) == 0:
+        raise ValueError("linear: x is a scalar; it needs a last axis of input features [..., in]")
     if not 0 <= frozen_inputs <= x.shape[-1]:
         raise ValueError(f"linear: frozen_inputs={frozen_inputs} is outside [0, {x.shape[-1]}] "
                          f"(the input's last axis, shape {tuple(x.shape)})")
@@ -66,7 +68,7 @@ def _check_frozen(x, frozen_inputs):
 def _linear_value(x, kernel, bias):
     """([x, 1] @ [kernel; bias], [x, 1])."""
     x1 = jnp.concatenate([x, jnp.ones(x.shape[:-1] + (1,), x.dtype)], axis=-1)
-    w1 = jnp.concatenate([kernel, bias[None].astype(kernel.dtype)], axis=0)
+    w1 = jnp.concatenate([kernel, bias[None]], axis=0)  # promotes, as x @ kernel + bias would
     return jax.lax.dot_general(x1, w1, (((x.ndim - 1,), (0,)), ((), ())), precision=MATMUL_PRECISION), x1
 
 
@@ -114,11 +116,18 @@ def _stored(x):
 
 
 def _ln_stats(h):
-    """mean, rstd over the last axis: flax.linen.LayerNorm's fast variance,
-    var = max(0, E[h^2] - mean^2), rstd = 1 / sqrt(var + 1e-5)."""
+    """mean, rstd, clamp weight over the last axis: flax.linen.LayerNorm's fast variance,
+    var = max(0, v) with v = E[h^2] - mean^2, rstd = 1 / sqrt(var + 1e-5); the weight is
+    d var / d v as autodiff of jnp.maximum gives it (1 for v > 0, 1/2 at 0, 0 below)."""
     mu = jnp.mean(h, axis=-1, keepdims=True)
     mu2 = jnp.mean(_stored(jnp.square(h)), axis=-1, keepdims=True)
-    return mu, jax.lax.rsqrt(jnp.maximum(0.0, mu2 - jnp.square(mu)) + LN_EPS)
+    v = mu2 - jnp.square(mu)
+    w = jnp.where(v > 0.0, 1.0, jnp.where(v == 0.0, 0.5, 0.0)).astype(h.dtype)
+    return mu, jax.lax.rsqrt(jnp.maximum(0.0, v) + LN_EPS), w
+
+
+def _at_least_f32(x):
+    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
 
 
 def _ln_y(h, mu, rstd, scale, bias):
@@ -129,7 +138,8 @@ def _ln_y(h, mu, rstd, scale, bias):
 def layer_norm_act(h, scale, bias, act: Optional[str] = None):
     """LayerNorm over the last axis (epsilon 1e-5), then Mish if ``act == 'mish'`` (spec §3.1).
 
-    h [..., F] float32, scale [F], bias [F] -> [..., F]. The forward pass is
+    h [..., F], scale [F], bias [F] -> [..., F], computed in at least float32 (as flax's
+    statistics are; a bfloat16 h gives a float32 result). The forward pass is
     ``flax.linen.LayerNorm(epsilon=1e-5)``'s formula (fast variance, max(0, E[h^2] - mean^2))
     followed by :func:`~tdmpc2core.model.math.mish`; E[h^2] is summed from a stored h^2 (see
     :func:`_stored`), so values can differ from flax's in the last float32 bits. The backward
@@ -137,16 +147,15 @@ def layer_norm_act(h, scale, bias, act: Optional[str] = None):
     with g' = scale g mish'(y), and mish' from the e = exp(y) the forward pass kept): the one
     JAX derives made XLA:CPU recompute LayerNorm and Mish's derivative from about eight stored
     arrays in each of the three fusions that read it (benchmarks/README.md). Same gradients
-    up to float32 rounding. One difference in kind: the gradient treats the variance as
-    unclamped, where autodiff of the clamp max(0, E[h^2] - mean^2) drops the variance term for
-    a row whose variance float32 rounds below zero (its entries all equal up to rounding); that
-    term is then of the order of the rounding error (tests/test_networks.py checks such a row).
+    up to float32 rounding, also where the variance is clamped (E[h^2] - mean^2 rounded to or
+    below zero: the variance term is weighted as autodiff of the clamp weights it).
 
     ``act``: 'mish' or None (plain LayerNorm). Reverse mode only (custom_vjp, as
     :func:`linear`). Raises ValueError for another ``act``.
     """
     _check_act(act)
-    mu, rstd = _ln_stats(h)
+    h = _at_least_f32(h)
+    mu, rstd, _ = _ln_stats(h)
     y = _ln_y(h, mu, rstd, scale, bias)
     return mish(y) if act == "mish" else y
 
@@ -158,27 +167,28 @@ def _check_act(act):
 
 def _layer_norm_act_fwd(h, scale, bias, act):
     _check_act(act)
-    mu, rstd = _ln_stats(h)
+    dtype, h = h.dtype, _at_least_f32(h)
+    mu, rstd, w = _ln_stats(h)
     y = _ln_y(h, mu, rstd, scale, bias)
     if act is None:
-        return y, (h, mu, rstd, scale, bias, None)
+        return y, (h, mu, rstd, w, scale, bias, None, jnp.zeros((0,), dtype))  # last: h's dtype
     e = _stored(jnp.exp(jnp.minimum(y, 20.0)))
-    return mish_given_exp(y, e), (h, mu, rstd, scale, bias, e)
+    return mish_given_exp(y, e), (h, mu, rstd, w, scale, bias, e, jnp.zeros((0,), dtype))
 
 
 def _layer_norm_act_bwd(act, res, g):
-    h, mu, rstd, scale, bias, e = res
+    h, mu, rstd, w, scale, bias, e, h_dtype = res
     xhat = (h - mu) * rstd
     if act == "mish":
         g = g * mish_grad_given_exp(_ln_y(h, mu, rstd, scale, bias), e)
     g_scaled = g * scale
     a = jnp.mean(_stored(g_scaled), axis=-1, keepdims=True)
     b = jnp.mean(_stored(g_scaled * xhat), axis=-1, keepdims=True)
-    dh = rstd * (g_scaled - a - xhat * b)
+    dh = rstd * (g_scaled - a - xhat * (b * w))
     lead = tuple(range(g.ndim - 1))
     d_scale = jnp.sum(g * xhat, axis=lead)
     d_bias = jnp.sum(g, axis=lead)
-    return dh.astype(h.dtype), d_scale.astype(scale.dtype), d_bias.astype(bias.dtype)
+    return dh.astype(h_dtype.dtype), d_scale.astype(scale.dtype), d_bias.astype(bias.dtype)
 
 
 layer_norm_act.defvjp(_layer_norm_act_fwd, _layer_norm_act_bwd)
