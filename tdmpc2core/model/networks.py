@@ -126,15 +126,10 @@ def _ln_stats(h):
     return mu, jax.lax.rsqrt(jnp.maximum(0.0, v) + LN_EPS), w
 
 
-def _at_least_f32(x):
-    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
-
-
 def _ln_y(h, mu, rstd, scale, bias):
     return (h - mu) * (rstd * scale) + bias
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3,))
 def layer_norm_act(h, scale, bias, act: Optional[str] = None):
     """LayerNorm over the last axis (epsilon 1e-5), then Mish if ``act == 'mish'`` (spec §3.1).
 
@@ -153,31 +148,31 @@ def layer_norm_act(h, scale, bias, act: Optional[str] = None):
     ``act``: 'mish' or None (plain LayerNorm). Reverse mode only (custom_vjp, as
     :func:`linear`). Raises ValueError for another ``act``.
     """
-    _check_act(act)
-    h = _at_least_f32(h)
+    if act not in ("mish", None):
+        raise ValueError(f"layer_norm_act: act={act!r}; accepted: 'mish' or None")
+    # cast outside the custom_vjp: autodiff of the cast returns h's cotangent in h's dtype
+    h = jnp.asarray(h)
+    return _layer_norm_act(h.astype(jnp.promote_types(h.dtype, jnp.float32)), scale, bias, act)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _layer_norm_act(h, scale, bias, act):
     mu, rstd, _ = _ln_stats(h)
     y = _ln_y(h, mu, rstd, scale, bias)
     return mish(y) if act == "mish" else y
 
 
-def _check_act(act):
-    if act not in ("mish", None):
-        raise ValueError(f"layer_norm_act: act={act!r}; accepted: 'mish' or None")
-
-
 def _layer_norm_act_fwd(h, scale, bias, act):
-    _check_act(act)
-    dtype, h = h.dtype, _at_least_f32(h)
     mu, rstd, w = _ln_stats(h)
     y = _ln_y(h, mu, rstd, scale, bias)
     if act is None:
-        return y, (h, mu, rstd, w, scale, bias, None, jnp.zeros((0,), dtype))  # last: h's dtype
+        return y, (h, mu, rstd, w, scale, bias, None)
     e = _stored(jnp.exp(jnp.minimum(y, 20.0)))
-    return mish_given_exp(y, e), (h, mu, rstd, w, scale, bias, e, jnp.zeros((0,), dtype))
+    return mish_given_exp(y, e), (h, mu, rstd, w, scale, bias, e)
 
 
 def _layer_norm_act_bwd(act, res, g):
-    h, mu, rstd, w, scale, bias, e, h_dtype = res
+    h, mu, rstd, w, scale, bias, e = res
     xhat = (h - mu) * rstd
     if act == "mish":
         g = g * mish_grad_given_exp(_ln_y(h, mu, rstd, scale, bias), e)
@@ -188,10 +183,10 @@ def _layer_norm_act_bwd(act, res, g):
     lead = tuple(range(g.ndim - 1))
     d_scale = jnp.sum(g * xhat, axis=lead)
     d_bias = jnp.sum(g, axis=lead)
-    return dh.astype(h_dtype.dtype), d_scale.astype(scale.dtype), d_bias.astype(bias.dtype)
+    return dh, d_scale.astype(scale.dtype), d_bias.astype(bias.dtype)
 
 
-layer_norm_act.defvjp(_layer_norm_act_fwd, _layer_norm_act_bwd)
+_layer_norm_act.defvjp(_layer_norm_act_fwd, _layer_norm_act_bwd)
 
 
 class LayerNorm(nn.Module):
