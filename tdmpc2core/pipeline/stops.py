@@ -208,6 +208,7 @@ class LocalStop:
         #: UTC time of the first signal (see :func:`session_record`)
         self.since: Optional[str] = None
         self.watcher: Optional[threading.Thread] = None
+        self._closed = threading.Event()
 
     def signal_trainers(self, sig: int, again: bool = False) -> None:
         """Send ``sig`` to each running training process not yet signalled (``again``: to
@@ -225,8 +226,7 @@ class LocalStop:
             self.trainers[p.pid] = trainer
 
     def _watch(self) -> None:
-        while True:
-            time.sleep(0.5)
+        while not self._closed.wait(0.5):
             try:
                 self.signal_trainers(signal.SIGTERM)
             except Exception:  # a watcher that dies must not end the run; the next tick retries
@@ -257,6 +257,11 @@ class LocalStop:
             threading.Thread(target=graceful, args=(signum, None), daemon=True).start()
         else:
             raise KeyboardInterrupt
+
+    def close(self) -> None:
+        """Stop looking for new trainers to signal (the watcher thread started by the first
+        signal ends within 0.5 s). The workflow never calls it: its run ends instead."""
+        self._closed.set()
 
     def install(self) -> logging.Filter:
         """Handle SIGTERM and SIGINT in this (main) thread with :meth:`on_signal`; return the
