@@ -135,8 +135,9 @@ def session_record(ckdir: Optional[str], pids: Iterable[int], since: Optional[st
     return mine[-1] if mine else None
 
 
-def _at(stop: dict) -> str:
-    step, total, unit = stop.get("step"), stop.get("total"), stop.get("unit") or "steps"
+def _at(stop: dict, record: dict) -> str:
+    """" at step/total unit" (the stop record's unit, else its session's), or "" without a step."""
+    step, total, unit = stop.get("step"), stop.get("total"), stop.get("unit") or record.get("unit") or "steps"
     if step is None:
         return ""
     return f" at {step}/{total} {unit}" if total is not None else f" at {step} {unit}"
@@ -156,13 +157,13 @@ def stopped_line(job: str, record: Optional[dict], log: Optional[str]) -> Option
             f"{job}: ended ({record.get('outcome')}) without a stop record ({see}); the same snakemake "
             "command resumes it from its newest checkpoint, if any.")
     if stop.get("kind") == "error":
-        return (f"{job}: failed{_at(stop)}: {stop.get('reason') or 'an error'} ({see}); the same snakemake "
+        return (f"{job}: failed{_at(stop, record)}: {stop.get('reason') or 'an error'} ({see}); the same snakemake "
                 "command resumes it from its newest checkpoint, if any.")
     if stop.get("checkpoint"):
-        return (f"{job}: stopped{_at(stop)}, checkpoint {stop['checkpoint']}; run the same snakemake "
+        return (f"{job}: stopped{_at(stop, record)}, checkpoint {stop['checkpoint']}; run the same snakemake "
                 "command to resume from it.")
     why = f" ({stop['reason']})" if stop.get("reason") else ""
-    return (f"{job}: stopped{_at(stop)} without a checkpoint{why}; the same snakemake command resumes it "
+    return (f"{job}: stopped{_at(stop, record)} without a checkpoint{why}; the same snakemake command resumes it "
             "from its newest earlier checkpoint, if any.")
 
 
