@@ -222,7 +222,7 @@ class LocalStop:
             trainer = self.trainers.get(p.pid) or describe(p, cmd)
             try:
                 p.send_signal(sig)
-            except (psutil.NoSuchProcess, ProcessLookupError):
+            except (psutil.Error, OSError):  # ended meanwhile, or not ours to signal
                 continue
             self.trainers[p.pid] = trainer
 
