@@ -239,10 +239,20 @@ def suites() -> list[Suite]:
     return list(_REGISTRY.values())
 
 
-def get_suite(name: str) -> Suite:
-    """The suite named ``name``. Raises ValueError: unknown name (lists the registered ones)."""
+_RAISE = object()
+
+
+def get_suite(name: str, default: Any = _RAISE) -> Suite:
+    """The suite named ``name`` (an ``EnvSpec.suite``), or ``default`` when given and none is
+    registered under that name (a prebuilt env of an unregistered suite).
+
+    Raises:
+        ValueError: unknown name and no ``default`` (lists the registered ones).
+    """
     _load_builtin()
     if name not in _REGISTRY:
+        if default is not _RAISE:
+            return default
         raise ValueError(f"unknown suite {name!r}; registered: {list(_REGISTRY)}")
     return _REGISTRY[name]
 
