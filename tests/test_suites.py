@@ -174,6 +174,7 @@ def test_toy_suite_through_make_env(toy):
     from tdmpc2core.envs import default_action_repeat, list_env_ids, make_env, suite_of, time_limit
 
     assert suite_of(TOY_ID) == "toypoint" and list_env_ids()["toypoint"] == [TOY_ID]
+    assert R.suite_for(TOY_ID) is TOY and TOY.published[TOY_ID] == "toy-point" and TOY.keeps_episode_length
     assert default_action_repeat(TOY_ID) == 1 and time_limit(TOY_ID, episode_length=TOY_STEPS) == TOY_STEPS
     with pytest.raises(ValueError, match=r"Did you mean \['ToyPoint-v0'\]"):
         suite_of("ToyPoint-v1")

@@ -55,7 +55,7 @@ class SuiteReport:
     reward_per_step: Optional[tuple[float, float]] = None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity (its tables are dicts)
 class Suite:
     """One environment suite (spec §2 for the paper's DMControl protocol).
 
