@@ -87,7 +87,7 @@ def toy_workflow_task() -> dict:
     return {"env_id": TOY_ID, "episode_length": TOY_STEPS, "action_repeat": 1, "published": None,
             "agent": dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16, num_elites=4,
                           num_pi_trajs=2, iterations=1, batch_size=16, seed_steps=2 * TOY_STEPS,
-                          mpc=False)}  # the policy acts: the smallest programs to compile
+                          horizon=1, num_enc_layers=1, mpc=False)}  # the policy acts: the smallest programs
 
 
 # --------------------------------------------------------------------------- the registry
@@ -189,6 +189,7 @@ def test_toy_suite_through_make_env(toy):
     assert obs.shape == (3,) and out.obs.shape == (3,) and 0.0 <= float(out.reward) <= 2.0
 
 
+@pytest.mark.slow
 def test_toy_suite_trains_and_the_report_normalises_its_returns(toy):
     from tdmpc2core import TDMPC2
     from tdmpc2core.envs import report_facts, suite_of
