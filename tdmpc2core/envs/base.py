@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tdmpc2core.envs.ids import SUITES, check_repeat_and_length  # noqa: F401 (re-exported)
+from tdmpc2core.envs.registry import check_repeat_and_length  # noqa: F401 (re-exported)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +37,8 @@ class EnvSpec:
 
     Attributes:
         env_id: the id given to :func:`make_env`.
-        suite: ``"gymnax"``, ``"brax"``, ``"playground"`` or ``"dmcontrol"``.
+        suite: the name of its suite (:mod:`tdmpc2core.envs.registry`): ``"gymnax"``,
+            ``"brax"``, ``"playground"``, ``"dmcontrol"`` or one registered at run time.
         obs_dim: length of the flat float32 observation.
         action_dim: length of the action vector.
         action_low, action_high: the env's own action bounds (length ``action_dim``);

@@ -84,7 +84,7 @@ class BraxEnv(Env):
         self._env = env
         self._token = None if not kwargs else repr(sorted(kwargs.items()))
         self.spec = EnvSpec.from_bounds(
-            env_id, "brax", int(obs_size), low, high,
+            env_id, _suite_name(), int(obs_size), low, high,
             action_repeat=action_repeat, episode_length=T,
             backend=None, can_terminate=can_terminate)
 
@@ -101,3 +101,10 @@ class BraxEnv(Env):
         del key  # Brax steps are deterministic
         state = self._env.step(fresh_dicts(inner), env_action)
         return state, state.obs, state.reward, jax.numpy.asarray(state.done) > 0.5
+
+
+def _suite_name() -> str:
+    """This adapter's suite name, from its registry entry (:mod:`tdmpc2core.envs.suites.brax`)."""
+    from tdmpc2core.envs.suites.brax import SUITE
+
+    return SUITE.name

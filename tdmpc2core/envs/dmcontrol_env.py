@@ -278,7 +278,7 @@ class DMControlEnv(Env):
         self._host = host
         self._token = None
         self.spec = EnvSpec.from_bounds(
-            env_id, "dmcontrol", host.obs_dim, host.low, host.high,
+            env_id, _suite_name(), host.obs_dim, host.low, host.high,
             action_repeat=action_repeat, episode_length=episode_length // action_repeat,
             backend=None, can_terminate=False)
 
@@ -350,3 +350,10 @@ class DMControlEnv(Env):
         t = env_state.t + 1
         inner = DMCState(phys, env_state.inner.model)
         return EnvState(inner=inner, t=t), StepOut(obs, reward, jnp.zeros((), bool), t >= self.spec.episode_length)
+
+
+def _suite_name() -> str:
+    """This adapter's suite name, from its registry entry (:mod:`tdmpc2core.envs.suites.dmcontrol`)."""
+    from tdmpc2core.envs.suites.dmcontrol import SUITE
+
+    return SUITE.name

@@ -102,12 +102,16 @@ def _model(domain: str):
 
 
 def _classes():
-    """The task classes, built on first use (dm_control is imported lazily)."""
-    from dm_control.suite import ball_in_cup, cheetah, hopper, pendulum, walker
-    from dm_control.suite import base
+    """The task classes, built on first use (dm_control is imported lazily): {domain:
+    (dm_control's domain module, the custom task class)}."""
     from dm_control.utils import rewards
 
-    tol = rewards.tolerance
+    return {**_locomotion_classes(rewards.tolerance), **_spin_classes(rewards.tolerance)}
+
+
+def _locomotion_classes(tol):
+    """Walker, cheetah and hopper custom tasks (``tol``: dm_control's ``rewards.tolerance``)."""
+    from dm_control.suite import cheetah, hopper, walker
 
     class WalkerBackwards(walker.PlanarWalker):
         """dm_control's planar walker rewarded for moving in -x at ``move_speed``."""
@@ -170,6 +174,14 @@ def _classes():
                           margin=_HOPPER_BACKWARDS_SPEED / 4, value_at_margin=0.5, sigmoid="linear")
             return standing * hopping
 
+    return dict(walker=(walker, WalkerBackwards), cheetah=(cheetah, CheetahVariant),
+                hopper=(hopper, HopperBackwards))
+
+
+def _spin_classes(tol):
+    """Pendulum and cup spinning tasks (``tol``: dm_control's ``rewards.tolerance``)."""
+    from dm_control.suite import ball_in_cup, base, pendulum
+
     class PendulumSpin(pendulum.SwingUp):
         """dm_control's pendulum swing-up start, rewarded for spinning fast."""
 
@@ -200,9 +212,7 @@ def _classes():
                        value_at_margin=0.5, sigmoid="linear")
             return (1 - physics.in_target()) * (far + 2 * fast) / 3
 
-    return dict(walker=(walker, WalkerBackwards), cheetah=(cheetah, CheetahVariant),
-                hopper=(hopper, HopperBackwards), pendulum=(pendulum, PendulumSpin),
-                cup=(ball_in_cup, CupSpin))
+    return dict(pendulum=(pendulum, PendulumSpin), cup=(ball_in_cup, CupSpin))
 
 
 def load_custom(name: str, random=None):

@@ -101,7 +101,7 @@ class GymnaxEnv(Env):
         obs_shape = jax.eval_shape(lambda k: env.reset_env(k, params)[0], jax.random.PRNGKey(0))
         obs_dim = math.prod(obs_shape.shape)
         self.spec = EnvSpec.from_bounds(
-            env_id, "gymnax", obs_dim, low, high,
+            env_id, _suite_name(), obs_dim, low, high,
             action_repeat=action_repeat, episode_length=T,
             backend=None, can_terminate=GYMNAX_CONTINUOUS[env_id])
 
@@ -124,3 +124,10 @@ class GymnaxEnv(Env):
         obs, state, reward, _done, _info = self._env.step_env(key, inner, action, self._params)
         terminated = self._env.is_terminal(state, self._params_no_limit)
         return state, obs, reward, terminated
+
+
+def _suite_name() -> str:
+    """This adapter's suite name, from its registry entry (:mod:`tdmpc2core.envs.suites.gymnax`)."""
+    from tdmpc2core.envs.suites.gymnax import SUITE
+
+    return SUITE.name

@@ -2,17 +2,14 @@
 
 Dispatching an id, listing the ids and computing a task's time limit T need no import of a
 suite nor of JAX, so a machine without JAX (a cluster login node running ``snakemake -n``)
-can check a configuration. The suite adapters (:mod:`.gymnax_env`, :mod:`.brax_env`,
-:mod:`.playground_env`) import their tables from here; the tests check the tables against
-the installed suites.
+can check a configuration. The id tables of gymnax, Brax and Playground are here (their
+adapters :mod:`.gymnax_env`, :mod:`.brax_env`, :mod:`.playground_env` and their suites
+:mod:`.suites` import them; the tests check them against the installed suites); the
+functions ask the suite registry (:mod:`.registry`).
 """
 from __future__ import annotations
 
-import difflib
-
-from tdmpc2core.envs.dmcontrol_ids import DMCONTROL_ENVS, PREFIX as DMC_PREFIX, unknown_id_error
-
-SUITES = ("gymnax", "brax", "playground", "dmcontrol")
+from tdmpc2core.envs.registry import check_repeat_and_length, suite_for, suites  # noqa: F401 (re-exported)
 
 # Continuous-action ids in gymnax 1.0.1 -> whether the env has a true terminal state.
 GYMNAX_CONTINUOUS: dict[str, bool] = {
@@ -112,31 +109,9 @@ PLAYGROUND_DMC_ENVS: tuple[str, ...] = (
 )
 
 
-def check_repeat_and_length(action_repeat: int, episode_length: int, *, check_length: bool):
-    """Validate ``action_repeat`` (and, if asked, ``episode_length``).
-
-    Raises:
-        ValueError: ``action_repeat`` is not an int >= 1; or (``check_length``)
-            ``episode_length`` is not a positive int divisible by ``action_repeat``.
-    """
-    if isinstance(action_repeat, bool) or not isinstance(action_repeat, int) or action_repeat < 1:
-        raise ValueError(f"action_repeat must be an integer >= 1, got {action_repeat!r}")
-    if check_length:
-        if isinstance(episode_length, bool) or not isinstance(episode_length, int) or episode_length < 1:
-            raise ValueError(
-                f"episode_length must be a positive integer (simulator steps), got {episode_length!r}"
-            )
-        if episode_length % action_repeat != 0:
-            raise ValueError(
-                f"episode_length={episode_length} (simulator steps) is not divisible by "
-                f"action_repeat={action_repeat}; the time limit T = episode_length // "
-                f"action_repeat agent steps must cover exactly episode_length simulator steps"
-            )
-
-
 def list_env_ids() -> dict[str, list[str]]:
-    """Accepted ids per suite: ``{"gymnax": [...], "brax": [...], "playground": [...],
-    "dmcontrol": [...]}``.
+    """Accepted ids per registered suite: ``{"gymnax": [...], "brax": [...], "playground": [...],
+    "dmcontrol": [...]}`` (then any suite registered at run time; :mod:`.registry`).
 
     gymnax: continuous-action ids of gymnax 1.0.1; brax: brax 0.14.2 registry names with
     flat observations; playground: every MuJoCo Playground DM Control suite task;
@@ -144,81 +119,58 @@ def list_env_ids() -> dict[str, list[str]]:
     but lqr, and of the official custom tasks defined here (``dmc:cheetah-run``,
     ``dmc:cup-catch``, ``dmc:walker-walk-backwards``; :mod:`.dmcontrol_ids`).
     """
-    return {
-        "gymnax": list(GYMNAX_CONTINUOUS),
-        "brax": list(BRAX_ENVS),
-        "playground": list(PLAYGROUND_DMC_ENVS),
-        "dmcontrol": list(DMCONTROL_ENVS),
-    }
+    return {s.name: list(s.ids) for s in suites()}
 
 
 def suite_of(env_id: str) -> str:
-    """Suite name of an accepted id (no import of the suite).
+    """Suite name of an accepted id (no import of the suite): ``suite_for(env_id).name``.
 
     Raises:
         ValueError: discrete gymnax id or unknown id (message lists the accepted ids); a
             ``dmc:`` id that is unknown or refused (message says why, with close matches
             and the accepted dm_control ids).
     """
-    if env_id in GYMNAX_CONTINUOUS:
-        return "gymnax"
-    if env_id in BRAX_ENVS:
-        return "brax"
-    if env_id in PLAYGROUND_DMC_ENVS:
-        return "playground"
-    if env_id in DMCONTROL_ENVS:
-        return "dmcontrol"
-    if isinstance(env_id, str) and env_id.startswith(DMC_PREFIX):
-        raise unknown_id_error(env_id)
-    if env_id in GYMNAX_DISCRETE:
-        raise discrete_error(env_id)
-    ids = list_env_ids()
-    every = [i for suite in SUITES for i in ids[suite]]
-    close = difflib.get_close_matches(str(env_id), every, n=3)
-    hint = f" Did you mean {close}?" if close else ""
-    listing = "; ".join(f"{suite}: {ids[suite]}" for suite in SUITES)
-    raise ValueError(f"unknown env id {env_id!r}.{hint} Accepted ids per suite: {listing}")
-
-
-#: The paper's action repeat per suite (spec §2): DMC tasks (Playground's DM Control ports and
-#: dm_control itself) repeat each action twice, so their 1000-step episodes are T = 500 agent
-#: steps; gymnax and Brax tasks are not in the paper and take 1.
-PAPER_ACTION_REPEAT = {"gymnax": 1, "brax": 1, "playground": 2, "dmcontrol": 2}
+    return suite_for(env_id).name
 
 
 def default_action_repeat(env_id: str) -> int:
-    """The action repeat ``make_env`` uses when none is given: 2 for the DM Control tasks (the
-    paper's protocol, spec §2), 1 for gymnax and Brax.
+    """The action repeat ``make_env`` uses when none is given: the suite's
+    (:attr:`.registry.Suite.default_action_repeat`: 2 for the DM Control tasks, the paper's
+    protocol, spec §2; 1 for gymnax and Brax).
 
     Raises:
         ValueError: unknown or discrete-action id.
     """
-    return PAPER_ACTION_REPEAT[suite_of(env_id)]
+    return suite_for(env_id).default_action_repeat
 
 
 def time_limit(env_id: str, *, action_repeat: int | None = None, episode_length: int = 1000) -> int:
     """T, the time limit in agent steps, of the environment ``make_env`` would build with
     these arguments (default env params), without building it.
 
-    gymnax: ``GYMNAX_MAX_STEPS[env_id] // action_repeat`` (``episode_length`` is ignored, as
-    by ``make_env``); Brax, Playground and dm_control: ``episode_length // action_repeat``.
+    gymnax (a suite with ``own_time_limit``): ``GYMNAX_MAX_STEPS[env_id] // action_repeat``
+    (``episode_length`` is ignored, as by ``make_env``); Brax, Playground and dm_control:
+    ``episode_length // action_repeat``.
 
     Raises:
         ValueError: an id :func:`suite_of` refuses, a bad ``action_repeat`` or
           ``episode_length`` (:func:`check_repeat_and_length`), or a gymnax time limit
           shorter than ``action_repeat``.
     """
-    suite = suite_of(env_id)
-    if action_repeat is None:
-        action_repeat = PAPER_ACTION_REPEAT[suite]
-    check_repeat_and_length(action_repeat, episode_length, check_length=suite != "gymnax")
-    if suite == "gymnax":
-        T = GYMNAX_MAX_STEPS[env_id] // action_repeat
-        if T < 1:
-            raise ValueError(f"{env_id!r}: max_steps_in_episode={GYMNAX_MAX_STEPS[env_id]} is shorter than "
-                             f"action_repeat={action_repeat}")
-        return T
-    return episode_length // action_repeat
+    suite = suite_for(env_id)
+    return suite.time_limit(env_id, suite.action_repeat(action_repeat), episode_length)
+
+
+def __getattr__(name):
+    # SUITES and PAPER_ACTION_REPEAT follow the registry (a suite registered at run time included)
+    if name == "SUITES":
+        return tuple(s.name for s in suites())
+    if name == "PAPER_ACTION_REPEAT":
+        #: The paper's action repeat per suite (spec §2): DMC tasks (Playground's ports and
+        #: dm_control) repeat each action twice (1000-step episodes are T = 500 agent steps);
+        #: gymnax and Brax are not in the paper and take 1.
+        return {s.name: s.default_action_repeat for s in suites()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["SUITES", "GYMNAX_CONTINUOUS", "GYMNAX_DISCRETE", "GYMNAX_MAX_STEPS", "BRAX_ENVS",

@@ -107,7 +107,7 @@ class PlaygroundEnv(Env):
         self._env = env
         self._token = None if not extra else repr(sorted(extra.items()))
         self.spec = EnvSpec.from_bounds(
-            env_id, "playground", int(obs.shape[0]), low, high,
+            env_id, _suite_name(), int(obs.shape[0]), low, high,
             action_repeat=action_repeat, episode_length=T,
             backend=backend, can_terminate=False)
 
@@ -125,3 +125,10 @@ class PlaygroundEnv(Env):
         state = self._env.step(fresh_dicts(inner), env_action)
         # DMC `done` only flags NaN physics; see module docstring.
         return state, state.obs, state.reward, jnp.zeros((), bool)
+
+
+def _suite_name() -> str:
+    """This adapter's suite name, from its registry entry (:mod:`tdmpc2core.envs.suites.playground`)."""
+    from tdmpc2core.envs.suites.playground import SUITE
+
+    return SUITE.name

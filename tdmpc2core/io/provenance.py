@@ -11,11 +11,23 @@ import subprocess
 from importlib import metadata
 from typing import Iterable, Optional
 
-#: Distributions whose versions the report shows (distribution names as pip knows them).
-PACKAGES = (
-    "tdmpc2core", "jax", "jaxlib", "flax", "optax", "gymnax", "brax", "mujoco", "mujoco-mjx",
-    "playground", "dm-control", "snakemake", "numpy", "pandas", "pyarrow", "rliable", "matplotlib",
-)
+#: The library's own stack and the pipeline's tools (distribution names as pip knows them);
+#: the suites' packages go between them (:func:`packages`).
+CORE_PACKAGES = ("tdmpc2core", "jax", "jaxlib", "flax", "optax")
+TOOL_PACKAGES = ("snakemake", "numpy", "pandas", "pyarrow", "rliable", "matplotlib")
+
+
+def packages(suite_packages: Iterable[str]) -> tuple[str, ...]:
+    """The distributions whose versions a run records: :data:`CORE_PACKAGES`, then
+    ``suite_packages`` (what the registered suites need:
+    :func:`tdmpc2core.envs.registry.packages`, passed by the caller since ``io/`` imports no
+    ``envs/``), then :data:`TOOL_PACKAGES`, each once."""
+    return tuple(dict.fromkeys((*CORE_PACKAGES, *suite_packages, *TOOL_PACKAGES)))
+
+
+#: The distributions the report shows by default: :func:`packages` of the built-in suites'
+#: packages (``tests/test_suites.py`` checks this equals ``packages(registry.packages())``).
+PACKAGES = packages(("gymnax", "brax", "mujoco", "mujoco-mjx", "playground", "dm-control"))
 
 
 def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, Optional[str]]:
@@ -76,9 +88,11 @@ def platform_info(include_jax: bool = False) -> dict:
     return info
 
 
-def collect(path: str | os.PathLike = ".", include_jax: bool = False) -> dict:
-    """Everything above in one dict: {"packages", "git", "platform"}."""
-    return {"packages": package_versions(), "git": git_info(path), "platform": platform_info(include_jax)}
+def collect(path: str | os.PathLike = ".", include_jax: bool = False,
+            names: Iterable[str] = PACKAGES) -> dict:
+    """Everything above in one dict: {"packages": :func:`package_versions` of ``names``,
+    "git", "platform"}."""
+    return {"packages": package_versions(names), "git": git_info(path), "platform": platform_info(include_jax)}
 
 
-__all__ = ["PACKAGES", "package_versions", "git_info", "platform_info", "collect"]
+__all__ = ["CORE_PACKAGES", "TOOL_PACKAGES", "packages", "PACKAGES", "package_versions", "git_info", "platform_info", "collect"]

@@ -506,14 +506,20 @@ def expected_range_text(exp: Optional[Mapping]) -> str:
 
 
 # --------------------------------------------------------------------------- simulators
-SIMULATOR_LABELS = {"dmcontrol": "dm_control", "playground": "MuJoCo Playground (MJX)",
-                    "gymnax": "gymnax", "brax": "Brax"}
+# The suites' facts (labels, notes, score ranges) come from the suite registry as plain data,
+# passed by the caller (``tdmpc2core.envs.report_facts()``): this layer imports no env code.
+def simulators(tasks: Mapping[str, Mapping], suite_of,
+               suites: Optional[Mapping[str, Mapping]] = None) -> dict[str, list[str]]:
+    """{suite: [task, ...]} of the tasks' ``env_id``; an id no suite accepts is listed under
+    ``"unknown"``, last.
 
-
-def simulators(tasks: Mapping[str, Mapping], suite_of) -> dict[str, list[str]]:
-    """{suite: [task, ...]} of the tasks' ``env_id`` (suites in ``SIMULATOR_LABELS`` order; an
-    id no suite accepts is listed under ``"unknown"``). ``suite_of``: env id -> suite name
-    (:func:`tdmpc2core.envs.suite_of`, given by the caller: this layer imports no env code)."""
+    Args:
+      tasks: task name -> settings with ``env_id``.
+      suite_of: env id -> suite name (:func:`tdmpc2core.envs.suite_of`; raises ValueError
+        for an unknown id).
+      suites: the registry's report facts (:func:`tdmpc2core.envs.report_facts`), whose
+        order the result follows; None: the tasks' order.
+    """
     out: dict[str, list[str]] = {}
     for task, settings in tasks.items():
         try:
@@ -521,39 +527,65 @@ def simulators(tasks: Mapping[str, Mapping], suite_of) -> dict[str, list[str]]:
         except ValueError:
             suite = "unknown"
         out.setdefault(suite, []).append(task)
-    order = list(SIMULATOR_LABELS) + ["unknown"]
-    return {k: out[k] for k in order if k in out}
+    order = [k for k in (suites or {}) if k in out] + [k for k in out if k not in (suites or {}) and k != "unknown"]
+    return {k: out[k] for k in order + ["unknown"] if k in out}
 
 
 def simulator_text(tasks: Mapping[str, Mapping], suite_of,
-                   versions: Optional[Mapping[str, Optional[str]]] = None) -> tuple[str, str]:
+                   versions: Optional[Mapping[str, Optional[str]]] = None, *,
+                   suites: Mapping[str, Mapping]) -> tuple[str, str]:
     """(which simulator the runs used, what that means for the comparison with the published
     DMControl curves), as plain sentences for the report's banner and the tables.
 
-    ``suite_of`` as :func:`simulators`; ``versions``: installed package versions
-    (``dm-control``, ``playground``), named when given.
+    ``suite_of`` as :func:`simulators`; ``versions``: installed package versions, named
+    beside a suite's label when given for its ``version_package``; ``suites``: the
+    registry's report facts (:func:`tdmpc2core.envs.report_facts`: per suite ``label``,
+    ``version_package``, ``comparison_note``), required so that no caller silently loses
+    the labels. A suite without facts (``unknown``) is shown by its name.
     """
-    sims = simulators(tasks, suite_of)
+    sims = simulators(tasks, suite_of, suites)
     versions = versions or {}
-    pkg = {"dmcontrol": "dm-control", "playground": "playground"}
 
     def name(suite):
-        v = versions.get(pkg.get(suite, ""))
-        return SIMULATOR_LABELS.get(suite, suite) + (f" {v}" if v else "")
+        facts = suites.get(suite) or {}
+        v = versions.get(facts.get("version_package") or "")
+        return facts.get("label", suite) + (f" {v}" if v else "")
 
     used = "Simulator: " + "; ".join(f"{name(s)} ({len(t)} task{'s' * (len(t) != 1)})"
                                      for s, t in sims.items()) + "."
-    notes = []
-    if "playground" in sims:
-        notes.append("The DMC tasks run on MuJoCo Playground"
-                     + (f" ({', '.join(sims['playground'])})" if "dmcontrol" in sims else "")
-                     + ", whose physics differ from dm_control's: comparisons with the published "
-                     "curves are approximate.")
-    if "dmcontrol" in sims:
-        notes.append("The dm_control tasks run on dm_control itself, the paper's simulator, with the "
-                     "official wrapper's conventions: comparisons with the published curves are like "
-                     "for like (our seeds and random streams are our own).")
+    noted = [s for s in sims if (suites.get(s) or {}).get("comparison_note")]
+    notes = [suites[s]["comparison_note"].replace("{tasks}", f" ({', '.join(sims[s])})" if len(noted) > 1 else "")
+             for s in noted]
     return used, " ".join(notes)
+
+
+def return_ranges(tasks: Mapping[str, Mapping], suite_of,
+                  suites: Mapping[str, Mapping]) -> dict[str, Optional[tuple[float, float]]]:
+    """{task: (low, high) returns of an episode, or None} from each task's suite's
+    ``reward_per_step`` (report facts of :func:`tdmpc2core.envs.report_facts`) times its
+    ``episode_length`` (simulator steps per episode; settings key, default 1000); None
+    where there is none (an id no suite accepts, a suite without a declared reward range).
+    """
+    out = {}
+    for task, settings in tasks.items():
+        try:
+            facts = suites.get(suite_of(str(settings.get("env_id", "")))) or {}
+        except ValueError:
+            facts = {}
+        per_step = facts.get("reward_per_step")
+        steps = int(settings.get("episode_length", 1000))
+        out[task] = None if per_step is None else (float(per_step[0]) * steps, float(per_step[1]) * steps)
+    return out
+
+
+def normalized_scores(returns, return_range: Optional[tuple[float, float]]) -> np.ndarray:
+    """100 (return - low) / (high - low) of ``returns`` (array-like, any shape; float64 out);
+    all NaN when ``return_range`` is None (no declared range: never a silent raw return)."""
+    r = np.asarray(returns, np.float64)
+    if return_range is None:
+        return np.full(r.shape, np.nan)
+    lo, hi = return_range
+    return 100.0 * (r - lo) / (hi - lo)
 
 
 # --------------------------------------------------------------------------- runtimes
@@ -655,7 +687,7 @@ __all__ = [
     "aggregate_table", "final_score_check", "expected_range_text", "read_benchmarks", "flatten",
     "find_value", "read_run_info", "markdown_table", "mean_sd_text", "is_episodic", "episode_length_table",
     "SINGLE_TASK_COLUMNS", "AGGREGATE_COLUMNS", "FINAL_COLUMNS", "EPISODE_LENGTH_COLUMNS",
-    "SIMULATOR_LABELS", "simulators", "simulator_text",
+    "simulators", "simulator_text", "return_ranges", "normalized_scores",
 ]
 
 

@@ -26,7 +26,10 @@ METHOD_LABELS = {"tdmpc2": "TD-MPC2", "tdmpc": "TD-MPC", "sac": "SAC", "dreamerv
 PUBLISHED_ACTION_REPEAT = 2
 
 #: MuJoCo Playground DM Control suite name -> dm_control task name of the published curve
-#: (the 22 Playground tasks that have one; /work/shared/reference/README.md).
+#: (the 22 Playground tasks that have one; /work/shared/reference/README.md). The same table as
+#: the Playground suite's ``published`` (tdmpc2core.envs.suites.playground.PUBLISHED, the
+#: registry's; ``report/`` imports no ``envs/``, so it is kept here for this layer's readers and
+#: tests/test_suites.py checks the two agree).
 PLAYGROUND_TO_DMC: dict[str, str] = {
     "AcrobotSwingup": "acrobot-swingup",
     "BallInCup": "cup-catch",

@@ -1,0 +1,321 @@
+"""The suite registry: one :class:`Suite` object per environment suite, the only place that
+dispatches on a suite.
+
+A suite says which env ids it owns, how to build an :class:`~tdmpc2core.envs.base.Env` for one
+(its heavy packages imported only then), its episode-length and action-repeat rules, what its
+score means for the report, the names of its tasks in the published results, and which
+packages it needs. :func:`~tdmpc2core.envs.make_env`, :func:`~tdmpc2core.envs.suite_of`,
+:func:`~tdmpc2core.envs.time_limit` and :func:`~tdmpc2core.envs.list_env_ids` ask the
+registry; the report and the provenance (layers that may not import ``envs/``) get its facts
+as plain data from their caller (:func:`report_facts`, :func:`packages`).
+
+Plain Python: importing this module, the built-in suites' modules (:mod:`tdmpc2core.envs.suites`)
+and calling anything here but :meth:`Suite.make` imports no JAX and no simulator, so a login
+node without them checks a configuration.
+
+Adding a suite: one module defining ``SUITE = Suite(...)`` and one line in
+:data:`tdmpc2core.envs.suites.BUILTIN` (or :func:`register_suite` at run time, as
+``tests/test_suites.py`` does with a toy suite).
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from importlib import metadata
+from typing import Any, Callable, Mapping, Optional
+
+#: What a suite's score means for the report (:attr:`SuiteReport.score`).
+SCORES = ("return", "success")
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteReport:
+    """What a suite's results mean for the report (plain data; :func:`report_facts`).
+
+    Attributes:
+        label: the simulator's name in the report (``"dm_control"``).
+        version_package: the distribution whose version the report names beside ``label``
+            (``"dm-control"``), or None.
+        comparison_note: one sentence on what comparing this suite's runs with the published
+            curves means, or ``""`` (none). ``{tasks}`` in it is replaced by `` (task, ...)``
+            when another suite with a note is in the same run, else by nothing.
+        rank: the report lists suites by rank, then by registration order.
+        score: ``"return"`` (the episode return) or ``"success"`` (a success rate in [0, 1]).
+        reward_per_step: (low, high) bounds of one simulator step's reward, so a task of L
+            simulator steps has returns in [L low, L high] and a normalized score
+            100 (return - L low) / (L high - L low); None: no declared range (no normalized
+            score unless the user declares one).
+    """
+
+    label: str
+    version_package: Optional[str] = None
+    comparison_note: str = ""
+    rank: int = 100
+    score: str = "return"
+    reward_per_step: Optional[tuple[float, float]] = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity (its tables are dicts)
+class Suite:
+    """One environment suite (spec §2 for the paper's DMControl protocol).
+
+    Attributes:
+        name: the suite's name (``"dmcontrol"``), also ``EnvSpec.suite`` of its envs.
+        ids: the accepted env ids, in listing order.
+        build: ``build(env_id, *, action_repeat, episode_length, env_params, backend) -> Env``;
+            imports the suite's packages inside (never at module import). Arguments are
+            already checked by :meth:`make` (id accepted, repeat and length valid, ``backend``
+            only if :attr:`takes_backend`).
+        requires: the distributions (pip names) :attr:`build` needs; checked from the
+            installed metadata, nothing imported.
+        pip_extra: the tdmpc2core extra that installs them (``pip install 'tdmpc2core[x]'``), or
+            None when they are core dependencies.
+        default_action_repeat: the action repeat when none is given (the paper's: 2 for DMC).
+        own_time_limit: env id -> simulator steps per episode when the env keeps its own time
+            limit (gymnax; ``episode_length`` is then ignored), or None: the caller's
+            ``episode_length`` (a multiple of the action repeat) sets T.
+        takes_backend: whether ``backend`` (a physics implementation) applies.
+        backend_hint: appended to the error for a ``backend`` given to a suite that takes none.
+        refuse: ``refuse(env_id) -> ValueError | None``: the error for an id this suite
+            recognises but does not accept (a discrete gymnax id, an unknown ``dmc:`` id).
+        published: env id -> the task's name in the published results (official curves).
+        report: :class:`SuiteReport`.
+    """
+
+    name: str
+    ids: tuple[str, ...]
+    build: Callable[..., Any]
+    requires: tuple[str, ...] = ()
+    pip_extra: Optional[str] = None
+    default_action_repeat: int = 1
+    own_time_limit: Optional[Mapping[str, int]] = None
+    takes_backend: bool = False
+    backend_hint: str = ""
+    refuse: Optional[Callable[[str], Optional[ValueError]]] = None
+    published: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    report: SuiteReport = None  # type: ignore[assignment]
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"suite name {self.name!r}: must be an identifier (letters, digits, _)")
+        if self.report is None:
+            object.__setattr__(self, "report", SuiteReport(label=self.name))
+        if self.report.score not in SCORES:
+            raise ValueError(f"suite {self.name!r}: report.score={self.report.score!r}; accepted: {list(SCORES)}")
+        if not isinstance(self.default_action_repeat, int) or self.default_action_repeat < 1:
+            raise ValueError(f"suite {self.name!r}: default_action_repeat={self.default_action_repeat!r}; "
+                             "need an int >= 1")
+        object.__setattr__(self, "ids", tuple(self.ids))
+        object.__setattr__(self, "requires", tuple(self.requires))
+
+    @property
+    def keeps_episode_length(self) -> bool:
+        """Whether the caller's ``episode_length`` sets the time limit (False: the env's own)."""
+        return self.own_time_limit is None
+
+    def missing(self) -> list[str]:
+        """Distributions of :attr:`requires` that are not installed (nothing is imported)."""
+        out = []
+        for dist in self.requires:
+            try:
+                metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                out.append(dist)
+        return out
+
+    def install_error(self) -> Optional[ImportError]:
+        """The one-line error for missing packages, or None when all are installed."""
+        missing = self.missing()
+        if not missing:
+            return None
+        how = f"pip install 'tdmpc2core[{self.pip_extra}]'" if self.pip_extra else "pip install " + " ".join(missing)
+        return ImportError(f"the {self.name} suite needs {', '.join(missing)}, which is not installed: {how}")
+
+    def action_repeat(self, action_repeat: Optional[int]) -> int:
+        """``action_repeat``, or the suite's default when None."""
+        return self.default_action_repeat if action_repeat is None else action_repeat
+
+    def time_limit(self, env_id: str, action_repeat: int, episode_length: int) -> int:
+        """T in agent steps of ``env_id`` (checked arguments; see :func:`tdmpc2core.envs.time_limit`).
+
+        Raises:
+            ValueError: bad ``action_repeat``/``episode_length``, or an own time limit shorter
+                than ``action_repeat``.
+        """
+        check_repeat_and_length(action_repeat, episode_length, check_length=self.keeps_episode_length)
+        if self.keeps_episode_length:
+            return episode_length // action_repeat
+        steps = self.own_time_limit[env_id]
+        if steps // action_repeat < 1:
+            raise ValueError(f"{env_id!r}: max_steps_in_episode={steps} is shorter than "
+                             f"action_repeat={action_repeat}")
+        return steps // action_repeat
+
+    def return_range(self, sim_steps: int) -> Optional[tuple[float, float]]:
+        """(low, high) returns of an episode of ``sim_steps`` simulator steps, or None."""
+        if self.report.reward_per_step is None:
+            return None
+        lo, hi = self.report.reward_per_step
+        return (float(lo) * sim_steps, float(hi) * sim_steps)
+
+    def make(self, env_id: str, *, action_repeat: Optional[int] = None, episode_length: int = 1000,
+             env_params=None, backend: Optional[str] = None):
+        """Check the arguments, then :attr:`build` the env (see :func:`tdmpc2core.envs.make_env`).
+
+        Raises:
+            ValueError: an id this suite does not accept, a bad repeat or length, a ``backend``
+                for a suite that takes none; ImportError: a required package is missing.
+        """
+        if env_id not in self.ids:
+            raise ValueError(f"env id {env_id!r} is not a {self.name} id; accepted: {list(self.ids)}")
+        action_repeat = self.action_repeat(action_repeat)
+        check_repeat_and_length(action_repeat, episode_length, check_length=self.keeps_episode_length)
+        if backend is not None and not self.takes_backend:
+            raise ValueError(f"backend={backend!r} applies only to Playground envs; {env_id!r} is a "
+                             f"{self.name} env{self.backend_hint}")
+        err = self.install_error()
+        if err is not None:
+            raise err
+        return self.build(env_id, action_repeat=action_repeat, episode_length=episode_length,
+                          env_params=env_params, backend=backend)
+
+
+_REGISTRY: dict[str, Suite] = {}
+_OWNER: dict[str, str] = {}  # env id -> suite name
+_BUILTIN_LOADED = False
+
+
+def register_suite(suite: Suite) -> Suite:
+    """Add ``suite`` to the registry and return it.
+
+    Raises:
+        TypeError: not a :class:`Suite`.
+        ValueError: a suite of that name is registered, or one of its ids is another suite's.
+    """
+    if not isinstance(suite, Suite):
+        raise TypeError(f"register_suite takes a Suite, got {type(suite).__name__}")
+    _load_builtin()
+    if suite.name in _REGISTRY:
+        raise ValueError(f"a suite named {suite.name!r} is already registered; registered: {list(_REGISTRY)}")
+    taken = {i: _OWNER[i] for i in suite.ids if i in _OWNER}
+    if taken:
+        raise ValueError(f"suite {suite.name!r}: env id(s) already owned by another suite: {taken}")
+    if len(set(suite.ids)) != len(suite.ids):
+        raise ValueError(f"suite {suite.name!r} lists an env id twice")
+    _add(suite)
+    return suite
+
+
+def unregister_suite(name: str) -> None:
+    """Remove a suite registered at run time (tests). Raises ValueError: a built-in or unknown one."""
+    _load_builtin()
+    from tdmpc2core.envs.suites import BUILTIN
+
+    if name not in _REGISTRY or any(s.name == name for s in BUILTIN):
+        raise ValueError(f"cannot unregister suite {name!r}: not registered at run time")
+    suite = _REGISTRY.pop(name)
+    for i in suite.ids:
+        _OWNER.pop(i, None)
+
+
+def _add(suite: Suite) -> None:
+    _REGISTRY[suite.name] = suite
+    _OWNER.update({i: suite.name for i in suite.ids})
+
+
+def _load_builtin() -> None:
+    global _BUILTIN_LOADED
+    if not _BUILTIN_LOADED:
+        _BUILTIN_LOADED = True
+        from tdmpc2core.envs.suites import BUILTIN
+
+        for s in BUILTIN:
+            _add(s)
+
+
+def suites() -> list[Suite]:
+    """Every registered suite, in registration order (the built-in ones first)."""
+    _load_builtin()
+    return list(_REGISTRY.values())
+
+
+_RAISE = object()
+
+
+def get_suite(name: str, default: Any = _RAISE) -> Suite:
+    """The suite named ``name`` (an ``EnvSpec.suite``), or ``default`` when given and none is
+    registered under that name (a prebuilt env of an unregistered suite).
+
+    Raises:
+        ValueError: unknown name and no ``default`` (lists the registered ones).
+    """
+    _load_builtin()
+    if name not in _REGISTRY:
+        if default is not _RAISE:
+            return default
+        raise ValueError(f"unknown suite {name!r}; registered: {list(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def suite_for(env_id: str) -> Suite:
+    """The suite that owns ``env_id``.
+
+    Raises:
+        ValueError: an id a suite recognises but refuses (its own message), or an unknown id
+            (up to three close matches, then every accepted id per suite).
+    """
+    _load_builtin()
+    if isinstance(env_id, str) and env_id in _OWNER:
+        return _REGISTRY[_OWNER[env_id]]
+    for s in _REGISTRY.values():
+        err = s.refuse(env_id) if s.refuse is not None else None
+        if err is not None:
+            raise err
+    every = list(_OWNER)
+    close = difflib.get_close_matches(str(env_id), every, n=3)
+    hint = f" Did you mean {close}?" if close else ""
+    listing = "; ".join(f"{s.name}: {list(s.ids)}" for s in _REGISTRY.values())
+    raise ValueError(f"unknown env id {env_id!r}.{hint} Accepted ids per suite: {listing}")
+
+
+def report_facts() -> dict[str, dict]:
+    """{suite name: :class:`SuiteReport` fields as a dict} in report order (rank, then
+    registration): the plain data :mod:`tdmpc2core.report.analysis` takes (it imports no
+    ``envs/``)."""
+    ordered = sorted(enumerate(suites()), key=lambda p: (p[1].report.rank, p[0]))
+    return {s.name: dataclasses.asdict(s.report) for _, s in ordered}
+
+
+def packages() -> tuple[str, ...]:
+    """Every distribution the registered suites need, in registration order, without repeats:
+    the suite part of :func:`tdmpc2core.io.provenance.packages`."""
+    out: dict[str, None] = {}
+    for s in suites():
+        out.update({dist: None for dist in s.requires})
+    return tuple(out)
+
+
+def check_repeat_and_length(action_repeat: int, episode_length: int, *, check_length: bool):
+    """Validate ``action_repeat`` (and, if asked, ``episode_length``).
+
+    Raises:
+        ValueError: ``action_repeat`` is not an int >= 1; or (``check_length``)
+            ``episode_length`` is not a positive int divisible by ``action_repeat``.
+    """
+    if isinstance(action_repeat, bool) or not isinstance(action_repeat, int) or action_repeat < 1:
+        raise ValueError(f"action_repeat must be an integer >= 1, got {action_repeat!r}")
+    if check_length:
+        if isinstance(episode_length, bool) or not isinstance(episode_length, int) or episode_length < 1:
+            raise ValueError(
+                f"episode_length must be a positive integer (simulator steps), got {episode_length!r}"
+            )
+        if episode_length % action_repeat != 0:
+            raise ValueError(
+                f"episode_length={episode_length} (simulator steps) is not divisible by "
+                f"action_repeat={action_repeat}; the time limit T = episode_length // "
+                f"action_repeat agent steps must cover exactly episode_length simulator steps"
+            )
+
+
+__all__ = ["SCORES", "Suite", "SuiteReport", "register_suite", "unregister_suite", "suites", "get_suite",
+           "suite_for", "report_facts", "packages", "check_repeat_and_length"]

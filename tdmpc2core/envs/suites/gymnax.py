@@ -1,0 +1,34 @@
+"""The gymnax suite: gymnax 1.0.1's continuous-action ids (pure JAX; :mod:`tdmpc2core.envs.gymnax_env`).
+
+Not in the paper: action repeat 1 by default, and each env keeps its own time limit
+(``params.max_steps_in_episode``; ``episode_length`` is ignored). Discrete-action ids are
+recognised and refused with the list of continuous ones.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from tdmpc2core.envs.ids import GYMNAX_CONTINUOUS, GYMNAX_DISCRETE, GYMNAX_MAX_STEPS, discrete_error
+from tdmpc2core.envs.registry import Suite, SuiteReport
+
+
+def _build(env_id, *, action_repeat, episode_length, env_params, backend):
+    from tdmpc2core.envs.gymnax_env import GymnaxEnv
+
+    return GymnaxEnv(env_id, action_repeat=action_repeat, env_params=env_params)
+
+
+def _refuse(env_id) -> Optional[ValueError]:
+    return discrete_error(env_id) if env_id in GYMNAX_DISCRETE else None
+
+
+SUITE = Suite(
+    name="gymnax",
+    ids=tuple(GYMNAX_CONTINUOUS),
+    build=_build,
+    requires=("gymnax",),
+    default_action_repeat=1,
+    own_time_limit=GYMNAX_MAX_STEPS,
+    refuse=_refuse,
+    report=SuiteReport(label="gymnax", rank=2),
+)

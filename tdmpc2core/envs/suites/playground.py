@@ -1,0 +1,62 @@
+"""The Playground suite: MuJoCo Playground 0.2.0's DM Control ports on MJX or Warp (pure JAX;
+:mod:`tdmpc2core.envs.playground_env`).
+
+The paper's protocol: action repeat 2, so 1000 simulator steps are T = 500 agent steps;
+rewards in [0, 1] per simulator step. Its physics differ from dm_control's, so comparisons
+with the published curves are approximate. :data:`PUBLISHED`: the 22 tasks with a published
+curve -> the dm_control name of that curve.
+"""
+from __future__ import annotations
+
+from tdmpc2core.envs.ids import PLAYGROUND_DMC_ENVS
+from tdmpc2core.envs.registry import Suite, SuiteReport
+
+#: Playground DM Control task -> dm_control task name of its published curve
+#: (/work/shared/reference/README.md; tests/test_suites.py checks it against report/published.py).
+PUBLISHED: dict[str, str] = {
+    "AcrobotSwingup": "acrobot-swingup",
+    "BallInCup": "cup-catch",
+    "CartpoleBalance": "cartpole-balance",
+    "CartpoleBalanceSparse": "cartpole-balance-sparse",
+    "CartpoleSwingup": "cartpole-swingup",
+    "CartpoleSwingupSparse": "cartpole-swingup-sparse",
+    "CheetahRun": "cheetah-run",
+    "FingerSpin": "finger-spin",
+    "FingerTurnEasy": "finger-turn-easy",
+    "FingerTurnHard": "finger-turn-hard",
+    "FishSwim": "fish-swim",
+    "HopperHop": "hopper-hop",
+    "HopperStand": "hopper-stand",
+    "HumanoidStand": "humanoid-stand",
+    "HumanoidWalk": "humanoid-walk",
+    "HumanoidRun": "humanoid-run",
+    "PendulumSwingup": "pendulum-swingup",
+    "ReacherEasy": "reacher-easy",
+    "ReacherHard": "reacher-hard",
+    "WalkerRun": "walker-run",
+    "WalkerStand": "walker-stand",
+    "WalkerWalk": "walker-walk",
+}
+
+
+def _build(env_id, *, action_repeat, episode_length, env_params, backend):
+    from tdmpc2core.envs.playground_env import PlaygroundEnv
+
+    return PlaygroundEnv(env_id, action_repeat=action_repeat, episode_length=episode_length,
+                         env_params=env_params, backend=backend)
+
+
+SUITE = Suite(
+    name="playground",
+    ids=PLAYGROUND_DMC_ENVS,
+    build=_build,
+    requires=("playground", "mujoco", "mujoco-mjx"),
+    default_action_repeat=2,
+    takes_backend=True,
+    published=PUBLISHED,
+    report=SuiteReport(
+        label="MuJoCo Playground (MJX)", version_package="playground", rank=1,
+        comparison_note=("The DMC tasks run on MuJoCo Playground{tasks}, whose physics differ from "
+                         "dm_control's: comparisons with the published curves are approximate."),
+        reward_per_step=(0.0, 1.0)),
+)
