@@ -12,6 +12,7 @@ documented difference instead.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tdmpc2core.model import kernels as K
 from tdmpc2core.model import official
 from tdmpc2core.model import math as tm
 from tdmpc2core.model.config import TDMPC2Config, discount_from_episode_length, resolve_config
@@ -119,6 +121,19 @@ def world_model(meta_cfg, obs_dim, action_dim, task_dim=0, num_tasks=0, episode_
               value_coef=c["value_coef"])
     cfg = resolve_config(TDMPC2Config(**kw), episode_length=episode_length, action_dim=action_dim)
     return WorldModel(cfg, obs_dim, action_dim, task_dim, num_tasks)
+
+
+#: the model's kernel choices (docs/fidelity.md "Kernels"): the module forwards and the updates are
+#: checked with both; the planner parts with the default ("auto"), as they call the same networks
+KERNELS = ("cpu", "reference")
+
+
+def with_kernels(wm, kernels):
+    """``wm`` computing with ``kernels`` ("cpu" or "reference"); ``wm`` itself where its
+    configured choice already resolves to that (so its compiled programs are shared)."""
+    if K.concrete(wm.cfg.kernels) == kernels:
+        return wm
+    return dataclasses.replace(wm, cfg=dataclasses.replace(wm.cfg, kernels=kernels))
 
 
 @pytest.fixture(scope="module")
@@ -237,17 +252,20 @@ def _forward_checks(wm, w, d, e=None, mask=None):
         close(k, q, out[k], ref[..., 0] if k in ("reward", "q_min", "q_avg") else ref)
 
 
-def test_single_task_module_forwards(modules):
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_single_task_module_forwards(modules, kernels):
     d, meta = modules
     c = meta["configs"]["single"]
-    wm = world_model(c, c["obs_shape"]["state"][0], c["action_dim"])
+    wm = with_kernels(world_model(c, c["obs_shape"]["state"][0], c["action_dim"]), kernels)
     w = official.from_official(weights_of(d))
     assert w.architecture == official.OfficialArchitecture.of(wm) and w.layout == "flat"
     _forward_checks(wm, w, d)
 
 
-def test_multi_task_forwards_with_embedding_max_norm_and_masks(mt):
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_multi_task_forwards_with_embedding_max_norm_and_masks(mt, kernels):
     wm, w, d, c = mt
+    wm = with_kernels(wm, kernels)
     task = jnp.asarray(d["fwd/task"])
     table = jnp.asarray(d["fwd/task_emb_table_before"])
     assert np.linalg.norm(d["fwd/task_emb_table_before"][0]) > 1.0  # renormalised at the look-up
@@ -309,15 +327,19 @@ def _check_update(wm, w, d, gamma, masks=None):
 
 
 @pytest.mark.slow
-def test_single_task_two_updates(st):
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_single_task_two_updates(st, kernels):
     wm, w, d = st
+    wm = with_kernels(wm, kernels)
     assert float(d["discount"]) == pytest.approx(wm.cfg.gamma) and wm.cfg.gamma == discount_from_episode_length(100)
     _check_update(wm, w, d, wm.cfg.gamma)
 
 
 @pytest.mark.slow
-def test_multi_task_two_updates_with_padded_tasks(mt):
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_multi_task_two_updates_with_padded_tasks(mt, kernels):
     wm, w, d, c = mt
+    wm = with_kernels(wm, kernels)
     gammas = jnp.asarray(d["discount"], jnp.float32)
     assert np.allclose(d["discount"], [discount_from_episode_length(t) for t in c["episode_lengths"]])
     _check_update(wm, w, d, gammas, jnp.asarray(d["action_masks"]))
