@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tdmpc2core.model.kernels_cpu import bernoulli_mask
 from tdmpc2core.model import math as tm
+from tdmpc2core.model.kernels_cpu import bernoulli_mask
 
 VMIN, VMAX, NB = -10.0, 10.0, 101  # spec §1.1: bin size 0.2 in symlog units
 
