@@ -600,27 +600,25 @@ def test_reference_dense_and_layer_norm_are_flax_and_jax_bit_for_bit():
 
 
 def _kernel_wms():
-    kw = dict(obs=5, A=3, model_size=1, mlp_dim=32, latent_dim=16, enc_dim=24, num_q=3, dropout=0.2, horizon=2)
+    kw = dict(obs=5, A=3, model_size=1, mlp_dim=16, latent_dim=16, enc_dim=8, num_q=2, dropout=0.2, horizon=1)
     return {k: make_wm(kernels=k, **kw) for k in ("cpu", "reference")}
 
 
 def test_both_kernels_give_the_same_parameters_losses_and_gradients():
-    """kernels 'cpu' and 'reference': the same parameter tree and initial values (official
-    weights load into either), and the world-model and policy losses and every gradient
+    """kernels 'cpu' and 'reference': the same parameter tree (official weights load into
+    either), and the world-model and policy losses and every gradient
     (dropout on, the policy step's frozen latents) to float32 rounding; the clip norm too."""
     from tdmpc2core.model import update as U
     wms = _kernel_wms()
-    p0 = {k: jax.jit(wm.init)(jax.random.PRNGKey(0)) for k, wm in wms.items()}
-    assert jax.tree_util.tree_structure(p0["cpu"]) == jax.tree_util.tree_structure(p0["reference"])
-    for a, b in zip(jax.tree_util.tree_leaves(p0["cpu"]), jax.tree_util.tree_leaves(p0["reference"])):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    p0 = {k: jax.eval_shape(wm.init, jax.random.PRNGKey(0)) for k, wm in wms.items()}
+    assert p0["cpu"] == p0["reference"]  # names, shapes, dtypes (the initial values: the flax tests above)
     params = random_params(wms["cpu"], 11, scale=0.3)
     rng = np.random.default_rng(2)
-    batch = U.Batch(obs=jnp.asarray(rng.standard_normal((3, 8, 5)), jnp.float32),
-                    action=jnp.asarray(rng.uniform(-1, 1, (2, 8, 3)), jnp.float32),
-                    reward=jnp.asarray(rng.standard_normal((2, 8)), jnp.float32), terminated=jnp.zeros((2, 8)))
-    td = jnp.asarray(rng.standard_normal((2, 8)), jnp.float32)
-    next_z = jnp.asarray(np_simnorm(rng.standard_normal((2, 8, 16))), jnp.float32)
+    batch = U.Batch(obs=jnp.asarray(rng.standard_normal((2, 8, 5)), jnp.float32),
+                    action=jnp.asarray(rng.uniform(-1, 1, (1, 8, 3)), jnp.float32),
+                    reward=jnp.asarray(rng.standard_normal((1, 8)), jnp.float32), terminated=jnp.zeros((1, 8)))
+    td = jnp.asarray(rng.standard_normal((1, 8)), jnp.float32)
+    next_z = jnp.asarray(np_simnorm(rng.standard_normal((1, 8, 16))), jnp.float32)
 
     def losses(wm, params):
         key = jax.random.PRNGKey(7)
