@@ -104,3 +104,33 @@ def test_the_agent_runs_the_same_first_update_check():
         TDMPC2("Pendulum-v1", batch_size=991, **kw)
     with pytest.raises(ValueError, match="batch_size=793 exceeds the 792"):  # 2 envs: 4 episodes at the burst
         TDMPC2("Pendulum-v1", n_envs=2, batch_size=793, **kw)
+
+
+def test_kernels_and_matmul_precision_are_checked_and_auto_is_resolved_for_a_given_backend():
+    """kernels ('auto' | 'cpu' | 'reference') and matmul_precision ('highest' | 'high' |
+    'default') are refused otherwise in one line naming the key, the value and the choices; a
+    given backend resolves 'auto' (cpu on 'cpu', the reference elsewhere) so run.json records
+    the concrete choice, and without one 'auto' stays."""
+    from tdmpc2core.model.config import kernels_for_backend
+    T = 200
+    cfg = TDMPC2Config(**DEMO)
+    assert (cfg.kernels, cfg.matmul_precision) == ("auto", "highest")
+    assert resolve_config(cfg, episode_length=T, action_dim=1).kernels == "auto"
+    assert resolve_config(cfg, episode_length=T, action_dim=1, backend="cpu").kernels == "cpu"
+    assert resolve_config(cfg, episode_length=T, action_dim=1, backend="gpu").kernels == "reference"
+    for k in ("cpu", "reference"):
+        for backend in ("cpu", "gpu", "tpu"):
+            assert kernels_for_backend(k, backend) == k
+            got = resolve_config(TDMPC2Config(**DEMO, kernels=k), episode_length=T, action_dim=1, backend=backend)
+            assert got.kernels == k
+    for bad, needle in ((dict(kernels="gpu"), r"kernels='gpu' is not a kernel choice; accepted: \['auto', 'cpu', "
+                                              r"'reference'\]"),
+                        (dict(matmul_precision="float32"), r"matmul_precision='float32' is not a precision; "
+                                                           r"accepted: \['highest', 'high', 'default'\]")):
+        for call in (lambda c: validate_config(c, episode_length=T),
+                     lambda c: resolve_config(c, episode_length=T, action_dim=1, backend="cpu")):
+            with pytest.raises(ValueError, match=needle) as e:
+                call(TDMPC2Config(**DEMO, **bad))
+            assert "\n" not in str(e.value)
+    for prec in ("high", "default"):
+        assert validate_config(TDMPC2Config(**DEMO, matmul_precision=prec), episode_length=T).matmul_precision == prec

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tdmpc2core.model import math as tm
+from tdmpc2core.model.kernels_cpu import bernoulli_mask
 
 VMIN, VMAX, NB = -10.0, 10.0, 101  # spec §1.1: bin size 0.2 in symlog units
 
@@ -258,12 +259,12 @@ def test_bernoulli_mask_is_jax_random_bernoulli_bit_for_bit(p):
         for seed in range(3):
             k = jax.random.fold_in(jax.random.PRNGKey(seed), 17)
             want = np.asarray(jax.jit(lambda k: jax.random.bernoulli(k, p, shape))(k))
-            got = np.asarray(jax.jit(lambda k: tm.bernoulli_mask(k, p, shape))(k))
+            got = np.asarray(jax.jit(lambda k: bernoulli_mask(k, p, shape))(k))
             assert got.dtype == bool and got.shape == shape and (got == want).all(), (shape, seed)
             kt = jax.random.key(seed)  # a typed key
-            assert (np.asarray(tm.bernoulli_mask(kt, p, shape)) == np.asarray(jax.random.bernoulli(kt, p, shape))).all()
+            assert (np.asarray(bernoulli_mask(kt, p, shape)) == np.asarray(jax.random.bernoulli(kt, p, shape))).all()
     keys = jax.random.split(jax.random.PRNGKey(3), 3)  # vmapped over keys, as the Q ensemble draws them
-    np.testing.assert_array_equal(jax.vmap(lambda k: tm.bernoulli_mask(k, p, (2, 50)))(keys),
+    np.testing.assert_array_equal(jax.vmap(lambda k: bernoulli_mask(k, p, (2, 50)))(keys),
                                   jax.vmap(lambda k: jax.random.bernoulli(k, p, (2, 50)))(keys))
 
 
@@ -277,23 +278,23 @@ def test_bernoulli_mask_integer_threshold_equals_the_float_comparison_for_every_
 
 def test_bernoulli_mask_falls_back_to_jax_for_other_generators():
     k = jax.random.key(0, impl="rbg")
-    np.testing.assert_array_equal(tm.bernoulli_mask(k, 0.9, (5, 7)), jax.random.bernoulli(k, 0.9, (5, 7)))
+    np.testing.assert_array_equal(bernoulli_mask(k, 0.9, (5, 7)), jax.random.bernoulli(k, 0.9, (5, 7)))
 
 
 def test_bernoulli_mask_equals_jax_in_64_bit_mode_and_for_p_that_float32_rounds_to_zero():
     k = jax.random.PRNGKey(4)
     with jax.enable_x64(True):  # float64 uniforms from 64-bit words: the fallback
         for p in (0.5, 0.9):
-            np.testing.assert_array_equal(tm.bernoulli_mask(k, p, (40, 25)), jax.random.bernoulli(k, p, (40, 25)))
+            np.testing.assert_array_equal(bernoulli_mask(k, p, (40, 25)), jax.random.bernoulli(k, p, (40, 25)))
     for p in (1e-46, 1e-300):  # float32(p) == 0: no threshold of at least 1, so no division by zero
-        np.testing.assert_array_equal(tm.bernoulli_mask(k, p, (40, 25)), jax.random.bernoulli(k, p, (40, 25)))
+        np.testing.assert_array_equal(bernoulli_mask(k, p, (40, 25)), jax.random.bernoulli(k, p, (40, 25)))
 
 
 def test_bernoulli_mask_takes_the_written_out_path_for_default_keys():
     # the speed-up is real only if the default keys do not fall back to jax.random (whose
     # threefry2x32 primitive XLA:CPU runs as a rolled loop)
     for key in (jax.random.PRNGKey(0), jax.random.key(0)):
-        jaxpr = str(jax.make_jaxpr(lambda k: tm.bernoulli_mask(k, 0.99, (4, 8)))(key))
+        jaxpr = str(jax.make_jaxpr(lambda k: bernoulli_mask(k, 0.99, (4, 8)))(key))
         assert "threefry2x32" not in jaxpr and "random_bits" not in jaxpr
     assert "random_bits" in str(jax.make_jaxpr(lambda k: jax.random.bernoulli(k, 0.99, (4, 8)))(jax.random.PRNGKey(0)))
 
@@ -303,7 +304,7 @@ def test_bernoulli_mask_refuses_a_batch_of_typed_keys_as_jax_does():
     with pytest.raises(ValueError, match="single key"):
         jax.random.bernoulli(keys, 0.9, (3, 2))
     with pytest.raises(ValueError, match="single key"):
-        tm.bernoulli_mask(keys, 0.9, (3, 2))
+        bernoulli_mask(keys, 0.9, (3, 2))
 
 
 def test_bernoulli_mask_is_computed_once_for_several_readers():
@@ -311,7 +312,7 @@ def test_bernoulli_mask_is_computed_once_for_several_readers():
     # fusion that reads the mask (as it did with a plain `<` test: three copies per dropout site
     # in an update); its 20 rotations (each a shift-left) must occur once in the compiled program
     def f(k, x, y):
-        m = tm.bernoulli_mask(k, 0.99, x.shape)
+        m = bernoulli_mask(k, 0.99, x.shape)
         return jnp.where(m, x / 0.99, 0.0), jnp.sum(jnp.where(m, y, 0.0) * x, axis=0), jnp.where(m, y * 3.0, 1.0).T
     x = jnp.ones((64, 32), jnp.float32)
     hlo = jax.jit(f).lower(jax.random.PRNGKey(0), x, 2 * x).compile().as_text()
@@ -319,7 +320,7 @@ def test_bernoulli_mask_is_computed_once_for_several_readers():
 
 
 def test_mish_gradient_from_its_exponential_equals_autodiff():
-    """math.mish_grad_given_exp (the derivative networks.layer_norm_act's backward pass uses)
+    """math.mish_grad_given_exp (the derivative kernels_cpu.layer_norm_act's backward pass uses)
     equals the float64 derivative and jax.grad of math.mish to float32 rounding over a wide
     range, the x > 20 identity branch included; mish_given_exp equals mish bit for bit."""
     x = jnp.concatenate([jnp.linspace(-40.0, 40.0, 4001), jnp.array([-1e4, 19.999, 20.0, 20.001, 1e4])])

@@ -431,7 +431,7 @@ def test_dense_equals_flax_dense_forward_init_and_gradients():
 
 
 def test_dense_frozen_inputs_zero_cotangent_there_and_the_same_elsewhere():
-    from tdmpc2core.model.networks import linear
+    from tdmpc2core.model.kernels_cpu import linear
     x = jax.random.normal(jax.random.PRNGKey(0), (6, 10))
     k = jax.random.normal(jax.random.PRNGKey(1), (10, 4))
     b = jax.random.normal(jax.random.PRNGKey(2), (4,))
@@ -444,15 +444,17 @@ def test_dense_frozen_inputs_zero_cotangent_there_and_the_same_elsewhere():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
 
 
-def test_q_pair_grad_action_only_same_values_and_action_gradient(q5):
-    """The policy step's Q call (grad_action_only): the same Q values and the same gradient
-    into the action as the plain call with detached latents; no gradient reaches z."""
+def test_policy_q_same_values_and_action_gradient_as_q_pair_avg(q5):
+    """The policy step's Q call (policy_q, the first layer's input gradient for the action
+    columns only): the same Q values and the same gradient into the action as the plain avg
+    pair with detached latents; no gradient reaches z."""
     wm, params, z, a = q5
     key, kd = jax.random.PRNGKey(4), jax.random.PRNGKey(5)
 
     def q(z, a, only):
-        zz = z if only else jax.lax.stop_gradient(z)
-        return wm.q_pair(params["qs"], zz, a, key, "avg", dropout_key=kd, grad_action_only=only)
+        if only:
+            return wm.policy_q(params["qs"], z, a, key, dropout_key=kd)
+        return wm.q_pair(params["qs"], jax.lax.stop_gradient(z), a, key, "avg", dropout_key=kd)
 
     np.testing.assert_array_equal(np.asarray(q(z, a, True)), np.asarray(q(z, a, False)))
     gz1, ga1 = jax.grad(lambda z, a: jnp.sum(q(z, a, True)), argnums=(0, 1))(z, a)
@@ -465,7 +467,7 @@ def test_q_pair_grad_action_only_same_values_and_action_gradient(q5):
 def test_linear_cotangent_dtypes_bad_frozen_inputs_and_no_forward_mode():
     """Cotangents in each argument's own dtype (as autodiff gives them), a clear error for a
     frozen_inputs outside [0, in], and forward mode refused (a custom_vjp; documented)."""
-    from tdmpc2core.model.networks import linear
+    from tdmpc2core.model.kernels_cpu import linear
     x = jnp.ones((3, 10), jnp.bfloat16)
     k, b = jnp.ones((10, 4), jnp.float32), jnp.zeros((4,), jnp.float32)
     gx, gk, gb = jax.grad(lambda x, k, b: jnp.sum(linear(x, k, b)), argnums=(0, 1, 2))(x, k, b)
@@ -485,7 +487,8 @@ def test_layer_norm_act_equals_flax_layernorm_then_mish_values_and_gradients(act
     with Mish): flax.linen.LayerNorm(1e-5) [+ math.mish] to float32 rounding, forward and the
     gradients of h, scale and bias, jitted and under vmap, with rows where y > 20 (Mish is the
     identity there) and a row of equal entries (variance 0, rstd = 1/sqrt(1e-5)); LayerNorm parameters as flax's."""
-    from tdmpc2core.model.networks import LayerNorm, layer_norm_act
+    from tdmpc2core.model.kernels_cpu import layer_norm_act
+    from tdmpc2core.model.networks import LayerNorm
     k = jax.random.split(jax.random.PRNGKey(0), 5)
     h = jax.random.normal(k[0], (2, 5, 96)) * 3.0 + 1.0
     h = h.at[1, 1].set(0.7)
@@ -520,7 +523,7 @@ def test_layer_norm_act_equals_flax_layernorm_then_mish_values_and_gradients(act
 
 
 def test_layer_norm_act_refuses_other_activations():
-    from tdmpc2core.model.networks import layer_norm_act
+    from tdmpc2core.model.kernels_cpu import layer_norm_act
     h, s, b = jnp.ones((2, 8)), jnp.ones((8,)), jnp.zeros((8,))
     with pytest.raises(ValueError, match="act='relu'.*'mish' or None"):
         layer_norm_act(h, s, b, "relu")
@@ -533,7 +536,7 @@ def test_layer_norm_act_clamped_variance_and_low_precision_inputs_as_flax():
     0) or to exactly 0, the gradient weights the variance term as autodiff of flax's clamp does
     (0, resp. 1/2); a bfloat16 h is normalised in float32 as flax's statistics are. Found by a
     new user's checks."""
-    from tdmpc2core.model.networks import layer_norm_act
+    from tdmpc2core.model.kernels_cpu import layer_norm_act
     o, z = jnp.ones(4), jnp.zeros(4)
     g = jnp.array([1.0, 0.0, 0.0, 0.0])
 
@@ -555,8 +558,104 @@ def test_layer_norm_act_clamped_variance_and_low_precision_inputs_as_flax():
 def test_linear_keeps_a_wider_bias_and_refuses_a_scalar_input():
     """A float32 bias beside a bfloat16 kernel is not rounded to bfloat16 (x @ kernel + bias
     promotes); a scalar x gets a clear error. Found by a new user's checks."""
-    from tdmpc2core.model.networks import linear
+    from tdmpc2core.model.kernels_cpu import linear
     got = linear(jnp.ones((1, 1)), jnp.zeros((1, 1), jnp.bfloat16), jnp.array([0.123456]))
     np.testing.assert_allclose(np.asarray(got, np.float64), 0.123456, rtol=1e-7)
     with pytest.raises(ValueError, match="scalar"):
         linear(jnp.float32(1.0), jnp.ones((1, 1)), jnp.zeros(1))
+
+
+# ---------------------------------------------------------------------- the kernel choice
+def test_reference_dense_and_layer_norm_are_flax_and_jax_bit_for_bit():
+    """kernels='reference' is plain flax/JAX: Dense is flax.linen.Dense (HIGHEST) and LayerNorm
+    [+ Mish] is flax.linen.LayerNorm(1e-5) [then jax.nn.mish], values and gradients bit for bit
+    (jitted alike); the dropout mask is jax.random.bernoulli's."""
+    import flax.linen as fnn
+
+    from tdmpc2core.model.networks import Dense, Dropout, LayerNorm, weight_init
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, 7, 20)) * 2.0 + 0.5
+    w = jax.random.normal(jax.random.PRNGKey(3), (3, 7, 9))
+    ours, ref = Dense(9, kernels="reference"), fnn.Dense(9, kernel_init=weight_init, precision="highest")
+    p = jax.tree_util.tree_map(lambda v: v + 0.1, ref.init(jax.random.PRNGKey(1), x))
+    for f in (lambda m: jax.jit(lambda p, x: m.apply(p, x)),
+              lambda m: jax.jit(jax.grad(lambda p, x: jnp.sum(w * jnp.tanh(m.apply(p, x))), argnums=(0, 1)))):
+        for a, b in zip(jax.tree_util.tree_leaves(f(ours)(p, x)), jax.tree_util.tree_leaves(f(ref)(p, x))):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    ln, fln = LayerNorm(kernels="reference"), fnn.LayerNorm(epsilon=1e-5)
+    q = {"params": {"scale": 1.0 + 0.1 * x[0, 0], "bias": 0.2 * x[1, 1]}}
+    for act in ("mish", None):
+        def mine(q, x):
+            return ln.apply(q, x, act)
+
+        def theirs(q, x):
+            y = fln.apply(q, x)
+            return jax.nn.mish(y) if act else y
+
+        for f in (jax.jit, lambda g: jax.jit(jax.grad(lambda q, x: jnp.sum(jnp.sin(g(q, x))), argnums=(0, 1)))):
+            for a, b in zip(jax.tree_util.tree_leaves(f(mine)(q, x)), jax.tree_util.tree_leaves(f(theirs)(q, x))):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    rngs = {"dropout": jax.random.PRNGKey(5)}
+    np.testing.assert_array_equal(np.asarray(Dropout(0.3, kernels="reference").apply({}, x, False, rngs=rngs)),
+                                  np.asarray(fnn.Dropout(0.3).apply({}, x, False, rngs=rngs)))
+
+
+def _kernel_wms():
+    kw = dict(obs=5, A=3, model_size=1, mlp_dim=16, latent_dim=16, enc_dim=8, num_q=2, dropout=0.2, horizon=1)
+    return {k: make_wm(kernels=k, **kw) for k in ("cpu", "reference")}
+
+
+def test_both_kernels_give_the_same_parameters_losses_and_gradients():
+    """kernels 'cpu' and 'reference': the same parameter tree (official weights load into
+    either), and the world-model and policy losses and every gradient
+    (dropout on, the policy step's frozen latents) to float32 rounding; the clip norm too."""
+    from tdmpc2core.model import update as U
+    wms = _kernel_wms()
+    p0 = {k: jax.eval_shape(wm.init, jax.random.PRNGKey(0)) for k, wm in wms.items()}
+    assert p0["cpu"] == p0["reference"]  # names, shapes, dtypes (the initial values: the flax tests above)
+    params = random_params(wms["cpu"], 11, scale=0.3)
+    rng = np.random.default_rng(2)
+    batch = U.Batch(obs=jnp.asarray(rng.standard_normal((2, 8, 5)), jnp.float32),
+                    action=jnp.asarray(rng.uniform(-1, 1, (1, 8, 3)), jnp.float32),
+                    reward=jnp.asarray(rng.standard_normal((1, 8)), jnp.float32), terminated=jnp.zeros((1, 8)))
+    td = jnp.asarray(rng.standard_normal((1, 8)), jnp.float32)
+    next_z = jnp.asarray(np_simnorm(rng.standard_normal((1, 8, 16))), jnp.float32)
+
+    def losses(wm, params):
+        key = jax.random.PRNGKey(7)
+        (lw, (zs, _)), gw = jax.value_and_grad(U.world_model_loss, argnums=1, has_aux=True)(
+            wm, U.wm_subtrees(params), params["pi"], batch, td, next_z, key)
+        (lp, _), gp = jax.value_and_grad(U.policy_loss, argnums=1, has_aux=True)(
+            wm, params["pi"], params["qs"], jax.lax.stop_gradient(zs), jnp.float32(1.5), key)
+        return lw, lp, gw, gp, U.global_sq_norm(gw, wm.cfg.kernels), zs
+
+    got = {k: jax.jit(losses, static_argnums=0)(wm, params) for k, wm in wms.items()}
+    for a, b in zip(jax.tree_util.tree_leaves(got["cpu"]), jax.tree_util.tree_leaves(got["reference"])):
+        scale = float(np.max(np.abs(np.asarray(b)), initial=0.0))
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6 * max(scale, 1.0))
+
+
+def test_kernels_auto_resolves_per_backend_and_precision_reaches_every_dense_layer(monkeypatch):
+    """'auto' builds the CPU kernels on a CPU backend and the reference on any other; the
+    configured matmul precision is the one every Dense product (forward and backward) uses."""
+    import re
+
+    from tdmpc2core.model import kernels as K
+    from tdmpc2core.model.networks import build_modules
+    cfg = make_wm(obs=4, A=2, model_size=1).cfg
+    assert cfg.kernels == "auto" and cfg.matmul_precision == "highest"
+    assert {m.kernels for m in build_modules(cfg, 4, 2).values()} == {K.concrete("auto")}
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert {m.kernels for m in build_modules(cfg, 4, 2).values()} == {"reference"}
+    monkeypatch.undo()
+    for k in ("cpu", "reference"):
+        for prec in ("default", "high", "highest"):
+            wm = make_wm(obs=4, A=2, model_size=1, mlp_dim=16, latent_dim=16, enc_dim=16, kernels=k,
+                         matmul_precision=prec)
+            p = random_params(wm, 0)
+            jaxpr = str(jax.make_jaxpr(jax.grad(lambda p: jnp.sum(wm.encode(p, jnp.ones((2, 4))))))(p))
+            found = set(re.findall(r"precision=\(Precision\.(\w+)", jaxpr))
+            assert found == {prec.upper()}, (k, prec, found)
+    with pytest.raises(ValueError, match="kernels='gpu'"):
+        K.concrete("gpu")
+    with pytest.raises(ValueError, match="not a concrete kernel choice"):
+        K.linear(jnp.ones((1, 2)), jnp.ones((2, 2)), jnp.ones(2), "auto", K.precision("highest"))

@@ -12,6 +12,7 @@ documented difference instead.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tdmpc2core.model import kernels as K
 from tdmpc2core.model import official
 from tdmpc2core.model import math as tm
 from tdmpc2core.model.config import TDMPC2Config, discount_from_episode_length, resolve_config
@@ -48,6 +50,9 @@ TOL = {
     "warm_start": (0.0, 0.0),
 }
 OBSERVED: dict = {}
+#: the kernels whose figures ``close`` is recording now ("default": the configured "auto"; the
+#: reference kernels' figures, on a CPU, are kept apart so the table's default rows stay what they were)
+RECORDING = {"kernels": "default"}
 
 
 def close(name, quantity, ours, ref):
@@ -64,8 +69,9 @@ def close(name, quantity, ours, ref):
     d = np.abs(ours - ref)
     big = np.abs(ref) > 1e-3
     rel = float(np.max(d[big] / np.abs(ref[big]))) if big.any() else 0.0
-    prev = OBSERVED.get(quantity, (0.0, 0.0, 0.0, 0))
-    OBSERVED[quantity] = (max(prev[0], float(d.max(initial=0.0))), max(prev[1], rel),
+    key = quantity if RECORDING["kernels"] == "default" else (quantity, RECORDING["kernels"])
+    prev = OBSERVED.get(key, (0.0, 0.0, 0.0, 0))
+    OBSERVED[key] = (max(prev[0], float(d.max(initial=0.0))), max(prev[1], rel),
                           max(prev[2], float(d.max(initial=0.0)) / scale if scale else 0.0), prev[3] + ours.size)
     np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol, err_msg=f"{name} ({quantity})")
 
@@ -76,9 +82,10 @@ def _report():
     path = os.environ.get("TDMPC2_PARITY_TABLE")
     if path:
         with open(path, "a") as f:
-            for q, (a, r, m, n) in sorted(OBSERVED.items()):
-                rtol, atol = TOL[q]
-                f.write(f"{q}\t{rtol:g}\t{atol}\t{a:.2g}\t{r:.2g}\t{m:.2g}\t{n}\n")
+            for q, (a, r, m, n) in sorted(OBSERVED.items(), key=lambda kv: str(kv[0])):
+                rtol, atol = TOL[q if isinstance(q, str) else q[0]]
+                name = q if isinstance(q, str) else f"{q[0]} ({q[1]} kernels)"
+                f.write(f"{name}\t{rtol:g}\t{atol}\t{a:.2g}\t{r:.2g}\t{m:.2g}\t{n}\n")
 
 
 def load(name):
@@ -119,6 +126,26 @@ def world_model(meta_cfg, obs_dim, action_dim, task_dim=0, num_tasks=0, episode_
               value_coef=c["value_coef"])
     cfg = resolve_config(TDMPC2Config(**kw), episode_length=episode_length, action_dim=action_dim)
     return WorldModel(cfg, obs_dim, action_dim, task_dim, num_tasks)
+
+
+#: the model's kernel choices (docs/fidelity.md "Kernels"): the module forwards and the multi-task
+#: updates are checked with both; the single-task updates and the planner parts with the default
+#: ("auto"), as they run the same kernels (each compiled program costs the suite's time)
+KERNELS = ("cpu", "reference")
+
+
+@pytest.fixture
+def with_kernels():
+    """A function of (wm, kernels): ``wm`` computing with ``kernels`` ("cpu" or "reference"),
+    ``wm`` itself where its configured choice ("auto") already resolves to that (so its compiled
+    programs are shared); the figures of the other choice are recorded apart (``RECORDING``)."""
+    def make(wm, kernels):
+        if K.concrete(wm.cfg.kernels) == kernels:
+            return wm
+        RECORDING["kernels"] = kernels
+        return dataclasses.replace(wm, cfg=dataclasses.replace(wm.cfg, kernels=kernels))
+    yield make
+    RECORDING["kernels"] = "default"
 
 
 @pytest.fixture(scope="module")
@@ -237,17 +264,20 @@ def _forward_checks(wm, w, d, e=None, mask=None):
         close(k, q, out[k], ref[..., 0] if k in ("reward", "q_min", "q_avg") else ref)
 
 
-def test_single_task_module_forwards(modules):
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_single_task_module_forwards(modules, kernels, with_kernels):
     d, meta = modules
     c = meta["configs"]["single"]
-    wm = world_model(c, c["obs_shape"]["state"][0], c["action_dim"])
+    wm = with_kernels(world_model(c, c["obs_shape"]["state"][0], c["action_dim"]), kernels)
     w = official.from_official(weights_of(d))
     assert w.architecture == official.OfficialArchitecture.of(wm) and w.layout == "flat"
     _forward_checks(wm, w, d)
 
 
-def test_multi_task_forwards_with_embedding_max_norm_and_masks(mt):
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_multi_task_forwards_with_embedding_max_norm_and_masks(mt, kernels, with_kernels):
     wm, w, d, c = mt
+    wm = with_kernels(wm, kernels)
     task = jnp.asarray(d["fwd/task"])
     table = jnp.asarray(d["fwd/task_emb_table_before"])
     assert np.linalg.norm(d["fwd/task_emb_table_before"][0]) > 1.0  # renormalised at the look-up
@@ -310,14 +340,18 @@ def _check_update(wm, w, d, gamma, masks=None):
 
 @pytest.mark.slow
 def test_single_task_two_updates(st):
+    # the default kernels only: the multi-task updates below run every kernel path of these
+    # (and the task embedding's) with both choices, and each compile costs a minute of the suite
     wm, w, d = st
     assert float(d["discount"]) == pytest.approx(wm.cfg.gamma) and wm.cfg.gamma == discount_from_episode_length(100)
     _check_update(wm, w, d, wm.cfg.gamma)
 
 
 @pytest.mark.slow
-def test_multi_task_two_updates_with_padded_tasks(mt):
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_multi_task_two_updates_with_padded_tasks(mt, kernels, with_kernels):
     wm, w, d, c = mt
+    wm = with_kernels(wm, kernels)
     gammas = jnp.asarray(d["discount"], jnp.float32)
     assert np.allclose(d["discount"], [discount_from_episode_length(t) for t in c["episode_lengths"]])
     _check_update(wm, w, d, gammas, jnp.asarray(d["action_masks"]))

@@ -18,6 +18,10 @@ MODEL_SIZES: dict[int, dict[str, int]] = {
     317: dict(enc_dim=4096, mlp_dim=4096, latent_dim=1376, num_enc_layers=5, num_q=8),
 }
 WIDTH_KEYS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q")
+#: the model's kernel choices (docs/fidelity.md "Kernels"): "auto" resolves per backend
+KERNELS = ("auto", "cpu", "reference")
+#: the Dense layers' matmul precisions (jax.lax.Precision HIGHEST / HIGH / DEFAULT)
+MATMUL_PRECISIONS = ("highest", "high", "default")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +80,13 @@ class TDMPC2Config:
     # 5f6fade quirk (spec §5.4): include the previous (clipped) policy gradient in the
     # world-model clip norm. True reproduces 5f6fade; False is eece801+ behaviour.
     stale_pi_grad_in_clip: bool = True
+    # how the networks are computed (not a hyperparameter of the paper; docs/fidelity.md
+    # "Kernels"): "cpu" the hand-written kernels measured faster on XLA:CPU, "reference" plain
+    # flax/JAX, "auto" the CPU kernels on a CPU backend and the reference elsewhere
+    kernels: str = "auto"
+    # the Dense layers' matmul precision: "highest" full float32 (spec §12.19), "high" or
+    # "default" (on GPUs: TF32 / bf16 passes, faster, not float32 accurate)
+    matmul_precision: str = "highest"
 
     # ---- derived helpers (valid after resolve_config) ----
     @property
@@ -94,8 +105,33 @@ def seed_steps_from_episode_length(T: int) -> int:
     return int(max(1000, 5 * T))
 
 
+def kernels_for_backend(kernels: str, backend: str) -> str:
+    """The concrete kernels ("cpu" or "reference") that ``kernels`` means on a JAX backend
+    (``jax.default_backend()``: "cpu", "gpu", "tpu", ...): "auto" is "cpu" on "cpu" and
+    "reference" elsewhere; "cpu" and "reference" are themselves.
+
+    Raises:
+      ValueError: ``kernels`` not one of :data:`KERNELS`.
+    """
+    check_kernel_fields(kernels, MATMUL_PRECISIONS[0])
+    if kernels != "auto":
+        return kernels
+    return "cpu" if backend == "cpu" else "reference"
+
+
+def check_kernel_fields(kernels, matmul_precision) -> None:
+    """Refuse a ``kernels`` or ``matmul_precision`` value outside :data:`KERNELS` /
+    :data:`MATMUL_PRECISIONS` with a one-line ValueError naming the key, value and choices."""
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels={kernels!r} is not a kernel choice; accepted: {list(KERNELS)} "
+                         f"(auto: cpu on a CPU backend, reference elsewhere)")
+    if matmul_precision not in MATMUL_PRECISIONS:
+        raise ValueError(f"matmul_precision={matmul_precision!r} is not a precision; accepted: "
+                         f"{list(MATMUL_PRECISIONS)} (highest: full float32, the default)")
+
+
 def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int,
-                   n_envs: Optional[int] = None) -> TDMPC2Config:
+                   n_envs: Optional[int] = None, backend: Optional[str] = None) -> TDMPC2Config:
     """Fill preset widths, gamma, seed_steps and the planner iterations (spec §1.2, §1.3).
 
     Plain Python (no JAX): the workflow runs the same checks when it loads
@@ -109,13 +145,19 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int,
       n_envs: environments in lockstep of a single-task online run; given, the first update
         is checked as well (:func:`check_first_update`). None: not an online run (the
         multi-task agent checks its batch against its dataset, :func:`check_batch_size`).
+      backend: the JAX backend the model will run on (``jax.default_backend()``); given,
+        ``kernels="auto"`` is resolved to the concrete choice (:func:`kernels_for_backend`),
+        so a run's recorded configuration says which kernels ran. None: "auto" stays (the
+        networks resolve it when they are built).
 
     Raises:
       ValueError: unknown model_size, values the architecture cannot take (num_bins < 2, the
         official 0 / 1 regression variants, is refused; vmin >= vmax), or T too short
         for a slice of horizon + 1 rows (T >= H + 1; episodic mode, whose episodes may end
-        earlier anyway: T >= H), or (with ``n_envs``) a first update the replay cannot feed.
+        earlier anyway: T >= H), or (with ``n_envs``) a first update the replay cannot feed;
+        ``kernels`` or ``matmul_precision`` not one of the accepted values.
     """
+    check_kernel_fields(cfg.kernels, cfg.matmul_precision)
     if cfg.model_size not in MODEL_SIZES:
         raise ValueError(f"model_size={cfg.model_size!r} is not a preset; accepted: {sorted(MODEL_SIZES)}")
     if isinstance(cfg.num_bins, bool) or not isinstance(cfg.num_bins, int) or cfg.num_bins < 2:
@@ -160,7 +202,9 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int,
         episode_length, cfg.discount_denom, cfg.discount_min, cfg.discount_max)
     seed_steps = cfg.seed_steps if cfg.seed_steps is not None else seed_steps_from_episode_length(episode_length)
     iterations = cfg.iterations + (2 if action_dim >= 20 else 0)
-    out = dataclasses.replace(cfg, **widths, gamma=float(gamma), seed_steps=int(seed_steps), iterations=iterations)
+    kernels = cfg.kernels if backend is None else kernels_for_backend(cfg.kernels, backend)
+    out = dataclasses.replace(cfg, **widths, gamma=float(gamma), seed_steps=int(seed_steps), iterations=iterations,
+                              kernels=kernels)
     if n_envs is not None:
         check_first_update(out, episode_length=episode_length, n_envs=n_envs)
     return out
@@ -292,7 +336,8 @@ def config_from_kwargs(**kwargs) -> TDMPC2Config:
 
 
 __all__ = [
-    "MODEL_SIZES", "TDMPC2Config", "resolve_config", "validate_config", "config_from_kwargs",
+    "MODEL_SIZES", "KERNELS", "MATMUL_PRECISIONS", "TDMPC2Config", "resolve_config", "kernels_for_backend",
+    "check_kernel_fields", "validate_config", "config_from_kwargs",
     "discount_from_episode_length", "seed_steps_from_episode_length", "slices_in_episodes",
     "capacity_episodes", "first_update_slices", "episodes_held_at_end", "check_batch_size", "check_first_update",
 ]

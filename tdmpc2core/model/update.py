@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from . import kernels as kern
 from . import math as tm
 from .world_model import WorldModel
 
@@ -126,11 +127,12 @@ def make_optimizers(cfg):
     return wm, pi
 
 
-def global_sq_norm(tree):
-    """Sum of squares of every leaf (the square of clip_grad_norm_'s total norm). Each square
-    goes through an optimization barrier: XLA:CPU then sums it in one loop instead of
-    splitting the sum into reduce-windows over a stored copy (2x faster)."""
-    return sum(jnp.sum(jax.lax.optimization_barrier(jnp.square(x))) for x in jax.tree_util.tree_leaves(tree))
+def global_sq_norm(tree, kernels: str = "auto"):
+    """Sum of squares of every leaf of ``tree``, a float32 scalar (the square of
+    clip_grad_norm_'s total norm, spec §5.3), computed by ``kernels`` ("auto", "cpu" or
+    "reference"; :func:`tdmpc2core.model.kernels.global_sq_norm`). Raises ValueError for
+    another ``kernels``."""
+    return kern.global_sq_norm(tree, kern.concrete(kernels))
 
 
 def clip_coef(sq_norm, max_norm: float):
@@ -227,8 +229,7 @@ def policy_loss(wm: WorldModel, pi_params, qs_params, zs, pi_scale, key, e=None,
     if e is not None:
         e = jax.lax.stop_gradient(e)
     _, a, log_pi, _ = wm.pi(pi_params, zs, k_pi, e, mask, eps=eps)
-    q = wm.q_pair(jax.lax.stop_gradient(qs_params), zs, a, k_pair, "avg", e, dropout_key=k_drop,
-                  idx=pair, grad_action_only=True)  # [H+1, B]
+    q = wm.policy_q(qs_params, zs, a, k_pair, e, dropout_key=k_drop, idx=pair)  # [H+1, B]
     new_scale = tm.running_scale_update(pi_scale, q[0][:, None], cfg.tau)
     q = q / jax.lax.stop_gradient(new_scale)
     rho = cfg.rho ** jnp.arange(zs.shape[0], dtype=jnp.float32)
@@ -271,7 +272,7 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=No
     wm_params = wm_subtrees(params)
     (_, (zs, metrics)), g = jax.value_and_grad(world_model_loss, argnums=1, has_aux=True)(
         wm, wm_params, params["pi"], batch, td, next_z, k_drop)
-    g_sq = global_sq_norm(g)
+    g_sq = global_sq_norm(g, cfg.kernels)
     clip_sq = g_sq + (state.pi_grad_sq if cfg.stale_pi_grad_in_clip else 0.0)
     coef = clip_coef(clip_sq, cfg.grad_clip_norm)
     g = jax.tree_util.tree_map(lambda x: x * coef, g)
@@ -284,7 +285,7 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=No
     (_, (new_scale, pmetrics)), gp = jax.value_and_grad(policy_loss, argnums=1, has_aux=True)(
         wm, params["pi"], wm_params["qs"], jax.lax.stop_gradient(zs), state.pi_scale, k_pi, e, mask, d.pi_eps,
         d.pi_pair)
-    gp_sq = global_sq_norm(gp)
+    gp_sq = global_sq_norm(gp, cfg.kernels)
     pcoef = clip_coef(gp_sq, cfg.grad_clip_norm)
     gp = jax.tree_util.tree_map(lambda x: x * pcoef, gp)
     upd, pi_opt_state = pi_tx.update(gp, state.pi_opt_state, params["pi"])

@@ -92,15 +92,15 @@ class WorldModel:
         """Logits [k, ..., num_bins] of the members stacked in qs_params (axis 0).
 
         ``grad_action_only``: z and e enter through ``stop_gradient`` and the first layer's
-        backward pass computes the input gradient for the action columns only (a saving of
-        (latent + task_dim) / (latent + task_dim + action_dim) of that matmul).
+        backward pass computes the input gradient for the action columns only (its
+        ``frozen_inputs``; a saving of (latent + task_dim) / (latent + task_dim + action_dim)
+        of that matmul with the CPU kernels).
         """
         qmod = self.modules["q"]
-        frozen = 0
         if grad_action_only:
             z = jax.lax.stop_gradient(z)
             e = None if e is None else jax.lax.stop_gradient(e)
-            frozen = z.shape[-1] + (0 if e is None else e.shape[-1])
+            qmod = qmod.clone(frozen_inputs=z.shape[-1] + (0 if e is None else e.shape[-1]))
         k = jax.tree_util.tree_leaves(qs_params)[0].shape[0]
         # one copy of the shared input per member, so every layer is a plain batched matmul over
         # the members: with one shared input XLA contracts the first layer's gradient over
@@ -108,18 +108,16 @@ class WorldModel:
         x = _cat(z, e, a)
         xs = jnp.broadcast_to(x, (k,) + x.shape)
         if dropout_key is None:
-            return jax.vmap(lambda p, x: qmod.apply({"params": p}, x, deterministic=True, frozen_inputs=frozen))(
-                qs_params, xs)
+            return jax.vmap(lambda p, x: qmod.apply({"params": p}, x, deterministic=True))(qs_params, xs)
         keys = jax.random.split(dropout_key, k)  # a different dropout mask per member (spec §3.3)
-        return jax.vmap(lambda p, x, kk: qmod.apply({"params": p}, x, deterministic=False, frozen_inputs=frozen,
-                                                    rngs={"dropout": kk}))(qs_params, xs, keys)
+        return jax.vmap(lambda p, x, kk: qmod.apply({"params": p}, x, deterministic=False, rngs={"dropout": kk}))(
+            qs_params, xs, keys)
 
     def q_all(self, qs_params, z, a, e=None, dropout_key=None):
         """Logits of all K members [K, ..., num_bins]; dropout on iff dropout_key is given."""
         return self._q_members(qs_params, z, a, e, dropout_key)
 
-    def q_pair(self, qs_params, z, a, key, reduce: str, e=None, dropout_key=None, idx=None,
-               grad_action_only=False):
+    def q_pair(self, qs_params, z, a, key, reduce: str, e=None, dropout_key=None, idx=None):
         """min or avg of two distinct random members, decoded to scalars [...] (spec §4.6).
 
         One pair is drawn per call and shared by the whole batch. Only the two chosen
@@ -127,9 +125,19 @@ class WorldModel:
         selecting them; with ``dropout_key``, the pair's masks come from that key split in two
         (not K), so they are not the masks ``q_all`` would give those members.
         ``idx`` [2] int: the pair to use instead of drawing it from ``key`` (an injected draw).
-        ``grad_action_only``: gradient flows to ``a`` only, z and e are detached (the policy
-        step, spec §5.2.7); same values, less backward work (see ``_q_members``).
+        Raises ValueError for a ``reduce`` other than 'min' or 'avg'.
         """
+        return self._q_pair(qs_params, z, a, key, reduce, e, dropout_key, idx, False)
+
+    def policy_q(self, qs_params, z, a, key, e=None, dropout_key=None, idx=None):
+        """The policy step's Q (spec §5.2.7): the avg of a random pair as :meth:`q_pair`
+        (dropout on iff ``dropout_key``), [...], with the gradient flowing to ``a`` only: the Q
+        parameters, z [..., latent] and e are detached, and the first layers' backward pass
+        does not compute the cotangent of z and e (less backward work with the CPU kernels;
+        the same values and action gradient as ``q_pair(..., 'avg')`` on detached inputs)."""
+        return self._q_pair(jax.lax.stop_gradient(qs_params), z, a, key, "avg", e, dropout_key, idx, True)
+
+    def _q_pair(self, qs_params, z, a, key, reduce, e, dropout_key, idx, grad_action_only):
         K = jax.tree_util.tree_leaves(qs_params)[0].shape[0]
         if idx is None:
             idx = jax.random.choice(key, K, (2,), replace=False)
