@@ -132,6 +132,39 @@ def multi_specs(out: str) -> dict[tuple[str, int], tuple[dict, str]]:
 
 
 # --------------------------------------------------------------------------- dry runs
+DRYRUN_FIXTURES = ROOT / "tests" / "fixtures" / "dryrun"
+DRYRUN_CONFIGS = ["config.yaml", *sorted(f"workflow/configs/{p.name}" for p in (ROOT / "workflow" / "configs").glob("*.yaml"))]
+
+
+def dry_run_plan(wf: Path, configfile: str) -> str:
+    """The normalised plan (tdmpc2core.pipeline.dryrun) of `snakemake -n -p --cores 4` with
+    `configfile` (config.yaml: the demo alone) in the workflow copy ``wf``, where nothing ran.
+    official-smoke.yaml names the checkpoint fixtures: they are copied beside the workflow."""
+    from tdmpc2core.pipeline.dryrun import DRY_RUN_ARGS, normalise_dry_run
+
+    if configfile.endswith("official-smoke.yaml"):
+        (wf / "tests" / "fixtures").mkdir(parents=True, exist_ok=True)
+        for name in ("official_ckpt_single.pt", "official_ckpt_multi.pt"):
+            shutil.copy2(ROOT / "tests" / "fixtures" / name, wf / "tests" / "fixtures" / name)
+    extra = () if configfile == "config.yaml" else ("--configfile", configfile)
+    return normalise_dry_run(ok(snakemake(wf, *DRY_RUN_ARGS, *extra)), python=sys.executable)
+
+
+@pytest.mark.parametrize("configfile", DRYRUN_CONFIGS)
+def test_dry_run_plans_are_recorded(tmp_path, configfile):
+    """`snakemake -n -p` plans the same jobs (rule, wildcards, files, reasons, resources,
+    commands) for config.yaml and every workflow/configs/*.yaml as recorded in
+    tests/fixtures/dryrun/<name>.txt on the code before the workflow's Python moved into
+    tdmpc2core/pipeline/ (issue 25). TDMPC2_RECORD_DRYRUN=1 rewrites the records instead."""
+    plan = dry_run_plan(copy_workflow(tmp_path), configfile)
+    record = DRYRUN_FIXTURES / (Path(configfile).stem + ".txt")
+    if os.environ.get("TDMPC2_RECORD_DRYRUN") == "1":
+        DRYRUN_FIXTURES.mkdir(parents=True, exist_ok=True)
+        record.write_text(plan)
+    assert record.exists(), f"no recorded plan {record}: run with TDMPC2_RECORD_DRYRUN=1 once"
+    assert plan == record.read_text(), f"the plan of {configfile} differs from {record}"
+
+
 @pytest.fixture(scope="module")
 def demo_plan_one_core(tmp_path_factory) -> str:
     """The output of `snakemake -n -p --cores 1` on the demo (a copy of the workflow), run once
