@@ -414,7 +414,7 @@ def test_dry_run_needs_no_jax(tmp_path):
         (nojax / mod).mkdir(parents=True)
         (nojax / mod / "__init__.py").write_text(f'raise ImportError("{mod} is not installed here (test stand-in)")\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
-    env["PYTHONPATH"] = str(nojax)
+    env["PYTHONPATH"] = os.pathsep.join([str(nojax), str(ROOT)])  # this checkout's library, whichever is installed
 
     def dry(*args):
         return subprocess.run([sys.executable, "-m", "snakemake", "-n", *args], cwd=wf, capture_output=True,
@@ -1073,7 +1073,7 @@ def no_jax_env(tmp_path: Path) -> dict:
         (nojax / mod).mkdir(parents=True, exist_ok=True)
         (nojax / mod / "__init__.py").write_text(f'raise ImportError("{mod} is not installed here (test stand-in)")\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
-    env["PYTHONPATH"] = str(nojax)
+    env["PYTHONPATH"] = os.pathsep.join([str(nojax), str(ROOT)])  # this checkout's library, whichever is installed
     return env
 
 

@@ -19,11 +19,19 @@ try:
 except ConfigError as _e:
     raise WorkflowError(str(_e)) from None
 # official pools still downloading; which finished jobs ran other code than now (codeversion.py)
-for _line in [*P.notes, *codeversion.code_changes(P.run_records(), rerun=P.rerun_on_code_change)]:
+for _line in [
+    *P.notes,
+    *codeversion.code_changes(P.run_records(), rerun=P.rerun_on_code_change),
+]:
     print(_line, file=sys.stderr)
 
 # the names the rule files and hooks.smk read
-TASKS, POOLS, OFFICIAL_POOLS, SEED_GROUPS = P.tasks, P.pools, P.official_pools, P.seed_groups
+TASKS, POOLS, OFFICIAL_POOLS, SEED_GROUPS = (
+    P.tasks,
+    P.pools,
+    P.official_pools,
+    P.seed_groups,
+)
 MULTITASK, OFFICIAL_CKPTS = P.multitask, P.official.checkpoints
 MT_POOLS, MT_SIZES = (P.multitask.pools, P.multitask.sizes) if MULTITASK else ([], [])
 MAX_CHUNK_SECONDS, MAX_JOB_MINUTES = P.max_chunk_seconds, P.cluster.max_job_minutes
@@ -39,7 +47,9 @@ LONG_RUNS = P.long_runs()
 try:
     from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-    _USE_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+    _USE_CONDA = (
+        DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+    )
 except Exception:
     _USE_CONDA = False
 TDMPC2 = "tdmpc2" if _USE_CONDA else f"{shlex.quote(sys.executable)} -m tdmpc2core.cli"

@@ -5,6 +5,7 @@
 # Nothing here when the key is absent (the default): the demo is unchanged.
 
 if OFFICIAL_CKPTS:
+
     localrules:
         official_table,
 

@@ -8,6 +8,7 @@
 
 
 for _group in SEED_GROUPS:
+
     rule:
         name:
             f"train_single_{seed_tag(_group)}"
@@ -25,7 +26,9 @@ for _group in SEED_GROUPS:
         # moving the virtualenv, the cache or the checkpoints retrains nothing)
         resources:
             gpu=lambda wc: TASKS[wc.task]["resources"]["gpu"],
-            runtime=lambda wc: P.cluster.job_runtime(TASKS[wc.task]["resources"]["runtime"]),
+            runtime=lambda wc: P.cluster.job_runtime(
+                TASKS[wc.task]["resources"]["runtime"]
+            ),
             mem_mb=lambda wc: TASKS[wc.task]["resources"]["mem_mb"],
             slurm_extra=P.cluster.slurm_extra,
             jax_env=lambda wc: P.cluster.jax_env(TASKS[wc.task]["resources"]["gpu"]),

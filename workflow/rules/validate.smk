@@ -23,7 +23,9 @@ except WorkflowError as _e:
     # priority: the Snakefile's configfile (config.yaml), then each --configfile in the order given
     _cli = [str(f) for f in workflow.overwrite_configfiles or ()]
     _files = [str(f) for f in workflow.configfiles if str(f) not in _cli] + _cli
-    _schema = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
+    _schema = os.path.join(
+        workflow.basedir, "workflow", "schemas", "config.schema.yaml"
+    )
     _line = schema_refusal(_e, _schema, _files)
     if _line is None:
         raise
