@@ -667,7 +667,8 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
                               "dataset_pool": 1, "dataset_summary": 1, "train_multi": 1, "scaling": 1,
                               "report": 1, "all": 1, "total": 13}
     assert {t for _, t in planned_jobs(out) if t} == {"pendulum"}
-    # the code of tdmpc2core (a code version among each rule's params, common.smk): comments and
+    # the code of tdmpc2core (a code version among each rule's params, tdmpc2core/pipeline/codeversion.py,
+    # with config.yaml's rerun_on_code_change: true): comments and
     # docstrings change nothing; code of the report stage's modules reruns the report; code of
     # the training stage reruns every training job and everything downstream
     html_py = wf / "tdmpc2core/report/html.py"
