@@ -686,6 +686,33 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
                               "total": 16}
 
 
+
+def test_code_change_without_rerun_is_named_not_rerun(tmp_path):
+    """rerun_on_code_change: false (the paper configurations' setting, docs/pipeline.md "Code
+    changes"): after a complete run, a code change of the training stage reruns nothing, and
+    the dry run names the finished jobs that ran other code (from run.json's code_version; the
+    multi-task stand-in records none: counted apart)."""
+    wf = copy_workflow(tmp_path)
+    shutil.copytree(ROOT / "tdmpc2core", wf / "tdmpc2core", ignore=shutil.ignore_patterns("__pycache__"))
+    trainer = STAND_IN_TRAINER.replace('json.dump({"task": args.task,',
+                                       'json.dump({"code_version": code_version("train_single"), "task": args.task,')
+    assert trainer != STAND_IN_TRAINER
+    (wf / "tdmpc2core/stages/train_single.py").write_text(
+        "from tdmpc2core.pipeline.codeversion import code_version\n" + trainer)
+    (wf / "tdmpc2core/stages/train_multi.py").write_text(STAND_IN_MULTI)
+    (wf / "small.yaml").write_text("bootstrap_reps: 200\nrerun_on_code_change: false\n")
+    ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    assert "Nothing to be done" in out and "code changed" not in out
+    assert "code version unknown: 1 of 1 finished train_multi job output(s) record none in run.json" in out
+    trainer_py = wf / "tdmpc2core/stages/train_single.py"
+    trainer_py.write_text(trainer_py.read_text() + "\nCODE_VERSION_PROBE = 1\n")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    assert "Nothing to be done" in out, out[-3000:]
+    assert re.search(r"code changed: 4 of 4 finished train_single_seeds_0_1 job output\(s\) ran code version "
+                     r"[0-9a-f]{16}, now [0-9a-f]{16} \(tdmpc2core.stages.train_single and its imports\); "
+                     r"kept \(rerun_on_code_change: false\)", out), out[-3000:]
+
 STOPPABLE_TRAINER = '''
 """Test stand-in for `tdmpc2 train-single` that stops as the real one does: chunks of
 --max-chunk-seconds, SIGTERM/SIGINT handled by the real SignalStop (a checkpoint at the next
