@@ -43,7 +43,8 @@ for _group in SEED_GROUPS:
             # cache folder, threads and resources are not params: changing them reruns nothing)
             spec=lambda wc: P.task_spec(wc.task),
             seeds=" ".join(str(s) for s in _group),
-            # the code of tdmpc2core this stage runs (common.smk, code_version)
+            # the code of tdmpc2core this stage runs (tdmpc2core/pipeline/codeversion.py), a rerun
+            # trigger with rerun_on_code_change (else None: docs/pipeline.md, "Code changes")
             code=P.code_param("train_single"),
             # the shell command is formatted when the job runs, after this loop has ended, so
             # it must not read `_group`: the tag comes through params (a function of the seeds,
