@@ -63,7 +63,7 @@ include: "workflow/rules/report.smk"
 # figure: the tables, overview figure and report are built from single-task runs.
 EVERY_OUTPUT = [
     RESOLVED,
-    *[f for name in RUN_FILES for f in all_run_files(name)],
+    *[f for name in RUN_FILES for f in P.all_run_files(name)],
     *[task_dataset(t) for t in TASKS],
     *[pool_dataset(p) for p in POOLS],
     *[pool_dataset(p) for p in OFFICIAL_POOLS],
@@ -73,9 +73,10 @@ EVERY_OUTPUT = [
     ),
     *(rules.figure_overview.output if TASKS else []),
     *(rules.tables.output if TASKS else []),
-    *[f for name in MULTI_FILES for f in multi_files(name)],
+    *[f for name in MULTI_FILES for f in P.multi_files(name)],
     *(rules.scaling.output if MULTITASK else []),
-    *official_outputs(),
+    *P.official_outputs(),
+    *(rules.official_table.output if OFFICIAL_CKPTS else []),
     *(rules.report.output if TASKS else []),
 ]
 

@@ -132,6 +132,39 @@ def multi_specs(out: str) -> dict[tuple[str, int], tuple[dict, str]]:
 
 
 # --------------------------------------------------------------------------- dry runs
+DRYRUN_FIXTURES = ROOT / "tests" / "fixtures" / "dryrun"
+DRYRUN_CONFIGS = ["config.yaml", *sorted(f"workflow/configs/{p.name}" for p in (ROOT / "workflow" / "configs").glob("*.yaml"))]
+
+
+def dry_run_plan(wf: Path, configfile: str) -> str:
+    """The normalised plan (tdmpc2core.pipeline.dryrun) of `snakemake -n -p --cores 4` with
+    `configfile` (config.yaml: the demo alone) in the workflow copy ``wf``, where nothing ran.
+    official-smoke.yaml names the checkpoint fixtures: they are copied beside the workflow."""
+    from tdmpc2core.pipeline.dryrun import DRY_RUN_ARGS, normalise_dry_run
+
+    if configfile.endswith("official-smoke.yaml"):
+        (wf / "tests" / "fixtures").mkdir(parents=True, exist_ok=True)
+        for name in ("official_ckpt_single.pt", "official_ckpt_multi.pt"):
+            shutil.copy2(ROOT / "tests" / "fixtures" / name, wf / "tests" / "fixtures" / name)
+    extra = () if configfile == "config.yaml" else ("--configfile", configfile)
+    return normalise_dry_run(ok(snakemake(wf, *DRY_RUN_ARGS, *extra)), python=sys.executable)
+
+
+@pytest.mark.parametrize("configfile", DRYRUN_CONFIGS)
+def test_dry_run_plans_are_recorded(tmp_path, configfile):
+    """`snakemake -n -p` plans the same jobs (rule, wildcards, files, reasons, resources,
+    commands) for config.yaml and every workflow/configs/*.yaml as recorded in
+    tests/fixtures/dryrun/<name>.txt on the code before the workflow's Python moved into
+    tdmpc2core/pipeline/ (issue 25). TDMPC2_RECORD_DRYRUN=1 rewrites the records instead."""
+    plan = dry_run_plan(copy_workflow(tmp_path), configfile)
+    record = DRYRUN_FIXTURES / (Path(configfile).stem + ".txt")
+    if os.environ.get("TDMPC2_RECORD_DRYRUN") == "1":
+        DRYRUN_FIXTURES.mkdir(parents=True, exist_ok=True)
+        record.write_text(plan)
+    assert record.exists(), f"no recorded plan {record}: run with TDMPC2_RECORD_DRYRUN=1 once"
+    assert plan == record.read_text(), f"the plan of {configfile} differs from {record}"
+
+
 @pytest.fixture(scope="module")
 def demo_plan_one_core(tmp_path_factory) -> str:
     """The output of `snakemake -n -p --cores 1` on the demo (a copy of the workflow), run once
@@ -381,7 +414,7 @@ def test_dry_run_needs_no_jax(tmp_path):
         (nojax / mod).mkdir(parents=True)
         (nojax / mod / "__init__.py").write_text(f'raise ImportError("{mod} is not installed here (test stand-in)")\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
-    env["PYTHONPATH"] = str(nojax)
+    env["PYTHONPATH"] = os.pathsep.join([str(nojax), str(ROOT)])  # this checkout's library, whichever is installed
 
     def dry(*args):
         return subprocess.run([sys.executable, "-m", "snakemake", "-n", *args], cwd=wf, capture_output=True,
@@ -634,7 +667,8 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
                               "dataset_pool": 1, "dataset_summary": 1, "train_multi": 1, "scaling": 1,
                               "report": 1, "all": 1, "total": 13}
     assert {t for _, t in planned_jobs(out) if t} == {"pendulum"}
-    # the code of tdmpc2core (a code version among each rule's params, common.smk): comments and
+    # the code of tdmpc2core (a code version among each rule's params, tdmpc2core/pipeline/codeversion.py,
+    # with config.yaml's rerun_on_code_change: true): comments and
     # docstrings change nothing; code of the report stage's modules reruns the report; code of
     # the training stage reruns every training job and everything downstream
     html_py = wf / "tdmpc2core/report/html.py"
@@ -651,6 +685,33 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
                               "dataset_summary": 1, "train_multi": 1, "scaling": 1, "report": 1, "all": 1,
                               "total": 16}
 
+
+
+def test_code_change_without_rerun_is_named_not_rerun(tmp_path):
+    """rerun_on_code_change: false (the paper configurations' setting, docs/pipeline.md "Code
+    changes"): after a complete run, a code change of the training stage reruns nothing, and
+    the dry run names the finished jobs that ran other code (from run.json's code_version; the
+    multi-task stand-in records none: counted apart)."""
+    wf = copy_workflow(tmp_path)
+    shutil.copytree(ROOT / "tdmpc2core", wf / "tdmpc2core", ignore=shutil.ignore_patterns("__pycache__"))
+    trainer = STAND_IN_TRAINER.replace('json.dump({"task": args.task,',
+                                       'json.dump({"code_version": code_version("train_single"), "task": args.task,')
+    assert trainer != STAND_IN_TRAINER
+    (wf / "tdmpc2core/stages/train_single.py").write_text(
+        "from tdmpc2core.pipeline.codeversion import code_version\n" + trainer)
+    (wf / "tdmpc2core/stages/train_multi.py").write_text(STAND_IN_MULTI)
+    (wf / "small.yaml").write_text("bootstrap_reps: 200\nrerun_on_code_change: false\n")
+    ok(snakemake(wf, "--cores", "2", "--configfile", "small.yaml"))
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    assert "Nothing to be done" in out and "code changed" not in out
+    assert "code version unknown: 1 of 1 finished train_multi job output(s) record none in run.json" in out
+    trainer_py = wf / "tdmpc2core/stages/train_single.py"
+    trainer_py.write_text(trainer_py.read_text() + "\nCODE_VERSION_PROBE = 1\n")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    assert "Nothing to be done" in out, out[-3000:]
+    assert re.search(r"code changed: 4 of 4 finished train_single_seeds_0_1 job output\(s\) ran code version "
+                     r"[0-9a-f]{16}, now [0-9a-f]{16} \(tdmpc2core.stages.train_single and its imports\); "
+                     r"kept \(rerun_on_code_change: false\)", out), out[-3000:]
 
 STOPPABLE_TRAINER = '''
 """Test stand-in for `tdmpc2 train-single` that stops as the real one does: chunks of
@@ -1040,7 +1101,7 @@ def no_jax_env(tmp_path: Path) -> dict:
         (nojax / mod).mkdir(parents=True, exist_ok=True)
         (nojax / mod / "__init__.py").write_text(f'raise ImportError("{mod} is not installed here (test stand-in)")\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
-    env["PYTHONPATH"] = str(nojax)
+    env["PYTHONPATH"] = os.pathsep.join([str(nojax), str(ROOT)])  # this checkout's library, whichever is installed
     return env
 
 

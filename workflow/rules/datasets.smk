@@ -6,7 +6,7 @@
 rule dataset_task:
     """The seeds' episodes of one task, seed after seed, in one Parquet file."""
     input:
-        lambda wc: run_files(wc.task, "episodes.parquet"),
+        lambda wc: P.run_files(wc.task, "episodes.parquet"),
     output:
         f"{DATASETS}/tasks/{{task}}.parquet",
     log:
@@ -18,7 +18,7 @@ rule dataset_task:
     resources:
         tdmpc2=TDMPC2,
     params:
-        code=stage_code("dataset_task"),
+        code=P.code_param("dataset_task"),
     shell:
         "JAX_PLATFORMS=cpu {resources.tdmpc2} dataset-task --inputs {input:q} --out {output:q} > {log:q} 2>&1"
 
@@ -41,7 +41,7 @@ rule dataset_pool:
     resources:
         tdmpc2=TDMPC2,
     params:
-        code=stage_code("dataset_pool"),
+        code=P.code_param("dataset_pool"),
     shell:
         "JAX_PLATFORMS=cpu {resources.tdmpc2} dataset-pool --inputs {input:q} --out {output:q} > {log:q} 2>&1"
 
@@ -66,7 +66,7 @@ rule dataset_summary:
     resources:
         tdmpc2=TDMPC2,
     params:
-        code=stage_code("dataset_summary"),
+        code=P.code_param("dataset_summary"),
     shell:
         "JAX_PLATFORMS=cpu {resources.tdmpc2} dataset-summary --tasks {input.tasks:q} --pools {input.pools:q} "
         "--out {output.summary:q} --figure {output.figure:q} > {log:q} 2>&1"

@@ -4,8 +4,8 @@
 rule figures_task:
     """Evaluation return vs env frames beside the published curve; training curves."""
     input:
-        eval=lambda wc: run_files(wc.task, "eval.parquet"),
-        metrics=lambda wc: run_files(wc.task, "metrics.parquet"),
+        eval=lambda wc: P.run_files(wc.task, "eval.parquet"),
+        metrics=lambda wc: P.run_files(wc.task, "metrics.parquet"),
     output:
         eval=report(
             f"{FIGURES}/{{task}}_eval.png",
@@ -28,7 +28,7 @@ rule figures_task:
     resources:
         tdmpc2=TDMPC2,
     params:
-        code=stage_code("figures"),
+        code=P.code_param("figures"),
         published=lambda wc: TASKS[wc.task]["published"] or "none",
         subtitle=lambda wc: TASKS[wc.task]["env_id"],
     shell:
@@ -41,7 +41,7 @@ rule figure_overview:
     """Every task's evaluation curve in one grid."""
     input:
         config=RESOLVED,
-        eval=all_run_files("eval.parquet"),
+        eval=P.all_run_files("eval.parquet"),
     output:
         report(
             f"{FIGURES}/overview.png",
@@ -58,7 +58,7 @@ rule figure_overview:
     resources:
         tdmpc2=TDMPC2,
     params:
-        code=stage_code("figures"),
+        code=P.code_param("figures"),
         runs=lambda wc, input: parent(input.eval[0], 3),
     shell:
         "JAX_PLATFORMS=cpu {resources.tdmpc2} figures --config {input.config:q} --runs {params.runs:q} --overview {output:q} > {log:q} 2>&1"

@@ -8,8 +8,6 @@ if MULTITASK:
     localrules:
         scaling,
 
-    LONG_RUNS["train_multi"] = MT_RESOURCES["runtime"]
-
     rule train_multi:
         """One multi-task model: the pool's dataset, one model size, the seeds vmapped."""
         input:
@@ -25,27 +23,27 @@ if MULTITASK:
             size="|".join(str(s) for s in MT_SIZES),
         conda:
             CONDA_ENV
-        threads: job_threads(MT_RESOURCES)
+        threads: P.cluster.job_threads(P.multitask.resources)
         # as the single-task training rule (train.smk): what a scheduler is asked for, then
         # the shell's settings that are no rerun trigger. A runtime above
         # cluster.max_job_minutes (the paper's 7 days) runs as several resubmitted jobs.
         resources:
-            gpu=MT_RESOURCES["gpu"],
-            runtime=job_runtime(MT_RESOURCES["runtime"]),
-            mem_mb=MT_RESOURCES["mem_mb"],
-            slurm_extra=SLURM_EXTRA,
-            jax_env=jax_env(MT_RESOURCES["gpu"]),
+            gpu=P.multitask.resources["gpu"],
+            runtime=P.cluster.job_runtime(P.multitask.resources["runtime"]),
+            mem_mb=P.multitask.resources["mem_mb"],
+            slurm_extra=P.cluster.slurm_extra,
+            jax_env=P.cluster.jax_env(P.multitask.resources["gpu"]),
             tdmpc2=TDMPC2,
-            jax_cache=JAX_CACHE,
-            checkpoints=CHECKPOINTS,
-            checkpoint_every=str(MT_CHECKPOINT_EVERY),
-            keep_checkpoints=str(KEEP_CHECKPOINTS),
+            jax_cache=P.jax_cache,
+            checkpoints=P.checkpoints,
+            checkpoint_every=str(P.multitask.checkpoint_every),
+            keep_checkpoints=str(P.keep_checkpoints),
             max_chunk_seconds=str(MAX_CHUNK_SECONDS),
         params:
             # the multi-task settings: a change reruns the multi-task jobs only
-            spec=lambda wc: multi_spec(wc.pool),
-            seeds=" ".join(str(s) for s in MT_SEEDS),
-            code=stage_code("train_multi"),
+            spec=lambda wc: P.multi_spec(wc.pool),
+            seeds=" ".join(str(s) for s in P.multitask.seeds),
+            code=P.code_param("train_multi"),
             outdir=lambda wc, output: parent(output[0]),
         shell:
             # thread pinning, the compilation cache, `exec` and the checkpoints (outside results/,
@@ -66,13 +64,13 @@ if MULTITASK:
         """The multi-task scaling table, the per-task table (beside the single-task returns) and their figure."""
         input:
             config=RESOLVED,
-            evals=multi_files("eval.parquet"),
-            runs=multi_files("run.json"),
+            evals=P.multi_files("eval.parquet"),
+            runs=P.multi_files("run.json"),
             single=[
                 p
                 for pool in MT_POOLS
                 for t in POOLS.get(pool, [])
-                for p in run_files(t, "eval.parquet")
+                for p in P.run_files(t, "eval.parquet")
             ],
         output:
             scaling=report(
@@ -108,7 +106,7 @@ if MULTITASK:
             # the single-task runs' folder (none in a protocol of official pools only)
             runs=lambda wc, input: parent(input.single[0], 3) if input.single else RUNS,
             outdir=lambda wc, output: parent(output.scaling),
-            code=stage_code("scaling"),
+            code=P.code_param("scaling"),
         shell:
             "JAX_PLATFORMS=cpu {resources.tdmpc2} scaling --config {input.config:q} --multi {params.multi:q} --runs {params.runs:q} "
             "--outdir {params.outdir:q} --figure {output.figure:q} > {log:q} 2>&1"

@@ -5,7 +5,6 @@
 # Nothing here when the key is absent (the default): the demo is unchanged.
 
 if OFFICIAL_CKPTS:
-    _check_official_tasks()
 
     localrules:
         official_table,
@@ -13,9 +12,7 @@ if OFFICIAL_CKPTS:
     rule official_eval:
         """One released checkpoint: the official evaluate.py protocol on its tasks, our planner."""
         input:
-            checkpoint=lambda wc: os.path.join(
-                OFFICIAL_CFG["dir"], OFFICIAL_CKPTS[wc.name]["file"]
-            ),
+            checkpoint=lambda wc: P.official_checkpoint(wc.name),
         output:
             [f"{OFFICIAL}/{{name}}/{f}" for f in OFFICIAL_FILES],
         log:
@@ -26,21 +23,21 @@ if OFFICIAL_CKPTS:
             name="|".join(re.escape(n) for n in OFFICIAL_CKPTS),
         conda:
             CONDA_ENV
-        threads: job_threads(OFFICIAL_RESOURCES)
+        threads: P.cluster.job_threads(P.official.resources)
         # a job of its own on a cluster (a large checkpoint wants a GPU): what it asks the
         # scheduler for comes from official_checkpoints.resources, as a training job's does
         resources:
-            gpu=OFFICIAL_RESOURCES["gpu"],
-            runtime=job_runtime(OFFICIAL_RESOURCES["runtime"]),
-            mem_mb=OFFICIAL_RESOURCES["mem_mb"],
-            slurm_extra=SLURM_EXTRA,
-            jax_env=jax_env(OFFICIAL_RESOURCES["gpu"]),
+            gpu=P.official.resources["gpu"],
+            runtime=P.cluster.job_runtime(P.official.resources["runtime"]),
+            mem_mb=P.official.resources["mem_mb"],
+            slurm_extra=P.cluster.slurm_extra,
+            jax_env=P.cluster.jax_env(P.official.resources["gpu"]),
             tdmpc2=TDMPC2,
-            jax_cache=JAX_CACHE,
+            jax_cache=P.jax_cache,
         params:
             # the evaluation settings: a change reruns the evaluations
-            args=lambda wc: official_args(wc.name),
-            code=stage_code("evaluate_official"),
+            args=lambda wc: P.official_args(wc.name),
+            code=P.code_param("evaluate_official"),
             outdir=lambda wc, output: parent(output[0]),
         shell:
             "export PJRT_NPROC={threads} OMP_NUM_THREADS={threads} "
@@ -69,7 +66,7 @@ if OFFICIAL_CKPTS:
         resources:
             tdmpc2=TDMPC2,
         params:
-            code=stage_code("official_table"),
+            code=P.code_param("official_table"),
         shell:
             "JAX_PLATFORMS=cpu {resources.tdmpc2} official-table --evals {input.evals:q} --out {output.table:q} "
             "> {log:q} 2>&1"

@@ -14,7 +14,7 @@ if OFFICIAL_POOLS:
     rule convert_official_data:
         """The official chunks of one pool as our episode dataset (trusted files only: loading unpickles)."""
         input:
-            lambda wc: official_chunks(wc.pool),
+            lambda wc: P.official_chunks(wc.pool),
         output:
             pool_dataset("{pool}"),
         log:
@@ -30,7 +30,7 @@ if OFFICIAL_POOLS:
         params:
             src=lambda wc: OFFICIAL_POOLS[wc.pool]["src"],
             task_set=lambda wc: OFFICIAL_POOLS[wc.pool]["task_set"],
-            code=stage_code("convert_official_data"),
+            code=P.code_param("convert_official_data"),
         shell:
             "JAX_PLATFORMS=cpu {resources.tdmpc2} convert-official-data --src {params.src:q} --out {output:q} "
             "--tasks {params.task_set} > {log:q} 2>&1"

@@ -12,12 +12,20 @@ rule report:
             kind=["eval", "train"],
         ),
         overview=f"{FIGURES}/overview.png",
-        runs=all_run_files("run.json"),
+        runs=P.all_run_files("run.json"),
         datasets=rules.dataset_summary.output.summary,
         datasets_figure=rules.dataset_summary.output.figure,
-        multitask=multitask_report_inputs(),
-        multitask_runs=multitask_run_files(),
-        official=official_report_inputs(),
+        multitask=(
+            [
+                rules.scaling.output.scaling,
+                rules.scaling.output.tasks,
+                rules.scaling.output.figure,
+            ]
+            if MULTITASK
+            else []
+        ),
+        multitask_runs=P.multi_files("run.json"),
+        official=[rules.official_table.output.table] if OFFICIAL_CKPTS else [],
     output:
         report(
             "results/report.html",
@@ -34,7 +42,7 @@ rule report:
     resources:
         tdmpc2=TDMPC2,
     params:
-        code=stage_code("report"),
+        code=P.code_param("report"),
         runs=lambda wc, input: parent(input.runs[0], 3),
         tables=lambda wc, input: parent(input.tables[0]),
         figures=lambda wc, input: parent(input.overview),

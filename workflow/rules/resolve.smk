@@ -11,8 +11,8 @@ rule resolve_config:
     conda:
         CONDA_ENV
     params:
-        text=RESOLVED_YAML,
-        protocol=PROTOCOL_NAME,
+        text=P.resolved_yaml,
+        protocol=P.protocol_name,
         n_tasks=len(TASKS),
     # a shell job, not `run:`: Snakemake runs a `run:` job in a Python subprocess of its own,
     # which prints a KeyboardInterrupt traceback when a terminal's Ctrl-C reaches it

@@ -5,7 +5,7 @@ rule tables:
     """CSV and Markdown tables under results/tables/."""
     input:
         config=RESOLVED,
-        eval=all_run_files("eval.parquet"),
+        eval=P.all_run_files("eval.parquet"),
     output:
         single=report(
             f"{TABLES}/single_task.csv",
@@ -44,7 +44,7 @@ rule tables:
     resources:
         tdmpc2=TDMPC2,
     params:
-        code=stage_code("tables"),
+        code=P.code_param("tables"),
         runs=lambda wc, input: parent(input.eval[0], 3),
         outdir=lambda wc, output: parent(output.single),
     shell:

@@ -8,9 +8,6 @@
 
 
 for _group in SEED_GROUPS:
-    LONG_RUNS[f"train_single_{seed_tag(_group)}"] = max(
-        (t["resources"]["runtime"] for t in TASKS.values()), default=0
-    )
 
     rule:
         name:
@@ -23,29 +20,32 @@ for _group in SEED_GROUPS:
             f"{BENCHMARKS}/train_single/{{task}}/{seed_tag(_group)}.tsv"
         conda:
             CONDA_ENV
-        threads: lambda wc: job_threads(TASKS[wc.task]["resources"])
+        threads: lambda wc: P.cluster.job_threads(TASKS[wc.task]["resources"])
         # what the job asks a scheduler for, from the task's `resources` and `cluster`; the
         # rest are the shell's settings that are no rerun trigger (resources, not params:
         # moving the virtualenv, the cache or the checkpoints retrains nothing)
         resources:
             gpu=lambda wc: TASKS[wc.task]["resources"]["gpu"],
-            runtime=lambda wc: job_runtime(TASKS[wc.task]["resources"]["runtime"]),
+            runtime=lambda wc: P.cluster.job_runtime(
+                TASKS[wc.task]["resources"]["runtime"]
+            ),
             mem_mb=lambda wc: TASKS[wc.task]["resources"]["mem_mb"],
-            slurm_extra=SLURM_EXTRA,
-            jax_env=lambda wc: jax_env(TASKS[wc.task]["resources"]["gpu"]),
+            slurm_extra=P.cluster.slurm_extra,
+            jax_env=lambda wc: P.cluster.jax_env(TASKS[wc.task]["resources"]["gpu"]),
             tdmpc2=TDMPC2,
-            jax_cache=JAX_CACHE,
-            checkpoints=CHECKPOINTS,
-            checkpoint_every=str(CHECKPOINT_EVERY),  # strings: not a consumable resource
-            keep_checkpoints=str(KEEP_CHECKPOINTS),
+            jax_cache=P.jax_cache,
+            checkpoints=P.checkpoints,
+            checkpoint_every=str(P.checkpoint_every),  # strings: not a consumable resource
+            keep_checkpoints=str(P.keep_checkpoints),
             max_chunk_seconds=str(MAX_CHUNK_SECONDS),
         params:
             # the merged settings of the task: a change reruns that task's jobs only (the
             # cache folder, threads and resources are not params: changing them reruns nothing)
-            spec=lambda wc: task_spec(wc.task),
+            spec=lambda wc: P.task_spec(wc.task),
             seeds=" ".join(str(s) for s in _group),
-            # the code of tdmpc2core this stage runs (common.smk, code_version)
-            code=stage_code("train_single"),
+            # the code of tdmpc2core this stage runs (tdmpc2core/pipeline/codeversion.py), a rerun
+            # trigger with rerun_on_code_change (else None: docs/pipeline.md, "Code changes")
+            code=P.code_param("train_single"),
             # the shell command is formatted when the job runs, after this loop has ended, so
             # it must not read `_group`: the tag comes through params (a function of the seeds,
             # which are already a param, so it adds no rerun trigger)

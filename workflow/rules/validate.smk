@@ -1,113 +1,32 @@
 # Validation of `config` against workflow/schemas/config.schema.yaml (Snakemake's validate,
 # which also fills the schema's defaults). A refusal is one line: the key, where it is (the
 # key path and the config file that sets it) and the closest accepted key, instead of the
-# schema dump jsonschema prints.
+# schema dump jsonschema prints (tdmpc2core/pipeline/schema.py).
 
-import difflib
 import os
+import sys
 
-import jsonschema
-import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-CONFIG_SCHEMA = "../schemas/config.schema.yaml"  # relative to this file
-
-
-def _schema_node(node, root):
-    """A schema node with its $ref (local: #/...) followed."""
-    while isinstance(node, dict) and "$ref" in node and node["$ref"].startswith("#/"):
-        target = root
-        for part in node["$ref"][2:].split("/"):
-            target = target[part]
-        node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-    return node
-
-
-def _accepted_keys(node, root):
-    """The property names a schema node accepts: its own `properties` and those of the
-    schemas it references or combines with allOf."""
-    node = _schema_node(node, root)
-    keys = set((node or {}).get("properties") or {})
-    for sub in (node or {}).get("allOf") or []:
-        keys |= _accepted_keys(sub, root)
-    return keys
-
-
-def _files_setting(path, configfiles):
-    """The config files in which the key path `path` is set, the one that wins first
-    (`configfiles`: lowest priority first)."""
-    found = []
-    for fp in reversed(configfiles):
-        try:
-            with open(fp) as fh:
-                node = yaml.safe_load(fh)
-        except (OSError, yaml.YAMLError):
-            continue
-        for part in path:
-            if isinstance(node, dict):
-                node = node.get(part)
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                node = None
-            if node is None:
-                break
-        else:
-            rel = os.path.relpath(fp)
-            found.append(rel if not rel.startswith("..") else str(fp))
-    return found
-
-
-def config_error_line(err, schema, configfiles):
-    """One line for a jsonschema ValidationError of the configuration."""
-    path = [str(p) for p in err.absolute_path]
-    where = ".".join(path) or "the top level"
-    if err.validator in (
-        "additionalProperties",
-        "unevaluatedProperties",
-    ) and isinstance(err.instance, dict):
-        accepted = _accepted_keys(err.schema, schema)
-        unknown = [k for k in err.instance if k not in accepted] or ["?"]
-        key = unknown[0]
-        files = _files_setting(path + [key], configfiles)
-        src = f" (set in {files[0]})" if files else " (set by --config)"
-        close = difflib.get_close_matches(str(key), sorted(accepted), n=1)
-        hint = (
-            f"; did you mean {close[0]!r}?"
-            if close
-            else f"; accepted there: {', '.join(sorted(accepted))}"
-        )
-        more = (
-            f" (and {len(unknown) - 1} more unknown key(s))" if len(unknown) > 1 else ""
-        )
-        return f"config: unknown key {key!r} in {where}{src}{hint}{more}"
-    files = _files_setting(path, configfiles) if path else []
-    src = f" (set in {files[0]})" if files else ""
-    if err.validator == "enum":
-        close = difflib.get_close_matches(
-            str(err.instance), [str(v) for v in err.validator_value], n=1
-        )
-        return f"config: {where}{src}: {err.instance!r} is not accepted" + (
-            f"; did you mean {close[0]!r}?"
-            if close
-            else f"; accepted: {err.validator_value}"
-        )
-    return f"config: {where}{src}: {err.message}"
-
+try:  # plain Python, no JAX: a login node validates. This checkout's when Snakemake's Python
+    import tdmpc2core.pipeline  # lacks the package (e.g. with --use-conda: the jobs' env has it)
+except ModuleNotFoundError as _e:
+    if (_e.name or "").split(".")[0] != "tdmpc2core":
+        raise
+    sys.path.insert(0, workflow.basedir)
+from tdmpc2core.pipeline.schema import schema_refusal
 
 try:
-    validate(config, CONFIG_SCHEMA)
+    validate(config, "../schemas/config.schema.yaml")  # relative to this file
 except WorkflowError as _e:
-    # Snakemake raises its WorkflowError while handling jsonschema's ValidationError
-    _err = _e.__cause__ or _e.__context__
-    if not isinstance(_err, jsonschema.ValidationError):
-        raise
-    with open(
-        os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
-    ) as _fh:
-        _schema = yaml.safe_load(_fh)
     # priority: the Snakefile's configfile (config.yaml), then each --configfile in the order given
     _cli = [str(f) for f in workflow.overwrite_configfiles or ()]
     _files = [str(f) for f in workflow.configfiles if str(f) not in _cli] + _cli
-    raise WorkflowError(config_error_line(_err, _schema, _files)) from None
+    _schema = os.path.join(
+        workflow.basedir, "workflow", "schemas", "config.schema.yaml"
+    )
+    _line = schema_refusal(_e, _schema, _files)
+    if _line is None:
+        raise
+    raise WorkflowError(_line) from None

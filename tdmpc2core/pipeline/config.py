@@ -1,0 +1,452 @@
+"""The workflow's configuration, resolved and checked into one typed object.
+
+``resolve(config)`` takes the merged, schema-validated configuration (config.yaml, then every
+--configfile and --config over it; Snakemake fills the schema's defaults first) and returns a
+:class:`Pipeline`: the selected protocol, every task with its merged settings, the seeds and
+their groups, the pools, the official pools, the multi-task block, the released checkpoints,
+the cluster settings and the resolved YAML the later stages read. Whatever a job would refuse
+at its start is refused here, at load, by the library's own checks
+(tdmpc2core.model.config.validate_config, the env ids' time_limit, the official task sets), as
+:class:`ConfigError`: one line naming the key and what is accepted (docs/pipeline.md,
+"Configuration"). Plain Python: imports no JAX and no Snakemake, so a login node validates.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import glob
+import json
+import os
+import shlex
+from pathlib import Path
+
+import yaml
+
+from tdmpc2core import envs as library_envs
+from tdmpc2core.io import official_data as library_official
+from tdmpc2core.model import config as library_config
+from tdmpc2core.pipeline.cluster import Cluster, cluster_from_config
+
+__all__ = ["ConfigError", "Pipeline", "resolve", "seed_tag", "parent", "task_dataset", "pool_dataset", "RUNS", "FIGURES", "TABLES", "RESOLVED",
+           "BENCHMARKS", "DATASETS", "MULTI", "OFFICIAL", "RUN_FILES", "MULTI_FILES", "OFFICIAL_FILES",
+           "SPEC_KEYS", "OPTIONAL_SPEC_KEYS"]
+
+RUNS = "results/single"
+FIGURES = "results/figures"
+TABLES = "results/tables"
+RESOLVED = "results/resolved_config.yaml"
+BENCHMARKS = "benchmarks/runs"
+DATASETS = "results/datasets"
+MULTI = "results/multi"
+OFFICIAL = "results/official"
+# run.json last: it marks a complete run (episodes.parquet is the seed's replay, exported by
+# its training job: the replay lives in that process)
+RUN_FILES = ["eval.parquet", "metrics.parquet", "episodes.parquet", "run.json"]
+MULTI_FILES = ["eval.parquet", "metrics.parquet", "run.json"]  # run.json last: a complete run
+OFFICIAL_FILES = ["eval.parquet", "run.json"]  # run.json last: a complete evaluation
+# the keys of one task that the training stage receives (docs/artifacts.md, "Task settings"),
+# and the optional ones it also accepts (passed only when set)
+SPEC_KEYS = ["env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes", "agent"]
+OPTIONAL_SPEC_KEYS = ["n_envs", "backend", "allow_evicted"]
+AGENT_KEYS = sorted(f.name for f in dataclasses.fields(library_config.TDMPC2Config))
+
+
+class ConfigError(ValueError):
+    """A configuration the workflow refuses; the message is one line naming the key."""
+
+
+def seed_tag(group) -> str:
+    """seeds_0_1_2: the name of a seed group in rule names, logs and benchmarks."""
+    return "seeds_" + "_".join(str(s) for s in group)
+
+
+@dataclasses.dataclass(frozen=True)
+class Multitask:
+    """protocols.<protocol>.multitask resolved (docs/pipeline.md, "Multi-task"): the pools
+    trained, the model sizes, the seeds (default: the top-level seeds), the training jobs'
+    resources (gpu, runtime in minutes, mem_mb, threads) and updates between checkpoints."""
+
+    block: dict
+    pools: list
+    sizes: list
+    seeds: list
+    resources: dict
+    checkpoint_every: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Official:
+    """official_checkpoints resolved (docs/pipeline.md, "Released checkpoints"): the block
+    (None when absent), its checkpoints (name -> {file, tasks, ...}) and its jobs' resources."""
+
+    block: dict | None
+    checkpoints: dict
+    resources: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """The resolved configuration (see :func:`resolve`). ``tasks``: task -> merged settings
+    (SPEC_KEYS, resources, published, expected, allow_evicted); ``task_T``: task -> agent steps
+    per episode; ``task_cfg``: task -> validated TDMPC2Config; ``pools``: pool -> tasks;
+    ``official_pools``: pool -> {src, task_set, eval_tasks}; ``official_pool_tasks``: pool ->
+    the tasks it is evaluated on; ``multitask``: None without a multitask block."""
+
+    config: dict
+    protocol_name: str
+    protocol: dict
+    tasks: dict
+    task_T: dict
+    task_cfg: dict
+    allow_evicted: bool
+    pools: dict
+    official_pools: dict
+    official_pool_tasks: dict
+    seeds: list
+    seeds_per_job: int
+    seed_groups: list
+    multitask: Multitask | None
+    official: Official
+    cluster: Cluster
+    jax_cache: str
+    checkpoints: str
+    checkpoint_every: int
+    keep_checkpoints: int
+    max_chunk_seconds: float
+    rerun_on_code_change: bool
+    resolved_yaml: str
+    notes: tuple = ()
+
+    # ---- what the stages receive ----------------------------------------------------
+    def task_spec(self, task: str) -> str:
+        """The merged settings of one task, as the JSON the training stage receives."""
+        t = self.tasks[task]
+        spec = {k: t[k] for k in SPEC_KEYS}
+        spec.update({k: t[k] for k in OPTIONAL_SPEC_KEYS if t.get(k) is not None})
+        return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+    def multi_spec(self, pool: str) -> str:
+        """The multi-task settings one train-multi job receives (docs/artifacts.md): the pool's
+        own tasks' return ranges only."""
+        m = self.multitask.block
+        keys = ("updates", "batch_size", "eval_every", "eval_episodes", "log_every", "backend", "device_budget_bytes")
+        spec = {k: m[k] for k in keys if m.get(k) is not None}
+        spec["agent"] = dict(m.get("agent") or {})
+        if pool in self.official_pools:
+            spec["eval_tasks"] = self.official_pool_tasks[pool]
+        members = self.pools.get(pool) or self.official_pool_tasks[pool]
+        ranges = {t: list(r) for t, r in (m.get("return_ranges") or {}).items() if t in members}
+        if ranges:
+            spec["return_ranges"] = ranges
+        return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+    def official_args(self, name: str) -> str:
+        """The evaluate-official options of one released checkpoint (shell-quoted)."""
+        ck, c = self.official.checkpoints[name], self.official.block
+        args = [a for t in ck["tasks"] for a in ("--task", t)]
+        args += ["--episodes", str(c.get("episodes", 10)), "--seed", str(c.get("seed", 1)),
+                 "--episode-length", str(c.get("episode_length", 1000))]
+        if ck.get("model_size") is not None:
+            args += ["--model-size", str(ck["model_size"])]
+        if ck.get("task_set"):
+            args += ["--task-set", ck["task_set"]]
+        for k, v in sorted((c.get("planner") or {}).items()):
+            args += ["--planner", f"{k}={v}"]
+        return " ".join(shlex.quote(a) for a in args)
+
+    def official_checkpoint(self, name: str) -> str:
+        """The file of one released checkpoint: official_checkpoints.dir / its file."""
+        return os.path.join(self.official.block["dir"], self.official.checkpoints[name]["file"])
+
+    # ---- files ------------------------------------------------------------------------
+    def run_files(self, task: str, name: str) -> list[str]:
+        """One file of every seed's run of a task: results/single/{task}/seed{s}/{name}."""
+        return [f"{RUNS}/{task}/seed{s}/{name}" for s in self.seeds]
+
+    def all_run_files(self, name: str) -> list[str]:
+        """One file of every seed's run of every task."""
+        return [p for t in self.tasks for p in self.run_files(t, name)]
+
+    def multi_files(self, name: str) -> list[str]:
+        """One file of every multi-task run: results/multi/{pool}/size{size}/{name}."""
+        if self.multitask is None:
+            return []
+        return [f"{MULTI}/{p}/size{s}/{name}" for p in self.multitask.pools for s in self.multitask.sizes]
+
+    def official_outputs(self) -> list[str]:
+        """Every released-checkpoint evaluation's files (none when the key is absent)."""
+        return [f"{OFFICIAL}/{n}/{f}" for n in self.official.checkpoints for f in OFFICIAL_FILES]
+
+    def official_chunks(self, pool: str) -> list[str]:
+        """The pool's chunk files as the official trainer globs them (*.pt, sorted); none found:
+        the rule still runs and the stage names the folder and what it expects."""
+        return sorted(glob.glob(os.path.join(self.official_pools[pool]["src"], "*.pt")))
+
+    def code_param(self, stage: str):
+        """The ``code`` param of a stage's rules: its code version (tdmpc2core.pipeline.codeversion)
+        with rerun_on_code_change, a rerun trigger; without it None, the same for every code."""
+        from tdmpc2core.pipeline.codeversion import code_version
+
+        return code_version(stage) if self.rerun_on_code_change else None
+
+    def run_records(self) -> dict[str, tuple[str, list[str]]]:
+        """Rule -> (its stage, the run.json of each of its jobs' runs): what
+        tdmpc2core.pipeline.codeversion.code_changes compares with the code now."""
+        out = {f"train_single_{seed_tag(g)}": ("train_single", [f"{RUNS}/{t}/seed{s}/run.json"
+                                                                for t in self.tasks for s in g])
+               for g in self.seed_groups}
+        out["train_multi"] = ("train_multi", self.multi_files("run.json"))
+        out["official_eval"] = ("evaluate_official", [f"{OFFICIAL}/{n}/run.json" for n in self.official.checkpoints])
+        return out
+
+    def long_runs(self) -> dict[str, int]:
+        """Training rule -> the longest runtime (minutes) of its jobs (cluster retries)."""
+        out = {f"train_single_{seed_tag(g)}": max((t["resources"]["runtime"] for t in self.tasks.values()), default=0)
+               for g in self.seed_groups}
+        if self.multitask is not None:
+            out["train_multi"] = self.multitask.resources["runtime"]
+        return out
+
+
+def parent(path, levels: int = 1) -> str:
+    """The folder ``levels`` above ``path`` (a rule's input or output file)."""
+    return str(Path(str(path)).parents[levels - 1])
+
+
+def task_dataset(task: str) -> str:
+    """The episode dataset of one task."""
+    return f"{DATASETS}/tasks/{task}.parquet"
+
+
+def pool_dataset(pool: str) -> str:
+    """The episode dataset of one pool (ours or an official one converted)."""
+    return f"{DATASETS}/pools/{pool}.parquet"
+
+
+# ---- the checks -------------------------------------------------------------------------
+def _merge_task(proto: str, name: str, defaults: dict, task: dict) -> dict:
+    """defaults, then the task's keys; `agent` and `resources` merge key by key."""
+    out = copy.deepcopy(defaults)
+    for key, value in task.items():
+        if key in ("agent", "resources") and isinstance(value, dict):
+            out[key] = {**out.get(key, {}), **value}
+        else:
+            out[key] = copy.deepcopy(value)
+    if "action_repeat" not in out and "env_id" in out:
+        # the paper's for the suite (2 for DM Control, 1 otherwise), as the library's default
+        try:
+            out["action_repeat"] = library_envs.default_action_repeat(out["env_id"])
+        except ValueError:
+            pass  # the env id check names the problem
+    missing = [k for k in SPEC_KEYS if k not in out]
+    if missing:
+        raise ConfigError(
+            f"config: task {name!r} of protocol {proto!r} lacks {missing}; set them under "
+            f"protocols.{proto}.defaults or under the task")
+    out.setdefault("published", None)
+    out.setdefault("expected", None)
+    return out
+
+
+def _unknown_agent_keys(where: str, agent: dict, accepted: list, defaults_where: tuple = ("", None)) -> None:
+    """One line for the first agent key the library does not accept, with the closest one.
+    ``defaults_where``: (where, agent block) of the protocol's defaults, named when it sets the key."""
+    unknown = [k for k in agent if k not in accepted]
+    if not unknown:
+        return
+    key = unknown[0]
+    if defaults_where[1] is not None and key in defaults_where[1]:
+        where = defaults_where[0]
+    close = difflib.get_close_matches(key, accepted, n=1)
+    raise ConfigError(
+        f"config: unknown agent setting {key!r} in {where}"
+        + (f"; did you mean {close[0]!r}?" if close else f"; accepted: {', '.join(accepted)}")
+        + (f" (and {len(unknown) - 1} more unknown agent setting(s): {unknown[1:]})" if len(unknown) > 1 else ""))
+
+
+def _first_update(seed_steps: int, n_envs: int) -> int:
+    """Agent steps when the first update has run: the tick after the seed phase (a tick runs
+    ``n_envs`` agent steps), as the trainers schedule it (tdmpc2core.agents)."""
+    return -(-seed_steps // n_envs) * n_envs + n_envs
+
+
+def _check_task(proto: str, protocol: dict, name: str, t: dict):
+    """What the training job would refuse at its start, refused now by the same code
+    (tdmpc2core.model.config.validate_config): every agent setting, the env id and the time
+    limit, and a batch larger than the replay holds at the first update. Returns (T, cfg)."""
+    where = f"protocols.{proto}.tasks.{name}"
+    _unknown_agent_keys(f"{where}.agent", t["agent"], AGENT_KEYS,
+                        (f"protocols.{proto}.defaults.agent", (protocol.get("defaults") or {}).get("agent") or {}))
+    try:
+        T = library_envs.time_limit(t["env_id"], action_repeat=int(t["action_repeat"]),
+                                    episode_length=int(t["episode_length"]))
+    except ValueError as e:
+        raise ConfigError(f"config: {where}: env_id {t['env_id']!r}: {e}") from None
+    n = int(t.get("n_envs") or 1)
+    try:
+        cfg = library_config.validate_config(library_config.TDMPC2Config(**t["agent"]), episode_length=T, n_envs=n)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"config: {where}.agent (T = {T} agent steps): {e}") from None
+    first = _first_update(cfg.seed_steps, n)
+    if int(t["agent_steps"]) < first:
+        raise ConfigError(
+            f"config: {where}: agent_steps={t['agent_steps']} trains nothing: the first update comes "
+            f"after the seed phase's seed_steps={cfg.seed_steps} random agent steps, in the tick that "
+            f"reaches {first} agent steps (n_envs={n}); raise agent_steps to at least "
+            f"{first} or lower agent.seed_steps")
+    if cfg.episodic:  # its first update's data is known only during the run: bounded by the run
+        try:
+            library_config.check_batch_size(
+                cfg.batch_size, int(t["agent_steps"]),
+                f"the whole run ({t['agent_steps']} agent steps, at most one slice each)", "lower agent.batch_size")
+        except ValueError as e:
+            raise ConfigError(f"config: {where}.agent: {e}") from None
+    return T, cfg
+
+
+def _check_expected(where: str, exp) -> None:
+    """An expected range that can be met: mean_min <= mean_max."""
+    if exp and exp.get("mean_min") is not None and exp.get("mean_max") is not None \
+            and exp["mean_min"] > exp["mean_max"]:
+        raise ConfigError(f"config: {where}: mean_min {exp['mean_min']} > mean_max {exp['mean_max']}: "
+                          "no final return could pass")
+
+
+def _check_pools(proto: str, protocol: dict, tasks: dict, allow_evicted: bool) -> dict:
+    """The protocol's pools (pool -> tasks), each naming tasks of the protocol; every task's
+    whole run kept by its replay unless datasets.allow_evicted (sets each task's allow_evicted)."""
+    pools = {name: list(members) for name, members in protocol.get("pools", {}).items()}
+    for pool, members in pools.items():
+        unknown = [t for t in members if t not in tasks]
+        if unknown:
+            raise ConfigError(
+                f"config: pool {pool!r} of protocol {proto!r} names task(s) {unknown} that are not "
+                f"under protocols.{proto}.tasks (have: {sorted(tasks)})")
+    for name, t in tasks.items():
+        t["allow_evicted"] = allow_evicted
+        buffer = int(t["agent"].get("buffer_size", 1_000_000))  # TDMPC2Config's default (spec §1)
+        if not allow_evicted and int(t["agent_steps"]) > buffer:
+            raise ConfigError(
+                f"config: task {name!r} of protocol {proto!r} trains {t['agent_steps']} agent steps with "
+                f"buffer_size {buffer}: its replay evicts the oldest episodes, so its episode dataset cannot hold "
+                f"the whole run. Raise agent.buffer_size, or set protocols.{proto}.datasets.allow_evicted: "
+                "true to export what the replay still holds.")
+    return pools
+
+
+def _check_official_pools(proto: str, protocol: dict, pools: dict):
+    """protocols.<protocol>.official_pools: (pool -> block, pool -> the tasks it is evaluated on,
+    notes on pools whose chunk folder is still empty)."""
+    official = {name: dict(p) for name, p in (protocol.get("official_pools") or {}).items()}
+    tasks, notes = {}, []
+    for pool, p in official.items():
+        if pool in pools:
+            raise ConfigError(f"config: protocols.{proto}: pool {pool!r} is under both pools and official_pools")
+        evaluable = [t["name"] for t in library_official.task_set_table(p["task_set"]) if t["env_id"]]
+        chosen = list(p.get("eval_tasks") or evaluable)
+        bad = [t for t in chosen if t not in evaluable]
+        if bad:
+            raise ConfigError(
+                f"config: protocols.{proto}.official_pools.{pool}.eval_tasks: {bad} cannot be evaluated "
+                f"(not in {p['task_set']}, or no environment of ours: docs/dmcontrol.md); evaluable: {evaluable}")
+        tasks[pool] = chosen
+        if not glob.glob(os.path.join(p["src"], "*.pt")):  # may still be downloading: said, not refused
+            notes.append(
+                f"note: official_pools.{pool}.src {p['src']!r} holds no *.pt chunk files yet; "
+                "convert_official_data will refuse it until the official chunks are there")
+    return official, tasks, notes
+
+
+def _check_official_checkpoints(block: dict | None) -> Official:
+    """official_checkpoints: every checkpoint file present and every task one a job can
+    evaluate (plain Python: no JAX, no dm_control)."""
+    checkpoints = dict((block or {}).get("checkpoints") or {})
+    resources = dict((block or {}).get("resources") or {})
+    if checkpoints:
+        from tdmpc2core.envs import official_tasks
+
+        sets = ["all", *official_tasks.task_set_names()]
+        for name, ck in checkpoints.items():
+            path = os.path.join(block["dir"], ck["file"])
+            if not os.path.isfile(path):
+                raise ConfigError(
+                    f"config: official_checkpoints.checkpoints.{name}.file: {path} does not exist "
+                    f"(official_checkpoints.dir {block['dir']!r} + file {ck['file']!r}): download the "
+                    "checkpoint there, or correct the path")
+            for t in ck["tasks"]:
+                why = None if t in sets else official_tasks.unavailable_reason(t)
+                if t not in sets and (not t.startswith("dmc:") or why is not None):
+                    raise ConfigError(
+                        f"config: official_checkpoints.checkpoints.{name}.tasks: {t!r} "
+                        + (f"cannot be evaluated here ({why}); " if t.startswith("dmc:") else "is not accepted; ")
+                        + f"accepted: {sets} or a dm_control id (dmc:<official name>, "
+                        "`tdmpc2core.envs.list_env_ids()`)")
+    return Official(block, checkpoints, resources)
+
+
+def _resolved_yaml(p: dict) -> str:
+    """The resolved configuration as the YAML text resolve_config writes."""
+    return ("# The configuration this run used (protocol selected, task settings merged with the defaults).\n"
+            "# Written by the Snakefile's resolve_config rule; read by `tdmpc2 tables/figures/report`.\n"
+            + yaml.safe_dump(p, sort_keys=False, default_flow_style=False))
+
+
+def resolve(config: dict) -> Pipeline:
+    """The workflow's configuration checked and resolved (module docstring).
+
+    ``config``: the merged configuration after Snakemake's schema validation (its defaults
+    filled). Raises :class:`ConfigError` (a ValueError) with one line naming the key, in the
+    order the workflow always checked: the protocol, each task's settings, the expected
+    ranges, the pools, the official pools, the multi-task block, the cluster, the released
+    checkpoints. Pure: reads the official pools' folders and the checkpoint files only to
+    see that they exist.
+    """
+    from tdmpc2core.pipeline.multitask import check_multitask  # it uses this module's checks
+
+    name = config["protocol"]
+    if name not in config["protocols"]:
+        raise ConfigError(
+            f"config: protocol {name!r} has no entry under 'protocols' "
+            f"(have: {sorted(config['protocols'])}); add protocols: {{{name}: {{label: ..., tasks: ...}}}}")
+    protocol = config["protocols"][name]
+    tasks = {t: _merge_task(name, t, protocol.get("defaults", {}), s) for t, s in protocol["tasks"].items()}
+    checked = {t: _check_task(name, protocol, t, s) for t, s in tasks.items()}
+    for t, s in tasks.items():
+        _check_expected(f"protocols.{name}.tasks.{t}.expected", s.get("expected"))
+    allow_evicted = bool(protocol.get("datasets", {}).get("allow_evicted", False))
+    pools = _check_pools(name, protocol, tasks, allow_evicted)
+    official_pools, official_pool_tasks, notes = _check_official_pools(name, protocol, pools)
+    if not tasks and not official_pools:
+        raise ConfigError(f"config: protocols.{name}.tasks is empty; name at least one task (or official_pools)")
+    seeds, per_job = [int(s) for s in config["seeds"]], int(config["seeds_per_job"])
+    task_T, task_cfg = {t: c[0] for t, c in checked.items()}, {t: c[1] for t, c in checked.items()}
+    multitask = check_multitask(name, protocol.get("multitask"), tasks=tasks, task_T=task_T, task_cfg=task_cfg,
+                                pools=pools, official_pools=official_pools,
+                                official_pool_tasks=official_pool_tasks, seeds=seeds)
+    max_chunk = float(config["max_chunk_seconds"])
+    cluster = cluster_from_config(config, max_chunk_seconds=max_chunk)
+    official = _check_official_checkpoints(config.get("official_checkpoints"))
+    resolved = {
+        "protocol": name, "label": protocol["label"], "seeds": seeds, "seeds_per_job": per_job,
+        "threads_per_job": int(config["threads_per_job"]), "jax_cache_dir": config["jax_cache_dir"],
+        "checkpoint_dir": config["checkpoint_dir"], "checkpoint_every": int(config["checkpoint_every"]),
+        "keep_checkpoints": int(config["keep_checkpoints"]), "max_chunk_seconds": max_chunk,
+        "bootstrap_reps": int(config["bootstrap_reps"]), "tasks": tasks,
+        # an official pool: the tasks its models are evaluated on (the scaling stage's per-task rows)
+        "pools": {**pools, **official_pool_tasks}, "official_pools": official_pools,
+        "datasets": {"allow_evicted": allow_evicted},
+        "multitask": None if multitask is None else {
+            "pools": multitask.pools, "model_sizes": multitask.sizes, "seeds": multitask.seeds,
+            **{k: v for k, v in multitask.block.items() if k not in ("pools", "model_sizes", "seeds")}},
+    }
+    return Pipeline(
+        config=config, protocol_name=name, protocol=protocol, tasks=tasks, task_T=task_T, task_cfg=task_cfg,
+        allow_evicted=allow_evicted, pools=pools, official_pools=official_pools,
+        official_pool_tasks=official_pool_tasks, seeds=seeds, seeds_per_job=per_job,
+        seed_groups=[tuple(seeds[i:i + per_job]) for i in range(0, len(seeds), per_job)],
+        multitask=multitask, official=official, cluster=cluster, jax_cache=config["jax_cache_dir"],
+        checkpoints=config["checkpoint_dir"], checkpoint_every=int(config["checkpoint_every"]),
+        keep_checkpoints=int(config["keep_checkpoints"]), max_chunk_seconds=max_chunk,
+        rerun_on_code_change=bool(config.get("rerun_on_code_change", False)),
+        resolved_yaml=_resolved_yaml(resolved), notes=tuple(notes))

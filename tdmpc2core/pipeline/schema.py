@@ -1,0 +1,97 @@
+"""The configuration's schema refusals as one line (workflow/schemas/config.schema.yaml).
+
+jsonschema's ValidationError prints the schema it failed against; the workflow says instead
+the key, where it is set (the key path and the config file that sets it) and the closest
+accepted key or value. Plain Python (jsonschema, yaml); docs/pipeline.md, "Configuration".
+"""
+from __future__ import annotations
+
+import difflib
+import os
+
+import jsonschema
+import yaml
+
+__all__ = ["config_error_line", "schema_refusal"]
+
+
+def _schema_node(node, root):
+    """A schema node with its $ref (local: #/...) followed."""
+    while isinstance(node, dict) and "$ref" in node and node["$ref"].startswith("#/"):
+        target = root
+        for part in node["$ref"][2:].split("/"):
+            target = target[part]
+        node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _accepted_keys(node, root) -> set:
+    """The property names a schema node accepts: its own `properties` and those of the
+    schemas it references or combines with allOf."""
+    node = _schema_node(node, root)
+    keys = set((node or {}).get("properties") or {})
+    for sub in (node or {}).get("allOf") or []:
+        keys |= _accepted_keys(sub, root)
+    return keys
+
+
+def _files_setting(path: list, configfiles: list) -> list:
+    """The config files in which the key path ``path`` is set, the one that wins first
+    (``configfiles``: lowest priority first)."""
+    found = []
+    for fp in reversed(configfiles):
+        try:
+            with open(fp) as fh:
+                node = yaml.safe_load(fh)
+        except (OSError, yaml.YAMLError):
+            continue
+        for part in path:
+            if isinstance(node, dict):
+                node = node.get(part)
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                node = None
+            if node is None:
+                break
+        else:
+            rel = os.path.relpath(fp)
+            found.append(rel if not rel.startswith("..") else str(fp))
+    return found
+
+
+def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles: list) -> str:
+    """One line for a jsonschema ValidationError of the configuration: an unknown key with the
+    file that sets it and the closest accepted key, a value outside an enum with the closest
+    accepted one, else jsonschema's message; ``configfiles``: lowest priority first."""
+    path = [str(p) for p in err.absolute_path]
+    where = ".".join(path) or "the top level"
+    if err.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(err.instance, dict):
+        accepted = _accepted_keys(err.schema, schema)
+        unknown = [k for k in err.instance if k not in accepted] or ["?"]
+        key = unknown[0]
+        files = _files_setting(path + [key], configfiles)
+        src = f" (set in {files[0]})" if files else " (set by --config)"
+        close = difflib.get_close_matches(str(key), sorted(accepted), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; accepted there: {', '.join(sorted(accepted))}"
+        more = f" (and {len(unknown) - 1} more unknown key(s))" if len(unknown) > 1 else ""
+        return f"config: unknown key {key!r} in {where}{src}{hint}{more}"
+    files = _files_setting(path, configfiles) if path else []
+    src = f" (set in {files[0]})" if files else ""
+    if err.validator == "enum":
+        close = difflib.get_close_matches(str(err.instance), [str(v) for v in err.validator_value], n=1)
+        return f"config: {where}{src}: {err.instance!r} is not accepted" + (
+            f"; did you mean {close[0]!r}?" if close else f"; accepted: {err.validator_value}")
+    return f"config: {where}{src}: {err.message}"
+
+
+def schema_refusal(exc: BaseException, schema_file: str, configfiles: list) -> str | None:
+    """The one line for ``exc``, Snakemake's error from its ``validate`` raised while handling
+    jsonschema's ValidationError (found as its cause or context); None when ``exc`` does not come
+    from one (the caller re-raises it). ``schema_file``: the schema's path."""
+    err = exc.__cause__ or exc.__context__
+    if not isinstance(err, jsonschema.ValidationError):
+        return None
+    with open(schema_file) as fh:
+        schema = yaml.safe_load(fh)
+    return config_error_line(err, schema, configfiles)

@@ -1,0 +1,367 @@
+"""tdmpc2core.pipeline: the workflow's configuration checks, code versions, cluster arithmetic,
+the line counter and the dry-run normaliser, called directly (no Snakemake load; milliseconds).
+
+tests/test_workflow.py checks the same refusals end to end through `snakemake -n` for a few
+of them, and that the planned jobs of every configuration match the recorded plans.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from tdmpc2core.pipeline import codeversion
+from tdmpc2core.pipeline.cluster import JAX_CACHE_MAX_BYTES
+from tdmpc2core.pipeline.config import ConfigError, resolve, seed_tag
+from tdmpc2core.pipeline.dryrun import normalise_dry_run
+from tdmpc2core.pipeline.lines import python_lines, workflow_python_lines
+from tdmpc2core.pipeline.schema import config_error_line
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = yaml.safe_load((ROOT / "config.yaml").read_text())
+SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+
+
+def merged(*texts: str, **top) -> dict:
+    """config.yaml with each YAML text merged over it key by key (as Snakemake merges
+    --configfile files), then the top-level ``top`` values (as --config)."""
+    def update(base, over):
+        for k, v in over.items():
+            base[k] = update(base.get(k, {}), v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+        return base
+
+    config = copy.deepcopy(DEMO)
+    for text in texts:
+        update(config, yaml.safe_load(text))
+    return update(config, top)
+
+
+def refusal(*texts: str, **top) -> str:
+    with pytest.raises(ConfigError) as e:
+        resolve(merged(*texts, **top))
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(("config: ", "code version: ")), msg
+    return msg
+
+
+# --------------------------------------------------------------------------- resolve
+def test_demo_resolves():
+    p = resolve(merged())
+    assert p.protocol_name == "demo" and list(p.tasks) == ["pendulum", "cartpole-balance"]
+    assert p.seed_groups == [(0, 1)] and seed_tag(p.seed_groups[0]) == "seeds_0_1"
+    assert p.task_T == {"pendulum": 200, "cartpole-balance": 500}
+    assert json.loads(p.task_spec("cartpole-balance")) == {
+        "action_repeat": 2, "agent_steps": 10000, "allow_evicted": False, "env_id": "CartpoleBalance",
+        "episode_length": 1000, "eval_episodes": 5, "eval_every": 2500,
+        "agent": {"batch_size": 64, "enc_dim": 128, "iterations": 2, "latent_dim": 64, "mlp_dim": 128,
+                  "model_size": 1, "num_elites": 8, "num_pi_trajs": 4, "num_samples": 64}}
+    assert p.multitask.pools == ["demo"] and p.multitask.sizes == [1] and p.multitask.seeds == [0]
+    assert p.multitask.resources == {"gpu": 0, "runtime": 60, "mem_mb": 4000, "threads": 2}
+    assert p.multitask.checkpoint_every == 8000
+    assert json.loads(p.multi_spec("demo"))["return_ranges"] == {"pendulum": [-3254.72, 0.0]}
+    assert p.long_runs() == {"train_single_seeds_0_1": 120, "train_multi": 60}
+    assert p.rerun_on_code_change is True and p.code_param("report") == codeversion.code_version("report")
+    resolved = yaml.safe_load(p.resolved_yaml)
+    assert resolved["protocol"] == "demo" and resolved["multitask"]["pools"] == ["demo"]
+    assert resolved["tasks"]["pendulum"]["allow_evicted"] is False and "rerun_on_code_change" not in resolved
+    assert p.all_run_files("run.json")[0] == "results/single/pendulum/seed0/run.json"
+    assert p.multi_files("run.json") == ["results/multi/demo/size1/run.json"] and p.official_outputs() == []
+
+
+def test_paper_configs_resolve_without_code_trigger():
+    for name in ("paper-dmc", "paper-dmc-dmcontrol", "paper-mt30"):
+        over = (ROOT / "workflow/configs" / f"{name}.yaml").read_text()
+        p = resolve(merged(over))
+        assert p.rerun_on_code_change is False and p.code_param("train_single") is None, name
+    assert "rerun_on_code_change" in SCHEMA["properties"] and SCHEMA["properties"]["rerun_on_code_change"][
+        "default"] is False
+
+
+REFUSALS = [
+    ("protocols: {demo: {tasks: {pendulum: {agent: {num_sample: 5}}}}}",
+     "config: unknown agent setting 'num_sample' in protocols.demo.tasks.pendulum.agent; did you mean 'num_samples'?"),
+    ("protocols: {demo: {defaults: {agent: {num_sampels: 5}}}}",
+     "unknown agent setting 'num_sampels' in protocols.demo.defaults.agent; did you mean 'num_samples'?"),
+    ("protocols: {demo: {tasks: {pendulum: {agent: {model_size: 3}}}}}",
+     "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): model_size=3 is not a preset; accepted: [1, 5"),
+    ("protocols: {demo: {tasks: {pendulum: {env_id: Pendulum-v2}}}}",
+     "env_id 'Pendulum-v2': unknown env id 'Pendulum-v2'. Did you mean"),
+    ("protocols: {demo: {tasks: {pendulum: {agent: {horizon: 0}}}}}",
+     "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): horizon=0 must be >= 1"),
+    ("protocols: {demo: {defaults: {agent: {num_elites: 65}}}}",
+     "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): num_elites=65 exceeds num_samples=64"),
+    ("protocols: {demo: {tasks: {cartpole-balance: {episode_length: 999}}}}",
+     "episode_length=999 (simulator steps) is not divisible"),
+    ("protocols: {demo: {tasks: {pendulum: {agent: {batch_size: 991}}}}}",
+     "batch_size=991 exceeds the 990 distinct training slices (horizon + 1 consecutive rows of one episode) "
+     "that the replay at the first update (seed_steps=1000, n_envs=1, T=200, horizon=3) holds"),
+    ("protocols: {demo: {tasks: {pendulum: {n_envs: 6}}}}", "seed_steps=1000 is too small: with n_envs=6"),
+    ("protocols: {demo: {tasks: {pendulum: {agent_steps: 1000}}}}",
+     "config: protocols.demo.tasks.pendulum: agent_steps=1000 trains nothing: the first update comes after the "
+     "seed phase's seed_steps=1000 random agent steps, in the tick that reaches 1001 agent steps (n_envs=1); "
+     "raise agent_steps to at least 1001 or lower agent.seed_steps"),
+    ("protocols: {demo: {tasks: {pendulum: {agent: {episodic: true, batch_size: 6001}}}}}",
+     "batch_size=6001 exceeds the 6000 distinct training slices (horizon + 1 consecutive rows of one "
+     "episode) that the whole run (6000 agent steps, at most one slice each) holds"),
+    ("protocols: {demo: {multitask: {batch_size: 30409}}}",
+     "multitask (pool demo, model size 1): batch_size=30409 exceeds the 30408 distinct training slices"),
+    ("protocols: {demo: {multitask: {agent: {num_elites: 100}}}}",
+     "multitask (pool demo, model size 1): num_elites=100 exceeds num_samples=64"),
+    ("protocols: {demo: {multitask: {agent: {num_sample: 1}}}}",
+     "unknown agent setting 'num_sample' in protocols.demo.multitask.agent; did you mean 'num_samples'?"),
+    ("protocols: {demo: {multitask: {return_ranges: {pendulum: [0, -1]}}}}",
+     "config: protocols.demo.multitask.return_ranges.pendulum = [0, -1]: need [low, high] with low < high"),
+    ("protocols: {demo: {multitask: {return_ranges: {walker: [0, 1]}}}}",
+     "multitask.return_ranges names task(s) ['walker'] that no trained pool holds"),
+    ("protocols: {demo: {tasks: {pendulum: {expected: {mean_min: -100, mean_max: -400}}}}}",
+     "config: protocols.demo.tasks.pendulum.expected: mean_min -100 > mean_max -400: no final return could pass"),
+    ("protocols: {demo: {multitask: {expected: {demo: {pendulum: {mean_min: 5, mean_max: 1}}}}}}",
+     "multitask.expected.demo.pendulum: mean_min 5 > mean_max 1"),
+    ("protocols: {demo: {multitask: {expected: {demo: {walker: {mean_min: 1}}}}}}",
+     "task(s) ['walker'] are not in pool 'demo'"),
+    ("protocols: {demo: {multitask: {expected: {other: {pendulum: {mean_min: 1}}}}}}",
+     "multitask.expected.other: 'other' is not a trained pool (['demo'])"),
+    ("protocols: {demo: {tasks: {pendulum: {agent: {episodic: true}}}}}", "holding episodic task(s) ['pendulum']"),
+    ("protocols: {demo: {tasks: {pendulum: {agent: {buffer_size: 2000}}}}}",
+     "task 'pendulum' of protocol 'demo' trains 6000 agent steps with buffer_size 2000"),
+    ("protocols: {demo: {pools: {bad: [pendulum, walker]}}}", "pool 'bad' of protocol 'demo' names task(s) ['walker']"),
+    ("protocols: {demo: {multitask: {pools: [nope]}}}", "multitask.pools names ['nope']"),
+    ("protocols: {demo: {multitask: {agent: {model_size: 5}}}}",
+     "config: protocols.demo.multitask.agent.model_size: the model sizes are multitask.model_sizes"),
+    ("protocols: {mine: {label: x, tasks: {t: {env_id: Pendulum-v1}}}}\nprotocol: mine",
+     "config: task 't' of protocol 'mine' lacks ['episode_length', 'agent_steps', 'eval_every', 'eval_episodes', "
+     "'agent']; set them under protocols.mine.defaults or under the task"),
+    ("protocols: {mine: {label: x, tasks: {}}}\nprotocol: mine",
+     "config: protocols.mine.tasks is empty; name at least one task (or official_pools)"),
+    ("protocols: {demo: {official_pools: {demo: {src: /nonexistent, task_set: mt30}}}}",
+     "config: protocols.demo: pool 'demo' is under both pools and official_pools"),
+    ("protocols: {demo: {official_pools: {mt: {src: /nonexistent, task_set: mt30, eval_tasks: [nope]}}}}",
+     "official_pools.mt.eval_tasks: ['nope'] cannot be evaluated"),
+]
+
+
+@pytest.mark.parametrize("text,message", REFUSALS)
+def test_refusals_are_one_line_naming_the_key(text, message):
+    assert message in refusal(text)
+
+
+def test_refusals_of_top_level_values():
+    assert "protocol 'nope' has no entry under 'protocols'" in refusal(protocol="nope")
+    assert refusal(max_chunk_seconds=400).startswith(
+        "config: max_chunk_seconds=400 is not below cluster.stop_lead_seconds=300")
+    resolve(merged("protocols: {demo: {tasks: {pendulum: {agent: {buffer_size: 2000}}}, "
+                   "datasets: {allow_evicted: true}}}"))  # allowed explicitly
+
+
+def test_official_checkpoints_are_checked(tmp_path):
+    (tmp_path / "tiny.pt").write_bytes(b"")
+    block = {"dir": str(tmp_path), "episodes": 2, "checkpoints": {"tiny": {"file": "tiny.pt", "tasks": ["all"]}},
+             "resources": {"gpu": 0, "runtime": 10, "mem_mb": 4000}}
+    p = resolve(merged(official_checkpoints=block))
+    assert p.official_outputs() == ["results/official/tiny/eval.parquet", "results/official/tiny/run.json"]
+    assert p.official_checkpoint("tiny") == str(tmp_path / "tiny.pt")
+    assert p.official_args("tiny") == "--task all --episodes 2 --seed 1 --episode-length 1000"
+    bad = copy.deepcopy(block)
+    bad["checkpoints"]["tiny"]["tasks"] = ["dmc:nope"]
+    assert "official_checkpoints.checkpoints.tiny.tasks: 'dmc:nope'" in refusal(official_checkpoints=bad)
+    bad["checkpoints"]["tiny"] = {"file": "nope.pt", "tasks": ["all"]}
+    assert f"official_checkpoints.checkpoints.tiny.file: {tmp_path}/nope.pt does not exist" in refusal(
+        official_checkpoints=bad)
+
+
+def test_empty_official_pool_folder_is_a_note(tmp_path):
+    p = resolve(merged(f"protocols: {{demo: {{official_pools: {{mt: {{src: {tmp_path}, task_set: mt30}}}}}}}}"))
+    assert len(p.notes) == 1 and p.notes[0].startswith("note: official_pools.mt.src")
+    assert p.official_chunks("mt") == [] and p.official_pool_tasks["mt"]
+
+
+# --------------------------------------------------------------------------- the schema's line
+def _schema_error(config: dict) -> jsonschema.ValidationError:
+    return jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(config))
+
+
+def test_schema_error_lines(tmp_path):
+    demo = str(ROOT / "config.yaml")
+    line = config_error_line(_schema_error(merged(bogus=1)), SCHEMA, [demo])
+    assert line.startswith("config: unknown key 'bogus' in the top level (set by --config); accepted there: "
+                           "bootstrap_reps, ")
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n        agent_step: 5\n")
+    line = config_error_line(_schema_error(merged(typo.read_text())), SCHEMA, [demo, str(typo)])
+    assert line.startswith("config: unknown key 'agent_step' in protocols.demo.tasks.pendulum (set in ")
+    assert line.endswith("typo.yaml); did you mean 'agent_steps'?")
+    text = "protocols: {demo: {tasks: {pendulum: {published: cartpol-balance}}}}\n"
+    line = config_error_line(_schema_error(merged(text)), SCHEMA, [demo])
+    assert line == ("config: protocols.demo.tasks.pendulum.published: 'cartpol-balance' is not accepted; "
+                    "did you mean 'cartpole-balance'?")
+    line = config_error_line(_schema_error(merged(rerun_on_code_change="yes")), SCHEMA, [demo])
+    assert line == "config: rerun_on_code_change (set in config.yaml): 'yes' is not of type 'boolean'"
+
+
+# --------------------------------------------------------------------------- code versions
+def test_code_version_follows_imports_and_ignores_docstrings(tmp_path, monkeypatch):
+    v = codeversion.code_version("tables")
+    assert len(v) == 16 and int(v, 16) >= 0 and v != codeversion.code_version("report")
+    with pytest.raises(ConfigError, match="code version: no module tdmpc2core.stages.nope"):
+        codeversion.code_version("nope")
+    shutil.copytree(ROOT / "tdmpc2core", tmp_path / "tdmpc2core", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(codeversion, "LIBRARY_ROOT", tmp_path / "tdmpc2core")
+
+    def fresh(stage):
+        codeversion._module_code.cache_clear()
+        codeversion.code_version.cache_clear()
+        return codeversion.code_version(stage)
+
+    try:
+        before = codeversion.code_version("report")
+        assert fresh("report") == before  # the copy's code is the same
+        html = tmp_path / "tdmpc2core/report/html.py"
+        html.write_text(html.read_text().replace('"""', '"""A docstring edit. ', 1) + "\n# a comment\n")
+        assert fresh("report") == before
+        html.write_text(html.read_text() + "CODE_VERSION_PROBE = 1\n")
+        assert fresh("report") != before
+    finally:
+        codeversion._module_code.cache_clear()
+        codeversion.code_version.cache_clear()
+
+
+def test_module_imports():
+    import ast
+
+    tree = ast.parse("import os\nimport tdmpc2core.io.atomic\nfrom tdmpc2core.model import config, NOT_A_MODULE\n"
+                     "def f():\n    from . import ids\n    from ..io import dataset\n")
+    found = codeversion.module_imports("tdmpc2core.envs.x", tree, is_package=False)
+    assert found == {"tdmpc2core.io.atomic", "tdmpc2core.model.config", "tdmpc2core.model",
+                     "tdmpc2core.envs.ids", "tdmpc2core.io.dataset"}
+
+
+def test_code_changes_name_the_finished_jobs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    now = codeversion.code_version("tables")
+    for i, rec in enumerate([{"code_version": now}, {"code_version": "0123456789abcdef"}, {}]):
+        (tmp_path / f"r{i}").mkdir()
+        (tmp_path / f"r{i}/run.json").write_text(json.dumps(rec))
+    jobs = {"train_single_seeds_0": ("tables", [f"r{i}/run.json" for i in range(4)])}
+    lines = codeversion.code_changes(jobs, rerun=False)
+    assert lines == [
+        f"code changed: 1 of 3 finished train_single_seeds_0 job output(s) ran code version 0123456789abcdef, "
+        f"now {now} (tdmpc2core.stages.tables and its imports); kept (rerun_on_code_change: false)",
+        "code version unknown: 1 of 3 finished train_single_seeds_0 job output(s) record none in run.json; "
+        "kept (rerun_on_code_change: false)"]
+    assert codeversion.code_changes(jobs, rerun=True)[0].endswith("rerun (rerun_on_code_change: true)")
+    assert codeversion.code_changes({"x": ("tables", ["missing/run.json"])}, rerun=False) == []
+    assert codeversion.recorded_code_version("r2/run.json") is None
+
+
+# --------------------------------------------------------------------------- cluster
+def test_cluster_arithmetic():
+    p = resolve(merged(cluster={"max_job_minutes": 60, "slurm_extra": "--qos=long"}))
+    c = p.cluster
+    assert (c.job_runtime(30), c.job_runtime(600)) == (30, 60)
+    assert [c.extra_jobs(m) for m in (0, 59, 60, 61, 120, 121)] == [0, 0, 0, 1, 1, 2]
+    assert c.job_threads({}) == 1 and c.job_threads({"threads": 3}) == 3
+    assert c.slurm_extra == "--signal=TERM@300 --qos=long"
+    assert c.jax_env(0) == f"JAX_COMPILATION_CACHE_MAX_SIZE={JAX_CACHE_MAX_BYTES} JAX_PLATFORMS=cpu"
+    assert c.jax_env(1) == (f"JAX_COMPILATION_CACHE_MAX_SIZE={JAX_CACHE_MAX_BYTES} "
+                            "XLA_PYTHON_CLIENT_PREALLOCATE=true XLA_PYTHON_CLIENT_MEM_FRACTION=0.75")
+    assert c.retries(p.long_runs(), asked=2) == {
+        "train_single_seeds_0_1": (3, "train_single_seeds_0_1: runs of up to 120 min in jobs of at most 60 min "
+                                      "(cluster.max_job_minutes): up to 2 jobs each, 3 retries")}
+
+
+# --------------------------------------------------------------------------- workflow size
+def test_python_lines_counter():
+    text = ('import os\n\n# a comment\nX = 1\n\n\nrule a:\n    input:\n        "x",\n    shell:\n        "y"\n\n'
+            'include: "b.smk"\nlocalrules:\n    a,\n\nif X:\n\n    rule b:\n        output: "z"\n\n'
+            'wildcard_constraints:\n    task="a|b",\nonsuccess:\n    print(1)\n')
+    assert python_lines(text) == 5  # import, X, if, onsuccess, print
+    counts = workflow_python_lines(ROOT)
+    assert "Snakefile" in counts and "workflow/rules/common.smk" in counts
+    # issue 25: at most 300 in all; the end-of-run hooks (hooks.smk) have their own share
+    assert sum(n for f, n in counts.items() if not f.endswith("hooks.smk")) <= 230, counts
+
+
+# --------------------------------------------------------------------------- dry-run records
+def test_normalise_dry_run():
+    out = """Building DAG of jobs...
+Job stats:
+job      count
+-----  -------
+b            1
+a            1
+total        2
+
+[Thu Dec  3 13:35:36 2026]
+rule b:
+    output: y
+    jobid: 2
+    reason: Missing output files: y2, y1; Input files updated by another job: x
+    resources: tmpdir=/tmp, tdmpc2=/usr/bin/python -m tdmpc2core.cli
+Shell command: /usr/bin/python -m tdmpc2core.cli b
+
+[Thu Dec  3 13:35:37 2026]
+localrule a:
+    input: q, p
+    output: x
+    jobid: 1
+    reason: Missing output files: x
+    wildcards: task=t
+    resources: tmpdir=/tmp
+Shell command: printf 'line one
+line two'
+
+Job stats:
+job      count
+-----  -------
+b            1
+a            1
+total        2
+
+Reasons:
+    (check individual jobs above for details)
+This was a dry-run (flag -n). The order of jobs does not reflect the order of execution.
+"""
+    text = normalise_dry_run(out, python="/usr/bin/python")
+    assert text == """localrule a:
+    input: p, q
+    output: x
+    reason: Missing output files: x
+    wildcards: task=t
+    resources: 
+    shell: printf 'line one
+line two'
+
+rule b:
+    output: y
+    reason: Missing output files: y1, y2; Input files updated by another job: x
+    resources: tdmpc2=PYTHON -m tdmpc2core.cli
+    shell: PYTHON -m tdmpc2core.cli b
+
+Job stats:
+job      count
+-----  -------
+a            1
+b            1
+total        2
+Reasons:
+    (check individual jobs above for details)
+"""
+    with pytest.raises(ValueError, match="no 'Job stats:' table"):
+        normalise_dry_run("WorkflowError: config: ...", python=sys.executable)
+
+
+def test_pipeline_imports_no_jax_and_no_snakemake():
+    code = ("import sys, tdmpc2core.pipeline.config, tdmpc2core.pipeline.codeversion, tdmpc2core.pipeline.cluster, "
+            "tdmpc2core.pipeline.schema, tdmpc2core.pipeline.lines, tdmpc2core.pipeline.dryrun, "
+            "tdmpc2core.pipeline.multitask\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'flax', 'snakemake')]\n"
+            "assert not bad, bad")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
