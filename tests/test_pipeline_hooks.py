@@ -131,13 +131,6 @@ def test_error_lines(results):
     assert len(lines) == 4
 
 
-def test_retries_for_time_limits():
-    extra = lambda minutes: max(0, -(-int(minutes) // 60) - 1)  # noqa: E731 (common.smk's extra_jobs, 60 min jobs)
-    out = hooks.retries_for_time_limits({"train_single_seeds_0": 150, "train_multi": 30}, 2, 60, extra)
-    assert out == [("train_single_seeds_0", 4, "train_single_seeds_0: runs of up to 150 min in jobs of at most "
-                    "60 min (cluster.max_job_minutes): up to 3 jobs each, 4 retries")]
-
-
 # ---- stopped trainers and their stop records ------------------------------------------------
 SINGLE = ["/venv/bin/python", "-m", "tdmpc2core.cli", "train-single", "--task", "pendulum", "--spec", "{}",
           "--seeds", "0", "1", "--outdir", "results/single/pendulum",

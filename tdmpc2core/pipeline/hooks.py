@@ -1,4 +1,4 @@
-"""What a workflow run says and does when it ends, and the retries a cluster run gets.
+"""What a workflow run says and does when it ends.
 
 Called by the thin handlers of ``workflow/rules/hooks.smk`` (docs/pipeline.md, "Rerunning
 one seed, one task", "Preemption, time limits and resuming"); every function takes what it
@@ -9,8 +9,7 @@ directly (tests/test_pipeline_hooks.py). Imports no JAX and no Snakemake.
   checks; and a stale copy an earlier run left, removed once the report is current.
 * :func:`error_lines`: the stopped training jobs (from :mod:`.stops`), the failed jobs, and a
   report that no longer matches the results moved aside (:func:`move_stale_report`).
-* :func:`retries_for_time_limits`: per training rule, the retries its longest run needs
-  under ``cluster.max_job_minutes``.
+The retries a cluster run gets per training rule are :meth:`.cluster.Cluster.retries`.
 
 Local stops (signals to the trainers, their stop records) are in :mod:`.stops`.
 """
@@ -21,7 +20,7 @@ import html
 import os
 import re
 import time
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from ..io import atomic
 
@@ -183,34 +182,3 @@ def error_lines(report: str, outputs: Sequence[str], stopped: Sequence[str],
         lines.append(f"Failed job(s): {'; '.join(sorted(failed))} (their logs are under logs/).")
     moved = move_stale_report(report, outputs)
     return lines + ([moved] if moved else [])
-
-
-def retries_for_time_limits(long_runs: Mapping[str, int], asked: int, max_job_minutes: int,
-                            extra_jobs: Callable[[int], int]) -> list[tuple[str, int, str]]:
-    """Where jobs are submitted: each training rule retries once more per further job its
-    longest run needs under ``cluster.max_job_minutes`` (a job stopped at its time limit
-    checkpoints, fails, and the retry resumes), on top of the ``asked`` retries (the profile's
-    ``retries``).
-
-    Args:
-        long_runs: training rule name -> the longest runtime of its jobs, minutes.
-        asked: the retries the run was given (``--retries``, >= 0).
-        max_job_minutes: ``cluster.max_job_minutes``.
-        extra_jobs: minutes -> how many jobs beyond one such a run needs.
-
-    Returns:
-        ``(rule, retries, line)`` for each rule that needs more than one job; ``line`` says so.
-    """
-    out = []
-    for name, minutes in long_runs.items():
-        extra = int(extra_jobs(minutes))
-        if extra:
-            out.append((name, asked + extra,
-                        f"{name}: runs of up to {minutes} min in jobs of at most {max_job_minutes} min "
-                        f"(cluster.max_job_minutes): up to {extra + 1} jobs each, {asked + extra} retries"))
-    return out
-
-
-__all__ = ["stale_path", "report_state", "folders", "read_csv", "check_line", "summary_lines",
-           "remove_superseded_stale", "success_lines", "stale_banner", "move_stale_report", "job_label",
-           "error_lines", "retries_for_time_limits"]

@@ -40,12 +40,10 @@ onstart:
     if workflow.local_exec:  # a cluster executor keeps Snakemake's own handling
         logger.addFilter(LOCAL_STOP.install())
     else:
-        for _name, _retries, _line in end_of_run.retries_for_time_limits(
-            LONG_RUNS,
-            int(getattr(workflow.execution_settings, "retries", 0) or 0),
-            MAX_JOB_MINUTES,
-            extra_jobs,
-        ):
+        _asked = int(getattr(workflow.execution_settings, "retries", 0) or 0)
+        for _name, (_retries, _line) in P.cluster.retries(
+            LONG_RUNS, _asked
+        ).items():
             workflow.get_rule(_name).restart_times = _retries
             _say(_line)
 
