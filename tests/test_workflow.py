@@ -720,6 +720,7 @@ chunk boundary, exit 128 + the signal number), and a rerun resumes from the chec
 resumed session runs its remaining chunks without waiting)."""
 import json, os, sys, time
 from pathlib import Path
+from tdmpc2core.io import attempts
 from tdmpc2core.stages.resumable import SignalStop
 
 CHUNKS = 600
@@ -742,6 +743,7 @@ def run(args):
     step = json.loads(state.read_text())["step"] if state.exists() else 0
     resumed = step > 0
     log(f"resumed from {state} at {step} agent steps" if resumed else "training starts")
+    att = attempts.begin(ck, unit="agent steps", start_step=step)
     with SignalStop(log, True) as stop:
         while step < CHUNKS:
             if not resumed:
@@ -751,7 +753,11 @@ def run(args):
                 state.write_text(json.dumps({"step": step}))
                 log(f"stopped by {stop.name} at {step}/{CHUNKS} agent steps: checkpoint {state} (0.0 MB, 0.0 s); "
                     "rerun the same command to resume")
+                att.end(f"stopped by {stop.name}", end_step=step,
+                        stop=attempts.stop_record("signal", "agent steps", signal=stop.name, step=step,
+                                                  total=CHUNKS, checkpoint=state))
                 return stop.exit_code
+    att.end("completed", end_step=CHUNKS)
     for s in args.seeds:
         d = Path(args.outdir) / f"seed{s}"
         d.mkdir(parents=True, exist_ok=True)
