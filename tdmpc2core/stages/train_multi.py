@@ -17,7 +17,9 @@ of the compiled program, writes a checkpoint and exits with 143/130 without outp
 command run again resumes, and its outputs equal an uninterrupted run's (wall-clock columns
 aside). Exit code 2: the checkpoint folder belongs to another run (settings named) or holds
 only damaged checkpoints; 4: another process holds the checkpoint folder (its lock,
-:mod:`tdmpc2core.run.lock`). As ``tdmpc2 train-single`` (docs/pipeline.md, "Preemption").
+:mod:`tdmpc2core.run.lock`). As ``tdmpc2 train-single`` (docs/pipeline.md, "Preemption"), the
+session's record in ``attempts.json`` gets a ``stop`` (in updates) when a signal or an exception
+ends it (:func:`~tdmpc2core.stages.resumable.train_session`).
 """
 from __future__ import annotations
 

@@ -19,6 +19,11 @@ outputs are written the folder keeps only the final checkpoint and an
 Exit codes: 0 done, 2 the checkpoint folder belongs to another run (settings named) or
 holds only damaged checkpoints, 4 the checkpoint folder is in use by another process (its
 lock, :mod:`tdmpc2core.run.lock`; nothing read or written), 130/143 stopped by SIGINT/SIGTERM.
+Each session records itself in the checkpoint folder's ``attempts.json``
+(:mod:`tdmpc2core.io.attempts`); one stopped by a signal or ended by an exception also records
+a ``stop`` (kind, signal, step and total in agent steps, the checkpoint written or why none, the
+error's one line), which the end-of-run hook reads (:func:`~tdmpc2core.stages.resumable.train_session`).
+An exception is re-raised after its record is written.
 """
 from __future__ import annotations
 
