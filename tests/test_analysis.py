@@ -445,3 +445,40 @@ def test_simulator_text_names_the_simulators_and_what_they_mean_for_the_comparis
     banner = html.split('<div class="banner', 1)[1].split("</div>", 1)[0]
     assert "Simulator: dm_control 1.0.50 (2 tasks)." in banner
     assert "MuJoCo Playground, whose physics" not in html
+
+
+# --------------------------------------------------------------------------- the stages' output schema
+def test_stage_outputs_have_one_schema_which_the_report_reads(tmp_path):
+    """tdmpc2core.stages.outputs writes eval.parquet / metrics.parquet with the columns and types
+    of its SCHEMAS (and nothing else); the report's reader expects the same eval columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tdmpc2core.agents.online import METRIC_KEYS
+    from tdmpc2core.stages import outputs as O
+
+    kinds = {"string": "O", "int64": "i", "float64": "f"}
+    assert A.EVAL_COLUMNS == {n: kinds[t] for n, t in O.SCHEMAS["single_eval"]}
+    assert O.TRAINING_METRICS == tuple(METRIC_KEYS)
+    for name in ("single_metrics", "multi_metrics"):
+        assert set(O.TRAINING_METRICS) <= {n for n, _ in O.SCHEMAS[name]}
+    hist = {"eval_agent_steps": [0, 100], "eval_env_frames": [0, 200],
+            "eval_returns": np.arange(12, dtype=np.float32).reshape(2, 2, 3),
+            "eval_lengths": np.full((2, 2, 3), 200)}
+    O.write_table(tmp_path / "eval.parquet", "single_eval", O.single_eval_columns("pendulum", 7, 1, hist, 3))
+    table = pq.read_table(tmp_path / "eval.parquet")
+    assert [(f.name, f.type) for f in table.schema] == [(n, pa.type_for_alias(t)) for n, t in O.SCHEMAS["single_eval"]]
+    df = table.to_pandas()
+    assert df["return"].tolist() == [3.0, 4.0, 5.0, 9.0, 10.0, 11.0] and (df["seed"] == 7).all()
+    # no evaluation: the same columns and types, no rows
+    empty = {"eval_updates": [], "eval_returns": np.zeros((0, 1, 1, 1)), "eval_lengths": np.zeros((0, 1, 1, 1))}
+    O.write_table(tmp_path / "m.parquet", "multi_eval", O.multi_eval_columns("p", 1, ["a"], [0], empty, 1, [None]))
+    assert [(f.name, f.type) for f in pq.read_table(tmp_path / "m.parquet").schema] == [
+        (n, pa.type_for_alias(t)) for n, t in O.SCHEMAS["multi_eval"]]
+    with pytest.raises(ValueError, match=r"missing columns \['length'\], unknown columns \['len'\]"):
+        cols = O.single_eval_columns("pendulum", 7, 1, hist, 3)
+        cols["len"] = cols.pop("length")
+        O.write_table(tmp_path / "bad.parquet", "single_eval", cols)
+    with pytest.raises(ValueError, match="stage output 'nope': unknown"):
+        O.write_table(tmp_path / "bad.parquet", "nope", {})
+    assert not (tmp_path / "bad.parquet").exists()

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+import test_checkpoint as tc  # the tiny multi-task run of the stage's SIGTERM test, and its cache
+from test_checkpoint import compile_cache  # noqa: F401 (a fixture)
 from tdmpc2core.io import attempts
 
 
@@ -32,3 +36,171 @@ def test_attempts_accumulate_across_sessions_and_a_finished_run_starts_anew(tmp_
     mem = attempts.begin(None, "updates")
     mem.end("completed", end_step=10)
     assert mem.records()[0]["unit"] == "updates" and mem.path is None
+
+
+# ------------------------------------------------------------------ stop records (issue 25 item 2)
+def test_stop_record_is_checked_and_written_only_for_a_stopped_or_failed_session(tmp_path):
+    ck = tmp_path / "ck"
+    stop = attempts.stop_record("signal", "agent steps", signal="SIGTERM", step=500, total=700,
+                                checkpoint=ck / "step_000000000500")
+    assert stop == {"kind": "signal", "signal": "SIGTERM", "step": 500, "total": 700, "unit": "agent steps",
+                    "checkpoint": str(ck / "step_000000000500"), "reason": None}
+    assert list(stop) == list(attempts.STOP_KEYS)
+    a1 = attempts.begin(ck, "agent steps")
+    with pytest.raises(ValueError, match="completed session has none"):
+        a1.end("completed", end_step=700, stop=stop)
+    a1.end("stopped by SIGTERM", end_step=500, stop=stop)
+    assert attempts.read(ck)[0]["stop"] == stop
+    a2 = attempts.begin(ck, "agent steps")
+    a2.end("completed", end_step=700, start_step=500)
+    assert "stop" not in attempts.read(ck)[1] and attempts.read(ck)[0]["stop"] == stop
+    err = attempts.stop_record("error", "updates", step=None, total=60, reason="RuntimeError: boom")
+    assert (err["signal"], err["checkpoint"], err["step"]) == (None, None, None)
+    bad = [  # (the record's changes, what the one-line error names)
+        ({"kind": "crash"}, "kind='crash'"), ({"signal": None}, "signal=None"), ({"signal": "SIGKILL"}, "SIGKILL"),
+        ({"unit": "updates"}, "unit='updates'"), ({"step": -1}, "step=-1"), ({"total": True}, "total=True"),
+        ({"checkpoint": 3}, "checkpoint=3"), ({"reason": ["x"]}, "reason"), ({"extra": 1}, "unknown keys ['extra']")]
+    for change, named in bad:
+        with pytest.raises(ValueError, match="attempts stop record") as exc:
+            attempts.begin(ck, "agent steps").end("stopped by SIGTERM", stop={**stop, **change})
+        assert named in str(exc.value) and "\n" not in str(exc.value)
+    with pytest.raises(ValueError, match=r"missing keys \['reason'\]"):
+        attempts.check_stop({k: v for k, v in stop.items() if k != "reason"})
+
+
+class _Steps:
+    start, step = 0, 300
+
+
+class _Info:  # what the driver's TrainingInterrupted carries (tdmpc2core.io.checkpoint.CheckpointInfo)
+    def __init__(self, path):
+        self.path, self.step, self.bytes, self.seconds = path, 300, 2_000_000, 0.5
+
+
+def _session(tmp_path, train, ckdir=True):
+    from tdmpc2core.stages.resumable import train_session
+
+    ck = tmp_path / "ck" if ckdir else None
+    lines = []
+    att = attempts.begin(ck, "agent steps")
+    result = train_session(train, attempt=att, log=lines.append, ckdir=ck, total=700, steps=_Steps(),
+                           compile_seconds=lambda: {"chunk": 1.25})
+    return result, att.records()[-1], "\n".join(lines)
+
+
+def test_a_session_stopped_by_a_signal_records_the_signal_step_and_checkpoint(tmp_path):
+    import os
+    import signal
+
+    from tdmpc2core.run.driver import TrainingInterrupted
+
+    def train(checkpoint):
+        def run(should_stop):
+            os.kill(os.getpid(), signal.SIGTERM)  # caught by the session's handler: a flag only
+            assert should_stop()
+            raise TrainingInterrupted(None, None, 300, checkpoint)
+        return run
+
+    rc, rec, log = _session(tmp_path, train(_Info(tmp_path / "ck/step_000000000300")))
+    assert rc == 128 + signal.SIGTERM and rec["outcome"] == "stopped by SIGTERM" and rec["end_step"] == 300
+    assert rec["stop"] == {"kind": "signal", "signal": "SIGTERM", "step": 300, "total": 700, "unit": "agent steps",
+                           "checkpoint": str(tmp_path / "ck/step_000000000300"), "reason": None}
+    assert attempts.read(tmp_path / "ck")[-1] == rec and rec["compile_seconds"] == {"chunk": 1.25}
+    assert "stopped by SIGTERM at 300/700 agent steps: checkpoint" in log and "rerun the same command" in log
+    rc, rec, log = _session(tmp_path, train(None), ckdir=False)  # no --checkpoint-dir: the record in memory
+    assert rec["stop"]["checkpoint"] is None and rec["stop"]["reason"] == "no --checkpoint-dir"
+    assert "stopped by SIGTERM at 300/700 agent steps: no checkpoint (no --checkpoint-dir)" in log
+
+
+def test_a_session_ended_by_an_exception_records_the_error_and_reraises(tmp_path):
+    def fail(should_stop):
+        raise RuntimeError("device lost\nsecond line")
+
+    with pytest.raises(RuntimeError, match="device lost"):
+        _session(tmp_path, fail)
+    rec = attempts.read(tmp_path / "ck")[-1]
+    assert rec["outcome"] == "failed: RuntimeError" and rec["end_step"] == 300
+    assert rec["stop"] == {"kind": "error", "signal": None, "step": 300, "total": 700, "unit": "agent steps",
+                           "checkpoint": None, "reason": "RuntimeError: device lost"}
+
+    def second_ctrl_c(should_stop):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _session(tmp_path, second_ctrl_c)
+    stop = attempts.read(tmp_path / "ck")[-1]["stop"]
+    assert (stop["kind"], stop["signal"], stop["checkpoint"]) == ("signal", "SIGINT", None) and stop["reason"]
+
+
+def test_train_single_stage_writes_the_stop_record_of_an_error(tmp_path, monkeypatch, capsys):
+    """The stage's wiring, without JAX: a stand-in agent whose training fails after 200 agent steps."""
+    import json
+
+    from tdmpc2core.agents import single_task
+    from tdmpc2core.cli import build_parser
+    from tdmpc2core.stages import train_single
+
+    class Agent:
+        episode_length, action_repeat, gamma, seed_steps, episodic, compile_seconds = 200, 1, 0.99, 400, False, {}
+
+        def __init__(self, *a, **k):
+            pass
+
+        def train(self, progress, **kw):
+            progress({"start_agent_steps": 0, "agent_steps": 200, "total_agent_steps": 700, "phase": "seed",
+                      "agent_steps_per_s": 100.0, "seconds": 2.0, "last_eval_return": None})
+            raise FloatingPointError("non-finite update metrics at 200 agent steps")
+
+    monkeypatch.setattr(single_task, "TDMPC2", Agent)
+    ck = tmp_path / "checkpoints/single/pendulum/seeds_0_1"
+    args = build_parser().parse_args([
+        "train-single", "--task", "pendulum", "--spec", json.dumps({"env_id": "Pendulum-v1", "agent_steps": 700}),
+        "--seeds", "0", "1", "--outdir", str(tmp_path / "out"), "--checkpoint-dir", str(ck)])
+    with pytest.raises(FloatingPointError):
+        train_single.run(args)
+    (rec,) = attempts.read(ck)
+    assert rec["outcome"] == "failed: FloatingPointError" and rec["start_step"] == 0
+    assert rec["stop"] == {"kind": "error", "signal": None, "step": 200, "total": 700, "unit": "agent steps",
+                           "checkpoint": None, "reason": "FloatingPointError: non-finite update metrics at 200 agent steps"}
+
+
+@pytest.mark.slow
+def test_train_multi_stage_stopped_by_sigterm_records_the_stop(compile_cache, tmp_path, capsys):
+    """A real trainer (tests/test_checkpoint.py's tiny multi-task run, its programs from the same
+    compilation cache): `tdmpc2 train-multi` in this process, SIGTERM once the checkpoint at 10
+    updates is written; the attempt's stop record names the signal, the step and the checkpoint
+    the stage wrote, and the log line users read is still there."""
+    import logging
+    import os
+    import signal
+
+    from tdmpc2core.cli import build_parser
+    from tdmpc2core.dataset import save_dataset
+    from tdmpc2core.io import checkpoint
+    from tdmpc2core.stages import train_multi
+
+    save_dataset(tc.mt_pool(), tmp_path / "pool.parquet")
+    spec = {"updates": tc.MT_UPDATES, "batch_size": 16, "agent": tc.MT_AGENT, "return_ranges": tc.MT_RANGES,
+            **tc.MT_RUN}
+    ckdir = tmp_path / "checkpoints/multi/p/size1"
+    args = build_parser().parse_args([
+        "train-multi", "--pool", "p", "--model-size", "1", "--dataset", str(tmp_path / "pool.parquet"),
+        "--spec", json.dumps(spec), "--seeds", *map(str, tc.SEEDS), "--outdir", str(tmp_path / "out"),
+        "--checkpoint-dir", str(ckdir), "--checkpoint-every", "10", "--max-chunk-seconds", "1e-9"])
+
+    class SigtermAfter(logging.Handler):
+        def emit(self, record):
+            if "step_000000000010 written" in record.getMessage():
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    lib_log, trigger = logging.getLogger("tdmpc2core"), SigtermAfter()
+    lib_log.addHandler(trigger)
+    try:
+        assert train_multi.run(args) == 128 + signal.SIGTERM
+    finally:
+        lib_log.removeHandler(trigger)
+    assert "stopped by SIGTERM at 10/60 updates: checkpoint" in capsys.readouterr().err
+    (rec,) = attempts.read(ckdir)
+    assert rec["outcome"] == "stopped by SIGTERM" and (rec["start_step"], rec["end_step"]) == (0, 10)
+    assert rec["stop"] == {"kind": "signal", "signal": "SIGTERM", "step": 10, "total": tc.MT_UPDATES,
+                           "unit": "updates", "checkpoint": str(checkpoint.latest_checkpoint(ckdir)), "reason": None}

@@ -17,6 +17,19 @@ A record: ``attempt`` (1, 2, ...), ``started_utc``, ``ended_utc``, ``wall_second
 failure) leaves its record ``running``; the next session marks it ``ended without a record
 (killed or crashed)``. A folder whose run had finished (its completion marker present) starts
 a new list: a forced rerun is a new run.
+
+A session that ends because it was stopped or failed also gets a ``stop`` record (issue 25,
+item 2), so that the end-of-run hook reads what happened instead of parsing log lines; a
+completed session has none::
+
+    "stop": {"kind": "signal" | "error",          # stopped on request, or an exception ended it
+             "signal": "SIGTERM" | "SIGINT" | None,
+             "step": int | None, "total": int | None,  # where it stopped, the run's length (in "unit")
+             "unit": "agent steps" | "updates",     # the record's unit
+             "checkpoint": str | None,              # the checkpoint written on this stop
+             "reason": str | None}                  # why there is no checkpoint, or the error's one line
+
+:func:`stop_record` builds one (checked); ``Attempt.end(..., stop=...)`` checks it again.
 """
 from __future__ import annotations
 
@@ -32,6 +45,67 @@ FILE = "attempts.json"
 #: in a checkpoint folder: the run there finished (tdmpc2core.stages.resumable.COMPLETE_MARKER)
 FINISHED_MARKER = "outputs_written.json"
 KILLED = "ended without a record (killed or crashed)"
+#: the keys of a ``stop`` record, in order, and the values its enumerated keys accept
+STOP_KEYS = ("kind", "signal", "step", "total", "unit", "checkpoint", "reason")
+STOP_KINDS = ("signal", "error")
+STOP_SIGNALS = ("SIGTERM", "SIGINT")
+UNITS = ("agent steps", "updates")
+
+
+def _optional_int(key: str, v) -> Optional[int]:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"attempts stop record: {key}={v!r}; accepted: a non-negative int or None")
+    return int(v)
+
+
+def _optional_str(key: str, v) -> Optional[str]:
+    if v is not None and not isinstance(v, str):
+        raise ValueError(f"attempts stop record: {key}={v!r}; accepted: a str or None")
+    return v
+
+
+def check_stop(stop: dict, unit: Optional[str] = None) -> dict:
+    """A checked copy of a ``stop`` record (module docstring; issue 25 item 2).
+
+    Args:
+      stop: the record, exactly the keys :data:`STOP_KEYS`.
+      unit: the attempt's unit; when given, ``stop["unit"]`` must equal it.
+
+    Raises:
+      ValueError: one line naming the missing or unknown key, or the bad value and what is
+        accepted (``kind`` in :data:`STOP_KINDS`; ``signal`` in :data:`STOP_SIGNALS` or None,
+        and a name when ``kind`` is "signal"; ``step``/``total`` non-negative ints or None;
+        ``unit`` in :data:`UNITS`; ``checkpoint``/``reason`` str or None).
+    """
+    if not isinstance(stop, dict):
+        raise ValueError(f"attempts stop record: {stop!r}; accepted: a dict of the keys {list(STOP_KEYS)}")
+    missing, unknown = [k for k in STOP_KEYS if k not in stop], sorted(set(stop) - set(STOP_KEYS))
+    if missing or unknown:
+        raise ValueError(f"attempts stop record: missing keys {missing}, unknown keys {unknown}; "
+                         f"accepted: exactly {list(STOP_KEYS)}")
+    if stop["kind"] not in STOP_KINDS:
+        raise ValueError(f"attempts stop record: kind={stop['kind']!r}; accepted: {list(STOP_KINDS)}")
+    if stop["signal"] not in STOP_SIGNALS + (None,) or (stop["kind"] == "signal" and stop["signal"] is None):
+        raise ValueError(f"attempts stop record: signal={stop['signal']!r} with kind={stop['kind']!r}; accepted: "
+                         f"{list(STOP_SIGNALS)}, or None when kind is 'error'")
+    if stop["unit"] not in UNITS or (unit is not None and stop["unit"] != unit):
+        raise ValueError(f"attempts stop record: unit={stop['unit']!r}; accepted: "
+                         f"{[unit] if unit is not None else list(UNITS)} (the attempt's unit)")
+    return {"kind": stop["kind"], "signal": stop["signal"], "step": _optional_int("step", stop["step"]),
+            "total": _optional_int("total", stop["total"]), "unit": stop["unit"],
+            "checkpoint": _optional_str("checkpoint", stop["checkpoint"]),
+            "reason": _optional_str("reason", stop["reason"])}
+
+
+def stop_record(kind: str, unit: str, *, signal: Optional[str] = None, step: Optional[int] = None,
+                total: Optional[int] = None, checkpoint: Optional[str] = None,
+                reason: Optional[str] = None) -> dict:
+    """A checked ``stop`` record from keywords (module docstring); raises ValueError as
+    :func:`check_stop`. A ``checkpoint`` path-like is stored as ``str``."""
+    return check_stop({"kind": kind, "signal": signal, "step": step, "total": total, "unit": unit,
+                       "checkpoint": None if checkpoint is None else str(checkpoint), "reason": reason})
 
 
 def _utc() -> str:
@@ -56,10 +130,20 @@ class Attempt:
             atomic.write_json(self.path, {"attempts": self._records})
 
     def end(self, outcome: str, end_step: Optional[int] = None, start_step: Optional[int] = None,
-            compile_seconds: Optional[dict] = None) -> None:
+            compile_seconds: Optional[dict] = None, stop: Optional[dict] = None) -> None:
         """Close this session's record: its outcome, the step it reached (and, if the caller
-        learnt it only now, the step it resumed from), and the seconds it spent tracing,
-        lowering and compiling each program (``{program: seconds}``)."""
+        learnt it only now, the step it resumed from), the seconds it spent tracing,
+        lowering and compiling each program (``{program: seconds}``) and, for a session
+        stopped or failed, its ``stop`` record (module docstring; issue 25 item 2).
+
+        Raises:
+          ValueError: ``stop`` is not a valid stop record in this attempt's unit
+            (:func:`check_stop`), or is given with the outcome "completed". Nothing is written then.
+        """
+        if stop is not None:
+            if outcome == "completed":
+                raise ValueError("attempts: outcome 'completed' with a stop record; a completed session has none")
+            stop = check_stop(stop, self.unit)
         r = self.record
         r.update(ended_utc=_utc(), wall_seconds=round(time.perf_counter() - self._t0, 3), outcome=str(outcome))
         if compile_seconds is not None:
@@ -68,6 +152,8 @@ class Attempt:
             r["end_step"] = int(end_step)
         if start_step is not None:
             r["start_step"] = int(start_step)
+        if stop is not None:
+            r["stop"] = stop
         self._write()
 
     def discard(self) -> None:
@@ -110,4 +196,5 @@ def begin(ckdir, unit: str, start_step: Optional[int] = None) -> Attempt:
     return att
 
 
-__all__ = ["Attempt", "begin", "read", "FILE", "KILLED"]
+__all__ = ["Attempt", "begin", "read", "check_stop", "stop_record", "FILE", "KILLED", "STOP_KEYS", "STOP_KINDS",
+           "STOP_SIGNALS", "UNITS"]

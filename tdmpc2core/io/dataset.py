@@ -188,6 +188,18 @@ class EpisodeDataset:
 
 # ============================================================================ validation
 def _check(ds: EpisodeDataset, where: str) -> None:
+    """Every invariant of the format, in this order (the first violation raises
+    :class:`DatasetError`): the columns' dtypes and lengths, the task table, the episodes'
+    numbering, each row's contents, the reset rows and each episode's end."""
+    R = _check_columns(ds, where)
+    O, A = _check_task_table(ds, where, R)
+    reset, starts, ep_index = _check_episode_numbering(ds, where)
+    _check_row_contents(ds, where, reset, O, A)
+    _check_episode_ends(ds, where, reset, starts, ep_index)
+
+
+def _check_columns(ds: EpisodeDataset, where: str) -> int:
+    """Each column's dtype, dimensions and length; returns the number of rows."""
     R = ds.reward.shape[0] if np.ndim(ds.reward) == 1 else -1
     spec = {"obs": (np.float32, 2), "action": (np.float32, 2), "reward": (np.float32, 1),
             "terminated": (np.bool_, 1), "truncated": (np.bool_, 1), "episode": (np.int64, 1),
@@ -198,6 +210,12 @@ def _check(ds: EpisodeDataset, where: str) -> None:
             got = f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}"
             raise DatasetError(f"{where}: column {name!r} must be {np.dtype(dtype).name} with {ndim} dim(s) "
                                f"and {R} rows, got {got}")
+    return R
+
+
+def _check_task_table(ds: EpisodeDataset, where: str, R: int) -> tuple[int, int]:
+    """The task table (non-empty, unique names) against the rows and the padded widths;
+    returns (obs width, action width)."""
     if not ds.tasks:
         raise DatasetError(f"{where}: the task table is empty")
     names = [t.name for t in ds.tasks]
@@ -215,7 +233,12 @@ def _check(ds: EpisodeDataset, where: str) -> None:
                            f"(largest action_dim {A})")
     if ds.task.min() < 0 or ds.task.max() >= len(ds.tasks):
         raise DatasetError(f"{where}: task index out of range [0, {len(ds.tasks)})")
-    # episodes: contiguous, steps 0..L-1, one task each
+    return O, A
+
+
+def _check_episode_numbering(ds: EpisodeDataset, where: str):
+    """Episodes contiguous, steps 0..L-1, ids consecutive, one task each; returns (the reset
+    rows' mask, the episodes' first rows, each row's episode index)."""
     reset = ds.step == 0
     if not reset[0]:
         raise DatasetError(f"{where}: the first row is step {int(ds.step[0])}, not a reset row (step 0)")
@@ -237,6 +260,13 @@ def _check(ds: EpisodeDataset, where: str) -> None:
     if np.any(ds.task != ds.task[starts][ep_index]):
         i = int(np.flatnonzero(ds.task != ds.task[starts][ep_index])[0])
         raise DatasetError(f"{where}: episode {int(ds.episode[i])} changes task at row {i}")
+    return reset, starts, ep_index
+
+
+def _check_row_contents(ds: EpisodeDataset, where: str, reset: np.ndarray, O: int, A: int) -> None:
+    """Observations finite with zero padding; actions finite outside the reset rows, NaN in
+    them, zero padding."""
+    R = ds.reward.shape[0]
     # per-row contents, in blocks of rows (bounded temporaries, whatever the dataset's size)
     obs_dims_t = np.array([t.obs_dim for t in ds.tasks])
     act_dims_t = np.array([t.action_dim for t in ds.tasks])
@@ -274,6 +304,13 @@ def _check(ds: EpisodeDataset, where: str) -> None:
             raise DatasetError(f"{where}: row {b + i} (task {t.name!r}) has a non-zero action value in column {j}, "
                                f"beyond the task's action_dim {t.action_dim} in the task table (padding must be "
                                "zero; does the action width disagree with the table?)")
+
+
+def _check_episode_ends(ds: EpisodeDataset, where: str, reset: np.ndarray, starts: np.ndarray,
+                        ep_index: np.ndarray) -> None:
+    """Rewards finite outside the reset rows and NaN in them; reset rows not ended; each
+    episode complete (its last row, and only it, ends it) and no longer than its task's T."""
+    R = ds.reward.shape[0]
     if np.any(~reset & ~np.isfinite(ds.reward)):
         i = int(np.flatnonzero(~reset & ~np.isfinite(ds.reward))[0])
         raise DatasetError(f"{where}: NaN or infinite reward outside a reset row at row {i} "

@@ -692,26 +692,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- files
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder, then rename."""
-    import tempfile
-
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp creates 0o600
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def load_run_config(path: str | os.PathLike) -> dict:
     """The resolved pipeline configuration (``results/resolved_config.yaml``, written by the
     Snakefile's ``resolve_config`` rule): ``protocol``, ``label``, ``seeds`` and ``tasks``

@@ -385,27 +385,8 @@ def kv_table(d: Mapping, key_header: str = "Key", value_header: str = "Value", n
                       [[esc(k), esc(fmt_value(k, v, none_text))] for k, v in d.items()])
 
 
-def render_report(ctx: Mapping) -> str:
-    """The report's HTML from plain data.
-
-    ``ctx`` keys: ``protocol``, ``label``, ``is_paper`` (bool), ``generated`` (str),
-    ``final`` / ``single`` / ``aggregate`` (DataFrames of :mod:`tdmpc2core.report.analysis`),
-    ``episodic`` (names of the episodic tasks) and ``episode_lengths`` (DataFrame of
-    :func:`tdmpc2core.report.analysis.episode_length_table`; shown when ``episodic`` is not empty),
-    ``expected_text`` (task -> text), ``figures`` (list of (task, subtitle, [(alt, kind,
-    data)])), ``overview`` ((kind, data) or None), ``runtimes`` (DataFrame with columns
-    job, wall_s, max_rss_mb, cpu_time_s), ``runs`` (DataFrame: one row per attempt of each training
-    job, the columns of ``tdmpc2core.stages.report.RUN_COLUMNS``),
-    ``packages`` / ``run_packages`` (dicts), ``git`` (dict), ``platform`` (dict),
-    ``config_yaml`` (str), ``simulator`` ((sentence naming the simulators used, sentence on
-    the comparison) of :func:`tdmpc2core.analysis.simulator_text`), ``notes`` (list of str), ``datasets`` (DataFrame of
-    :func:`dataset_stats`, optional) and ``datasets_figure`` ((kind, data) or None), and
-    ``multitask`` (optional dict: ``scaling`` and ``tasks`` DataFrames of
-    :mod:`tdmpc2core.report.scaling`, ``ranges`` (task -> (low, high) or None), ``settings`` (the
-    resolved multitask block) and ``figure`` ((kind, data) or None)), and ``official``
-    (optional DataFrame of :func:`tdmpc2core.report.official.official_table`: the "Released
-    checkpoints, our planner" section).
-    """
+def _head(ctx: Mapping) -> list[str]:
+    """The page's head, title, banner (protocol, simulators), sources and navigation."""
     is_paper = bool(ctx.get("is_paper"))
     banner_cls = "paper" if is_paper else "demo"
     # which simulator the runs used, and what it means for the published curves
@@ -413,7 +394,7 @@ def render_report(ctx: Mapping) -> str:
                                                   "whose physics differ from dm_control's: comparisons "
                                                   "are approximate.")
     protocol_text = ("the paper's protocol" if is_paper else "NOT the paper's protocol")
-    parts = [
+    return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>TD-MPC2 reproduction report: {esc(ctx.get('protocol'))}</title>",
@@ -436,6 +417,12 @@ def render_report(ctx: Mapping) -> str:
         + '<a href="#runtime">Runtime</a>'
         '<a href="#provenance">Provenance</a><a href="#config">Configuration</a></nav>',
     ]
+
+
+def _results(ctx: Mapping) -> list[str]:
+    """Notes, final scores against the expected ranges, episode lengths (episodic tasks), the
+    single-task table and the aggregates."""
+    parts = []
     for note in ctx.get("notes") or []:
         parts.append(f'<p class="muted">{esc(note)}</p>')
     parts += ['<h2 id="final">Final score against the expected range</h2>',
@@ -460,6 +447,12 @@ def render_report(ctx: Mapping) -> str:
               "all seed × task scores. The paper reports raw returns averaged over tasks: the return "
               "columns.</p>",
               aggregate_section(ctx["aggregate"])]
+    return parts
+
+
+def _figures(ctx: Mapping) -> list[str]:
+    """The learning curves: the overview and each task's figures."""
+    parts = []
     parts.append('<h2 id="figures">Learning curves</h2>')
     parts.append("<p>x: env frames (agent steps × action repeat), as the paper's figures. Ours: mean over "
                  "seeds, shaded between the lowest and the highest seed. Published TD-MPC2: mean, shaded "
@@ -471,7 +464,12 @@ def render_report(ctx: Mapping) -> str:
         parts.append(f'<h3 id="fig-{esc(task)}">{esc(task)} <span class="muted">{esc(subtitle)}</span></h3>')
         for alt, kind, data in images:
             parts.append(f'<div class="fig">{embed_image(data, kind, alt)}</div>')
+    return parts
 
+
+def _datasets(ctx: Mapping) -> list[str]:
+    """The episode datasets' table and figure (when ``ctx['datasets']`` has rows)."""
+    parts = []
     ds = ctx.get("datasets")
     if ds is not None and not ds.empty:
         parts.append('<h2 id="datasets">Episode datasets</h2>')
@@ -485,7 +483,12 @@ def render_report(ctx: Mapping) -> str:
         if ctx.get("datasets_figure"):
             kind, data = ctx["datasets_figure"]
             parts.append(f'<div class="fig">{embed_image(data, kind, "episode returns per task dataset")}</div>')
+    return parts
 
+
+def _multitask(ctx: Mapping) -> list[str]:
+    """The multi-task section (when ``ctx['multitask']``)."""
+    parts = []
     mt = ctx.get("multitask")
     if mt:
         parts.append('<h2 id="multitask">Multi-task TD-MPC2: one agent, every pooled task, per model size</h2>')
@@ -502,7 +505,12 @@ def render_report(ctx: Mapping) -> str:
         if mt.get("figure"):
             kind, data = mt["figure"]
             parts.append(f'<div class="fig">{embed_image(data, kind, "multi-task scaling")}</div>')
+    return parts
 
+
+def _official(ctx: Mapping) -> list[str]:
+    """The released checkpoints' section (when ``ctx['official']`` is given)."""
+    parts = []
     off = ctx.get("official")
     if off is not None:
         parts.append('<h2 id="official">Released checkpoints, our planner</h2>')
@@ -515,7 +523,12 @@ def render_report(ctx: Mapping) -> str:
                      "multi-task checkpoint a reference, not the same experiment). Tasks not available on "
                      "dm_control here are listed as skipped, with the reason.</p>")
         parts.append(official_section(off))
+    return parts
 
+
+def _runtime(ctx: Mapping) -> list[str]:
+    """Every attempt of each training job, and Snakemake's benchmark files."""
+    parts = []
     parts.append('<h2 id="runtime">Runtime</h2>')
     runs = ctx.get("runs")
     if runs is not None and not runs.empty:
@@ -529,7 +542,12 @@ def render_report(ctx: Mapping) -> str:
                                 [[esc(r.job), num(r.wall_s), num(r.max_rss_mb), num(r.cpu_time_s)]
                                  for r in rt.itertuples(index=False)]))
         parts.append(f'<p class="muted">Total over jobs: {num(rt["wall_s"].sum())} s.</p>')
+    return parts
 
+
+def _provenance(ctx: Mapping) -> list[str]:
+    """Git commit, package versions, the runs' provenance, the platform and the configuration."""
+    parts = []
     parts.append('<h2 id="provenance">Provenance</h2>')
     git = ctx.get("git") or {}
     commit = git.get("commit") or "unknown (not a git work tree)"
@@ -549,6 +567,33 @@ def render_report(ctx: Mapping) -> str:
     parts.append('<h2 id="config">Configuration used</h2>')
     parts.append(f"<pre>{esc(ctx.get('config_yaml', ''))}</pre>")
     parts.append("</body></html>")
+    return parts
+
+
+def render_report(ctx: Mapping) -> str:
+    """The report's HTML from plain data.
+
+    ``ctx`` keys: ``protocol``, ``label``, ``is_paper`` (bool), ``generated`` (str),
+    ``final`` / ``single`` / ``aggregate`` (DataFrames of :mod:`tdmpc2core.report.analysis`),
+    ``episodic`` (names of the episodic tasks) and ``episode_lengths`` (DataFrame of
+    :func:`tdmpc2core.report.analysis.episode_length_table`; shown when ``episodic`` is not empty),
+    ``expected_text`` (task -> text), ``figures`` (list of (task, subtitle, [(alt, kind,
+    data)])), ``overview`` ((kind, data) or None), ``runtimes`` (DataFrame with columns
+    job, wall_s, max_rss_mb, cpu_time_s), ``runs`` (DataFrame: one row per attempt of each training
+    job, the columns of ``tdmpc2core.stages.report.RUN_COLUMNS``),
+    ``packages`` / ``run_packages`` (dicts), ``git`` (dict), ``platform`` (dict),
+    ``config_yaml`` (str), ``simulator`` ((sentence naming the simulators used, sentence on
+    the comparison) of :func:`tdmpc2core.analysis.simulator_text`), ``notes`` (list of str), ``datasets`` (DataFrame of
+    :func:`dataset_stats`, optional) and ``datasets_figure`` ((kind, data) or None), and
+    ``multitask`` (optional dict: ``scaling`` and ``tasks`` DataFrames of
+    :mod:`tdmpc2core.report.scaling`, ``ranges`` (task -> (low, high) or None), ``settings`` (the
+    resolved multitask block) and ``figure`` ((kind, data) or None)), and ``official``
+    (optional DataFrame of :func:`tdmpc2core.report.official.official_table`: the "Released
+    checkpoints, our planner" section).
+    """
+    parts = []
+    for section in (_head, _results, _figures, _datasets, _multitask, _official, _runtime, _provenance):
+        parts += section(ctx)
     return "\n".join(parts) + "\n"
 
 

@@ -18,6 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from ..io import atomic
     from ..report import analysis as A
     from ..report.official import official_markdown, official_table
 
@@ -25,8 +26,8 @@ def run(args) -> int:
         if not os.path.exists(p):
             raise FileNotFoundError(f"{p} does not exist: run tdmpc2 evaluate-official first")
     table = official_table(args.evals)
-    A.write_text_atomic(args.out, table.to_csv(index=False))
-    A.write_text_atomic(os.path.splitext(args.out)[0] + ".md", official_markdown(table))
+    atomic.write_text(args.out, table.to_csv(index=False))
+    atomic.write_text(os.path.splitext(args.out)[0] + ".md", official_markdown(table))
     print(f"tdmpc2 official-table: {args.out}: {len(table)} row(s) from {len(args.evals)} checkpoint(s)",
           file=sys.stderr)
     return 0

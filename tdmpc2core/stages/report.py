@@ -192,6 +192,7 @@ def run(args) -> int:
     import pandas as pd
 
     from ..envs import suite_of
+    from ..io import atomic
     from ..report import analysis as A
     from ..io import provenance as PV
     from ..report import html as R
@@ -276,6 +277,6 @@ def run(args) -> int:
         "multitask": multitask,
         "official": official,
     }
-    A.write_text_atomic(args.out, R.render_report(ctx))
+    atomic.write_text(args.out, R.render_report(ctx))
     print(f"tdmpc2 report: {args.out} ({os.path.getsize(args.out) / 1e3:.0f} kB)")
     return 0

@@ -10,6 +10,9 @@
 
 * :func:`library_log`: the library's ``tdmpc2core`` logger (checkpoints written, resumes)
   into the job's log, once, with the job's prefix.
+* :func:`train_session`: one session's training call under :class:`SignalStop`, closing the
+  session's attempt record (:mod:`tdmpc2core.io.attempts`) with a ``stop`` record when a
+  signal or an exception ends it (issue 25 item 2), and logging the ``stopped by`` line.
 
 Not a stage itself (``tdmpc2core/cli.py`` lists the stages).
 """
@@ -21,7 +24,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 #: in a checkpoint folder: the run finished and wrote its outputs (a rerun then starts over)
 COMPLETE_MARKER = "outputs_written.json"
@@ -152,3 +155,75 @@ def add_checkpoint_arguments(p, unit: str, every_default_help: str) -> None:
                         "acted on (results are unchanged; default 30)")
     p.add_argument("--progress-seconds", type=float, default=60.0,
                    help="at most this many seconds between progress lines (default 60)")
+
+
+class SessionSteps(Protocol):
+    """What :func:`train_session` reads of a stage's progress tracker."""
+
+    start: Optional[int]  # the step this session started from (None until the first progress report)
+    step: Optional[int]  # the last step reported (None: none yet)
+
+
+def error_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (the ``reason`` of an error's stop record)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def train_session(train: Callable[..., Any], *, attempt, log: Callable[[str], None], ckdir: Optional[Path],
+                  total: int, steps: SessionSteps, compile_seconds: Callable[[], dict]):
+    """Run one session's training call and close its attempt record unless it completed.
+
+    Args:
+      train: the agent's ``train`` with every argument but ``should_stop`` bound.
+      attempt: this session's :class:`tdmpc2core.io.attempts.Attempt` (its ``unit``: "agent
+        steps" or "updates").
+      log: the stage's log (stderr with the job's prefix).
+      ckdir: the checkpoint folder (None: no checkpoints).
+      total: the run's length in the attempt's unit.
+      steps: the stage's progress tracker (:class:`SessionSteps`).
+      compile_seconds: the seconds per compiled program so far (called once the call returns).
+
+    Returns:
+      ``train``'s result (``(state, history)``) when it completed (the attempt is left open for
+      the stage to close), else the exit code: 128 + the signal number after a stop on request
+      (logged as ``stopped by SIGTERM at 500/700 agent steps: checkpoint ...``; a ``stop``
+      record of kind "signal"), or 2 when the checkpoint folder holds another run's or only
+      damaged checkpoints (the attempt discarded: not a session of that run).
+
+    Raises:
+      BaseException: whatever else ended the call, re-raised after the attempt is closed with a
+        ``stop`` record: kind "signal" (SIGINT, no checkpoint) for a second Ctrl-C's
+        ``KeyboardInterrupt``, kind "error" with the error's one line otherwise.
+    """
+    from ..io import attempts, checkpoint
+    from ..run.driver import TrainingInterrupted
+
+    def close(outcome: str, step: Optional[int], **stop) -> None:
+        attempt.end(outcome, end_step=step, start_step=steps.start, compile_seconds=compile_seconds(),
+                    stop=attempts.stop_record(unit=attempt.unit, step=step, total=total, **stop))
+
+    with SignalStop(log, ckdir is not None) as stop:
+        try:
+            return train(should_stop=stop.should_stop)
+        except TrainingInterrupted as exc:
+            info = exc.checkpoint
+            where = (f"checkpoint {info.path} ({info.bytes / 1e6:.1f} MB, {info.seconds:.1f} s); "
+                     "rerun the same command to resume" if info is not None else "no checkpoint (no --checkpoint-dir)")
+            log(f"stopped by {stop.name} at {exc.step}/{total} {attempt.unit}: {where}")
+            close(f"stopped by {stop.name}", exc.step, kind="signal", signal=stop.name,
+                  checkpoint=None if info is None else str(info.path),
+                  reason="no --checkpoint-dir" if info is None else None)
+            return stop.exit_code
+        except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
+            attempt.discard()  # not a session of the run whose checkpoints the folder holds
+            log(f"error: {exc}")
+            log(mismatch_message(ckdir))
+            return 2
+        except KeyboardInterrupt:  # a second Ctrl-C: the checkpoint given up
+            close("stopped by SIGINT", steps.step, kind="signal", signal="SIGINT",
+                  reason="a second SIGINT: stopped without writing a checkpoint")
+            raise
+        except Exception as exc:
+            close(f"failed: {type(exc).__name__}", steps.step, kind="error", reason=error_line(exc))
+            raise

@@ -103,6 +103,7 @@ def ranges_text(ranges: dict) -> str:
 def run(args) -> int:
     import pandas as pd
 
+    from ..io import atomic
     from ..report import analysis as A
     from ..report import scaling as S
 
@@ -149,10 +150,10 @@ def run(args) -> int:
     tasks = S.task_table(final, rng, single_final, pools, sizes, mt.get("expected") or {})
     declared = {t: (float(r.return_low), float(r.return_high)) for r in rng.itertuples() for t in [r.task]}
     out = args.outdir
-    A.write_text_atomic(os.path.join(out, "multitask_scaling.csv"), scaling.to_csv(index=False))
-    A.write_text_atomic(os.path.join(out, "multitask_scaling.md"), _scaling_md(scaling, label, ranges_text(declared), caveat))
-    A.write_text_atomic(os.path.join(out, "multitask_tasks.csv"), tasks.to_csv(index=False))
-    A.write_text_atomic(os.path.join(out, "multitask_tasks.md"), _tasks_md(tasks, label, caveat))
+    atomic.write_text(os.path.join(out, "multitask_scaling.csv"), scaling.to_csv(index=False))
+    atomic.write_text(os.path.join(out, "multitask_scaling.md"), _scaling_md(scaling, label, ranges_text(declared), caveat))
+    atomic.write_text(os.path.join(out, "multitask_tasks.csv"), tasks.to_csv(index=False))
+    atomic.write_text(os.path.join(out, "multitask_tasks.md"), _tasks_md(tasks, label, caveat))
     S.plot_scaling(scaling, tasks, args.figure)
     print(f"tdmpc2 scaling: {len(pools)} pool(s) x {len(sizes)} model size(s); expected-range check: "
           f"{int((tasks['result'] == 'pass').sum())} pass, {int((tasks['result'] == 'fail').sum())} fail; "

@@ -132,6 +132,7 @@ def _episode_lengths_md(df, label: str) -> str:
 
 def run(args) -> int:
     from ..envs import suite_of
+    from ..io import atomic
     from ..report import analysis as A
 
     cfg = A.load_run_config(args.config)
@@ -154,15 +155,15 @@ def run(args) -> int:
     lengths = A.episode_length_table(scores, tasks)
 
     out = args.outdir
-    A.write_text_atomic(os.path.join(out, "single_task.csv"), single.to_csv(index=False))
+    atomic.write_text(os.path.join(out, "single_task.csv"), single.to_csv(index=False))
     used, note = A.simulator_text(tasks, suite_of)
-    A.write_text_atomic(os.path.join(out, "single_task.md"), _single_task_md(single, f"{label}\n\n{used}", note))
-    A.write_text_atomic(os.path.join(out, "aggregate.csv"), agg.to_csv(index=False))
-    A.write_text_atomic(os.path.join(out, "aggregate.md"), _aggregate_md(agg, label))
-    A.write_text_atomic(os.path.join(out, "final_scores.csv"), final.to_csv(index=False))
-    A.write_text_atomic(os.path.join(out, "final_scores.md"), _final_md(final, tasks, label))
-    A.write_text_atomic(os.path.join(out, "episode_lengths.csv"), lengths.to_csv(index=False))
-    A.write_text_atomic(os.path.join(out, "episode_lengths.md"), _episode_lengths_md(lengths, label))
+    atomic.write_text(os.path.join(out, "single_task.md"), _single_task_md(single, f"{label}\n\n{used}", note))
+    atomic.write_text(os.path.join(out, "aggregate.csv"), agg.to_csv(index=False))
+    atomic.write_text(os.path.join(out, "aggregate.md"), _aggregate_md(agg, label))
+    atomic.write_text(os.path.join(out, "final_scores.csv"), final.to_csv(index=False))
+    atomic.write_text(os.path.join(out, "final_scores.md"), _final_md(final, tasks, label))
+    atomic.write_text(os.path.join(out, "episode_lengths.csv"), lengths.to_csv(index=False))
+    atomic.write_text(os.path.join(out, "episode_lengths.md"), _episode_lengths_md(lengths, label))
     n_fail = int((final["result"] == "fail").sum())
     print(f"tdmpc2 tables: {len(tasks)} tasks, {len(seeds)} seeds; final-score check: "
           f"{int((final['result'] == 'pass').sum())} pass, {n_fail} fail; tables in {out}")

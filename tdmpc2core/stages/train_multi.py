@@ -17,20 +17,24 @@ of the compiled program, writes a checkpoint and exits with 143/130 without outp
 command run again resumes, and its outputs equal an uninterrupted run's (wall-clock columns
 aside). Exit code 2: the checkpoint folder belongs to another run (settings named) or holds
 only damaged checkpoints; 4: another process holds the checkpoint folder (its lock,
-:mod:`tdmpc2core.run.lock`). As ``tdmpc2 train-single`` (docs/pipeline.md, "Preemption").
+:mod:`tdmpc2core.run.lock`). As ``tdmpc2 train-single`` (docs/pipeline.md, "Preemption"), the
+session's record in ``attempts.json`` gets a ``stop`` (in updates) when a signal or an exception
+ends it (:func:`~tdmpc2core.stages.resumable.train_session`).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from .spec import parse_spec as _parse_spec
 
-from .resumable import (FOLDER_IN_USE, SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, library_log,
-                        mismatch_message, open_checkpoint_dir)
+from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, close_checkpoint_dir, hms, library_log,
+                        open_checkpoint_dir, train_session)
 
 SPEC_KEYS = {"updates", "batch_size", "eval_every", "eval_episodes", "log_every", "agent", "return_ranges",
              "backend", "eval_tasks", "device_budget_bytes"}
@@ -70,26 +74,13 @@ def run(args) -> int:
             return FOLDER_IN_USE
 
 
-def _run(args, spec: dict, log) -> int:
-    import jax
-    import numpy as np
-    import pyarrow as pa
-
-    from ..io import atomic, attempts, checkpoint, provenance
-    from ..model.config import check_batch_size, slices_in_episodes
+def _make_agent(args, spec: dict, log):
+    """The pooled dataset and the agent of ``spec`` on it (the batch size checked against the
+    pool's slices), logged."""
+    from ..agents.multitask import TDMPC2MultiTask
     from ..io.dataset import load_dataset
-    from ..agents.multitask import METRIC_KEYS, TDMPC2MultiTask
-    from ..model.networks import MATMUL_PRECISION, count_params
-    from ..run.compiled import per_program
-    from ..run.driver import TrainingInterrupted
+    from ..model.config import check_batch_size, slices_in_episodes
 
-    seeds = list(args.seeds)
-    outdir = Path(args.outdir)
-    runjson = outdir / "run.json"
-    if runjson.exists():
-        runjson.unlink()  # the marker of completeness goes first, comes back last
-
-    t_start = time.perf_counter()
     dataset = load_dataset(args.dataset)
     agent_kwargs = dict(spec.get("agent", {}))
     if "batch_size" in spec:
@@ -109,166 +100,170 @@ def _run(args, spec: dict, log) -> int:
     # workflow runs on its prediction of the pool at load (tdmpc2core.model.config)
     check_batch_size(agent.cfg.batch_size, slices_in_episodes(dataset.episode_rows, agent.cfg.horizon),
                      f"the pooled dataset {args.dataset}", "lower multitask.batch_size")
-    updates = int(spec["updates"])
-    eval_every = int(spec.get("eval_every", 0)) or None
-    eval_episodes = int(spec.get("eval_episodes", 10))
-    log_every = int(spec.get("log_every", 0)) or None
-    names = agent.eval_task_names
     placed = ("on the device once" if agent.data_placement == "device" else
               f"in host memory: over the device budget of {agent.device_budget_bytes} bytes, batches moved")
     log(f"{len(agent.task_names)} tasks {agent.task_names}: {dataset.num_episodes} episodes, "
         f"{dataset.num_transitions} transitions ({agent.pool_nbytes / 1e6:.1f} MB of rows {placed}); "
-        f"evaluated: {names}; obs {agent.obs_dim}, action {agent.action_dim} "
+        f"evaluated: {agent.eval_task_names}; obs {agent.obs_dim}, action {agent.action_dim} "
         f"(padded), task_dim {agent.task_dim}, batch {agent.cfg.batch_size}, discounts "
         + ", ".join(f"{n} {g:.3f}" for n, g in agent.task_gammas.items())
-        + f"; seeds {seeds}, {updates} updates, evaluation every {eval_every} updates")
+        + f"; seeds {list(args.seeds)}, {int(spec['updates'])} updates, evaluation every "
+          f"{int(spec.get('eval_every', 0)) or None} updates")
+    return dataset, agent
 
+
+class _Progress:
+    """The stage's progress lines (after every chunk, at least every ``--progress-seconds``) and
+    the steps :func:`~tdmpc2core.stages.resumable.train_session` reads: ``start`` (the updates
+    this session started from) and ``step`` (the last reported)."""
+
+    def __init__(self, log, names: list, updates: int, progress_seconds: float):
+        self.log, self.names, self.total, self.every = log, names, updates, progress_seconds
+        self.last_log, self.updates, self.seconds = time.perf_counter(), 0, 0.0
+        self.start, self.score, self.done, self.step = None, None, 0, None
+
+    def left(self) -> str:
+        return (f", ~{hms((self.total - self.done) * self.seconds / self.updates)} left"
+                if self.updates and self.seconds else "")
+
+    def on_progress(self, p) -> None:
+        import numpy as np
+
+        if self.start is None:  # the first call compiles: it does not set the rate
+            self.start = p["start_updates"]
+        else:
+            self.updates += p["steps"]
+            self.seconds += p["seconds"]
+        self.done = self.step = p["updates"]
+        if p["last_normalized_score"] is not None:
+            self.score = p["last_normalized_score"]
+        now = time.perf_counter()
+        if now - self.last_log >= self.every and p["updates"] < self.total:
+            self.last_log = now
+            msg = f"{p['updates']}/{self.total} updates ({100.0 * p['updates'] / self.total:.0f}%), " \
+                  f"{p['updates_per_s']:.1f} updates/s{self.left()}"
+            if self.score is not None:
+                msg += ", last normalized score " + " ".join(f"{x:.1f}" for x in np.atleast_1d(self.score))
+            self.log(msg)
+
+    def on_chunk(self, rec) -> None:
+        import numpy as np
+
+        self.last_log = time.perf_counter()
+        self.done = self.step = rec["updates"]
+        msg = (f"{rec['updates']}/{self.total} updates, {rec['updates_per_s']:.1f} updates/s{self.left()}, "
+               f"total loss " + " ".join(f"{x:.3f}" for x in np.atleast_1d(rec["total_loss"])))
+        if "eval_return" in rec:
+            msg += ("; eval return per task (" + ", ".join(self.names) + "): "
+                    + "; ".join(" ".join(f"{x:.1f}" for x in row) for row in np.asarray(rec["eval_return"]))
+                    + "; normalized score " + " ".join(f"{x:.1f}" for x in np.atleast_1d(rec["normalized_score"])))
+        self.log(msg)
+
+
+def _run(args, spec: dict, log) -> int:
+    """One session: train (or resume) the seeds on the pool, then write the job's outputs;
+    returns the exit code (module docstring)."""
+    from ..io import attempts, provenance
+    from ..run.compiled import per_program
+
+    seeds = list(args.seeds)
+    outdir = Path(args.outdir)
+    if (outdir / "run.json").exists():
+        (outdir / "run.json").unlink()  # the marker of completeness goes first, comes back last
+
+    t_start = time.perf_counter()
+    dataset, agent = _make_agent(args, spec, log)
+    updates = int(spec["updates"])
     ckdir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
     # this session's record beside the checkpoints (before the folder is opened: a finished run's
     # folder starts a new list); run.json gets every attempt of a resumed run
     attempt = attempts.begin(ckdir, "updates")
     open_checkpoint_dir(ckdir, log)  # a finished run's folder is cleared: a forced rerun trains anew
 
-    prog = {"last_log": time.perf_counter(), "updates": 0, "seconds": 0.0, "start": None, "score": None, "done": 0}
-
-    def left() -> str:
-        return (f", ~{hms((updates - prog['done']) * prog['seconds'] / prog['updates'])} left"
-                if prog["updates"] and prog["seconds"] else "")
-
-    def on_progress(p):
-        if prog["start"] is None:  # the first call compiles: it does not set the rate
-            prog["start"] = p["start_updates"]
-        else:
-            prog["updates"] += p["steps"]
-            prog["seconds"] += p["seconds"]
-        prog["done"] = p["updates"]
-        if p["last_normalized_score"] is not None:
-            prog["score"] = p["last_normalized_score"]
-        now = time.perf_counter()
-        if now - prog["last_log"] >= args.progress_seconds and p["updates"] < updates:
-            prog["last_log"] = now
-            msg = f"{p['updates']}/{updates} updates ({100.0 * p['updates'] / updates:.0f}%), " \
-                  f"{p['updates_per_s']:.1f} updates/s{left()}"
-            if prog["score"] is not None:
-                msg += ", last normalized score " + " ".join(f"{x:.1f}" for x in np.atleast_1d(prog["score"]))
-            log(msg)
-
-    def on_chunk(rec):
-        prog["last_log"] = time.perf_counter()
-        prog["done"] = rec["updates"]
-        msg = (f"{rec['updates']}/{updates} updates, {rec['updates_per_s']:.1f} updates/s{left()}, "
-               f"total loss " + " ".join(f"{x:.3f}" for x in np.atleast_1d(rec["total_loss"])))
-        if "eval_return" in rec:
-            msg += ("; eval return per task (" + ", ".join(names) + "): "
-                    + "; ".join(" ".join(f"{x:.1f}" for x in row) for row in np.asarray(rec["eval_return"]))
-                    + "; normalized score " + " ".join(f"{x:.1f}" for x in np.atleast_1d(rec["normalized_score"])))
-        log(msg)
-
-    with SignalStop(log, ckdir is not None) as stop:
-        try:
-            state, hist = agent.train(
-                seed=seeds, n_timesteps=updates, total_timesteps=updates, eval_every=eval_every,
-                eval_episodes=eval_episodes, log_every=log_every, callback=on_chunk, progress=on_progress,
-                should_stop=stop.should_stop, max_chunk_seconds=args.max_chunk_seconds, checkpoint_dir=ckdir,
-                checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints)
-        except TrainingInterrupted as exc:
-            where = (f"checkpoint {exc.checkpoint.path} ({exc.checkpoint.bytes / 1e6:.1f} MB, "
-                     f"{exc.checkpoint.seconds:.1f} s); rerun the same command to resume"
-                     if exc.checkpoint is not None else "no checkpoint (no --checkpoint-dir)")
-            log(f"stopped by {stop.name} at {exc.step}/{updates} updates: {where}")
-            attempt.end(f"stopped by {stop.name}", end_step=exc.step, start_step=prog["start"],
-                        compile_seconds=per_program(agent.compile_seconds))
-            return stop.exit_code
-        except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
-            attempt.discard()  # not a session of the run whose checkpoints the folder holds
-            log(f"error: {exc}")
-            log(mismatch_message(ckdir))
-            return 2
+    prog = _Progress(log, agent.eval_task_names, updates, args.progress_seconds)
+    eval_episodes = int(spec.get("eval_episodes", 10))
+    train = functools.partial(
+        agent.train, seed=seeds, n_timesteps=updates, total_timesteps=updates,
+        eval_every=int(spec.get("eval_every", 0)) or None, eval_episodes=eval_episodes,
+        log_every=int(spec.get("log_every", 0)) or None, callback=prog.on_chunk, progress=prog.on_progress,
+        max_chunk_seconds=args.max_chunk_seconds, checkpoint_dir=ckdir, checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints)
+    result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=updates, steps=prog,
+                           compile_seconds=lambda: per_program(agent.compile_seconds))
+    if isinstance(result, int):
+        return result
+    state, hist = result
     wall = time.perf_counter() - t_start
     prov = provenance.collect(".", include_jax=True)
-    records = hist["chunks"]  # one per chunk of the schedule, including those of earlier sessions
-    started_at = prog["start"] if prog["start"] is not None else updates
+    started_at = prog.start if prog.start is not None else updates
     attempt.end("completed", end_step=updates, start_step=started_at,
                 compile_seconds=per_program(agent.compile_seconds))
+    final = _write_outputs(args, spec, seeds, outdir, dataset, agent, state, hist, eval_episodes, {
+        "wall_seconds": wall, "training_wall_seconds_all_sessions": hist["wall_seconds"],
+        "resumed_from_updates": started_at or None,
+        "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
+        "checkpoint_dir": str(ckdir) if ckdir is not None else None, "provenance": prov})
+    close_checkpoint_dir(ckdir, {"pool": args.pool, "model_size": args.model_size, "seeds": seeds,
+                                 "updates": updates, "outdir": str(outdir)})
+    log(f"done in {wall:.0f} s (compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in
+                                                     per_program(agent.compile_seconds).items()) + ")"
+        + ("" if final is None else
+           "; final normalized score " + " ".join("n/a" if x is None else f"{x:.1f}" for x in final["normalized_score"])))
+    return 0
 
-    # ---- eval.parquet: seed x evaluation x task x episode
-    n_eval = len(hist["eval_updates"])
-    S, K, E = len(seeds), len(names), eval_episodes
+
+def _write_outputs(args, spec: dict, seeds: list, outdir: Path, dataset, agent, state, hist: dict,
+                   eval_episodes: int, session: dict) -> Optional[dict]:
+    """eval.parquet, metrics.parquet and, last, run.json (docs/artifacts.md, "Multi-task run");
+    ``session``: run.json's keys of this session (wall time, attempts, provenance, ...).
+    Returns run.json's ``final`` (None without an evaluation)."""
+    from ..io import atomic
+    from . import outputs
+
+    names = agent.eval_task_names
     ranges = [agent.return_ranges[n] for n in names]
-    if n_eval:
-        ret = np.asarray(hist["eval_returns"])  # [n_eval, S, K, E]
-        length = np.asarray(hist["eval_lengths"])
-        idx = np.indices((n_eval, S, K, E)).reshape(4, -1)
-        i_ev, i_s, i_k, i_e = idx
-        r = ret.reshape(-1)
-        lo = np.array([np.nan if rg is None else rg[0] for rg in ranges])[i_k]
-        hi = np.array([np.nan if rg is None else rg[1] for rg in ranges])[i_k]
-        ev = {"pool": [args.pool] * r.size, "model_size": np.full(r.size, args.model_size, np.int64),
-              "task": [names[k] for k in i_k], "seed": np.asarray(seeds, np.int64)[i_s],
-              "eval_index": i_ev.astype(np.int64), "updates": np.asarray(hist["eval_updates"], np.int64)[i_ev],
-              "episode": i_e.astype(np.int64), "return": r.astype(np.float64),
-              "length": length.reshape(-1).astype(np.int64),
-              "normalized_score": 100.0 * (r - lo) / (hi - lo), "return_low": lo, "return_high": hi}
-    else:
-        ev = {c: [] for c in ("pool", "model_size", "task", "seed", "eval_index", "updates", "episode", "return",
-                              "length", "normalized_score", "return_low", "return_high")}
-    atomic.write_parquet(outdir / "eval.parquet", pa.table(ev))
+    outputs.write_table(outdir / "eval.parquet", "multi_eval", outputs.multi_eval_columns(
+        args.pool, args.model_size, names, seeds, hist, eval_episodes, ranges))
+    # one row per seed and chunk of the schedule, including those of earlier sessions
+    outputs.write_table(outdir / "metrics.parquet", "multi_metrics",
+                        outputs.multi_metrics_columns(args.pool, args.model_size, seeds, hist["chunks"]))
+    run = _run_json(args, spec, seeds, dataset, agent, state, hist, session)
+    atomic.write_json(outdir / "run.json", run)
+    return run["final"]
 
-    # ---- metrics.parquet: seed x chunk
-    met = {"pool": [], "model_size": [], "seed": [], "updates": [], "wall_time_s": [], "updates_per_s": []}
-    met.update({k: [] for k in METRIC_KEYS})
-    met.update(eval_mean_return=[], normalized_score=[])
-    for rec in records:
-        for i, seed in enumerate(seeds):
-            met["pool"].append(args.pool)
-            met["model_size"].append(args.model_size)
-            met["seed"].append(seed)
-            met["updates"].append(rec["updates"])
-            met["wall_time_s"].append(rec["wall_time_s"])
-            met["updates_per_s"].append(rec["updates_per_s"])
-            for k in METRIC_KEYS:
-                met[k].append(float(np.asarray(rec[k])[i]))
-            met["eval_mean_return"].append(float(np.asarray(rec["eval_mean_return"])[i])
-                                           if "eval_mean_return" in rec else math.nan)
-            met["normalized_score"].append(float(np.asarray(rec["normalized_score"])[i])
-                                           if "normalized_score" in rec else math.nan)
-    types = {"pool": pa.string(), "model_size": pa.int64(), "seed": pa.int64(), "updates": pa.int64()}
-    atomic.write_parquet(outdir / "metrics.parquet",
-                         pa.table({k: pa.array(v, type=types.get(k, pa.float64())) for k, v in met.items()}))
 
-    # ---- run.json, last
+def _run_json(args, spec: dict, seeds: list, dataset, agent, state, hist: dict, session: dict) -> dict:
+    """The job's run.json (docs/artifacts.md, "Multi-task run")."""
+    import jax
+    import numpy as np
+
+    from ..model.networks import MATMUL_PRECISION, count_params
+    from ..run.compiled import per_program
+
+    names = agent.eval_task_names
+    records = hist["chunks"]
     params0 = jax.tree_util.tree_map(lambda x: x[0], state.agent.params)
     final = None
-    if n_eval:
+    if len(hist["eval_updates"]):
         final = {"updates": int(hist["eval_updates"][-1]),
                  "return": {n: [float(x) for x in hist["eval_return"][-1][:, k]] for k, n in enumerate(names)},
                  "mean_return": [float(x) for x in hist["eval_mean_return"][-1]],
                  "normalized_score": [None if math.isnan(x) else float(x) for x in hist["normalized_score"][-1]]}
     speeds = [r["updates_per_s"] for r in records[1:]] or [r["updates_per_s"] for r in records]
-    atomic.write_json(runjson, {
+    prov = session["provenance"]
+    return {
         "pool": args.pool, "model_size": args.model_size, "seeds": seeds, "spec": spec, "dataset": args.dataset,
         "dataset_episodes": dataset.num_episodes, "dataset_transitions": dataset.num_transitions,
         "dataset_provenance": dataset.provenance,
         "agent_config": agent.config, "task_dim": agent.task_dim, "gammas": agent.task_gammas,
-        "return_ranges": {n: (None if rg is None else list(rg)) for n, rg in zip(names, ranges)},
-        "params": count_params(params0), "updates": updates, "final": final,
+        "return_ranges": {n: (None if rg is None else list(rg))
+                          for n, rg in zip(names, (agent.return_ranges[n] for n in names))},
+        "params": count_params(params0), "updates": int(spec["updates"]), "final": final,
         "eval_tasks": names, "data_placement": agent.data_placement, "pool_nbytes": agent.pool_nbytes,
         "device_budget_bytes": agent.device_budget_bytes, "host_sampling": dict(agent.host_timing),
         "updates_per_s_median": float(np.median(speeds)) if speeds else None,
         "matmul_precision": f"float32 ({MATMUL_PRECISION.name}); jax_default_matmul_precision="
                             f"{prov['platform'].get('jax_default_matmul_precision')}",
         "compile_seconds": per_program(agent.compile_seconds), "compile_detail": agent.compile_seconds,
-        "wall_seconds": wall,
-        "training_wall_seconds_all_sessions": hist["wall_seconds"], "resumed_from_updates": started_at or None,
-        "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
-        "checkpoint_dir": str(ckdir) if ckdir is not None else None,
-        "provenance": prov,
-    })
-    close_checkpoint_dir(ckdir, {"pool": args.pool, "model_size": args.model_size, "seeds": seeds,
-                                 "updates": updates, "outdir": str(outdir)})
-    log(f"done in {wall:.0f} s (compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in
-                                                     per_program(agent.compile_seconds).items()) + ")"
-        + ("" if final is None else
-                                   "; final normalized score " + " ".join(
-                                       "n/a" if x is None else f"{x:.1f}" for x in final["normalized_score"])))
-    return 0
+        **session,
+    }

@@ -19,18 +19,24 @@ outputs are written the folder keeps only the final checkpoint and an
 Exit codes: 0 done, 2 the checkpoint folder belongs to another run (settings named) or
 holds only damaged checkpoints, 4 the checkpoint folder is in use by another process (its
 lock, :mod:`tdmpc2core.run.lock`; nothing read or written), 130/143 stopped by SIGINT/SIGTERM.
+Each session records itself in the checkpoint folder's ``attempts.json``
+(:mod:`tdmpc2core.io.attempts`); one stopped by a signal or ended by an exception also records
+a ``stop`` (kind, signal, step and total in agent steps, the checkpoint written or why none, the
+error's one line), which the end-of-run hook reads (:func:`~tdmpc2core.stages.resumable.train_session`).
+An exception is re-raised after its record is written.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
 
 from .spec import parse_spec as _parse_spec
 
-from .resumable import (FOLDER_IN_USE, SignalStop, add_checkpoint_arguments, close_checkpoint_dir, hms, library_log,
-                        mismatch_message, open_checkpoint_dir)
+from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, close_checkpoint_dir, hms, library_log,
+                        open_checkpoint_dir, train_session)
 
 SPEC_KEYS = {"env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes",
              "agent", "n_envs", "backend", "allow_evicted"}
@@ -70,28 +76,76 @@ def run(args) -> int:
             return FOLDER_IN_USE
 
 
-def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
-    import numpy as np
-    import pyarrow as pa
+class _Progress:
+    """The stage's progress lines (after every chunk, at least every ``--progress-seconds``) and
+    the steps :func:`~tdmpc2core.stages.resumable.train_session` reads: ``start`` (the agent
+    steps this session started from) and ``step`` (the last reported)."""
 
-    from ..io import atomic, attempts, checkpoint, provenance
+    def __init__(self, log, agent, n_timesteps: int, progress_seconds: float):
+        self.log, self.agent, self.total, self.every = log, agent, n_timesteps, progress_seconds
+        # the rate of this session's training ticks (seed-phase ticks are far faster)
+        self.last_log, self.train_steps, self.train_seconds = time.perf_counter(), 0, 0.0
+        self.last_eval, self.start, self.step = None, None, None
+
+    def status(self, done: int, total: int, phase: str, rate: float) -> str:
+        import numpy as np
+
+        msg = f"{done}/{total} agent steps ({100.0 * done / max(total, 1):.0f}%, {phase}), {rate:.1f} agent steps/s"
+        if self.train_seconds > 0:
+            left = (total - done) * self.train_seconds / self.train_steps
+            msg += f", ~{hms(left)} left"
+        if self.last_eval is not None:
+            msg += ", last eval return " + " ".join(f"{x:.1f}" for x in np.atleast_1d(self.last_eval))
+        return msg
+
+    def on_progress(self, p) -> None:
+        if self.start is None:
+            self.start = p["start_agent_steps"]
+        self.step = p["agent_steps"]
+        if p["last_eval_return"] is not None:
+            self.last_eval = p["last_eval_return"]
+        if p["phase"] == "train":
+            self.train_steps += p["agent_steps_per_s"] * p["seconds"]
+            self.train_seconds += p["seconds"]
+        now = time.perf_counter()
+        if now - self.last_log >= self.every and p["agent_steps"] < p["total_agent_steps"]:
+            self.last_log = now
+            self.log(self.status(p["agent_steps"], p["total_agent_steps"], p["phase"], p["agent_steps_per_s"]))
+
+    def on_chunk(self, rec) -> None:
+        self.step = rec["agent_steps"]
+        if "eval_return" in rec:
+            self.last_eval = rec["eval_return"]
+        self.last_log = time.perf_counter()
+        if rec["phase"] == "burst":
+            self.log(f"{rec['agent_steps']}/{self.total} agent steps: seed-phase burst of {self.agent.seed_steps} "
+                     f"updates took {rec['chunk_seconds']:.0f} s")
+        else:
+            self.log(self.status(rec["agent_steps"], self.total, rec["phase"], rec["agent_steps_per_s"]))
+
+
+def _make_agent(spec: dict, seeds: list, log):
+    """The agent of ``spec``, its run length in agent steps, logged."""
     from ..agents.single_task import TDMPC2
-    from ..agents.export import export_episodes
-    from ..io.dataset import save_dataset
-    from ..model.networks import MATMUL_PRECISION
-    from ..run.compiled import per_program
-    from ..run.driver import TrainingInterrupted
 
     agent = TDMPC2(spec["env_id"], n_envs=int(spec.get("n_envs", 1)),
                    episode_length=int(spec.get("episode_length", 1000)),
-                   action_repeat=(None if spec.get("action_repeat") is None else int(spec["action_repeat"])), backend=spec.get("backend"),
-                   **spec.get("agent", {}))
+                   action_repeat=(None if spec.get("action_repeat") is None else int(spec["action_repeat"])),
+                   backend=spec.get("backend"), **spec.get("agent", {}))
     n_timesteps = int(spec["agent_steps"])
-    eval_every = int(spec.get("eval_every", 0)) or None
-    eval_episodes = int(spec.get("eval_episodes", 10))
     log(f"env {spec['env_id']}: T={agent.episode_length} agent steps, action_repeat={agent.action_repeat}, "
         f"gamma={agent.gamma:.4f}, seed_steps={agent.seed_steps}, seeds={seeds}, {n_timesteps} agent steps"
         + (", episodic (termination head)" if agent.episodic else ""))
+    return agent, n_timesteps
+
+
+def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
+    """One session: train (or resume) the seeds, then write every seed's outputs; returns the
+    exit code (module docstring)."""
+    from ..io import attempts, provenance
+    from ..run.compiled import per_program
+
+    agent, n_timesteps = _make_agent(spec, seeds, log)
     for seed in seeds:  # a stale marker of completeness must not outlive a run that fails
         (outdir / f"seed{seed}" / "run.json").unlink(missing_ok=True)
 
@@ -102,126 +156,28 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     open_checkpoint_dir(ckdir, log)  # a finished run's folder is cleared: a forced rerun trains anew
 
     t_start = time.perf_counter()
-    # progress: rate of the training ticks of this session (seed-phase ticks are far faster)
-    prog = {"last_log": time.perf_counter(), "train_steps": 0, "train_seconds": 0.0, "last_eval": None,
-            "start": None}
-
-    def status(done: int, total: int, phase: str, rate: float) -> str:
-        msg = f"{done}/{total} agent steps ({100.0 * done / max(total, 1):.0f}%, {phase}), {rate:.1f} agent steps/s"
-        if prog["train_seconds"] > 0:
-            left = (total - done) * prog["train_seconds"] / prog["train_steps"]
-            msg += f", ~{hms(left)} left"
-        if prog["last_eval"] is not None:
-            msg += ", last eval return " + " ".join(f"{x:.1f}" for x in np.atleast_1d(prog["last_eval"]))
-        return msg
-
-    def on_progress(p):
-        if prog["start"] is None:
-            prog["start"] = p["start_agent_steps"]
-        if p["last_eval_return"] is not None:
-            prog["last_eval"] = p["last_eval_return"]
-        if p["phase"] == "train":
-            prog["train_steps"] += p["agent_steps_per_s"] * p["seconds"]
-            prog["train_seconds"] += p["seconds"]
-        now = time.perf_counter()
-        if now - prog["last_log"] >= args.progress_seconds and p["agent_steps"] < p["total_agent_steps"]:
-            prog["last_log"] = now
-            log(status(p["agent_steps"], p["total_agent_steps"], p["phase"], p["agent_steps_per_s"]))
-
-    def on_chunk(rec):
-        if "eval_return" in rec:
-            prog["last_eval"] = rec["eval_return"]
-        prog["last_log"] = time.perf_counter()
-        if rec["phase"] == "burst":
-            log(f"{rec['agent_steps']}/{n_timesteps} agent steps: seed-phase burst of {agent.seed_steps} updates "
-                f"took {rec['chunk_seconds']:.0f} s")
-        else:
-            log(status(rec["agent_steps"], n_timesteps, rec["phase"], rec["agent_steps_per_s"]))
-
-    with SignalStop(log, ckdir is not None) as stop:
-        try:
-            state, hist = agent.train(
-                seed=seeds, n_timesteps=n_timesteps, total_timesteps=n_timesteps, eval_every=eval_every,
-                eval_episodes=eval_episodes, callback=on_chunk, progress=on_progress, should_stop=stop.should_stop,
-                max_chunk_seconds=args.max_chunk_seconds, checkpoint_dir=ckdir,
-                checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints)
-        except TrainingInterrupted as exc:
-            where = (f"checkpoint {exc.checkpoint.path} ({exc.checkpoint.bytes / 1e6:.1f} MB, "
-                     f"{exc.checkpoint.seconds:.1f} s); rerun the same command to resume"
-                     if exc.checkpoint is not None else "no checkpoint (no --checkpoint-dir)")
-            log(f"stopped by {stop.name} at {exc.agent_steps}/{n_timesteps} agent steps: {where}")
-            attempt.end(f"stopped by {stop.name}", end_step=exc.agent_steps, start_step=prog["start"],
-                        compile_seconds=per_program(agent.compile_seconds))
-            return stop.exit_code
-        except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
-            attempt.discard()  # not a session of the run whose checkpoints the folder holds
-            log(f"error: {exc}")
-            log(mismatch_message(ckdir))
-            return 2
+    prog = _Progress(log, agent, n_timesteps, args.progress_seconds)
+    eval_episodes = int(spec.get("eval_episodes", 10))
+    train = functools.partial(
+        agent.train, seed=seeds, n_timesteps=n_timesteps, total_timesteps=n_timesteps,
+        eval_every=int(spec.get("eval_every", 0)) or None, eval_episodes=eval_episodes, callback=prog.on_chunk,
+        progress=prog.on_progress, max_chunk_seconds=args.max_chunk_seconds, checkpoint_dir=ckdir,
+        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints)
+    result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=n_timesteps, steps=prog,
+                           compile_seconds=lambda: per_program(agent.compile_seconds))
+    if isinstance(result, int):
+        return result
+    state, hist = result
     wall = time.perf_counter() - t_start
     prov = provenance.collect(".", include_jax=True)
     # agent steps this session started from (0: a fresh run; nothing ran: the run was already trained)
-    started_at = prog["start"] if prog["start"] is not None else n_timesteps
+    started_at = prog.start if prog.start is not None else n_timesteps
     attempt.end("completed", end_step=n_timesteps, start_step=started_at,
                 compile_seconds=per_program(agent.compile_seconds))
-    rows = hist["chunks"]  # one row per chunk of the schedule, including those of earlier sessions
-
+    session = {"wall": wall, "started_at": started_at, "attempts": attempt.records(), "ckdir": ckdir,
+               "provenance": prov, "eval_episodes": eval_episodes, "n_timesteps": n_timesteps}
     for i, seed in enumerate(seeds):
-        d = outdir / f"seed{seed}"
-        d.mkdir(parents=True, exist_ok=True)
-        runjson = d / "run.json"
-        if runjson.exists():
-            runjson.unlink()  # the marker of completeness goes first, comes back last
-        n_eval = len(hist["eval_agent_steps"])
-        E = eval_episodes
-        ev = {
-            "task": [args.task] * (n_eval * E),
-            "seed": np.full(n_eval * E, seed, np.int64),
-            "eval_index": np.repeat(np.arange(n_eval, dtype=np.int64), E),
-            "agent_steps": np.repeat(np.asarray(hist["eval_agent_steps"], np.int64), E),
-            "env_frames": np.repeat(np.asarray(hist["eval_env_frames"], np.int64), E),
-            "episode": np.tile(np.arange(E, dtype=np.int64), n_eval),
-            "return": (np.asarray(hist["eval_returns"])[:, i, :].reshape(-1).astype(np.float64)
-                       if n_eval else np.zeros(0)),
-            "length": (np.asarray(hist["eval_lengths"])[:, i, :].reshape(-1).astype(np.int64)
-                       if n_eval else np.zeros(0, np.int64)),
-        }
-        atomic.write_parquet(d / "eval.parquet", pa.table(ev))
-        met = {"task": [args.task] * len(rows), "seed": np.full(len(rows), seed, np.int64)}
-        met["agent_steps"] = np.array([r["agent_steps"] for r in rows], np.int64)
-        met["env_frames"] = np.array([r["env_frames"] for r in rows], np.int64)
-        met["updates"] = np.array([np.asarray(r["updates"])[i] for r in rows], np.int64)
-        met["wall_time_s"] = np.array([r["wall_time_s"] for r in rows], np.float64)
-        met["agent_steps_per_s"] = np.array([r["agent_steps_per_s"] for r in rows], np.float64)
-        for k in ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss", "grad_norm",
-                  "pi_grad_norm", "pi_scale", "train_return"):
-            met[k] = np.array([np.asarray(r[k])[i] for r in rows], np.float64)
-        if agent.episodic:  # the termination head's loss (spec §11.3)
-            met["termination_loss"] = np.array([np.asarray(r["termination_loss"])[i] for r in rows], np.float64)
-        atomic.write_parquet(d / "metrics.parquet", pa.table(met))
-        episodes = export_episodes(agent, state, seed_index=i, name=args.task, seed=seed,
-                                   allow_evicted=bool(spec.get("allow_evicted", False)),
-                                   provenance={"spec": spec, **prov})
-        size = save_dataset(episodes, d / "episodes.parquet")
-        log(f"seed {seed}: exported {episodes.num_episodes} episodes ({episodes.num_transitions} agent steps, "
-            f"{size / 1e6:.1f} MB) to {d / 'episodes.parquet'}")
-        final = hist["eval_return"][-1, i] if n_eval else None
-        atomic.write_json(runjson, {
-            "task": args.task, "seed": seed, "seeds_in_job": seeds, "spec": spec,
-            "agent_config": agent.config, "gamma": agent.gamma, "seed_steps": agent.seed_steps,
-            "agent_steps": n_timesteps, "env_frames": n_timesteps * agent.action_repeat,
-            "final_eval_return": final,
-            "dataset_episodes": episodes.num_episodes, "dataset_agent_steps": episodes.num_transitions,
-            "matmul_precision": f"float32 ({MATMUL_PRECISION.name}); jax_default_matmul_precision="
-                                f"{prov['platform'].get('jax_default_matmul_precision')}",
-            "compile_seconds": per_program(agent.compile_seconds),
-            "compile_detail": agent.compile_seconds, "wall_seconds": wall,
-            "training_wall_seconds_all_sessions": hist["wall_seconds"],
-            "resumed_from_agent_steps": started_at or None,
-            "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
-            "checkpoint_dir": str(ckdir) if ckdir is not None else None,
-            "provenance": prov,
-        })
+        _write_seed(args, spec, seeds, outdir, log, agent, state, hist, i, seed, session)
     # the outputs are complete: keep only the final checkpoint (the trained agent) and mark the
     # run finished, so that a forced rerun of this job trains anew instead of resuming
     close_checkpoint_dir(ckdir, {"task": args.task, "seeds": seeds, "agent_steps": n_timesteps,
@@ -231,3 +187,56 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
         + "); final eval return "
         + (" ".join(f"{x:.1f}" for x in hist["eval_return"][-1]) if len(hist["eval_agent_steps"]) else "n/a"))
     return 0
+
+
+def _write_seed(args, spec: dict, seeds: list, outdir: Path, log, agent, state, hist: dict, i: int, seed: int,
+                session: dict) -> None:
+    """Seed ``seed``'s outputs (position ``i`` in the job): eval.parquet, metrics.parquet,
+    episodes.parquet and, last, run.json (docs/artifacts.md)."""
+    from ..agents.export import export_episodes
+    from ..io import atomic
+    from ..io.dataset import save_dataset
+    from . import outputs
+
+    d = outdir / f"seed{seed}"
+    d.mkdir(parents=True, exist_ok=True)
+    runjson = d / "run.json"
+    if runjson.exists():
+        runjson.unlink()  # the marker of completeness goes first, comes back last
+    outputs.write_table(d / "eval.parquet", "single_eval",
+                        outputs.single_eval_columns(args.task, seed, i, hist, session["eval_episodes"]))
+    # one row per chunk of the schedule, including those of earlier sessions
+    outputs.write_table(d / "metrics.parquet", "single_metrics_episodic" if agent.episodic else "single_metrics",
+                        outputs.single_metrics_columns(args.task, seed, i, hist["chunks"], agent.episodic))
+    prov = session["provenance"]
+    episodes = export_episodes(agent, state, seed_index=i, name=args.task, seed=seed,
+                               allow_evicted=bool(spec.get("allow_evicted", False)),
+                               provenance={"spec": spec, **prov})
+    size = save_dataset(episodes, d / "episodes.parquet")
+    log(f"seed {seed}: exported {episodes.num_episodes} episodes ({episodes.num_transitions} agent steps, "
+        f"{size / 1e6:.1f} MB) to {d / 'episodes.parquet'}")
+    atomic.write_json(runjson, _run_json(args, spec, seeds, agent, hist, i, seed, episodes, session))
+
+
+def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: int, episodes, session: dict) -> dict:
+    """Seed ``seed``'s run.json (docs/artifacts.md, "Single-task run")."""
+    from ..model.networks import MATMUL_PRECISION
+    from ..run.compiled import per_program
+
+    n_timesteps, prov, ckdir = session["n_timesteps"], session["provenance"], session["ckdir"]
+    return {
+        "task": args.task, "seed": seed, "seeds_in_job": seeds, "spec": spec,
+        "agent_config": agent.config, "gamma": agent.gamma, "seed_steps": agent.seed_steps,
+        "agent_steps": n_timesteps, "env_frames": n_timesteps * agent.action_repeat,
+        "final_eval_return": hist["eval_return"][-1, i] if len(hist["eval_agent_steps"]) else None,
+        "dataset_episodes": episodes.num_episodes, "dataset_agent_steps": episodes.num_transitions,
+        "matmul_precision": f"float32 ({MATMUL_PRECISION.name}); jax_default_matmul_precision="
+                            f"{prov['platform'].get('jax_default_matmul_precision')}",
+        "compile_seconds": per_program(agent.compile_seconds),
+        "compile_detail": agent.compile_seconds, "wall_seconds": session["wall"],
+        "training_wall_seconds_all_sessions": hist["wall_seconds"],
+        "resumed_from_agent_steps": session["started_at"] or None,
+        "attempts": session["attempts"],  # every session of the run (tdmpc2core.io.attempts)
+        "checkpoint_dir": str(ckdir) if ckdir is not None else None,
+        "provenance": prov,
+    }
