@@ -419,20 +419,21 @@ def test_loss_plot_draws_only_chunks_where_an_update_ran(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- simulators
 def test_simulator_text_names_the_simulators_and_what_they_mean_for_the_comparison():
-    from tdmpc2core.envs import suite_of
+    from tdmpc2core.envs import report_facts, suite_of
 
+    facts = report_facts()
     dmc = {"cheetah-run": {"env_id": "dmc:cheetah-run"}, "cup-catch": {"env_id": "dmc:cup-catch"}}
-    used, note = A.simulator_text(dmc, suite_of, {"dm-control": "1.0.50"})
+    used, note = A.simulator_text(dmc, suite_of, {"dm-control": "1.0.50"}, suites=facts)
     assert used == "Simulator: dm_control 1.0.50 (2 tasks)."
     assert "like for like" in note and "approximate" not in note
     mixed = {"pendulum": {"env_id": "Pendulum-v1"}, "cartpole-balance": {"env_id": "CartpoleBalance"},
              "cheetah-run": {"env_id": "dmc:cheetah-run"}}
     assert A.simulators(mixed, suite_of) == {"dmcontrol": ["cheetah-run"], "playground": ["cartpole-balance"],
                                    "gymnax": ["pendulum"]}
-    used, note = A.simulator_text(mixed, suite_of)
+    used, note = A.simulator_text(mixed, suite_of, suites=facts)
     assert used == "Simulator: dm_control (1 task); MuJoCo Playground (MJX) (1 task); gymnax (1 task)."
     assert "MuJoCo Playground (cartpole-balance)" in note and "approximate" in note and "like for like" in note
-    used, note = A.simulator_text({"c": {"env_id": "CartpoleBalance"}}, suite_of)
+    used, note = A.simulator_text({"c": {"env_id": "CartpoleBalance"}}, suite_of, suites=facts)
     assert "approximate" in note and "like for like" not in note
 
     from tdmpc2core.report import html as R
@@ -440,7 +441,7 @@ def test_simulator_text_names_the_simulators_and_what_they_mean_for_the_comparis
     ctx = {"protocol": "paper", "label": "x", "is_paper": True, "generated": "now",
            "final": pd.DataFrame(columns=A.FINAL_COLUMNS), "single": pd.DataFrame(columns=A.SINGLE_TASK_COLUMNS),
            "aggregate": pd.DataFrame(columns=A.AGGREGATE_COLUMNS),
-           "simulator": A.simulator_text(dmc, suite_of, {"dm-control": "1.0.50"})}
+           "simulator": A.simulator_text(dmc, suite_of, {"dm-control": "1.0.50"}, suites=facts)}
     html = R.render_report(ctx)
     banner = html.split('<div class="banner', 1)[1].split("</div>", 1)[0]
     assert "Simulator: dm_control 1.0.50 (2 tasks)." in banner

@@ -5,16 +5,17 @@ repeat), as the paper's figures do. Ours: the mean over seeds of each seed's mea
 evaluation return, shaded between the lowest and the highest seed (min-max). Published
 TD-MPC2: its mean, shaded +- 1 population sd over its seeds.
 
-Files are written atomically (temporary name in the same folder, then rename).
+Files are written atomically (:mod:`tdmpc2core.io.atomic`).
 """
 from __future__ import annotations
 
 import math
 import os
-import tempfile
 from typing import Mapping, Optional
 
 import pandas as pd
+
+from ..io import atomic
 
 OURS_COLOR = "#1f77b4"
 PUB_COLOR = "#d62728"
@@ -30,27 +31,11 @@ def _plt():
 
 
 def save_atomic(fig, path: str | os.PathLike, dpi: int = 110) -> None:
-    """Save a figure to ``path`` atomically; the format comes from the extension."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fmt = os.path.splitext(path)[1].lstrip(".").lower() or "png"
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix="." + fmt, dir=folder)
-    os.close(fd)
-    try:
+    """Save a figure to ``path`` atomically (:func:`tdmpc2core.io.atomic.atomic_path`); the
+    format comes from the extension (png when there is none)."""
+    fmt = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
+    with atomic.atomic_path(path, suffix="." + fmt) as tmp:
         fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight")
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def _file_mode() -> int:
-    """0o666 less the process umask (mkstemp creates files 0o600)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
 
 
 def _fmt_frames(x, _pos=None) -> str:

@@ -121,7 +121,10 @@ def run(args) -> int:
     if runjson.exists():
         runjson.unlink()
     atomic.write_parquet(out / "eval.parquet", table)
+    from ..pipeline.codeversion import code_version
+
     atomic.write_json(runjson, {**info, "returns": ev.returns(), "wall_seconds": wall,
+                                "code_version": code_version("evaluate_official"),
                                 "compile_seconds": per_program(ev.compile_seconds),
                                 "compile_detail": ev.compile_seconds, "provenance": prov})
     log("; ".join(f"{t} {r:.1f}" for t, r in ev.returns().items()) + f" (mean return over {args.episodes} "

@@ -188,10 +188,19 @@ def _multitask_context(cfg, args) -> dict:
             "ranges": ranges, "settings": mt}
 
 
+def _simulator_text(tasks, suite_of, facts: dict, PV):
+    """The report's simulator sentence and note: the suites' report facts (registry) and the
+    installed versions of the packages they name."""
+    from ..report import analysis as A
+
+    versions = PV.package_versions(tuple(f["version_package"] for f in facts.values() if f["version_package"]))
+    return A.simulator_text(tasks, suite_of, versions, suites=facts)
+
+
 def run(args) -> int:
     import pandas as pd
 
-    from ..envs import suite_of
+    from ..envs import report_facts, suite_of
     from ..io import atomic
     from ..report import analysis as A
     from ..io import provenance as PV
@@ -272,7 +281,7 @@ def run(args) -> int:
         "run_provenance": run_prov,
         "git": PV.git_info(args.repo), "platform": PV.platform_info(include_jax=not args.no_jax),
         "config_yaml": config_yaml, "notes": notes,
-        "simulator": A.simulator_text(tasks, suite_of, PV.package_versions(("dm-control", "playground"))),
+        "simulator": _simulator_text(tasks, suite_of, report_facts(), PV),
         "datasets": datasets, "datasets_figure": datasets_figure,
         "multitask": multitask,
         "official": official,

@@ -131,7 +131,7 @@ def _episode_lengths_md(df, label: str) -> str:
 
 
 def run(args) -> int:
-    from ..envs import suite_of
+    from ..envs import report_facts, suite_of
     from ..io import atomic
     from ..report import analysis as A
 
@@ -156,7 +156,7 @@ def run(args) -> int:
 
     out = args.outdir
     atomic.write_text(os.path.join(out, "single_task.csv"), single.to_csv(index=False))
-    used, note = A.simulator_text(tasks, suite_of)
+    used, note = A.simulator_text(tasks, suite_of, suites=report_facts())
     atomic.write_text(os.path.join(out, "single_task.md"), _single_task_md(single, f"{label}\n\n{used}", note))
     atomic.write_text(os.path.join(out, "aggregate.csv"), agg.to_csv(index=False))
     atomic.write_text(os.path.join(out, "aggregate.md"), _aggregate_md(agg, label))

@@ -237,7 +237,8 @@ def _run_json(args, spec: dict, seeds: list, dataset, agent, state, hist: dict, 
     import jax
     import numpy as np
 
-    from ..model.networks import MATMUL_PRECISION, count_params
+    from ..model.networks import count_params
+    from ..pipeline.codeversion import code_version
     from ..run.compiled import per_program
 
     names = agent.eval_task_names
@@ -262,8 +263,9 @@ def _run_json(args, spec: dict, seeds: list, dataset, agent, state, hist: dict, 
         "eval_tasks": names, "data_placement": agent.data_placement, "pool_nbytes": agent.pool_nbytes,
         "device_budget_bytes": agent.device_budget_bytes, "host_sampling": dict(agent.host_timing),
         "updates_per_s_median": float(np.median(speeds)) if speeds else None,
-        "matmul_precision": f"float32 ({MATMUL_PRECISION.name}); jax_default_matmul_precision="
+        "matmul_precision": f"float32 ({agent.config['matmul_precision'].upper()}); jax_default_matmul_precision="
                             f"{prov['platform'].get('jax_default_matmul_precision')}",
+        "code_version": code_version("train_multi"),  # the rerun_on_code_change check (pipeline/codeversion.py)
         "compile_seconds": per_program(agent.compile_seconds), "compile_detail": agent.compile_seconds,
         **session,
     }

@@ -220,7 +220,7 @@ def _write_seed(args, spec: dict, seeds: list, outdir: Path, log, agent, state, 
 
 def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: int, episodes, session: dict) -> dict:
     """Seed ``seed``'s run.json (docs/artifacts.md, "Single-task run")."""
-    from ..model.networks import MATMUL_PRECISION
+    from ..pipeline.codeversion import code_version
     from ..run.compiled import per_program
 
     n_timesteps, prov, ckdir = session["n_timesteps"], session["provenance"], session["ckdir"]
@@ -230,8 +230,9 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
         "agent_steps": n_timesteps, "env_frames": n_timesteps * agent.action_repeat,
         "final_eval_return": hist["eval_return"][-1, i] if len(hist["eval_agent_steps"]) else None,
         "dataset_episodes": episodes.num_episodes, "dataset_agent_steps": episodes.num_transitions,
-        "matmul_precision": f"float32 ({MATMUL_PRECISION.name}); jax_default_matmul_precision="
+        "matmul_precision": f"float32 ({agent.config['matmul_precision'].upper()}); jax_default_matmul_precision="
                             f"{prov['platform'].get('jax_default_matmul_precision')}",
+        "code_version": code_version("train_single"),  # the rerun_on_code_change check (pipeline/codeversion.py)
         "compile_seconds": per_program(agent.compile_seconds),
         "compile_detail": agent.compile_seconds, "wall_seconds": session["wall"],
         "training_wall_seconds_all_sessions": hist["wall_seconds"],
