@@ -349,6 +349,8 @@ class TDMPC2MultiTask:
             ``progress`` gets the driver's dict (:func:`tdmpc2core.run.driver.train`: ``updates``,
             ``start_updates``, ``end_updates``, ``total_updates``, ``steps``, ``seconds``,
             ``updates_per_s``, ...) and ``last_normalized_score`` after every call of the program.
+          loggers: as :meth:`tdmpc2core.TDMPC2.train`, the step counted in updates (``Eval/``
+            also gets ``normalized score``).
         Returns:
           (state, history): ``history`` holds ``eval_updates`` [n_evals], ``eval_returns`` /
           ``eval_lengths`` [n_evals, S, num_tasks, E], ``eval_return`` [n_evals, S, num_tasks],

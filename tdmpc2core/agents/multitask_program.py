@@ -75,6 +75,9 @@ class OfflineProgram(RunProgram):
         history["tasks"] = self.agent.eval_task_names if self.agent.eval_envs is not None else \
             list(self.agent.task_names)
 
+    def eval_log(self, ev):
+        return {"episodic mean reward": ev["eval_mean_return"], "normalized score": ev["normalized_score"]}
+
     def progress_fields(self, hist):
         evals = hist["evals"]
         return {"last_normalized_score": np.asarray(evals[-1]["normalized_score"]) if evals else None}

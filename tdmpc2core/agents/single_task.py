@@ -316,6 +316,11 @@ class TDMPC2:
             call, ``total_agent_steps``, ``ticks``, ``seconds``, ``agent_steps_per_s``,
             ``last_eval_return`` ([n_seeds] mean return of the latest evaluation, restored
             ones included; None before the first).
+          loggers: :class:`~tdmpc2core.run.loggers.Logger` objects (e.g.
+            ``make_logger("csv", path=...)``): ``log(agent_steps, {"Train/<name>": ...,
+            "Train/env_frames": ...})`` after every chunk and ``log(agent_steps, {"Eval/episodic
+            mean reward": ..., "Eval/env_frames": ...})`` after every evaluation (seed means).
+            One that raises is warned about once and dropped; the caller closes them.
         Returns:
           (state, history): the final run state (leading seed axis) and a dict of numpy arrays:
           ``eval_agent_steps`` [n_evals], ``eval_env_frames`` [n_evals], ``eval_returns``
@@ -511,6 +516,9 @@ class OnlineProgram(RunProgram):
 
     def finalize(self, history):
         history["eval_return"] = history["eval_returns"].mean(axis=-1)
+
+    def eval_log(self, ev):
+        return {"episodic mean reward": np.mean(ev["eval_returns"], axis=-1), "env_frames": ev["eval_env_frames"]}
 
     def progress_fields(self, hist):
         evals = hist["evals"]
