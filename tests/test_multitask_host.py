@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from tdmpc2core.agents import multitask as mt
+from tdmpc2core.agents import multitask_sampling as sampling
 from tdmpc2core.agents.multitask import TDMPC2MultiTask, gather_slices, sample_indices, sample_slices
 
 from test_multitask import TINY, leaves, make_dataset, random_episodes, task
@@ -65,7 +65,7 @@ def test_host_path_gives_the_device_paths_numbers(pool):
 def test_host_block_size_is_bounded(pool, monkeypatch):
     agent = TDMPC2MultiTask(pool, batch_size=8, device_budget_bytes=0, **TINY)
     assert 1 <= agent._block_updates(2) <= 256
-    monkeypatch.setattr(mt, "HOST_BLOCK_BYTES", 1)
+    monkeypatch.setattr(sampling, "HOST_BLOCK_BYTES", 1)  # the host path's module (agents/multitask_sampling.py)
     assert agent._block_updates(2) == 1
 
 

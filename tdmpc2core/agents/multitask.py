@@ -43,7 +43,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import warnings
 from typing import Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
 import jax
@@ -51,89 +50,26 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..model.config import TDMPC2Config, discount_from_episode_length, resolve_config
-from ..model.planner import act_with_policy, plan
-from ..model.update import AgentState, Batch, embed, init_agent_state, update
+from ..model.update import AgentState
 from ..model.world_model import WorldModel
 from ..run import driver
-from ..run.compiled import Compiled
-from ..run.driver import EvalField, Run, RunOptions, RunProgram
-from .online import eval_episode
+from ..run.compiled import Compiled, check_devices, per_seed
+from ..run.driver import Run, RunOptions
+from . import multitask_eval as mt_eval
+from . import multitask_sampling as sampling
+from .common import EVAL_KEY_OFFSET, METRIC_KEYS, UpdateHook, check_hyperparameters, init_ext, init_one
+from .multitask_program import OfflineProgram
+from .multitask_sampling import (HOST_BLOCK_BYTES, DeviceData, gather_slices, sample_indices,  # noqa: F401 (public)
+                                 sample_slices)
 
-METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss",
-               "grad_norm", "pi_grad_norm", "pi_scale")
 #: the official code's task_dim (spec §1.2): 96 for model sizes 1 and 317 and for mt80, else 64
 TASK_DIM_LARGE, TASK_DIM_SMALL = 96, 64
-EVAL_KEY_OFFSET = 10_000_019  # as the single-task agent's evaluation keys
-#: the host path's bytes of batches per host-to-device transfer (all seeds), by default
-HOST_BLOCK_BYTES = 64 * 2 ** 20
-# history key <- evaluate() key
-_EVAL_FIELDS = (("eval_returns", "returns"), ("eval_lengths", "lengths"), ("eval_return", "return"),
-                ("eval_mean_return", "mean_return"), ("normalized_score_per_task", "normalized_score_per_task"),
-                ("normalized_score", "normalized_score"))
 
 
 def official_task_dim(model_size: int, num_tasks: int) -> int:
     """The official parser's task_dim (spec §1.2): 96 if the model size is 1 or 317 or the task
     set has 80 tasks (mt80; any set of 80 or more here), else 64 (mt30 with sizes 5, 19, 48)."""
     return TASK_DIM_LARGE if (int(model_size) in (1, 317) or int(num_tasks) >= 80) else TASK_DIM_SMALL
-
-
-class DeviceData(NamedTuple):
-    """The dataset as the training program reads it (on the device once, shared by seeds).
-
-    obs [R, O], action [R, A], reward [R] (float32, NaN on reset rows); starts, rows, task
-    [E'] (int32) of the sampleable episodes (at least H+1 rows); gamma [num_tasks] (float32),
-    masks [num_tasks, A] (float32).
-    """
-
-    obs: jnp.ndarray
-    action: jnp.ndarray
-    reward: jnp.ndarray
-    starts: jnp.ndarray
-    rows: jnp.ndarray
-    task: jnp.ndarray
-    gamma: jnp.ndarray
-    masks: jnp.ndarray
-
-
-def sample_indices(data: DeviceData, key, batch_size: int, horizon: int):
-    """The rows of B slices of H+1 consecutive rows (spec §9, §10): (idx [B, H+1] int32 rows of
-    the pool, task [B] int32).
-
-    Episodes uniformly with replacement over the sampleable episodes, then a start uniform in
-    [0, rows - (H+1)] (torchrl's SliceSampler with strict_length). Reads only ``starts``,
-    ``rows`` and ``task`` of ``data``, so the host path draws the same rows from the same key.
-    """
-    k_ep, k_start = jax.random.split(key)
-    i = jax.random.randint(k_ep, (batch_size,), 0, data.starts.shape[0])
-    start = jax.random.randint(k_start, (batch_size,), 0, data.rows[i] - horizon)  # maxval exclusive
-    idx = (data.starts[i] + start)[:, None] + jnp.arange(horizon + 1, dtype=jnp.int32)[None]  # [B, H+1]
-    return idx, data.task[i]
-
-
-def gather_slices(xp, obs, action, reward, idx, task) -> Batch:
-    """The slices at rows ``idx`` [..., B, H+1] of the pool's ``obs``, ``action``, ``reward``, as
-    a time-major :class:`Batch` (obs [..., H+1, B, O], action [..., H, B, A], reward [..., H, B],
-    terminated zeros, task [..., B]). ``xp`` is ``jax.numpy`` (the device path) or ``numpy``
-    (the host path, on leading axes [K, S]): the same values either way."""
-    H = idx.shape[-1] - 1
-    o = obs[idx]
-    a = action[idx[..., 1:]]
-    r = reward[idx[..., 1:]]
-    return Batch(obs=xp.swapaxes(o, -3, -2), action=xp.swapaxes(a, -3, -2), reward=xp.swapaxes(r, -2, -1),
-                 terminated=xp.zeros(idx.shape[:-2] + (H, idx.shape[-2]), xp.float32), task=task)
-
-
-def sample_slices(data: DeviceData, key, batch_size: int, horizon: int) -> Batch:
-    """B slices of H+1 consecutive rows of the pooled dataset, time-major (spec §9, §10).
-
-    :func:`sample_indices` then :func:`gather_slices` on the device copy. A slice may start at
-    a reset row: its NaN action and reward are dropped by the shift (action, reward = rows
-    1..H). Returns Batch(obs [H+1, B, O], action [H, B, A], reward [H, B], terminated [H, B]
-    (zeros: the dataset has no terminations), task [B]).
-    """
-    idx, task = sample_indices(data, key, batch_size, horizon)
-    return gather_slices(jnp, data.obs, data.action, data.reward, idx, task)
 
 
 class MultiTaskState(NamedTuple):
@@ -143,17 +79,14 @@ class MultiTaskState(NamedTuple):
     ``updates``: gradient updates done); key: each seed's base key of the update stream
     (update u uses ``fold_in(key, u)``, so a run continued in chunks equals the run left
     whole); seed: the seeds (evaluation keys derive from the seed); metrics: the last
-    update's scalar metrics.
+    update's scalar metrics; ext: the value of the agent's ``post_update`` hook.
     """
 
     agent: AgentState
     key: jnp.ndarray
     seed: jnp.ndarray
     metrics: dict
-
-
-def _zero_metrics():
-    return {k: jnp.zeros((), jnp.float32) for k in METRIC_KEYS}
+    ext: object = None  # the per-update hook's carried value [S, ...] (None without a hook)
 
 
 class TDMPC2MultiTask:
@@ -187,6 +120,11 @@ class TDMPC2MultiTask:
         give the same numbers (tests/test_multitask.py; docs/architecture.md).
       host_block_updates: updates per host-to-device transfer on the host path (None: as many
         as fit in ``HOST_BLOCK_BYTES`` of batches for all seeds, at most 256).
+      post_update: an optional :class:`~tdmpc2core.agents.common.UpdateHook` folded after
+        every update inside the compiled program (its value in the state's ``ext``); None
+        (default): the program without hooks.
+      devices: None (JAX's default device) or a list of one device; more raise ValueError
+        (multi-device runs: issue 28).
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` at its paper
         default (the single-task agent's). ``gamma`` set explicitly applies to every task;
         ``seed_steps`` and ``buffer_size`` have no role offline.
@@ -204,13 +142,11 @@ class TDMPC2MultiTask:
     def __init__(self, dataset, eval_envs=None, model_size: int = 5, task_dim: Optional[int] = None,
                  batch_size: int = 1024, *, return_ranges: Optional[Mapping[str, Sequence[float]]] = None,
                  backend: Optional[str] = None, device_budget_bytes: Optional[int] = None,
-                 host_block_updates: Optional[int] = None, **hyperparameters):
-        from ..io.dataset import sampleable_episodes
-
-        fields = {f.name for f in dataclasses.fields(TDMPC2Config)}
-        unknown = sorted(set(hyperparameters) - fields)
-        if unknown:
-            raise TypeError(f"TDMPC2MultiTask: unknown hyperparameter(s) {unknown}; accepted: {sorted(fields)}")
+                 host_block_updates: Optional[int] = None, post_update: Optional[UpdateHook] = None,
+                 devices=None, **hyperparameters):
+        check_hyperparameters("TDMPC2MultiTask", hyperparameters, TDMPC2Config)
+        check_devices(devices)
+        self.devices, self.post_update = devices, post_update
         user_cfg = TDMPC2Config(model_size=model_size, batch_size=int(batch_size), **hyperparameters)
         if user_cfg.episodic:
             raise NotImplementedError("episodic=True is not implemented for the multi-task agent")
@@ -247,6 +183,8 @@ class TDMPC2MultiTask:
         self.masks = masks
         self.wm = WorldModel(self.cfg, self.obs_dim, self.action_dim, self.task_dim, self.num_tasks)
 
+        from ..io.dataset import sampleable_episodes
+
         starts, rows, ep_task = sampleable_episodes(dataset, c.horizon)
         self.num_episodes = int(len(starts))
         self.dataset_nbytes = int(getattr(dataset, "nbytes", 0))
@@ -277,8 +215,8 @@ class TDMPC2MultiTask:
         self.host_block_updates = int(host_block_updates) if host_block_updates else None
 
         self.backend = backend
-        self.eval_envs = self._build_eval_envs(eval_envs)
-        self.return_ranges = self._resolve_ranges(return_ranges)
+        self.eval_envs = mt_eval.build_eval_envs(self, eval_envs)
+        self.return_ranges = mt_eval.resolve_ranges(self, return_ranges)
         self._fns: dict = {}
         #: the host path's sampling time: seconds preparing batches (draw, gather, transfer; in a
         #: background thread), seconds the updates waited for them, updates fed
@@ -298,79 +236,6 @@ class TDMPC2MultiTask:
     @property
     def eval_task_names(self) -> list:
         return [self.task_names[i] for i in self.eval_task_ids]
-
-    # ---- construction helpers -----------------------------------------------------
-    def _build_eval_envs(self, eval_envs):
-        if eval_envs is None or eval_envs is False:
-            return None
-        from ..envs import Env, make_env
-
-        if eval_envs is True:
-            missing = [t.name for t in self.tasks if not t.env_id]
-            if missing:
-                raise ValueError(f"eval_envs=True needs every task's env_id in the dataset's task table; "
-                                 f"{missing} have none: pass eval_envs, one env per task")
-            eval_envs = [t.env_id for t in self.tasks]
-        eval_envs = list(eval_envs)
-        if len(eval_envs) != self.num_tasks:
-            raise ValueError(f"eval_envs has {len(eval_envs)} entries; the dataset has {self.num_tasks} tasks "
-                             f"{self.task_names} (one env per task, in task-id order; None: not evaluated)")
-        if all(e is None for e in eval_envs):
-            raise ValueError("eval_envs names no env (every entry is None): pass eval_envs=None to train "
-                             "without evaluating")
-        envs = []
-        for t, spec in zip(self.tasks, eval_envs):
-            if spec is None:  # a task trained on but not evaluated (e.g. no environment for it)
-                envs.append(None)
-                continue
-            if isinstance(spec, Env):
-                env = spec
-            elif isinstance(spec, str):
-                env = make_env(spec, action_repeat=int(t.action_repeat),
-                               episode_length=int(t.episode_length) * int(t.action_repeat),
-                               backend=self.backend if _is_playground(spec) else None)
-            else:
-                raise TypeError(f"eval_envs entry for task {t.name!r}: expected an env id or an Env, got "
-                                f"{type(spec).__name__}")
-            s = env.spec
-            got = dict(obs_dim=s.obs_dim, action_dim=s.action_dim, episode_length=s.episode_length,
-                       action_repeat=s.action_repeat)
-            want = dict(obs_dim=int(t.obs_dim), action_dim=int(t.action_dim), episode_length=int(t.episode_length),
-                        action_repeat=int(t.action_repeat))
-            bad = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
-            if bad:
-                raise ValueError(
-                    f"eval env {s.env_id!r} does not match task {t.name!r} of the dataset: "
-                    + ", ".join(f"{k} {g} (env) vs {w} (task table)" for k, (g, w) in bad.items())
-                    + (" (gymnax envs keep their own time limit)" if s.suite == "gymnax" else ""))
-            envs.append(env)
-        return envs
-
-    def _resolve_ranges(self, return_ranges):
-        given = dict(return_ranges or {})
-        unknown = sorted(set(given) - set(self.task_names))
-        if unknown:
-            raise ValueError(f"return_ranges names unknown task(s) {unknown}; tasks: {self.task_names}")
-        out = {}
-        for i, t in enumerate(self.tasks):
-            if t.name in given:
-                lo, hi = (float(x) for x in given[t.name])
-                if not hi > lo:
-                    raise ValueError(f"return_ranges[{t.name!r}] = {given[t.name]!r}: need low < high")
-                out[t.name] = (lo, hi)
-            elif self.eval_envs is not None and self.eval_envs[i] is not None and \
-                    self.eval_envs[i].spec.suite in ("playground", "dmcontrol"):
-                # DM Control (Playground's MJX ports or dm_control itself): rewards in [0, 1] per
-                # simulator step (the paper's return / 10)
-                out[t.name] = (0.0, float(t.episode_length * t.action_repeat))
-            else:
-                out[t.name] = None
-        if self.eval_envs is not None:
-            missing = [n for i, (n, r) in enumerate(out.items()) if r is None and self.eval_envs[i] is not None]
-            if missing:
-                warnings.warn(f"no declared return range for task(s) {missing}: their normalized score, and the "
-                              "mean normalized score over tasks, are NaN (pass return_ranges)", stacklevel=3)
-        return out
 
     # ---- description ----------------------------------------------------------------
     @property
@@ -401,29 +266,15 @@ class TDMPC2MultiTask:
             self.compile_seconds["init"] = dict(program.timings["init"])
         agent, run_keys = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *states)
         metrics = {k: jnp.zeros((len(seeds),), jnp.float32) for k in METRIC_KEYS}
-        return MultiTaskState(agent=agent, key=run_keys, seed=jnp.asarray(seeds, jnp.int32), metrics=metrics)
+        return MultiTaskState(agent=agent, key=run_keys, seed=jnp.asarray(seeds, jnp.int32), metrics=metrics,
+                              ext=init_ext(self.post_update, len(seeds)))
 
-    # ---- training ---------------------------------------------------------------------
-    def _chunk(self):
-        fn = self._fns.get("chunk")
-        if fn is None:
-            wm, B, H = self.wm, self.cfg.batch_size, self.cfg.horizon
-
-            def single(st: MultiTaskState, data: DeviceData, n_updates):
-                def body(_, carry):
-                    agent, _m = carry
-                    k_sample, k_update = jax.random.split(jax.random.fold_in(st.key, agent.updates))
-                    batch = sample_slices(data, k_sample, B, H)
-                    agent, m = update(wm, agent, batch, data.gamma, k_update, data.masks)
-                    return agent, {k: m[k] for k in METRIC_KEYS}
-
-                agent, metrics = jax.lax.fori_loop(0, n_updates, body, (st.agent, st.metrics))
-                return st._replace(agent=agent, metrics=metrics)
-
-            # state batched over seeds (donated); the dataset and the update count unbatched
-            fn = self._fns["chunk"] = Compiled(jax.jit(jax.vmap(single, in_axes=(0, None, None)), donate_argnums=(0,)),
-                                               "chunk", self.compile_seconds)
-        return fn
+    # ---- training (programs in :mod:`.multitask_sampling`) ------------------------------
+    def _chunk(self) -> Compiled:
+        """The device path's compiled training program (:func:`.multitask_sampling.device_chunk`)."""
+        if "chunk" not in self._fns:
+            self._fns["chunk"] = sampling.device_chunk(self)
+        return self._fns["chunk"]
 
     def run_updates(self, state: MultiTaskState, n_updates: int) -> MultiTaskState:
         """``n_updates`` more updates of every seed: one call of the compiled program (device
@@ -431,88 +282,24 @@ class TDMPC2MultiTask:
         (host path; the same numbers)."""
         if self.data_placement == "device":
             return self._chunk()(state, self.data, jnp.int32(n_updates))
-        return self._run_updates_host(state, int(n_updates))
+        return sampling.run_updates_host(self, state, int(n_updates))
 
-    # ---- the host path -------------------------------------------------------------------
+    # ---- the host path (:mod:`.multitask_sampling`) -----------------------------------
     def _block_updates(self, n_seeds: int) -> int:
-        if self.host_block_updates:
-            return self.host_block_updates
-        B, H = self.cfg.batch_size, self.cfg.horizon
-        per = n_seeds * B * ((H + 1) * self.obs_dim + H * self.action_dim + H + 1 + (H + 1)) * 4
-        return int(max(1, min(256, HOST_BLOCK_BYTES // per)))
+        return sampling.block_updates(self, n_seeds)
 
-    def _index_fn(self):
-        """(keys [S, 2], first update u0, n) -> (idx [K, S, B, H+1], task [K, S, B]) of updates
-        u0 .. u0+K-1: the keys of the device path's updates, the same draws."""
-        fn = self._fns.get("index")
-        if fn is None:
-            B, H = self.cfg.batch_size, self.cfg.horizon
+    def _index_fn(self) -> Compiled:
+        if "index" not in self._fns:
+            self._fns["index"] = sampling.index_program(self)
+        return self._fns["index"]
 
-            def one(key, u, data):
-                k_sample, _ = jax.random.split(jax.random.fold_in(key, u))
-                return sample_indices(data, k_sample, B, H)
+    def _chunk_host(self) -> Compiled:
+        if "chunk_host" not in self._fns:
+            self._fns["chunk_host"] = sampling.host_chunk(self)
+        return self._fns["chunk_host"]
 
-            def block(keys, u0, data, K):
-                us = u0 + jnp.arange(K, dtype=jnp.int32)
-                return jax.vmap(lambda u: jax.vmap(lambda k: one(k, u, data))(keys))(us)
-
-            fn = self._fns["index"] = jax.jit(block, static_argnums=(3,))
-        return fn
-
-    def _chunk_host(self):
-        fn = self._fns.get("chunk_host")
-        if fn is None:
-            wm = self.wm
-
-            def single(st: MultiTaskState, batches: Batch, data: DeviceData, n_updates):
-                def body(j, carry):
-                    agent, _m = carry
-                    _, k_update = jax.random.split(jax.random.fold_in(st.key, agent.updates))
-                    batch = jax.tree_util.tree_map(lambda x: x[j], batches)
-                    agent, m = update(wm, agent, batch, data.gamma, k_update, data.masks)
-                    return agent, {k: m[k] for k in METRIC_KEYS}
-
-                agent, metrics = jax.lax.fori_loop(0, n_updates, body, (st.agent, st.metrics))
-                return st._replace(agent=agent, metrics=metrics)
-
-            # batches [K, S, ...] -> per seed [K, ...]
-            fn = self._fns["chunk_host"] = Compiled(
-                jax.jit(jax.vmap(single, in_axes=(0, 1, None, None)), donate_argnums=(0,)), "chunk",
-                self.compile_seconds)
-        return fn
-
-    def _host_batches(self, keys, u0: int, K: int, n: int) -> Batch:
-        """The batches of updates u0 .. u0+n-1, gathered on the host, zero-padded to K updates
-        (one program shape; the padding is never read): Batch leaves [K, S, ...], numpy."""
-        idx, task = jax.device_get(self._index_fn()(keys, jnp.int32(u0), self.data, K))
-        h = self._host_data
-        batch = gather_slices(np, h.obs, h.action, h.reward, idx[:n], task[:n])
-        if n < K:
-            batch = Batch(*(np.concatenate([x, np.zeros((K - n,) + x.shape[1:], x.dtype)]) for x in batch))
-        return batch
-
-    def _run_updates_host(self, state: MultiTaskState, n_updates: int) -> MultiTaskState:
-        from ..run.prefetch import feed
-
-        if n_updates <= 0:
-            return state
-        u0 = int(np.asarray(state.agent.updates)[0])
-        S = int(np.asarray(state.seed).shape[0])
-        K = self._block_updates(S)
-        keys = np.asarray(jax.device_get(state.key))  # a host copy: the state is donated to each block
-        blocks = [(u0 + b, min(K, n_updates - b)) for b in range(0, n_updates, K)]
-        chunk = self._chunk_host()
-        box = [state]
-
-        def prepare(u, n):  # in a background thread, while the previous block trains
-            return jax.block_until_ready(jax.device_put(self._host_batches(keys, u, K, n)))
-
-        def consume(block, batch):
-            box[0] = chunk(box[0], batch, self.data, jnp.int32(block[1]))
-            self.host_timing["updates"] += block[1]
-
-        feed(blocks, prepare, consume, self.host_timing)
-        return box[0]
+    def _host_batches(self, keys, u0: int, K: int, n: int):
+        return sampling.host_batches(self, keys, u0, K, n)
 
     def program(self) -> "OfflineProgram":
         """What this agent computes for the run driver (:mod:`tdmpc2core.run.driver`)."""
@@ -562,6 +349,8 @@ class TDMPC2MultiTask:
             ``progress`` gets the driver's dict (:func:`tdmpc2core.run.driver.train`: ``updates``,
             ``start_updates``, ``end_updates``, ``total_updates``, ``steps``, ``seconds``,
             ``updates_per_s``, ...) and ``last_normalized_score`` after every call of the program.
+          loggers: as :meth:`tdmpc2core.TDMPC2.train`, the step counted in updates (``Eval/``
+            also gets ``normalized score``).
         Returns:
           (state, history): ``history`` holds ``eval_updates`` [n_evals], ``eval_returns`` /
           ``eval_lengths`` [n_evals, S, num_tasks, E], ``eval_return`` [n_evals, S, num_tasks],
@@ -628,7 +417,7 @@ class TDMPC2MultiTask:
         return driver.restore(self.program(), path, seeds=seeds, total_steps=total_timesteps,
                               eval_every=eval_every, eval_episodes=eval_episodes, log_every=log_every)
 
-    # ---- acting and evaluation --------------------------------------------------------
+    # ---- acting and evaluation (:mod:`.multitask_eval`) -----------------------------------
     def act(self, params, obs, task: int, t0, eval_mode: bool, key, prev_mean=None):
         """One action for one (unpadded or padded) observation of task ``task`` (one seed's
         params). Returns (action [task action dim] in [-1, 1], mean [H, A] for the next call)."""
@@ -639,66 +428,24 @@ class TDMPC2MultiTask:
             prev_mean = jnp.zeros((self.cfg.horizon, self.action_dim), jnp.float32)
         fn = self._fns.get(("act", task, eval_mode))
         if fn is None:
-            a_dim, gamma = int(self.tasks[task].action_dim), self.task_gammas[self.task_names[task]]
-            mask = jnp.asarray(self.masks[task])
-
-            def one(params, obs, prev_mean, t0, key):
-                e = embed(params["task_emb"], task)
-                if not self.cfg.mpc:
-                    return act_with_policy(self.wm, params, obs, eval_mode, key, e, mask)[:a_dim], prev_mean
-                a, mean = plan(self.wm, params, obs, prev_mean, t0, eval_mode, gamma, key, e, mask)
-                return a[:a_dim], mean
-
-            fn = self._fns[("act", task, eval_mode)] = jax.jit(one)
+            fn = self._fns[("act", task, eval_mode)] = mt_eval.act_program(self, task, eval_mode)
         return fn(params, obs, prev_mean, jnp.asarray(t0, bool), key)
 
-    def _eval_fn(self, task: int, num_episodes: int):
+    def _eval_fn(self, task: int, num_episodes: int) -> Compiled:
         key_ = ("eval", task, num_episodes)
-        fn = self._fns.get(key_)
-        if fn is not None:
-            return fn
-        env, cfg, wm = self.eval_envs[task], self.cfg, self.wm
-        T, H, A, O = env.spec.episode_length, cfg.horizon, self.action_dim, self.obs_dim
-        a_dim, pad = env.spec.action_dim, O - env.spec.obs_dim
-        gamma = self.task_gammas[self.task_names[task]]
-        mask = jnp.asarray(self.masks[task])
-
-        def one_episode(params, key):
-            e = embed(params["task_emb"], task)  # renormalised at look-up, not written back (M2)
-
-            def act(obs, mean, t0, k):
-                o = jnp.pad(obs, (0, pad))
-                if cfg.mpc:
-                    a, mean = plan(wm, params, o, mean, t0, True, gamma, k, e, mask)
-                else:
-                    a = act_with_policy(wm, params, o, True, k, e, mask)
-                return a[:a_dim], mean  # the env gets its own dims only
-
-            return eval_episode(env, act, T, H, A, key)
-
-        def per_seed(params, key):
-            return jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))
-
-        fn = self._fns[key_] = Compiled(jax.jit(jax.vmap(per_seed)), "eval", self.compile_seconds)
-        return fn
+        if key_ not in self._fns:
+            self._fns[key_] = mt_eval.eval_program(self, task, num_episodes)
+        return self._fns[key_]
 
     def eval_keys(self, seeds, updates: int, task: int):
         """Evaluation keys [S, 2]: from the seed, the updates done and the task (the same
         initial states when a run is repeated or continued in chunks)."""
-        return jnp.stack([jax.random.fold_in(jax.random.fold_in(
-            jax.random.PRNGKey(int(s) + EVAL_KEY_OFFSET), int(updates)), int(task)) for s in seeds])
+        return mt_eval.eval_keys(seeds, updates, task)
 
     def normalized_score(self, returns, task_ids=None) -> np.ndarray:
         """100 (return - low) / (high - low) per task on the last axis ([..., num_tasks], or
         [..., len(task_ids)] for the tasks ``task_ids``); NaN for a task without a declared range."""
-        r = np.asarray(returns, np.float64)
-        out = np.full(r.shape, np.nan)
-        names = self.task_names if task_ids is None else [self.task_names[i] for i in task_ids]
-        for i, name in enumerate(names):
-            rng = self.return_ranges.get(name)
-            if rng is not None:
-                out[..., i] = 100.0 * (r[..., i] - rng[0]) / (rng[1] - rng[0])
-        return out
+        return mt_eval.normalized_score(self, returns, task_ids)
 
     def evaluate(self, state: MultiTaskState, num_episodes: int = 10) -> dict:
         """Evaluate every seed on every evaluated task (``eval_task_ids``: all tasks unless
@@ -716,121 +463,14 @@ class TDMPC2MultiTask:
         Raises:
           ValueError: the agent was built without eval_envs.
         """
-        if self.eval_envs is None:
-            raise ValueError("TDMPC2MultiTask.evaluate: this agent has no eval_envs (built with eval_envs=None); "
-                             "pass eval_envs=True (the task table's env ids) or one env per task")
-        seeds = [int(s) for s in np.asarray(state.seed)]
-        updates = int(np.asarray(state.agent.updates)[0])
-        rets, lens = [], []
-        ids = self.eval_task_ids
-        for i in ids:
-            r, l = self._eval_fn(i, int(num_episodes))(state.agent.params, self.eval_keys(seeds, updates, i))
-            rets.append(np.asarray(r))
-            lens.append(np.asarray(l))
-        returns = np.stack(rets, axis=1).astype(np.float64)  # [S, K, E]
-        per_task = returns.mean(axis=-1)
-        norm = self.normalized_score(per_task, ids)
-        return {"tasks": self.eval_task_names, "updates": updates, "returns": returns,
-                "lengths": np.stack(lens, axis=1), "return": per_task, "mean_return": per_task.mean(axis=-1),
-                "normalized_score_per_task": norm, "normalized_score": norm.mean(axis=-1)}
-
-
-class OfflineProgram(RunProgram):
-    """:class:`TDMPC2MultiTask` for the run driver: a tick is one update of every seed; chunks
-    also end at every ``log_every`` updates (a training-metric record)."""
-
-    unit = "updates"
-    unit_key = "updates"
-    phases = ("train",)
-    steps_per_tick = 1
-    attached_keys = ("eval_mean_return", "normalized_score", "eval_return")
-
-    def __init__(self, agent: TDMPC2MultiTask):
-        self.agent = agent
-
-    def init_state(self, seeds, total_steps):
-        return self.agent.init(seeds)
-
-    def state_tick(self, state) -> int:
-        return int(np.asarray(state.agent.updates)[0])
-
-    def state_seeds(self, state):
-        return [int(s) for s in np.asarray(state.seed)]
-
-    def cuts(self, start_tick, end_tick, run):
-        every = dict(run.extra).get("log_every")
-        return set(range((start_tick // every + 1) * every, end_tick, every)) if every else set()
-
-    def advance(self, state, start_tick, n_ticks):
-        return jax.block_until_ready(self.agent.run_updates(state, n_ticks))
-
-    def chunk_record(self, state, rec, chunk, run):
-        rec["chunk_updates"] = chunk.ticks
-        for k in METRIC_KEYS:
-            rec[k] = np.asarray(state.metrics[k])
-        bad = [k for k in METRIC_KEYS if not np.all(np.isfinite(rec[k]))]
-        if bad:
-            raise FloatingPointError(f"non-finite training metrics {bad} after {rec['updates']} updates")
-        return state
-
-    def evaluate(self, state, tick, run) -> dict:
-        res = self.agent.evaluate(state, run.eval_episodes)
-        return {"eval_updates": int(np.asarray(state.agent.updates)[0]),
-                **{key: res[src] for key, src in _EVAL_FIELDS}}
-
-    def eval_fields(self, n_seeds, eval_episodes):
-        S, K, E = n_seeds, len(self.agent.eval_task_ids), eval_episodes
-        shapes = {"eval_returns": (S, K, E), "eval_lengths": (S, K, E), "eval_return": (S, K),
-                  "eval_mean_return": (S,), "normalized_score_per_task": (S, K), "normalized_score": (S,)}
-        return [EvalField("eval_updates", "eval_updates", np.int64)] + [
-            EvalField(key, key, np.int32 if key == "eval_lengths" else np.float64, shapes[key])
-            for key, _ in _EVAL_FIELDS]
-
-    def attach_eval(self, rec, ev):
-        rec["eval_mean_return"] = np.asarray(ev["eval_mean_return"])
-        rec["normalized_score"] = np.asarray(ev["normalized_score"])
-        rec["eval_return"] = np.asarray(ev["eval_return"])
-
-    def finalize(self, history):
-        history["tasks"] = self.agent.eval_task_names if self.agent.eval_envs is not None else \
-            list(self.agent.task_names)
-
-    def progress_fields(self, hist):
-        evals = hist["evals"]
-        return {"last_normalized_score": np.asarray(evals[-1]["normalized_score"]) if evals else None}
-
-    def identity(self) -> dict:
-        """The class, the configuration (hyperparameters and the task table), the data's
-        SHA-256 and the evaluation envs: what makes a checkpoint this agent's."""
-        agent = self.agent
-        envs = None if agent.eval_envs is None else [
-            None if e is None else [e.spec.env_id, e.spec.suite, e.spec.backend, repr(e._token)]
-            for e in agent.eval_envs]
-        return {"agent_class": type(agent).__name__, "agent": agent.config, "dataset_sha256": agent.dataset_sha256,
-                "eval_envs": envs}
-
-    def meta(self, state, tick):
-        return {"tasks": list(self.agent.task_names)}
-
-
-def _init_one(wm: WorldModel, key):
-    """(AgentState, run key) of one seed from its PRNGKey."""
-    k_params, k_run = jax.random.split(key)
-    return init_agent_state(wm, k_params), k_run
+        return mt_eval.evaluate(self, state, num_episodes)
 
 
 @functools.lru_cache(maxsize=None)
 def _init_program(wm: WorldModel) -> Compiled:
     """The compiled single-seed init of ``wm``, shared by agents with equal world models."""
-    return Compiled(jax.jit(functools.partial(_init_one, wm)), "init", {})
+    return per_seed(functools.partial(init_one, wm), name="init", compile_seconds={}, batched=False)
 
 
-def _is_playground(env_id: str) -> bool:
-    from ..envs import suite_of
-
-    return suite_of(env_id) == "playground"
-
-
-__all__ = ["TDMPC2MultiTask", "MultiTaskState", "DeviceData", "sample_slices", "sample_indices", "gather_slices",
-           "official_task_dim", "HOST_BLOCK_BYTES",
-           "METRIC_KEYS"]
+__all__ = ["TDMPC2MultiTask", "MultiTaskState", "OfflineProgram", "DeviceData", "sample_slices", "sample_indices",
+           "gather_slices", "official_task_dim", "HOST_BLOCK_BYTES", "METRIC_KEYS", "EVAL_KEY_OFFSET"]

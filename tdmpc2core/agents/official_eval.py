@@ -55,7 +55,6 @@ PLANNER_KEYS = ("iterations", "num_samples", "num_elites", "num_pi_trajs", "hori
 _PLANNER_INTS = ("iterations", "num_samples", "num_elites", "num_pi_trajs", "horizon")
 #: The official evaluate.py's defaults (config.yaml at 5f6fade): eval_episodes, seed.
 DEFAULT_EPISODES, DEFAULT_SEED = 10, 1
-EVAL_KEY_OFFSET = 10_000_019  # as the agents' evaluation keys
 
 
 class CheckpointMismatchError(ValueError):
@@ -301,22 +300,30 @@ def evaluate_official(checkpoint, tasks="all", *, model_size: Optional[int] = No
       ValueError: an unknown or unavailable task (lists the tasks accepted), ``episodes`` < 1,
         an unknown planner setting.
     """
-    import jax
-    import jax.numpy as jnp
-
-    from ..envs import make_env
-    from ..model.official import agent_state
-    from ..model.update import embed
-    from ..model.world_model import WorldModel
-    from ..run.compiled import Compiled
-    from .single_task import TDMPC2
-
     ckpt = checkpoint if isinstance(checkpoint, OfficialCheckpoint) else load_checkpoint(
         checkpoint, model_size=model_size, task_set=task_set)
     if isinstance(checkpoint, OfficialCheckpoint) and model_size is not None and ckpt.model_size != int(model_size):
         raise CheckpointMismatchError(f"{ckpt.path} is model size {ckpt.model_size}, not {model_size}")
     if int(episodes) < 1:
         raise ValueError(f"episodes={episodes!r}: must evaluate at least one episode")
+    planner = _checked_planner(planner)
+    selected, skipped = _select_tasks(ckpt, tasks)
+    proto = _Protocol(int(episodes), int(seed), int(episode_length), planner)
+    if not ckpt.architecture.num_tasks:
+        cfg = _evaluate_single(ckpt, selected, proto)
+    else:
+        cfg = _evaluate_multi(ckpt, selected, proto)
+    settings = dict(episodes=proto.episodes, seed=proto.seed, episode_length=proto.episode_length,
+                    action_repeat=proto.repeats, eval_mode=True, gamma=proto.gammas,
+                    planner={k: getattr(cfg, k) for k in PLANNER_KEYS}, mpc=bool(cfg.mpc),
+                    reference_commit=REFERENCE_COMMIT,
+                    task_set_source=task_set_source() if ckpt.task_set in task_set_names() else None)
+    return OfficialEvaluation(rows=proto.rows, skipped=skipped, checkpoint=ckpt, settings=settings,
+                              compile_seconds=proto.compile_seconds)
+
+
+def _checked_planner(planner) -> dict:
+    """The planner overrides as a dict; ValueError for an unknown setting or a bad value."""
     planner = dict(planner or {})
     unknown = sorted(set(planner) - set(PLANNER_KEYS))
     if unknown:
@@ -328,85 +335,115 @@ def evaluate_official(checkpoint, tasks="all", *, model_size: Optional[int] = No
             raise ValueError(f"planner setting {k}={v!r} must be a number above 0")
     if planner.get("min_std", 0.05) > planner.get("max_std", 2.0):
         raise ValueError(f"planner settings min_std={planner.get('min_std', 0.05)} > max_std={planner.get('max_std', 2.0)}")
-    arch = ckpt.architecture
-    selected, skipped = _select_tasks(ckpt, tasks)
-    widths = arch.config_kwargs()
-    compile_seconds: dict = {}
-    rows, gammas, repeats = [], {}, {}
+    return planner
 
-    def check_dims(env, name):
-        s = env.spec
-        if arch.num_tasks:
-            bad = s.obs_dim > arch.obs_dim or s.action_dim > arch.action_dim
-            want = f"at most obs_dim {arch.obs_dim} and action_dim {arch.action_dim} (padded)"
-        else:
-            bad = s.obs_dim != arch.obs_dim or s.action_dim != arch.action_dim
-            want = f"obs_dim {arch.obs_dim} and action_dim {arch.action_dim}"
-        if bad:
-            raise CheckpointMismatchError(
-                f"{ckpt.path} does not fit task {PREFIX}{name}: the task has obs_dim {s.obs_dim} and action_dim "
-                f"{s.action_dim}, the weights take {want}")
 
-    def add_rows(name, index, env, ret, length):
-        for ep in range(int(episodes)):
-            rows.append({"task": name, "env_id": PREFIX + name, "task_index": -1 if index is None else int(index),
-                         "episode": ep, "return": float(ret[ep]), "length": int(length[ep]),
-                         "env_frames": int(length[ep]) * int(env.spec.action_repeat), "seed": int(seed)})
+@dataclasses.dataclass
+class _Protocol:
+    """One evaluation's settings and what it collects (rows, discounts, action repeats, compile
+    seconds)."""
 
-    if not arch.num_tasks:
-        (name, _), = selected
-        agent = TDMPC2(PREFIX + name, model_size=widths.pop("model_size"), episode_length=int(episode_length),
-                       **widths, **planner)
-        check_dims(agent.env, name)
-        st = agent_state(agent.wm, ckpt.weights)
-        params = jax.tree_util.tree_map(lambda x: x[None], st.params)  # one seed
-        ret, length = agent.evaluate(_Params(params), int(episodes), seeds=[int(seed)])
-        add_rows(name, None, agent.env, ret[0], length[0])
-        gammas[name] = float(agent.gamma)
-        repeats[name] = int(agent.action_repeat)
-        compile_seconds.update(agent.compile_seconds)
-        cfg = agent.cfg
+    episodes: int
+    seed: int
+    episode_length: int
+    planner: dict
+    rows: list = dataclasses.field(default_factory=list)
+    gammas: dict = dataclasses.field(default_factory=dict)
+    repeats: dict = dataclasses.field(default_factory=dict)
+    compile_seconds: dict = dataclasses.field(default_factory=dict)
+
+    def add_rows(self, name, index, env, ret, length):
+        for ep in range(self.episodes):
+            self.rows.append({"task": name, "env_id": PREFIX + name, "task_index": -1 if index is None else int(index),
+                              "episode": ep, "return": float(ret[ep]), "length": int(length[ep]),
+                              "env_frames": int(length[ep]) * int(env.spec.action_repeat), "seed": self.seed})
+
+
+def _check_dims(ckpt: OfficialCheckpoint, env, name) -> None:
+    """CheckpointMismatchError when task ``name``'s env does not fit the weights' dims."""
+    s, arch = env.spec, ckpt.architecture
+    if arch.num_tasks:
+        bad = s.obs_dim > arch.obs_dim or s.action_dim > arch.action_dim
+        want = f"at most obs_dim {arch.obs_dim} and action_dim {arch.action_dim} (padded)"
     else:
-        envs = {name: make_env(PREFIX + name, episode_length=int(episode_length)) for name, _ in selected}
-        masks = ckpt.weights.buffers.get("_action_masks")  # the later (nested) layout stores them
-        for name, index in selected:
-            check_dims(envs[name], name)
-            if masks is not None and int(np.sum(masks[index])) != envs[name].spec.action_dim:
-                raise CheckpointMismatchError(
-                    f"{ckpt.path}: task {index} ({name}) has {int(np.sum(masks[index]))} action dims in the "
-                    f"checkpoint's _action_masks, the dm_control task {envs[name].spec.action_dim}: is the task list "
-                    f"({ckpt.task_set}) the one the checkpoint was trained on?")
-        T_min = min(env.spec.episode_length for env in envs.values()) if envs else int(episode_length) // 2
-        size = widths.pop("model_size")
-        cfg = resolve_config(TDMPC2Config(model_size=size, **widths, **planner), episode_length=T_min,
-                             action_dim=arch.action_dim)
-        wm = WorldModel(cfg, arch.obs_dim, arch.action_dim, arch.task_dim, arch.num_tasks)
-        params = jax.tree_util.tree_map(jnp.asarray, ckpt.weights.params)
-        # one planner program for every task (task embedding, mask and discount are arguments);
-        # the episodes' loop runs on the host, as the official evaluate.py's, stepping each
-        # task's environment (vmapped over the episodes) between planner calls
-        plan_fn = Compiled(jax.jit(_plan_batch(wm)), "plan", compile_seconds)
-        H, A = cfg.horizon, arch.action_dim
-        for name, index in selected:
-            env = envs[name]
-            a_dim = env.spec.action_dim
-            gamma = discount_from_episode_length(env.spec.episode_length, cfg.discount_denom, cfg.discount_min,
-                                                 cfg.discount_max)
-            gammas[name] = gamma
-            repeats[name] = int(env.spec.action_repeat)
-            mask = jnp.zeros((A,), jnp.float32).at[:a_dim].set(1.0)
-            e = embed(params["task_emb"], index)  # renormalised at look-up, not written back (K3)
-            key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(int(seed) + EVAL_KEY_OFFSET), 0), index)
-            ret, length = _host_episodes(env, plan_fn, params, e, mask, jnp.float32(gamma), arch.obs_dim, H, A,
-                                         jax.random.split(key, int(episodes)), compile_seconds)
-            add_rows(name, index, env, ret, length)
-    settings = dict(episodes=int(episodes), seed=int(seed), episode_length=int(episode_length),
-                    action_repeat=repeats, eval_mode=True, gamma=gammas,
-                    planner={k: getattr(cfg, k) for k in PLANNER_KEYS}, mpc=bool(cfg.mpc),
-                    reference_commit=REFERENCE_COMMIT,
-                    task_set_source=task_set_source() if ckpt.task_set in task_set_names() else None)
-    return OfficialEvaluation(rows=rows, skipped=skipped, checkpoint=ckpt, settings=settings,
-                              compile_seconds=compile_seconds)
+        bad = s.obs_dim != arch.obs_dim or s.action_dim != arch.action_dim
+        want = f"obs_dim {arch.obs_dim} and action_dim {arch.action_dim}"
+    if bad:
+        raise CheckpointMismatchError(
+            f"{ckpt.path} does not fit task {PREFIX}{name}: the task has obs_dim {s.obs_dim} and action_dim "
+            f"{s.action_dim}, the weights take {want}")
+
+
+def _evaluate_single(ckpt: OfficialCheckpoint, selected, proto: _Protocol):
+    """A single-task checkpoint on its task, by :meth:`TDMPC2.evaluate` (one seed). Returns the
+    resolved configuration."""
+    import jax
+
+    from ..model.official import agent_state
+    from .single_task import TDMPC2
+
+    widths = ckpt.architecture.config_kwargs()
+    (name, _), = selected
+    agent = TDMPC2(PREFIX + name, model_size=widths.pop("model_size"), episode_length=proto.episode_length,
+                   **widths, **proto.planner)
+    _check_dims(ckpt, agent.env, name)
+    st = agent_state(agent.wm, ckpt.weights)
+    params = jax.tree_util.tree_map(lambda x: x[None], st.params)  # one seed
+    ret, length = agent.evaluate(_Params(params), proto.episodes, seeds=[proto.seed])
+    proto.add_rows(name, None, agent.env, ret[0], length[0])
+    proto.gammas[name] = float(agent.gamma)
+    proto.repeats[name] = int(agent.action_repeat)
+    proto.compile_seconds.update(agent.compile_seconds)
+    return agent.cfg
+
+
+def _evaluate_multi(ckpt: OfficialCheckpoint, selected, proto: _Protocol):
+    """A multi-task checkpoint on each selected task: one planner program for every task (task
+    embedding, mask and discount are arguments); the episodes' loop runs on the host, as the
+    official evaluate.py's, stepping each task's environment (vmapped over the episodes)
+    between planner calls. Returns the resolved configuration."""
+    import jax
+    import jax.numpy as jnp
+
+    from ..envs import make_env
+    from ..model.update import embed
+    from ..model.world_model import WorldModel
+    from ..run.compiled import per_seed
+    from .common import eval_key
+
+    arch = ckpt.architecture
+    envs = {name: make_env(PREFIX + name, episode_length=proto.episode_length) for name, _ in selected}
+    masks = ckpt.weights.buffers.get("_action_masks")  # the later (nested) layout stores them
+    for name, index in selected:
+        _check_dims(ckpt, envs[name], name)
+        if masks is not None and int(np.sum(masks[index])) != envs[name].spec.action_dim:
+            raise CheckpointMismatchError(
+                f"{ckpt.path}: task {index} ({name}) has {int(np.sum(masks[index]))} action dims in the "
+                f"checkpoint's _action_masks, the dm_control task {envs[name].spec.action_dim}: is the task list "
+                f"({ckpt.task_set}) the one the checkpoint was trained on?")
+    T_min = min(env.spec.episode_length for env in envs.values()) if envs else proto.episode_length // 2
+    widths = arch.config_kwargs()
+    size = widths.pop("model_size")
+    cfg = resolve_config(TDMPC2Config(model_size=size, **widths, **proto.planner), episode_length=T_min,
+                         action_dim=arch.action_dim)
+    wm = WorldModel(cfg, arch.obs_dim, arch.action_dim, arch.task_dim, arch.num_tasks)
+    params = jax.tree_util.tree_map(jnp.asarray, ckpt.weights.params)
+    plan_fn = per_seed(_plan_batch(wm), name="plan", compile_seconds=proto.compile_seconds, batched=False)
+    H, A = cfg.horizon, arch.action_dim
+    for name, index in selected:
+        env = envs[name]
+        a_dim = env.spec.action_dim
+        gamma = discount_from_episode_length(env.spec.episode_length, cfg.discount_denom, cfg.discount_min,
+                                             cfg.discount_max)
+        proto.gammas[name] = gamma
+        proto.repeats[name] = int(env.spec.action_repeat)
+        mask = jnp.zeros((A,), jnp.float32).at[:a_dim].set(1.0)
+        e = embed(params["task_emb"], index)  # renormalised at look-up, not written back (K3)
+        key = eval_key(proto.seed, 0, index)
+        ret, length = _host_episodes(env, plan_fn, params, e, mask, jnp.float32(gamma), arch.obs_dim, H, A,
+                                     jax.random.split(key, proto.episodes), proto.compile_seconds)
+        proto.add_rows(name, index, env, ret, length)
+    return cfg
 
 
 def _plan_batch(wm):
@@ -424,21 +461,22 @@ def _plan_batch(wm):
 
 def _host_episodes(env, plan_fn, params, e, mask, gamma, obs_dim: int, H: int, A: int, keys, compile_seconds):
     """The episodes of one task, one per key, stepped together on the host: the keys split as
-    :func:`tdmpc2core.agents.online.eval_episode` splits them (a fresh initial state, then T
+    :func:`tdmpc2core.agents.common.eval_episode` splits them (a fresh initial state, then T
     agent steps, ``t0`` on the first), observations zero-padded to ``obs_dim``, the env given
     its own action dims. Returns (returns float64 [E], lengths int64 [E])."""
     import jax
     import jax.numpy as jnp
 
-    from ..run.compiled import Compiled
+    from ..run.compiled import per_seed
 
     T, a_dim, pad = env.spec.episode_length, env.spec.action_dim, obs_dim - env.spec.obs_dim
     E = keys.shape[0]
     k_reset, k_loop = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)  # [E, 2] each
     step_keys = jax.vmap(lambda k: jax.random.split(k, T))(k_loop)  # [E, T, 2]
-    reset = Compiled(jax.jit(jax.vmap(env.reset)), "env", compile_seconds)
-    step = Compiled(jax.jit(jax.vmap(env.step)), "env", compile_seconds)
-    split = jax.jit(jax.vmap(jax.random.split))
+    # vmapped over the episodes
+    reset = per_seed(env.reset, name="env", compile_seconds=compile_seconds)
+    step = per_seed(env.step, name="env", compile_seconds=compile_seconds)
+    split = per_seed(jax.random.split, name="split")
     state, obs = reset(k_reset)
     mean = jnp.zeros((E, H, A), jnp.float32)
     ret, length = np.zeros(E, np.float64), np.zeros(E, np.int64)

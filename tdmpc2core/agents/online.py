@@ -30,17 +30,16 @@ whatever the chunk length or phase), vmapped over seeds; the host only acts betw
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 
 from . import replay as rp
+from .common import METRIC_KEYS, episodes_of_seed, eval_episode, update_loop
 from ..model.planner import act_with_policy, plan
 from ..model.update import AgentState, update
-
-METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss",
-               "grad_norm", "pi_grad_norm", "pi_scale")
+from ..run.compiled import Compiled, per_seed
 
 
 class RunState(NamedTuple):
@@ -69,6 +68,8 @@ class RunState(NamedTuple):
     #                                    an episode of >= H + 1 rows (always 0 otherwise)
     tick: jnp.ndarray                  # int32, ticks done (agent steps = tick * n_envs); a resumed
                                        # run continues from it
+    ext: object = None                 # the per-update hook's carried value (agent.post_update,
+    #                                    :class:`~tdmpc2core.agents.common.UpdateHook`); None without
 
 
 def metric_keys(cfg) -> tuple:
@@ -119,7 +120,13 @@ def init_run_state(agent, agent_state: AgentState, key, run_agent_steps: int) ->
         terminations=jnp.zeros((), jnp.int32), nonfinite=jnp.zeros((n,), jnp.int32),
         nonfinite_step=jnp.full((n,), -1, jnp.int32), discard=jnp.zeros((n,), bool),
         pending_updates=jnp.zeros((), jnp.int32),
-        tick=jnp.zeros((), jnp.int32))
+        tick=jnp.zeros((), jnp.int32), ext=_hook_init(agent))
+
+
+def _hook_init(agent):
+    """The per-update hook's initial value of one seed (None without a hook)."""
+    hook = getattr(agent, "post_update", None)
+    return None if hook is None else jax.tree_util.tree_map(jnp.asarray, hook.init())
 
 
 def _finite_obs(obs):
@@ -158,15 +165,15 @@ def _updates(agent, rs: RunState, n_updates, key, sample=rp.sample) -> RunState:
     draws from the replay (the fixed-length replay's sampler by default)."""
     cfg, keys = agent.cfg, metric_keys(agent.cfg)
 
-    def body(j, carry):
-        st, _ = carry
+    def step(j, st):
         k_s, k_u = jax.random.split(jax.random.fold_in(key, j))
         batch = sample(rs.replay, k_s, cfg.batch_size, cfg.horizon)
         st, m = update(agent.wm, st, batch, agent.gamma, k_u)
         return st, {k2: m[k2] for k2 in keys}
 
-    st, metrics = jax.lax.fori_loop(0, n_updates, body, (rs.agent, rs.metrics))
-    return rs._replace(agent=st, metrics=metrics)
+    st, metrics, ext = update_loop(n_updates, step, rs.agent, rs.metrics, getattr(agent, "post_update", None),
+                                   rs.ext)
+    return rs._replace(agent=st, metrics=metrics, ext=ext)
 
 
 def _scheduled_updates(agent, tick_index):
@@ -289,8 +296,10 @@ def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
     return _updates(agent, rs, n_updates, k_upd, sample=rp.sample_episodic)
 
 
-def make_chunk_fn(agent):
-    """One jitted program (states [seeds, ...], start_tick, n_ticks) -> states.
+def make_chunk_fn(agent, compile_seconds: Optional[dict] = None, devices=None) -> Compiled:
+    """One compiled program (states [seeds, ...], start_tick, n_ticks) -> states
+    (:func:`tdmpc2core.run.compiled.per_seed`, the states donated; ``compile_seconds``: the
+    timings dict of its ``"chunk"`` entry).
 
     Runs ticks start_tick .. start_tick + n_ticks - 1 of every seed (vmapped) and sets the
     states' ``tick`` to start_tick + n_ticks. The tick count is dynamic, so every chunk of a
@@ -302,39 +311,14 @@ def make_chunk_fn(agent):
         rs = jax.lax.fori_loop(0, n_ticks, lambda i, r: tick(agent, r, start + i), rs)
         return rs._replace(tick=(start + n_ticks).astype(jnp.int32))
 
-    return jax.jit(jax.vmap(single, in_axes=(0, None, None)), donate_argnums=(0,))
+    return per_seed(single, name="chunk", compile_seconds=compile_seconds, in_axes=(0, None, None),
+                    donate_argnums=(0,), devices=devices)
 
 
-def eval_episode(env, act, T: int, H: int, A: int, key):
-    """One evaluation episode: a fresh initial state from ``key``, then T agent steps of
-    ``act(obs, mean, t0, key) -> (env_action, mean)`` (``mean`` [H, A], the planner's warm
-    start, zeros at the start). An episode that terminates stops accumulating reward: its
-    return sums the rewards up to and including the terminal step, and its length counts the
-    agent steps up to and including it (T when it never terminates).
-    Returns (return, length) scalars. Shared by the single- and multi-task agents."""
-    k_reset, k_loop = jax.random.split(key)
-    state, obs = env.reset(k_reset)
-
-    def body(carry, inp):
-        state, obs, mean, ret, length, alive = carry
-        t, k = inp
-        k_act, k_step = jax.random.split(k)
-        a, mean = act(obs, mean, t == 0, k_act)
-        state, out = env.step(state, a, k_step)
-        # where, not alive * reward: an env stepped past its terminal state may return NaN
-        ret = ret + jnp.where(alive > 0, out.reward, 0.0)
-        length = length + alive.astype(jnp.int32)
-        alive = alive * (1.0 - out.terminated.astype(jnp.float32))
-        return (state, out.obs, mean, ret, length, alive), None
-
-    init = (state, obs, jnp.zeros((H, A), jnp.float32), jnp.zeros((), jnp.float32),
-            jnp.zeros((), jnp.int32), jnp.ones((), jnp.float32))
-    (_, _, _, ret, length, _), _ = jax.lax.scan(body, init, (jnp.arange(T), jax.random.split(k_loop, T)))
-    return ret, length
-
-
-def make_eval_fn(agent, num_episodes: int):
-    """A jitted function (params [seeds, ...], keys [seeds, 2]) -> (returns, lengths) [seeds, E].
+def make_eval_fn(agent, num_episodes: int, compile_seconds: Optional[dict] = None, devices=None) -> Compiled:
+    """A compiled program (params [seeds, ...], keys [seeds, 2]) -> (returns, lengths) [seeds, E]
+    (:func:`tdmpc2core.run.compiled.per_seed`; ``compile_seconds``: the timings dict of its
+    ``"eval"`` entry).
 
     Each of ``num_episodes`` episodes (:func:`eval_episode`) starts from a fresh initial
     state of its own key and runs T agent steps with the planner in eval mode (no
@@ -352,7 +336,5 @@ def make_eval_fn(agent, num_episodes: int):
 
         return eval_episode(env, act, T, H, A, key)
 
-    def per_seed(params, key):
-        return jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))
-
-    return jax.jit(jax.vmap(per_seed))
+    return per_seed(episodes_of_seed(one_episode, num_episodes), name="eval", compile_seconds=compile_seconds,
+                    devices=devices)

@@ -28,13 +28,13 @@ import numpy as np
 from ..envs import Env, make_env
 from ..model.config import TDMPC2Config, resolve_config
 from ..model.planner import act_with_policy, plan
-from ..model.update import init_agent_state
 from ..model.world_model import WorldModel
 from ..run import driver
-from ..run.compiled import Compiled
+from ..run.compiled import check_devices, per_seed
 from ..run.driver import Chunk, EvalField, Run, RunOptions, RunProgram
 from . import online
 from . import replay as rp
+from .common import UpdateHook, check_hyperparameters, eval_key, init_one
 
 _log = logging.getLogger("tdmpc2core")
 
@@ -96,6 +96,12 @@ class TDMPC2:
         Each dropped episode is reported (env index, agent step) at the next boundary between
         calls of the compiled program; its rows never reach the replay or a loss. Not part of
         a checkpoint's settings (raise it and resume).
+      post_update: an optional :class:`~tdmpc2core.agents.common.UpdateHook` folded after
+        every gradient update inside the compiled program (its value carried in the run
+        state's ``ext``); None (default): the program without hooks. It never changes a number
+        of the training.
+      devices: None (JAX's default device) or a list of one device; more raise ValueError
+        (multi-device runs: issue 28).
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` (the official
         config.yaml names; ``lr`` is ``learning_rate``), each at its paper default. The
         ``model_size`` preset {1, 5, 19, 48, 317} fills enc_dim, mlp_dim, latent_dim,
@@ -118,11 +124,12 @@ class TDMPC2:
 
     def __init__(self, env_id: str, n_envs: int = 1, model_size: int = 5, *,
                  episode_length: int = 1000, action_repeat: Optional[int] = None, env_params=None,
-                 backend: Optional[str] = None, max_nonfinite: int = 10, **hyperparameters):
-        fields = {f.name for f in dataclasses.fields(TDMPC2Config)}
-        unknown = sorted(set(hyperparameters) - fields)
-        if unknown:
-            raise TypeError(f"TDMPC2: unknown hyperparameter(s) {unknown}; accepted: {sorted(fields)}")
+                 backend: Optional[str] = None, max_nonfinite: int = 10, post_update: Optional[UpdateHook] = None,
+                 devices=None, **hyperparameters):
+        check_hyperparameters("TDMPC2", hyperparameters, TDMPC2Config)
+        check_devices(devices)
+        self.devices = devices
+        self.post_update = post_update
         if int(n_envs) < 1:
             raise ValueError(f"n_envs={n_envs!r} must be >= 1")
         if int(max_nonfinite) < 0:
@@ -185,11 +192,11 @@ class TDMPC2:
         fn = self._chunk_fns.get(("init", run_agent_steps))
         if fn is None:
             def one(key):
-                k_params, k_run = jax.random.split(key)
-                return online.init_run_state(self, init_agent_state(self.wm, k_params), k_run, run_agent_steps)
+                agent_state, k_run = init_one(self.wm, key)
+                return online.init_run_state(self, agent_state, k_run, run_agent_steps)
 
-            fn = self._chunk_fns[("init", run_agent_steps)] = Compiled(jax.jit(jax.vmap(one)), "init",
-                                                                       self.compile_seconds)
+            fn = self._chunk_fns[("init", run_agent_steps)] = per_seed(
+                one, name="init", compile_seconds=self.compile_seconds, devices=self.devices)
         return fn(keys)
 
     # ---- acting ----------------------------------------------------------------
@@ -217,11 +224,11 @@ class TDMPC2:
         rerun). Returns (returns, lengths), numpy [n_seeds, num_episodes]."""
         fn = self._eval_fns.get(num_episodes)
         if fn is None:
-            fn = self._eval_fns[num_episodes] = Compiled(online.make_eval_fn(self, num_episodes), "eval",
-                                                         self.compile_seconds)
+            fn = self._eval_fns[num_episodes] = online.make_eval_fn(self, num_episodes, self.compile_seconds,
+                                                                    self.devices)
         n_seeds = jax.tree_util.tree_leaves(state.agent.params)[0].shape[0]
         seeds = list(range(n_seeds)) if seeds is None else list(seeds)
-        keys = jnp.stack([jax.random.fold_in(jax.random.PRNGKey(int(s) + 10_000_019), eval_index) for s in seeds])
+        keys = jnp.stack([eval_key(s, eval_index) for s in seeds])
         ret, length = fn(state.agent.params, keys)
         return np.asarray(ret), np.asarray(length)
 
@@ -229,7 +236,7 @@ class TDMPC2:
     def _chunk(self):
         """The compiled training chunk: (state, start tick, ticks) -> state (seeds vmapped)."""
         if "chunk" not in self._chunk_fns:
-            self._chunk_fns["chunk"] = Compiled(online.make_chunk_fn(self), "chunk", self.compile_seconds)
+            self._chunk_fns["chunk"] = online.make_chunk_fn(self, self.compile_seconds, self.devices)
         return self._chunk_fns["chunk"]
 
     def program(self) -> "OnlineProgram":
@@ -309,6 +316,11 @@ class TDMPC2:
             call, ``total_agent_steps``, ``ticks``, ``seconds``, ``agent_steps_per_s``,
             ``last_eval_return`` ([n_seeds] mean return of the latest evaluation, restored
             ones included; None before the first).
+          loggers: :class:`~tdmpc2core.run.loggers.Logger` objects (e.g.
+            ``make_logger("csv", path=...)``): ``log(agent_steps, {"Train/<name>": ...,
+            "Train/env_frames": ...})`` after every chunk and ``log(agent_steps, {"Eval/episodic
+            mean reward": ..., "Eval/env_frames": ...})`` after every evaluation (seed means).
+            One that raises is warned about once and dropped; the caller closes them.
         Returns:
           (state, history): the final run state (leading seed axis) and a dict of numpy arrays:
           ``eval_agent_steps`` [n_evals], ``eval_env_frames`` [n_evals], ``eval_returns``
@@ -504,6 +516,9 @@ class OnlineProgram(RunProgram):
 
     def finalize(self, history):
         history["eval_return"] = history["eval_returns"].mean(axis=-1)
+
+    def eval_log(self, ev):
+        return {"episodic mean reward": np.mean(ev["eval_returns"], axis=-1), "env_frames": ev["eval_env_frames"]}
 
     def progress_fields(self, hist):
         evals = hist["evals"]

@@ -2,6 +2,9 @@
 
 The chunk schedule in the run's own unit, wall-time-capped calls of the compiled program,
 stop requests, checkpoints (settings check, rotation, resuming), the training history,
-progress and callbacks (:mod:`.driver`). An agent takes part through the small interface
-:class:`~tdmpc2core.run.driver.RunProgram`.
+progress, callbacks and loggers (:mod:`.driver`). An agent takes part through the small
+interface :class:`~tdmpc2core.run.driver.RunProgram`. :mod:`.compiled`: the one place the
+agents compile their per-seed programs (``per_seed``; one device today); :mod:`.loggers`:
+where metrics go besides the history (the ``Logger`` protocol, a registry of kinds, a CSV
+logger).
 """

@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import math
 import time
+import warnings
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -83,6 +84,8 @@ class RunOptions:
       should_stop: polled after every call; True stops the run (checkpoint, then
         :class:`TrainingInterrupted`).
       progress: called after every call of the compiled program (:func:`train`).
+      loggers: :class:`~tdmpc2core.run.loggers.Logger` objects given every chunk record and
+        every evaluation (:mod:`tdmpc2core.run.loggers`); the caller closes them.
     """
 
     checkpoint_dir: Any = None
@@ -92,8 +95,15 @@ class RunOptions:
     max_chunk_seconds: Optional[float] = None
     should_stop: Optional[Callable[[], bool]] = None
     progress: Optional[Callable[[dict], None]] = None
+    loggers: tuple = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "loggers", tuple(self.loggers or ()))
+        bad = [lg for lg in self.loggers if not (callable(getattr(lg, "log", None))
+                                                 and callable(getattr(lg, "close", None)))]
+        if bad:
+            raise TypeError(f"loggers: {type(bad[0]).__name__} has no log(step, metrics) and close() "
+                            "(tdmpc2core.run.loggers.Logger)")
         if self.checkpoint_every is not None and int(self.checkpoint_every) < 1:
             raise ValueError(f"checkpoint_every={self.checkpoint_every!r} must be >= 1 (or None)")
         if self.max_chunk_seconds is not None and not self.max_chunk_seconds > 0:
@@ -245,6 +255,11 @@ class RunProgram:
 
     def progress_fields(self, history: dict) -> dict:
         """Entries of the progress dict from the history so far."""
+        return {}
+
+    def eval_log(self, evaluation: dict) -> dict:
+        """What the loggers get of an evaluation, ``{name: value}`` (logged as ``Eval/<name>``,
+        per-seed values as their mean): at least ``episodic mean reward``."""
         return {}
 
     def finish(self, state, history: dict, end_tick: int, run: Run) -> None:
@@ -516,7 +531,10 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
       total_steps: the whole run's length (None: the end of this call).
       extra: the program's own run settings (e.g. ``log_every``), part of the checkpoint
         settings.
-      options: :class:`RunOptions` (checkpoints, wall-time cap, stop requests, progress).
+      options: :class:`RunOptions` (checkpoints, wall-time cap, stop requests, progress,
+        loggers: each gets ``log(step, {"Train/<name>": ...})`` after every chunk record and
+        ``log(step, {"Eval/episodic mean reward": ...})`` after every evaluation,
+        :mod:`tdmpc2core.run.loggers`).
         ``progress`` gets a dict after every call of the compiled program: ``phase``,
         ``step``, ``start``/``end`` of this call and ``total`` (steps), ``ticks``, ``steps``
         and ``seconds`` of the call, ``rate`` (steps/s), ``unit``; the same position under
@@ -532,24 +550,49 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
       tdmpc2core.io.checkpoint.CheckpointMismatchError / CorruptCheckpointError: the
         folder's newest checkpoint has other settings (named) / none is usable.
     """
-    opts = options
+    call = _start_call(program, seeds, n_steps, eval_every, eval_episodes, state, history, total_steps, extra,
+                       options)
+    call.program.start(call.state, call.run)
+    if call.eval_at_start:
+        call.evaluate(0)
+    for chunk in call.chunks:
+        call.run_chunk(chunk, callback)
+    if call.ckdir is not None and not call.chunks and call.last_saved != call.end_tick:
+        call.save(call.end_tick)  # nothing to run (a finished run resumed): make sure the end is saved
+    call.hist["wall_seconds"] = call.wall()
+    history = finalize_history(program, call.hist, call.n_seeds, call.run.eval_episodes)
+    program.finish(call.state, history, call.end_tick, call.run)
+    return call.state, history
+
+
+def _resume(program: RunProgram, seeds, n_steps, eval_every, eval_episodes, total_steps, extra, opts: RunOptions):
+    """(state, history, n_steps, total_steps) from the newest checkpoint of
+    ``opts.checkpoint_dir`` (state None when it holds none)."""
+    latest = ck.latest_checkpoint(opts.checkpoint_dir)
+    if latest is not None and not opts.resume:
+        raise ValueError(f"{opts.checkpoint_dir} holds checkpoints of a run (newest {latest.name}); pass resume=True "
+                         "to continue it, or delete them (tdmpc2core.io.checkpoint.clear)")
+    if latest is None:
+        return None, None, n_steps, total_steps
+    total = int(total_steps if total_steps is not None else n_steps)
+    state, history, _ = restore(program, latest, seeds=[0] if seeds is None else seeds, total_steps=total,
+                                eval_every=eval_every, eval_episodes=eval_episodes, **extra)
+    n = program.steps_per_tick
+    _log.info("resumed from %s at %d %s", latest, program.state_tick(state) * n, program.unit)
+    return state, history, max(total - program.state_tick(state) * n, 0), total
+
+
+def _start_call(program: RunProgram, seeds, n_steps, eval_every, eval_episodes, state, history, total_steps,
+                extra, opts: RunOptions) -> "_Call":
+    """The state, run settings and schedule of one :func:`train` call (resumed, fresh or
+    continued), as a :class:`_Call`."""
     n = program.steps_per_tick
     eval_every = int(eval_every) if eval_every else None
     extra = dict(extra or {})
     seeds = None if seeds is None else [int(s) for s in np.atleast_1d(np.asarray(seeds))]
-    ckdir = opts.checkpoint_dir
-    if ckdir is not None and state is None:
-        latest = ck.latest_checkpoint(ckdir)
-        if latest is not None and not opts.resume:
-            raise ValueError(f"{ckdir} holds checkpoints of a run (newest {latest.name}); pass resume=True to "
-                             "continue it, or delete them (tdmpc2core.io.checkpoint.clear)")
-        if latest is not None:
-            total = int(total_steps if total_steps is not None else n_steps)
-            state, history, _ = restore(program, latest, seeds=[0] if seeds is None else seeds, total_steps=total,
-                                        eval_every=eval_every, eval_episodes=eval_episodes, **extra)
-            total_steps = total
-            n_steps = max(total - program.state_tick(state) * n, 0)
-            _log.info("resumed from %s at %d %s", latest, program.state_tick(state) * n, program.unit)
+    if opts.checkpoint_dir is not None and state is None:
+        state, history, n_steps, total_steps = _resume(program, seeds, n_steps, eval_every, eval_episodes,
+                                                       total_steps, extra, opts)
     total_given = total_steps is not None
     fresh = state is None
     if fresh:
@@ -570,91 +613,137 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
     if not fresh:
         program.check_state(state, run, total_given)
     end_tick = start_tick + -(-int(n_steps) // n)
-    total_ticks = -(-int(total_steps) // n)
-    chunks, eval_at_start = schedule(program, start_tick, end_tick, total_ticks, run)
+    chunks, eval_at_start = schedule(program, start_tick, end_tick, -(-int(total_steps) // n), run)
+    return _Call(program, opts, run, state, working_history(program, history), start_tick, end_tick,
+                 -(-int(total_steps) // n), chunks, eval_at_start)
 
-    S, E = len(seeds), int(eval_episodes)
-    hist = working_history(program, history)
-    wall_before = hist["wall_seconds"]
-    t_start = time.perf_counter()
-    sizer = SubChunkSizer(opts.max_chunk_seconds)
-    every = int(opts.checkpoint_every) if opts.checkpoint_every is not None else None
-    last_saved, saved = [start_tick], [None]  # tick of the last checkpoint written, and its info
 
-    def wall():
-        return wall_before + time.perf_counter() - t_start
+def _mean(value) -> Optional[float]:
+    """A logged number: a scalar, or the NaN-aware mean of per-seed values (None: not a number)."""
+    try:
+        a = np.asarray(value, np.float64)
+    except (TypeError, ValueError):
+        return None
+    if a.size == 0:
+        return None
+    if a.ndim == 0 or not np.any(np.isfinite(a)):
+        return float(a.reshape(-1)[0]) if a.size == 1 else float("nan")
+    return float(np.nanmean(a))
 
-    def do_eval(tick):
-        ev = program.evaluate(state, tick, run)
-        hist["evals"].append(ev)
+
+class _Call:
+    """One :func:`train` call in progress: the state, the history, the checkpoint bookkeeping
+    (the tick of the last checkpoint written and its info), the wall clock and the loggers."""
+
+    def __init__(self, program, opts, run, state, hist, start_tick, end_tick, total_ticks, chunks, eval_at_start):
+        self.program, self.opts, self.run, self.state, self.hist = program, opts, run, state, hist
+        self.start_tick, self.end_tick, self.total_ticks = start_tick, end_tick, total_ticks
+        self.chunks, self.eval_at_start = chunks, eval_at_start
+        self.n, self.n_seeds, self.ckdir = program.steps_per_tick, len(run.seeds), opts.checkpoint_dir
+        self.every = int(opts.checkpoint_every) if opts.checkpoint_every is not None else None
+        self.sizer = SubChunkSizer(opts.max_chunk_seconds)
+        self.last_saved, self.saved = start_tick, None
+        self.loggers = list(opts.loggers)
+        self.wall_before, self.t_start = hist["wall_seconds"], time.perf_counter()
+
+    def wall(self) -> float:
+        return self.wall_before + time.perf_counter() - self.t_start
+
+    def log(self, tick: int, metrics: dict) -> None:
+        """Give ``metrics`` to every logger; a logger that raises is warned about once and dropped."""
+        for lg in list(self.loggers):
+            try:
+                lg.log(tick * self.n, metrics)
+            except Exception as e:  # a logger never stops training
+                self.loggers.remove(lg)
+                msg = " ".join(f"{type(e).__name__}: {e}".split())
+                warnings.warn(f"logger {type(lg).__name__} raised {msg}; it is dropped, training goes on",
+                              RuntimeWarning, stacklevel=2)
+
+    def evaluate(self, tick: int) -> dict:
+        ev = self.program.evaluate(self.state, tick, self.run)
+        self.hist["evals"].append(ev)
+        if self.loggers:
+            vals = {f"Eval/{k}": _mean(v) for k, v in self.program.eval_log(ev).items()}
+            self.log(tick, {k: v for k, v in vals.items() if v is not None})
         return ev
 
-    def save(tick):
-        hist["wall_seconds"] = wall()
-        info = save_checkpoint(program, ckdir, state, hist, run, keep=opts.keep_checkpoints)
-        last_saved[0], saved[0] = tick, info
-        return info
+    def save(self, tick: int):
+        self.hist["wall_seconds"] = self.wall()
+        self.saved = save_checkpoint(self.program, self.ckdir, self.state, self.hist, self.run,
+                                     keep=self.opts.keep_checkpoints)
+        self.last_saved = tick
+        return self.saved
 
-    def checkpoint_due(tick):
-        return ckdir is not None and every is not None and (tick * n) // every > (last_saved[0] * n) // every
+    def checkpoint_due(self, tick: int) -> bool:
+        return (self.ckdir is not None and self.every is not None
+                and (tick * self.n) // self.every > (self.last_saved * self.n) // self.every)
 
-    def stop_if_asked(tick):
-        if opts.should_stop is not None and opts.should_stop():
+    def stop_if_asked(self, tick: int) -> None:
+        if self.opts.should_stop is not None and self.opts.should_stop():
             info = None
-            if ckdir is not None:
-                info = saved[0] if last_saved[0] == tick and saved[0] is not None else save(tick)
-            hist["wall_seconds"] = wall()
-            raise TrainingInterrupted(state, finalize_history(program, hist, S, E), tick * n, info, unit=program.unit)
+            if self.ckdir is not None:
+                info = self.saved if self.last_saved == tick and self.saved is not None else self.save(tick)
+            self.hist["wall_seconds"] = self.wall()
+            raise TrainingInterrupted(self.state, finalize_history(self.program, self.hist, self.n_seeds,
+                                                                   self.run.eval_episodes),
+                                      tick * self.n, info, unit=self.program.unit)
 
-    u = program.unit_key
-    program.start(state, run)
-    if eval_at_start:
-        do_eval(0)
-    for chunk in chunks:
-        a, b = chunk.start, chunk.start + chunk.ticks
-        tick, seconds = a, 0.0
+    def progress(self, chunk: Chunk, tick: int, k: int, dt: float) -> None:
+        n, u = self.n, self.program.unit_key
+        rate = k * n / max(dt, 1e-9)
+        p = {"phase": chunk.phase, "step": tick * n, "start": self.start_tick * n, "end": self.end_tick * n,
+             "total": self.total_ticks * n, "ticks": k, "steps": k * n, "seconds": dt, "rate": rate,
+             "unit": self.program.unit, u: tick * n, f"start_{u}": self.start_tick * n, f"end_{u}": self.end_tick * n,
+             f"total_{u}": self.total_ticks * n, f"{u}_per_s": rate}
+        p.update(self.program.progress_fields(self.hist))
+        self.opts.progress(p)
+
+    def advance(self, chunk: Chunk) -> float:
+        """The chunk's ticks as wall-time-capped calls (checkpoints and stop requests between
+        them); returns the seconds spent in the calls."""
+        b, n, seconds, tick = chunk.start + chunk.ticks, self.n, 0.0, chunk.start
         while tick < b:
             stop_at = b
-            if ckdir is not None and every is not None:
-                stop_at = min(b, -(-((tick * n) // every + 1) * every // n))  # the next checkpoint's tick
-            k = sizer.ticks(chunk.phase, stop_at - tick)
+            if self.ckdir is not None and self.every is not None:  # the next checkpoint's tick
+                stop_at = min(b, -(-((tick * n) // self.every + 1) * self.every // n))
+            k = self.sizer.ticks(chunk.phase, stop_at - tick)
             t0 = time.perf_counter()
-            state = program.advance(state, tick, k)
+            self.state = self.program.advance(self.state, tick, k)
             dt = time.perf_counter() - t0
-            sizer.record(chunk.phase, k, dt)
+            self.sizer.record(chunk.phase, k, dt)
             seconds += dt
             tick += k
-            program.after_call(state, tick * n)
-            if opts.progress is not None:
-                rate = k * n / max(dt, 1e-9)
-                p = {"phase": chunk.phase, "step": tick * n, "start": start_tick * n, "end": end_tick * n,
-                     "total": total_ticks * n, "ticks": k, "steps": k * n, "seconds": dt, "rate": rate,
-                     "unit": program.unit, u: tick * n, f"start_{u}": start_tick * n, f"end_{u}": end_tick * n,
-                     f"total_{u}": total_ticks * n, f"{u}_per_s": rate}
-                p.update(program.progress_fields(hist))
-                opts.progress(p)
+            self.program.after_call(self.state, tick * n)
+            if self.opts.progress is not None:
+                self.progress(chunk, tick, k, dt)
             if tick < b:  # a boundary inside a chunk of the schedule
-                if checkpoint_due(tick):
-                    save(tick)
-                stop_if_asked(tick)
+                if self.checkpoint_due(tick):
+                    self.save(tick)
+                self.stop_if_asked(tick)
+        return seconds
+
+    def run_chunk(self, chunk: Chunk, callback) -> None:
+        """One chunk of the schedule: its calls, its record (loggers), its evaluation, the
+        callback, the checkpoint and the stop request at its end."""
+        program, n, u = self.program, self.n, self.program.unit_key
+        b = chunk.start + chunk.ticks
+        seconds = self.advance(chunk)
         rec = {"phase": chunk.phase, u: b * n}
-        state = program.chunk_record(state, rec, chunk, run)
-        rec.update(chunk_seconds=seconds, wall_time_s=wall())
+        self.state = program.chunk_record(self.state, rec, chunk, self.run)
+        rec.update(chunk_seconds=seconds, wall_time_s=self.wall())
         rec[f"{u}_per_s"] = chunk.ticks * n / max(seconds, 1e-9)
+        if self.loggers:
+            vals = {f"Train/{k}": _mean(v) for k, v in rec.items() if k not in ("phase", u)}
+            self.log(b, {k: v for k, v in vals.items() if v is not None})
         if chunk.evaluate_after:
-            ev = do_eval(b)
-            rec["eval_position"] = len(hist["evals"]) - 1
+            ev = self.evaluate(b)
+            rec["eval_position"] = len(self.hist["evals"]) - 1
             program.attach_eval(rec, ev)
-        hist["chunks"].append(rec)
+        self.hist["chunks"].append(rec)
         if callback is not None:
             callback(rec)
-        if ckdir is not None and (b == end_tick or checkpoint_due(b)):
-            save(b)
-        if b < end_tick:
-            stop_if_asked(b)
-    if ckdir is not None and not chunks and last_saved[0] != end_tick:
-        save(end_tick)  # nothing to run (a finished run resumed): make sure the end is saved
-    hist["wall_seconds"] = wall()
-    history = finalize_history(program, hist, S, E)
-    program.finish(state, history, end_tick, run)
-    return state, history
+        if self.ckdir is not None and (b == self.end_tick or self.checkpoint_due(b)):
+            self.save(b)
+        if b < self.end_tick:
+            self.stop_if_asked(b)

@@ -1,0 +1,144 @@
+"""What the single-task and multi-task agents share.
+
+* the evaluation keys (:data:`EVAL_KEY_OFFSET`, :func:`eval_key`): an evaluation's initial
+  states come from the seed and the evaluation's position, never from the training stream,
+  so a rerun or a resumed run evaluates on the same states (the official checkpoints'
+  evaluation, :mod:`.official_eval`, uses the same keys);
+* the update metrics (:data:`METRIC_KEYS`) and the hyperparameter check of the constructors;
+* one seed's initial agent state (:func:`init_one`);
+* the evaluation episode (:func:`eval_episode`) and its per-seed batch (:func:`episodes_of_seed`);
+* the per-update loop (:func:`update_loop`) with its hook point: an optional
+  :class:`UpdateHook` folded after every update inside the compiled program, its value
+  carried in the run state (``ext``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from ..model.update import AgentState, init_agent_state
+
+#: evaluation keys are ``PRNGKey(seed + EVAL_KEY_OFFSET)`` folded with the evaluation's indices
+EVAL_KEY_OFFSET = 10_000_019
+#: the scalar metrics of one update (spec §5), as both agents log them
+METRIC_KEYS = ("consistency_loss", "reward_loss", "value_loss", "pi_loss", "total_loss",
+               "grad_norm", "pi_grad_norm", "pi_scale")
+
+
+def eval_key(seed: int, *indices: int):
+    """The evaluation key [2] of ``seed`` at ``indices`` (e.g. the evaluation index; or the
+    updates done and the task): ``PRNGKey(seed + EVAL_KEY_OFFSET)`` folded with each index in
+    turn."""
+    key = jax.random.PRNGKey(int(seed) + EVAL_KEY_OFFSET)
+    for i in indices:
+        key = jax.random.fold_in(key, int(i))
+    return key
+
+
+def check_hyperparameters(owner: str, hyperparameters: dict, config_cls) -> None:
+    """Raise TypeError naming the keys of ``hyperparameters`` that are not fields of
+    ``config_cls`` (and the accepted ones); ``owner`` is the class named in the message."""
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(hyperparameters) - fields)
+    if unknown:
+        raise TypeError(f"{owner}: unknown hyperparameter(s) {unknown}; accepted: {sorted(fields)}")
+
+
+def init_one(wm, key):
+    """(AgentState, run key) of one seed from its PRNGKey: the parameters from the first half
+    of ``split(key)``, the run's stream from the second."""
+    k_params, k_run = jax.random.split(key)
+    return init_agent_state(wm, k_params), k_run
+
+
+def eval_episode(env, act, T: int, H: int, A: int, key):
+    """One evaluation episode: a fresh initial state from ``key``, then T agent steps of
+    ``act(obs, mean, t0, key) -> (env_action, mean)`` (``mean`` [H, A], the planner's warm
+    start, zeros at the start). An episode that terminates stops accumulating reward: its
+    return sums the rewards up to and including the terminal step, and its length counts the
+    agent steps up to and including it (T when it never terminates).
+    Returns (return, length) scalars. Shared by the single- and multi-task agents."""
+    k_reset, k_loop = jax.random.split(key)
+    state, obs = env.reset(k_reset)
+
+    def body(carry, inp):
+        state, obs, mean, ret, length, alive = carry
+        t, k = inp
+        k_act, k_step = jax.random.split(k)
+        a, mean = act(obs, mean, t == 0, k_act)
+        state, out = env.step(state, a, k_step)
+        # where, not alive * reward: an env stepped past its terminal state may return NaN
+        ret = ret + jnp.where(alive > 0, out.reward, 0.0)
+        length = length + alive.astype(jnp.int32)
+        alive = alive * (1.0 - out.terminated.astype(jnp.float32))
+        return (state, out.obs, mean, ret, length, alive), None
+
+    init = (state, obs, jnp.zeros((H, A), jnp.float32), jnp.zeros((), jnp.float32),
+            jnp.zeros((), jnp.int32), jnp.ones((), jnp.float32))
+    (_, _, _, ret, length, _), _ = jax.lax.scan(body, init, (jnp.arange(T), jax.random.split(k_loop, T)))
+    return ret, length
+
+
+def episodes_of_seed(one_episode: Callable, num_episodes: int) -> Callable:
+    """``(params, key) -> (returns [E], lengths [E])``: ``one_episode(params, k)`` for each of
+    the ``num_episodes`` keys ``split(key, E)`` (one seed's evaluation; vmapped over seeds by
+    :func:`tdmpc2core.run.compiled.per_seed`)."""
+    def per_seed(params, key):
+        return jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))
+
+    return per_seed
+
+
+class UpdateHook(NamedTuple):
+    """A per-update hook, folded after every gradient update inside the compiled program.
+
+    ``init() -> value``: the carried value of one seed at the start of a run (a pytree of
+    arrays; the agents keep it in their run state as ``ext``, stacked over seeds, and in
+    checkpoints). ``fold(value, agent_state, metrics) -> value``: called after each update
+    with the agent state and the update's metrics (:data:`METRIC_KEYS` and, episodic,
+    ``termination_loss``; scalars of one seed); it must keep the value's shapes and dtypes.
+    A hook reads the training, it cannot change it: the parameters are those of a run without
+    it.
+    """
+
+    init: Callable[[], Any]
+    fold: Callable[[Any, AgentState, dict], Any]
+
+
+def init_ext(hook: Optional[UpdateHook], n_seeds: int):
+    """The run state's ``ext`` for ``n_seeds`` seeds: None without a hook, else ``hook.init()``
+    stacked on a leading seed axis."""
+    if hook is None:
+        return None
+    return jax.tree_util.tree_map(lambda x: jnp.stack([jnp.asarray(x)] * int(n_seeds)), hook.init())
+
+
+def update_loop(n_updates, step: Callable, agent_state: AgentState, metrics: dict,
+                hook: Optional[UpdateHook] = None, ext=None):
+    """``n_updates`` (traced) gradient updates of one seed in a ``lax.fori_loop``: the loop of
+    both agents' training programs. ``step(j, agent_state) -> (agent_state, metrics)`` is the
+    j-th update (its batch and key); ``metrics`` the value before the first one.
+
+    Without ``hook`` the loop carries (agent_state, metrics), the program of the agents
+    without hooks. With one, ``ext`` is carried too and ``hook.fold(ext, agent_state,
+    metrics)`` runs after each update. Returns (agent_state, metrics, ext)."""
+    if hook is None:
+        def body(j, carry):
+            return step(j, carry[0])
+
+        agent_state, metrics = jax.lax.fori_loop(0, n_updates, body, (agent_state, metrics))
+        return agent_state, metrics, ext
+
+    def body_hooked(j, carry):
+        st, _, value = carry
+        st, m = step(j, st)
+        return st, m, hook.fold(value, st, m)
+
+    return jax.lax.fori_loop(0, n_updates, body_hooked, (agent_state, metrics, ext))
+
+
+__all__ = ["EVAL_KEY_OFFSET", "METRIC_KEYS", "eval_key", "check_hyperparameters", "init_one", "eval_episode",
+           "episodes_of_seed", "UpdateHook", "init_ext", "update_loop"]

@@ -1,0 +1,191 @@
+"""The multi-task agent's evaluation (spec §10): its environments, return ranges, acting and
+evaluation programs, and the normalized score.
+
+Each task is evaluated in its own environment (built with the task's action repeat and
+episode length from the dataset's task table), the planner in eval mode with the task's
+embedding and action mask on zero-padded observations; the env receives the task's own
+action dims. Keys come from the seed, the updates done and the task
+(:func:`tdmpc2core.agents.common.eval_key`).
+"""
+from __future__ import annotations
+
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+
+from ..model.planner import act_with_policy, plan
+from ..model.update import embed
+from ..run.compiled import Compiled, per_seed
+from .common import episodes_of_seed, eval_episode, eval_key
+
+
+def _is_playground(env_id: str) -> bool:
+    from ..envs import suite_of
+
+    return suite_of(env_id) == "playground"
+
+
+def _make_eval_env(agent, t, spec):
+    """The evaluation env of task ``t`` from ``spec`` (an env id or an Env), checked against
+    the task table (obs dim, action dim, T, action repeat); raises ValueError / TypeError."""
+    from ..envs import Env, make_env
+
+    if isinstance(spec, Env):
+        env = spec
+    elif isinstance(spec, str):
+        env = make_env(spec, action_repeat=int(t.action_repeat),
+                       episode_length=int(t.episode_length) * int(t.action_repeat),
+                       backend=agent.backend if _is_playground(spec) else None)
+    else:
+        raise TypeError(f"eval_envs entry for task {t.name!r}: expected an env id or an Env, got "
+                        f"{type(spec).__name__}")
+    s = env.spec
+    got = dict(obs_dim=s.obs_dim, action_dim=s.action_dim, episode_length=s.episode_length,
+               action_repeat=s.action_repeat)
+    want = dict(obs_dim=int(t.obs_dim), action_dim=int(t.action_dim), episode_length=int(t.episode_length),
+                action_repeat=int(t.action_repeat))
+    bad = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+    if bad:
+        raise ValueError(
+            f"eval env {s.env_id!r} does not match task {t.name!r} of the dataset: "
+            + ", ".join(f"{k} {g} (env) vs {w} (task table)" for k, (g, w) in bad.items())
+            + (" (gymnax envs keep their own time limit)" if s.suite == "gymnax" else ""))
+    return env
+
+
+def build_eval_envs(agent, eval_envs):
+    """The agent's evaluation envs from the constructor's ``eval_envs`` (None/False: none;
+    True: the task table's env ids; or one entry per task: env id, Env or None)."""
+    if eval_envs is None or eval_envs is False:
+        return None
+    if eval_envs is True:
+        missing = [t.name for t in agent.tasks if not t.env_id]
+        if missing:
+            raise ValueError(f"eval_envs=True needs every task's env_id in the dataset's task table; "
+                             f"{missing} have none: pass eval_envs, one env per task")
+        eval_envs = [t.env_id for t in agent.tasks]
+    eval_envs = list(eval_envs)
+    if len(eval_envs) != agent.num_tasks:
+        raise ValueError(f"eval_envs has {len(eval_envs)} entries; the dataset has {agent.num_tasks} tasks "
+                         f"{agent.task_names} (one env per task, in task-id order; None: not evaluated)")
+    if all(e is None for e in eval_envs):
+        raise ValueError("eval_envs names no env (every entry is None): pass eval_envs=None to train "
+                         "without evaluating")
+    # None: a task trained on but not evaluated (e.g. no environment for it)
+    return [None if spec is None else _make_eval_env(agent, t, spec) for t, spec in zip(agent.tasks, eval_envs)]
+
+
+def resolve_ranges(agent, return_ranges):
+    """{task name: (low, high) or None}: the declared ranges, else (0, T x action repeat) for
+    DM Control tasks (Playground or dm_control), else None (a warning for evaluated tasks)."""
+    given = dict(return_ranges or {})
+    unknown = sorted(set(given) - set(agent.task_names))
+    if unknown:
+        raise ValueError(f"return_ranges names unknown task(s) {unknown}; tasks: {agent.task_names}")
+    out = {}
+    for i, t in enumerate(agent.tasks):
+        if t.name in given:
+            lo, hi = (float(x) for x in given[t.name])
+            if not hi > lo:
+                raise ValueError(f"return_ranges[{t.name!r}] = {given[t.name]!r}: need low < high")
+            out[t.name] = (lo, hi)
+        elif agent.eval_envs is not None and agent.eval_envs[i] is not None and \
+                agent.eval_envs[i].spec.suite in ("playground", "dmcontrol"):
+            # DM Control (Playground's MJX ports or dm_control itself): rewards in [0, 1] per
+            # simulator step (the paper's return / 10)
+            out[t.name] = (0.0, float(t.episode_length * t.action_repeat))
+        else:
+            out[t.name] = None
+    if agent.eval_envs is not None:
+        missing = [n for i, (n, r) in enumerate(out.items()) if r is None and agent.eval_envs[i] is not None]
+        if missing:
+            warnings.warn(f"no declared return range for task(s) {missing}: their normalized score, and the "
+                          "mean normalized score over tasks, are NaN (pass return_ranges)", stacklevel=3)
+    return out
+
+
+def act_program(agent, task: int, eval_mode: bool) -> Compiled:
+    """(params, padded obs, prev_mean, t0, key) -> (action [task action dim], mean [H, A]) of
+    task ``task`` for one seed (planner, or the policy prior with ``mpc=False``)."""
+    a_dim, gamma = int(agent.tasks[task].action_dim), agent.task_gammas[agent.task_names[task]]
+    mask = jnp.asarray(agent.masks[task])
+    cfg, wm = agent.cfg, agent.wm
+
+    def one(params, obs, prev_mean, t0, key):
+        e = embed(params["task_emb"], task)
+        if not cfg.mpc:
+            return act_with_policy(wm, params, obs, eval_mode, key, e, mask)[:a_dim], prev_mean
+        a, mean = plan(wm, params, obs, prev_mean, t0, eval_mode, gamma, key, e, mask)
+        return a[:a_dim], mean
+
+    return per_seed(one, name="act", batched=False, devices=agent.devices)
+
+
+def eval_program(agent, task: int, num_episodes: int) -> Compiled:
+    """(params [S, ...], keys [S, 2]) -> (returns, lengths) [S, E] of task ``task``."""
+    env, cfg, wm = agent.eval_envs[task], agent.cfg, agent.wm
+    T, H, A, O = env.spec.episode_length, cfg.horizon, agent.action_dim, agent.obs_dim
+    a_dim, pad = env.spec.action_dim, O - env.spec.obs_dim
+    gamma = agent.task_gammas[agent.task_names[task]]
+    mask = jnp.asarray(agent.masks[task])
+
+    def one_episode(params, key):
+        e = embed(params["task_emb"], task)  # renormalised at look-up, not written back (M2)
+
+        def act(obs, mean, t0, k):
+            o = jnp.pad(obs, (0, pad))
+            if cfg.mpc:
+                a, mean = plan(wm, params, o, mean, t0, True, gamma, k, e, mask)
+            else:
+                a = act_with_policy(wm, params, o, True, k, e, mask)
+            return a[:a_dim], mean  # the env gets its own dims only
+
+        return eval_episode(env, act, T, H, A, key)
+
+    return per_seed(episodes_of_seed(one_episode, num_episodes), name="eval", compile_seconds=agent.compile_seconds,
+                    devices=agent.devices)
+
+
+def eval_keys(seeds, updates: int, task: int):
+    """Evaluation keys [S, 2]: from the seed, the updates done and the task (the same
+    initial states when a run is repeated or continued in chunks)."""
+    return jnp.stack([eval_key(s, updates, task) for s in seeds])
+
+
+def normalized_score(agent, returns, task_ids=None) -> np.ndarray:
+    """100 (return - low) / (high - low) per task on the last axis ([..., num_tasks], or
+    [..., len(task_ids)] for the tasks ``task_ids``); NaN for a task without a declared range."""
+    r = np.asarray(returns, np.float64)
+    out = np.full(r.shape, np.nan)
+    names = agent.task_names if task_ids is None else [agent.task_names[i] for i in task_ids]
+    for i, name in enumerate(names):
+        rng = agent.return_ranges.get(name)
+        if rng is not None:
+            out[..., i] = 100.0 * (r[..., i] - rng[0]) / (rng[1] - rng[0])
+    return out
+
+
+def evaluate(agent, state, num_episodes: int) -> dict:
+    """Every seed on every evaluated task (:meth:`tdmpc2core.TDMPC2MultiTask.evaluate`)."""
+    if agent.eval_envs is None:
+        raise ValueError("TDMPC2MultiTask.evaluate: this agent has no eval_envs (built with eval_envs=None); "
+                         "pass eval_envs=True (the task table's env ids) or one env per task")
+    seeds = [int(s) for s in np.asarray(state.seed)]
+    updates = int(np.asarray(state.agent.updates)[0])
+    rets, lens = [], []
+    ids = agent.eval_task_ids
+    for i in ids:
+        r, l = agent._eval_fn(i, int(num_episodes))(state.agent.params, eval_keys(seeds, updates, i))
+        rets.append(np.asarray(r))
+        lens.append(np.asarray(l))
+    returns = np.stack(rets, axis=1).astype(np.float64)  # [S, K, E]
+    per_task = returns.mean(axis=-1)
+    norm = normalized_score(agent, per_task, ids)
+    return {"tasks": agent.eval_task_names, "updates": updates, "returns": returns,
+            "lengths": np.stack(lens, axis=1), "return": per_task, "mean_return": per_task.mean(axis=-1),
+            "normalized_score_per_task": norm, "normalized_score": norm.mean(axis=-1)}
+
+
+__all__ = ["build_eval_envs", "resolve_ranges", "act_program", "eval_program", "eval_keys", "normalized_score",
+           "evaluate"]

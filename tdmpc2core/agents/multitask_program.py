@@ -1,0 +1,99 @@
+"""The multi-task agent for the run driver (:class:`OfflineProgram`): a tick is one update of
+every seed; chunks also end at every ``log_every`` updates (a training-metric record);
+non-finite metrics end the run."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from ..run.driver import EvalField, RunProgram
+from .common import METRIC_KEYS
+
+# history key <- evaluate() key
+_EVAL_FIELDS = (("eval_returns", "returns"), ("eval_lengths", "lengths"), ("eval_return", "return"),
+                ("eval_mean_return", "mean_return"), ("normalized_score_per_task", "normalized_score_per_task"),
+                ("normalized_score", "normalized_score"))
+
+
+class OfflineProgram(RunProgram):
+    """:class:`TDMPC2MultiTask` for the run driver: a tick is one update of every seed; chunks
+    also end at every ``log_every`` updates (a training-metric record)."""
+
+    unit = "updates"
+    unit_key = "updates"
+    phases = ("train",)
+    steps_per_tick = 1
+    attached_keys = ("eval_mean_return", "normalized_score", "eval_return")
+
+    def __init__(self, agent):
+        self.agent = agent
+
+    def init_state(self, seeds, total_steps):
+        return self.agent.init(seeds)
+
+    def state_tick(self, state) -> int:
+        return int(np.asarray(state.agent.updates)[0])
+
+    def state_seeds(self, state):
+        return [int(s) for s in np.asarray(state.seed)]
+
+    def cuts(self, start_tick, end_tick, run):
+        every = dict(run.extra).get("log_every")
+        return set(range((start_tick // every + 1) * every, end_tick, every)) if every else set()
+
+    def advance(self, state, start_tick, n_ticks):
+        return jax.block_until_ready(self.agent.run_updates(state, n_ticks))
+
+    def chunk_record(self, state, rec, chunk, run):
+        rec["chunk_updates"] = chunk.ticks
+        for k in METRIC_KEYS:
+            rec[k] = np.asarray(state.metrics[k])
+        bad = [k for k in METRIC_KEYS if not np.all(np.isfinite(rec[k]))]
+        if bad:
+            raise FloatingPointError(f"non-finite training metrics {bad} after {rec['updates']} updates")
+        return state
+
+    def evaluate(self, state, tick, run) -> dict:
+        res = self.agent.evaluate(state, run.eval_episodes)
+        return {"eval_updates": int(np.asarray(state.agent.updates)[0]),
+                **{key: res[src] for key, src in _EVAL_FIELDS}}
+
+    def eval_fields(self, n_seeds, eval_episodes):
+        S, K, E = n_seeds, len(self.agent.eval_task_ids), eval_episodes
+        shapes = {"eval_returns": (S, K, E), "eval_lengths": (S, K, E), "eval_return": (S, K),
+                  "eval_mean_return": (S,), "normalized_score_per_task": (S, K), "normalized_score": (S,)}
+        return [EvalField("eval_updates", "eval_updates", np.int64)] + [
+            EvalField(key, key, np.int32 if key == "eval_lengths" else np.float64, shapes[key])
+            for key, _ in _EVAL_FIELDS]
+
+    def attach_eval(self, rec, ev):
+        rec["eval_mean_return"] = np.asarray(ev["eval_mean_return"])
+        rec["normalized_score"] = np.asarray(ev["normalized_score"])
+        rec["eval_return"] = np.asarray(ev["eval_return"])
+
+    def finalize(self, history):
+        history["tasks"] = self.agent.eval_task_names if self.agent.eval_envs is not None else \
+            list(self.agent.task_names)
+
+    def eval_log(self, ev):
+        return {"episodic mean reward": ev["eval_mean_return"], "normalized score": ev["normalized_score"]}
+
+    def progress_fields(self, hist):
+        evals = hist["evals"]
+        return {"last_normalized_score": np.asarray(evals[-1]["normalized_score"]) if evals else None}
+
+    def identity(self) -> dict:
+        """The class, the configuration (hyperparameters and the task table), the data's
+        SHA-256 and the evaluation envs: what makes a checkpoint this agent's."""
+        agent = self.agent
+        envs = None if agent.eval_envs is None else [
+            None if e is None else [e.spec.env_id, e.spec.suite, e.spec.backend, repr(e._token)]
+            for e in agent.eval_envs]
+        return {"agent_class": type(agent).__name__, "agent": agent.config, "dataset_sha256": agent.dataset_sha256,
+                "eval_envs": envs}
+
+    def meta(self, state, tick):
+        return {"tasks": list(self.agent.task_names)}
+
+
+__all__ = ["OfflineProgram"]

@@ -1,0 +1,156 @@
+"""The agents' extension points (issue 25): one place compiling per-seed programs
+(``run.compiled.per_seed``, one device today), the per-update hook folded inside the compiled
+update loops of both agents (``agents.common.UpdateHook``), and the loggers the run driver
+calls after each chunk record and evaluation (``run.loggers``)."""
+from __future__ import annotations
+
+import csv
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tdmpc2core import TDMPC2
+from tdmpc2core.agents.common import EVAL_KEY_OFFSET, UpdateHook, eval_key
+from tdmpc2core.agents.multitask import TDMPC2MultiTask
+from tdmpc2core.run import loggers as lg
+from tdmpc2core.run.compiled import MULTI_DEVICE_MESSAGE, check_devices, per_seed
+
+from test_multitask import TINY, leaves, make_dataset, random_episodes, task
+
+COUNT = UpdateHook(init=lambda: jnp.zeros((), jnp.int32), fold=lambda c, st, m: c + 1)
+NOOP = UpdateHook(init=lambda: jnp.zeros((), jnp.float32), fold=lambda c, st, m: c)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# --------------------------------------------------------------------- per_seed and devices
+def test_per_seed_compiles_vmapped_programs_on_one_device_and_refuses_more():
+    timings = {}
+    f = per_seed(lambda x, y: x * y, name="mul", compile_seconds=timings, in_axes=(0, None))
+    out = f(jnp.arange(3.0), jnp.float32(2.0))
+    np.testing.assert_array_equal(np.asarray(out), [0.0, 2.0, 4.0])
+    assert timings["mul"]["calls_compiled"] == 1
+    g = per_seed(lambda x, k: x * k, name="static", batched=False, static_argnums=(1,))
+    np.testing.assert_array_equal(np.asarray(g(jnp.ones(2), 3)), [3.0, 3.0])
+    np.testing.assert_array_equal(np.asarray(g(jnp.ones(2), 4)), [4.0, 4.0])  # a new static value, a new program
+    dev = jax.devices()[0]
+    check_devices(None)
+    check_devices([dev])
+    check_devices(jax.sharding.Mesh(np.array([dev]), ("seed",)))
+    with pytest.raises(ValueError, match="issue 28"):
+        per_seed(lambda x: x, name="two", devices=[dev, dev])
+    assert "issue 28" in MULTI_DEVICE_MESSAGE
+    with pytest.raises(TypeError, match="jax.Device"):
+        check_devices(["cpu"])
+    with pytest.raises(ValueError, match="batched=False"):
+        per_seed(lambda x, k: x, name="bad", static_argnums=(1,))
+    with pytest.raises(ValueError, match="issue 28"):
+        TDMPC2MultiTask(pool(), batch_size=8, devices=[dev, dev], **TINY)
+
+
+def test_eval_keys_are_shared_by_the_agents():
+    assert EVAL_KEY_OFFSET == 10_000_019
+    want = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(3 + 10_000_019), 5), 1)
+    np.testing.assert_array_equal(np.asarray(eval_key(3, 5, 1)), np.asarray(want))
+
+
+# --------------------------------------------------------------------- the per-update hook
+def pool():
+    rng = np.random.default_rng(0)
+    tasks = [task("a", 3, 1, 12), task("b", 2, 2, 12)]
+    return make_dataset([random_episodes(rng, 3, 12, 3, 1), random_episodes(rng, 3, 12, 2, 2)], tasks)
+
+
+@pytest.mark.parametrize("budget", [None, 1024], ids=["device", "host"])
+def test_update_hook_counts_updates_and_a_noop_hook_changes_no_parameter(budget):
+    data = pool()
+    kw = dict(batch_size=8, device_budget_bytes=budget, host_block_updates=3, **TINY)
+    counted = TDMPC2MultiTask(data, post_update=COUNT, **kw)
+    st, _ = counted.train(seed=[0, 1], n_timesteps=4)
+    st, _ = counted.train(state=st, n_timesteps=3)  # the count is carried across calls, in the state
+    np.testing.assert_array_equal(np.asarray(st.ext), [7, 7])
+    np.testing.assert_array_equal(np.asarray(st.ext), np.asarray(st.agent.updates))
+    plain, _ = TDMPC2MultiTask(data, **kw).train(seed=[0, 1], n_timesteps=7)
+    assert plain.ext is None
+    for a, b in zip(leaves(plain.agent), leaves(st.agent)):
+        np.testing.assert_array_equal(a, b)
+    if budget is None:
+        noop, _ = TDMPC2MultiTask(data, post_update=NOOP, **kw).train(seed=[0, 1], n_timesteps=7)
+        for a, b in zip(leaves(plain.agent), leaves(noop.agent)):
+            np.testing.assert_array_equal(a, b)
+
+
+# --------------------------------------------------------------------- loggers
+def test_csv_logger_header_from_the_first_record_new_columns_and_resume(tmp_path):
+    path = tmp_path / "logs" / "run.csv"
+    log = lg.make_logger("csv", path=path)
+    log.log(10, {"Train/a": 1.5, "Train/b": float("nan")})
+    log.log(20, {"Train/a": 2.0})
+    log.log(20, {"Eval/episodic mean reward": -3.25})  # a new column: the file is rewritten with it
+    log.close()
+    rows = read_csv(path)
+    assert list(rows[0]) == ["step", "Train/a", "Train/b", "Eval/episodic mean reward"]
+    assert [r["step"] for r in rows] == ["10", "20", "20"]
+    assert rows[0]["Train/b"] == "nan" and rows[1]["Train/b"] == "" and rows[0]["Eval/episodic mean reward"] == ""
+    assert float(rows[2]["Eval/episodic mean reward"]) == -3.25
+    again = lg.CSVLogger(path)  # a resumed run appends to the same file
+    again.log(30, {"Train/a": 3.0})
+    assert [r["step"] for r in read_csv(path)] == ["10", "20", "20", "30"]
+    (tmp_path / "other.csv").write_text("x,y\n1,2\n")
+    with pytest.raises(ValueError, match="other.csv.*'step'"):
+        lg.CSVLogger(tmp_path / "other.csv")
+
+
+def test_logger_registry():
+    assert "csv" in lg.logger_kinds()
+    with pytest.raises(ValueError, match="unknown logger kind 'nope'; registered: .*csv"):
+        lg.make_logger("nope")
+    with pytest.raises(ValueError, match="already registered"):
+        lg.register_logger("csv", lg.CSVLogger)
+    with pytest.raises(TypeError, match="callable"):
+        lg.register_logger("not-callable", 3)
+    with pytest.raises(TypeError, match="log\\(step, metrics\\)"):
+        TDMPC2MultiTask(pool(), batch_size=8, **TINY).train(n_timesteps=1, loggers=[object()])
+
+
+class Failing:
+    calls = 0
+
+    def log(self, step, metrics):
+        Failing.calls += 1
+        raise OSError("disk\nfull")
+
+    def close(self):
+        pass
+
+
+def test_single_task_run_logs_to_csv_drops_a_failing_logger_and_counts_updates(tmp_path):
+    agent = TDMPC2("Pendulum-v1", n_envs=1, model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16,
+                   num_elites=4, num_pi_trajs=2, iterations=1, batch_size=16, seed_steps=200, post_update=COUNT)
+    path = tmp_path / "train.csv"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        state, hist = agent.train(seed=[0, 1], n_timesteps=210, eval_every=200, eval_episodes=1,
+                                  loggers=[Failing(), lg.make_logger("csv", path=path)])
+    dropped = [w for w in caught if "Failing" in str(w.message)]
+    assert len(dropped) == 1 and Failing.calls == 1  # warned once, then never called again
+    assert "\n" not in str(dropped[0].message) and "disk full" in str(dropped[0].message)
+    np.testing.assert_array_equal(np.asarray(state.ext), np.asarray(state.agent.updates))
+    assert int(np.asarray(state.ext)[0]) == 200 + 9  # the burst at tick 200, then one per tick to 209
+    rows = read_csv(path)
+    evals = [r for r in rows if r["Eval/episodic mean reward"]]
+    trains = [r for r in rows if r["Train/consistency_loss"]]
+    assert [int(r["step"]) for r in evals] == list(hist["eval_agent_steps"])  # 0, 200, 210
+    assert [int(r["step"]) for r in trains] == [c["agent_steps"] for c in hist["chunks"]]
+    np.testing.assert_allclose([float(r["Eval/episodic mean reward"]) for r in evals],
+                               hist["eval_return"].mean(axis=1), rtol=1e-6)
+    assert [int(float(r["Eval/env_frames"])) for r in evals] == list(hist["eval_env_frames"])
+    last = hist["chunks"][-1]
+    assert float(trains[-1]["Train/updates"]) == float(np.mean(last["updates"]))
+    assert float(trains[-1]["Train/env_frames"]) == last["env_frames"]
