@@ -168,7 +168,7 @@ class TDMPC2MultiTask:
         # seed_steps are per task / unused here
         self.cfg = dataclasses.replace(
             resolve_config(user_cfg, episode_length=min(t.episode_length for t in self.tasks),
-                           action_dim=self.action_dim),
+                           action_dim=self.action_dim, backend=jax.default_backend()),
             gamma=user_cfg.gamma, seed_steps=None)
         c = self.cfg
         #: task name -> discount (Python floats, as the single-task agent's ``gamma``)

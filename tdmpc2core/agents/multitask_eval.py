@@ -14,16 +14,24 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 
+from ..envs.registry import get_suite
 from ..model.planner import act_with_policy, plan
 from ..model.update import embed
 from ..run.compiled import Compiled, per_seed
 from .common import episodes_of_seed, eval_episode, eval_key
 
 
-def _is_playground(env_id: str) -> bool:
-    from ..envs import suite_of
+def _takes_backend(env_id: str) -> bool:
+    """Whether the env id's suite takes a physics ``backend`` (the registry's Suite)."""
+    from ..envs import suite_for
 
-    return suite_of(env_id) == "playground"
+    return suite_for(env_id).takes_backend
+
+
+def _keeps_own_time_limit(suite_name: str) -> bool:
+    """Whether envs of the suite named ``suite_name`` keep their own time limit (gymnax)."""
+    suite = get_suite(suite_name, None)
+    return suite is not None and not suite.keeps_episode_length
 
 
 def _make_eval_env(agent, t, spec):
@@ -36,7 +44,7 @@ def _make_eval_env(agent, t, spec):
     elif isinstance(spec, str):
         env = make_env(spec, action_repeat=int(t.action_repeat),
                        episode_length=int(t.episode_length) * int(t.action_repeat),
-                       backend=agent.backend if _is_playground(spec) else None)
+                       backend=agent.backend if _takes_backend(spec) else None)
     else:
         raise TypeError(f"eval_envs entry for task {t.name!r}: expected an env id or an Env, got "
                         f"{type(spec).__name__}")
@@ -50,7 +58,7 @@ def _make_eval_env(agent, t, spec):
         raise ValueError(
             f"eval env {s.env_id!r} does not match task {t.name!r} of the dataset: "
             + ", ".join(f"{k} {g} (env) vs {w} (task table)" for k, (g, w) in bad.items())
-            + (" (gymnax envs keep their own time limit)" if s.suite == "gymnax" else ""))
+            + (f" ({s.suite} envs keep their own time limit)" if _keeps_own_time_limit(s.suite) else ""))
     return env
 
 
@@ -90,11 +98,11 @@ def resolve_ranges(agent, return_ranges):
             if not hi > lo:
                 raise ValueError(f"return_ranges[{t.name!r}] = {given[t.name]!r}: need low < high")
             out[t.name] = (lo, hi)
-        elif agent.eval_envs is not None and agent.eval_envs[i] is not None and \
-                agent.eval_envs[i].spec.suite in ("playground", "dmcontrol"):
-            # DM Control (Playground's MJX ports or dm_control itself): rewards in [0, 1] per
-            # simulator step (the paper's return / 10)
-            out[t.name] = (0.0, float(t.episode_length * t.action_repeat))
+        elif agent.eval_envs is not None and agent.eval_envs[i] is not None:
+            # the suite's declared reward range per simulator step (DM Control, Playground's MJX
+            # ports or dm_control itself: [0, 1], the paper's return / 10), else None
+            suite = get_suite(agent.eval_envs[i].spec.suite, None)
+            out[t.name] = suite.return_range(int(t.episode_length * t.action_repeat)) if suite else None
         else:
             out[t.name] = None
     if agent.eval_envs is not None:

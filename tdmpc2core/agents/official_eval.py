@@ -425,7 +425,7 @@ def _evaluate_multi(ckpt: OfficialCheckpoint, selected, proto: _Protocol):
     widths = arch.config_kwargs()
     size = widths.pop("model_size")
     cfg = resolve_config(TDMPC2Config(model_size=size, **widths, **proto.planner), episode_length=T_min,
-                         action_dim=arch.action_dim)
+                         action_dim=arch.action_dim, backend=jax.default_backend())
     wm = WorldModel(cfg, arch.obs_dim, arch.action_dim, arch.task_dim, arch.num_tasks)
     params = jax.tree_util.tree_map(jnp.asarray, ckpt.weights.params)
     plan_fn = per_seed(_plan_batch(wm), name="plan", compile_seconds=proto.compile_seconds, batched=False)

@@ -149,7 +149,7 @@ class TDMPC2:
         user_cfg = TDMPC2Config(model_size=model_size, **hyperparameters)
         # n_envs: the first update is checked too (seed_steps, batch_size; the workflow runs the same check)
         self.cfg = resolve_config(user_cfg, episode_length=self.episode_length, action_dim=self.spec.action_dim,
-                                  n_envs=self.n_envs)
+                                  n_envs=self.n_envs, backend=jax.default_backend())
         self.gamma = float(self.cfg.gamma)
         self.seed_steps = int(self.cfg.seed_steps)
         self.episodic = bool(self.cfg.episodic)

@@ -4,7 +4,7 @@
 ``results/single/{task}/seed{S}/``) and of ``tdmpc2 train-multi`` (one per job, under
 ``results/multi/{pool}/size{n}/``) have the columns of :data:`SCHEMAS`, in that order, with
 those Arrow types. The update metrics' names are the agents' (``METRIC_KEYS`` of
-:mod:`tdmpc2core.agents.online`, plus ``termination_loss`` in an episodic single-task run).
+:mod:`tdmpc2core.agents.common`, plus ``termination_loss`` in an episodic single-task run).
 :func:`write_table` is the one writer; the ``*_columns`` functions turn a training history
 (``train``'s second result, :mod:`tdmpc2core.run.driver`) into its columns.
 
@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from ..agents.online import METRIC_KEYS
+from ..agents.common import METRIC_KEYS
 
 #: the update metrics of both agents, one float64 column each in metrics.parquet
 TRAINING_METRICS: tuple[str, ...] = tuple(METRIC_KEYS)
