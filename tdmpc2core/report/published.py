@@ -18,6 +18,8 @@ import functools
 from importlib import resources
 from typing import Optional
 
+from ..resources import PLAYGROUND_TO_DMC
+
 #: The methods of the published file, in the order the tables show them.
 METHODS = ("tdmpc2", "tdmpc", "sac", "dreamerv3")
 METHOD_LABELS = {"tdmpc2": "TD-MPC2", "tdmpc": "TD-MPC", "sac": "SAC", "dreamerv3": "DreamerV3"}
@@ -25,35 +27,8 @@ METHOD_LABELS = {"tdmpc2": "TD-MPC2", "tdmpc": "TD-MPC", "sac": "SAC", "dreamerv
 #: The action repeat of the published DMC curves (agent_steps = env_steps / 2).
 PUBLISHED_ACTION_REPEAT = 2
 
-#: MuJoCo Playground DM Control suite name -> dm_control task name of the published curve
-#: (the 22 Playground tasks that have one; /work/shared/reference/README.md). The same table as
-#: the Playground suite's ``published`` (tdmpc2core.envs.suites.playground.PUBLISHED, the
-#: registry's; ``report/`` imports no ``envs/``, so it is kept here for this layer's readers and
-#: tests/test_suites.py checks the two agree).
-PLAYGROUND_TO_DMC: dict[str, str] = {
-    "AcrobotSwingup": "acrobot-swingup",
-    "BallInCup": "cup-catch",
-    "CartpoleBalance": "cartpole-balance",
-    "CartpoleBalanceSparse": "cartpole-balance-sparse",
-    "CartpoleSwingup": "cartpole-swingup",
-    "CartpoleSwingupSparse": "cartpole-swingup-sparse",
-    "CheetahRun": "cheetah-run",
-    "FingerSpin": "finger-spin",
-    "FingerTurnEasy": "finger-turn-easy",
-    "FingerTurnHard": "finger-turn-hard",
-    "FishSwim": "fish-swim",
-    "HopperHop": "hopper-hop",
-    "HopperStand": "hopper-stand",
-    "HumanoidStand": "humanoid-stand",
-    "HumanoidWalk": "humanoid-walk",
-    "HumanoidRun": "humanoid-run",
-    "PendulumSwingup": "pendulum-swingup",
-    "ReacherEasy": "reacher-easy",
-    "ReacherHard": "reacher-hard",
-    "WalkerRun": "walker-run",
-    "WalkerStand": "walker-stand",
-    "WalkerWalk": "walker-walk",
-}
+#: dm_control task name of a published curve -> its MuJoCo Playground task: the inverse of
+#: tdmpc2core.resources.PLAYGROUND_TO_DMC (one table, also read by the registry's Playground suite)
 DMC_TO_PLAYGROUND: dict[str, str] = {v: k for k, v in PLAYGROUND_TO_DMC.items()}
 
 _COLUMNS = ("method", "task", "env_steps", "agent_steps", "mean_return", "sd_return", "n_seeds")

@@ -9,6 +9,34 @@ import csv
 import functools
 from importlib import resources
 
+#: MuJoCo Playground DM Control task -> the dm_control task name of its published TD-MPC2 curve
+#: (the 22 Playground tasks that have one; ../shared/reference README): read by the Playground
+#: suite (envs/suites/playground.py) and the report (report/published.py)
+PLAYGROUND_TO_DMC: dict[str, str] = {
+    "AcrobotSwingup": "acrobot-swingup",
+    "BallInCup": "cup-catch",
+    "CartpoleBalance": "cartpole-balance",
+    "CartpoleBalanceSparse": "cartpole-balance-sparse",
+    "CartpoleSwingup": "cartpole-swingup",
+    "CartpoleSwingupSparse": "cartpole-swingup-sparse",
+    "CheetahRun": "cheetah-run",
+    "FingerSpin": "finger-spin",
+    "FingerTurnEasy": "finger-turn-easy",
+    "FingerTurnHard": "finger-turn-hard",
+    "FishSwim": "fish-swim",
+    "HopperHop": "hopper-hop",
+    "HopperStand": "hopper-stand",
+    "HumanoidStand": "humanoid-stand",
+    "HumanoidWalk": "humanoid-walk",
+    "HumanoidRun": "humanoid-run",
+    "PendulumSwingup": "pendulum-swingup",
+    "ReacherEasy": "reacher-easy",
+    "ReacherHard": "reacher-hard",
+    "WalkerRun": "walker-run",
+    "WalkerStand": "walker-stand",
+    "WalkerWalk": "walker-walk",
+}
+
 #: where the official task lists (``official_task_sets.csv``: names and order) come from
 OFFICIAL_TASK_SETS_SOURCE = {
     "repository": "nicklashansen/tdmpc2",

@@ -10,33 +10,11 @@ from __future__ import annotations
 
 from tdmpc2core.envs.ids import PLAYGROUND_DMC_ENVS
 from tdmpc2core.envs.registry import Suite, SuiteReport
+from tdmpc2core.resources import PLAYGROUND_TO_DMC
 
 #: Playground DM Control task -> dm_control task name of its published curve
-#: (/work/shared/reference/README.md; tests/test_suites.py checks it against report/published.py).
-PUBLISHED: dict[str, str] = {
-    "AcrobotSwingup": "acrobot-swingup",
-    "BallInCup": "cup-catch",
-    "CartpoleBalance": "cartpole-balance",
-    "CartpoleBalanceSparse": "cartpole-balance-sparse",
-    "CartpoleSwingup": "cartpole-swingup",
-    "CartpoleSwingupSparse": "cartpole-swingup-sparse",
-    "CheetahRun": "cheetah-run",
-    "FingerSpin": "finger-spin",
-    "FingerTurnEasy": "finger-turn-easy",
-    "FingerTurnHard": "finger-turn-hard",
-    "FishSwim": "fish-swim",
-    "HopperHop": "hopper-hop",
-    "HopperStand": "hopper-stand",
-    "HumanoidStand": "humanoid-stand",
-    "HumanoidWalk": "humanoid-walk",
-    "HumanoidRun": "humanoid-run",
-    "PendulumSwingup": "pendulum-swingup",
-    "ReacherEasy": "reacher-easy",
-    "ReacherHard": "reacher-hard",
-    "WalkerRun": "walker-run",
-    "WalkerStand": "walker-stand",
-    "WalkerWalk": "walker-walk",
-}
+#: (tdmpc2core.resources, the one copy of the table)
+PUBLISHED: dict[str, str] = PLAYGROUND_TO_DMC
 
 
 def _build(env_id, *, action_repeat, episode_length, env_params, backend):
