@@ -152,7 +152,13 @@ def test_pipeline_imports_neither_jax_nor_snakemake():
 
 # suite names are dispatched on in the registry alone (tdmpc2core/envs/registry.py and one
 # module per suite under envs/suites/): nowhere else compares with, or indexes by, a suite name
-SUITE_NAMES = {"gymnax", "brax", "playground", "dmcontrol"}
+def _builtin_suite_names() -> set[str]:
+    from tdmpc2core.envs.suites import BUILTIN
+
+    return {s.name for s in BUILTIN}
+
+
+SUITE_NAMES = _builtin_suite_names()  # every built-in suite, one added tomorrow included
 REGISTRY = {"envs/registry.py", "envs/suites"}
 
 
@@ -203,3 +209,4 @@ def test_the_dispatch_check_sees_a_dispatch():
     for code in ('x == "gymnax"', 'x in ("brax", "y")', '{"playground": 1}[k]', 'd["dmcontrol"]'):
         assert _suite_dispatch(ast.parse(code)), code
     assert not _suite_dispatch(ast.parse('x == "pendulum"'))
+    assert {"gymnax", "brax", "playground", "dmcontrol"} <= SUITE_NAMES

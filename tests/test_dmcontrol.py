@@ -78,7 +78,7 @@ def test_unknown_and_refused_tasks_name_the_reason_and_the_accepted_ids(env_id, 
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="applies only to Playground"):
+    with pytest.raises(ValueError, match="applies only to playground envs"):
         make_env("dmc:cartpole-balance", backend="jax")
     with pytest.raises(ValueError, match="dm_control tasks take none"):
         make_env("dmc:cartpole-balance", env_params={"time_limit": 5})

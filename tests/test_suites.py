@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,10 +81,8 @@ def toy():
 
 def toy_workflow_task() -> dict:
     """The toy task as a workflow configuration's task entry (``protocols.<p>.tasks.<name>``):
-    what the pipeline's configuration check (issue 25 item 1, ``tdmpc2core/pipeline``) must
-    accept once the suite is registered. The lead adds that check here after merging it;
-    until then :func:`test_toy_suite_passes_the_library_checks_the_workflow_makes` runs the
-    library calls the workflow's check makes today."""
+    what the pipeline's configuration check (``tdmpc2core.pipeline.config.resolve``) must
+    accept once the suite is registered."""
     return {"env_id": TOY_ID, "episode_length": TOY_STEPS, "action_repeat": 1, "published": None,
             "agent": dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16, num_elites=4,
                           num_pi_trajs=2, iterations=1, batch_size=16, seed_steps=2 * TOY_STEPS,
@@ -178,7 +177,7 @@ def test_toy_suite_through_make_env(toy):
     assert default_action_repeat(TOY_ID) == 1 and time_limit(TOY_ID, episode_length=TOY_STEPS) == TOY_STEPS
     with pytest.raises(ValueError, match=r"Did you mean \['ToyPoint-v0'\]"):
         suite_of("ToyPoint-v1")
-    with pytest.raises(ValueError, match="backend='jax' applies only to Playground envs; 'ToyPoint-v0' is a toypoint env"):
+    with pytest.raises(ValueError, match="backend='jax' applies only to playground envs; 'ToyPoint-v0' is a toypoint env"):
         make_env(TOY_ID, episode_length=TOY_STEPS, backend="jax")
     with pytest.raises(ValueError, match="not divisible by action_repeat=3"):
         make_env(TOY_ID, episode_length=TOY_STEPS, action_repeat=3)
@@ -216,15 +215,29 @@ def test_toy_suite_trains_and_the_report_normalises_its_returns(toy):
     assert "Toy point mass 9.9 (1 task)" in used and note == "The toy tasks have no published curve."
 
 
-def test_toy_suite_passes_the_library_checks_the_workflow_makes(toy):
-    """The calls the workflow's configuration check makes on a task (workflow/rules/common.smk
-    today: the default action repeat, the time limit, the agent's configuration checked
-    against it); the lead replaces this with the pipeline's own check after the merge."""
-    from tdmpc2core.envs import default_action_repeat, time_limit
-    from tdmpc2core.model.config import TDMPC2Config, validate_config
+def test_toy_suite_passes_the_workflows_configuration_check(toy):
+    """The workflow's configuration check (tdmpc2core.pipeline.config.resolve, what
+    workflow/rules/common.smk calls) accepts a protocol of the toy task once the suite is
+    registered, with its time limit and default action repeat from the registry, and refuses
+    the same id once the suite is gone."""
+    import copy
 
-    task = toy_workflow_task()
-    assert default_action_repeat(task["env_id"]) == task["action_repeat"]
-    T = time_limit(task["env_id"], action_repeat=task["action_repeat"], episode_length=task["episode_length"])
-    cfg = validate_config(TDMPC2Config(**task["agent"]), episode_length=T)
-    assert T == TOY_STEPS and cfg.seed_steps == 2 * TOY_STEPS
+    import yaml
+
+    from tdmpc2core.pipeline.config import ConfigError, resolve
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    task = {k: v for k, v in toy_workflow_task().items() if k != "action_repeat"}
+    config["protocol"] = "toy"
+    config["protocols"] = {"toy": {"label": "toy", "tasks": {"toy": {
+        **task, "agent_steps": 4 * TOY_STEPS, "eval_every": TOY_STEPS, "eval_episodes": 1,
+        "resources": {"gpu": 0, "runtime": 5, "mem_mb": 1000}}}}}
+    p = resolve(copy.deepcopy(config))
+    assert list(p.tasks) == ["toy"] and p.task_T == {"toy": TOY_STEPS}
+    assert p.tasks["toy"]["action_repeat"] == R.suite_for(TOY_ID).default_action_repeat
+    R.unregister_suite(TOY.name)
+    try:
+        with pytest.raises(ConfigError, match=TOY_ID):
+            resolve(copy.deepcopy(config))
+    finally:
+        R.register_suite(TOY)

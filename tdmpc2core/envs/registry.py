@@ -171,7 +171,8 @@ class Suite:
         action_repeat = self.action_repeat(action_repeat)
         check_repeat_and_length(action_repeat, episode_length, check_length=self.keeps_episode_length)
         if backend is not None and not self.takes_backend:
-            raise ValueError(f"backend={backend!r} applies only to Playground envs; {env_id!r} is a "
+            takers = [s.name for s in suites() if s.takes_backend]
+            raise ValueError(f"backend={backend!r} applies only to {' and '.join(takers)} envs; {env_id!r} is a "
                              f"{self.name} env{self.backend_hint}")
         err = self.install_error()
         if err is not None:
