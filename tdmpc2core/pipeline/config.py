@@ -237,8 +237,8 @@ def _merge_task(proto: str, name: str, defaults: dict, task: dict) -> dict:
         # the paper's for the suite (2 for DM Control, 1 otherwise), as the library's default
         try:
             out["action_repeat"] = library_envs.default_action_repeat(out["env_id"])
-        except ValueError:
-            pass  # the env id check names the problem
+        except ValueError as e:  # an id no suite accepts: named before the keys it would have filled
+            raise ConfigError(f"config: protocols.{proto}.tasks.{name}: env_id {out['env_id']!r}: {e}") from None
     missing = [k for k in SPEC_KEYS if k not in out]
     if missing:
         raise ConfigError(
