@@ -134,3 +134,13 @@ def test_kernels_and_matmul_precision_are_checked_and_auto_is_resolved_for_a_giv
             assert "\n" not in str(e.value)
     for prec in ("high", "default"):
         assert validate_config(TDMPC2Config(**DEMO, matmul_precision=prec), episode_length=T).matmul_precision == prec
+
+
+def test_burst_tick_and_first_update_are_the_schedule_the_agents_run():
+    """One definition of the seed-phase burst (spec §8) for the agents' schedule and the
+    workflow's check: the first tick reaching seed_steps, and the agent steps once it ran."""
+    from tdmpc2core.model.config import burst_tick, first_update_agent_steps
+
+    assert [burst_tick(1000, n) for n in (1, 2, 3, 7)] == [1000, 500, 334, 143]
+    assert [first_update_agent_steps(1000, n) for n in (1, 2, 3)] == [1001, 1002, 1005]
+    assert first_update_agent_steps(1, 4) == 8  # one tick of 4 envs reaches 1 step; its burst tick ends at 8

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 
 from . import replay as rp
 from .common import METRIC_KEYS, episodes_of_seed, eval_episode, update_loop
+from ..model.config import burst_tick
 from ..model.planner import act_with_policy, plan
 from ..model.update import AgentState, update
 from ..run.compiled import Compiled, per_seed
@@ -180,8 +181,8 @@ def _scheduled_updates(agent, tick_index):
     """Updates due at a tick (spec §5.5, §8): none before seed_steps, the burst of seed_steps
     at the first tick with step >= seed_steps, then n_envs per tick."""
     n, seed_steps = agent.n_envs, agent.cfg.seed_steps
-    burst_tick = -(-seed_steps // n)
-    return jnp.where(tick_index < burst_tick, 0, jnp.where(tick_index == burst_tick, seed_steps, n))
+    b = burst_tick(seed_steps, n)
+    return jnp.where(tick_index < b, 0, jnp.where(tick_index == b, seed_steps, n))
 
 
 def _env_step(agent, rs: RunState, action, prev_mean, key, write_row, steps_before) -> RunState:

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..envs import Env, make_env
-from ..model.config import TDMPC2Config, resolve_config
+from ..model.config import TDMPC2Config, burst_tick, resolve_config
 from ..model.planner import act_with_policy, plan
 from ..model.world_model import WorldModel
 from ..run import driver
@@ -155,7 +155,7 @@ class TDMPC2:
         self.episodic = bool(self.cfg.episodic)
         # episodic mode: episodes may end before T, and updates wait for a sampleable episode
         # (docs/deviations.md R3), so no static check applies there
-        if not self.episodic and -(-self.seed_steps // self.n_envs) < self.episode_length:
+        if not self.episodic and burst_tick(self.seed_steps, self.n_envs) < self.episode_length:
             # the burst of updates at seed_steps needs a complete episode in the replay
             raise ValueError(
                 f"seed_steps={self.seed_steps} is too small: with n_envs={self.n_envs} the first episode "
@@ -390,7 +390,7 @@ class OnlineProgram(RunProgram):
     def __init__(self, agent: TDMPC2):
         self.agent = agent
         self.steps_per_tick = agent.n_envs
-        self.burst_tick = -(-agent.seed_steps // agent.n_envs)  # first tick with agent_steps >= seed_steps
+        self.burst_tick = burst_tick(agent.seed_steps, agent.n_envs)  # first tick with agent_steps >= seed_steps
         self._warned_waiting = False
         self._seeds, self._seen_nonfinite = None, None
 

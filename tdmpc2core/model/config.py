@@ -247,6 +247,19 @@ def capacity_episodes(buffer_size: int, run_agent_steps: int, T: int) -> int:
     return max(1, math.ceil(min(buffer_size, max(run_agent_steps, 1)) / T))
 
 
+def burst_tick(seed_steps: int, n_envs: int = 1) -> int:
+    """The tick of the seed-phase burst of updates: the first tick whose agent steps reach
+    ``seed_steps``, ceil(seed_steps / n_envs) (one tick is one agent step of each of the
+    ``n_envs`` environments; spec §5.5, §8). The agents' schedule and every check use it."""
+    return -(-int(seed_steps) // int(n_envs))
+
+
+def first_update_agent_steps(seed_steps: int, n_envs: int = 1) -> int:
+    """Agent steps of a run once its first update (the burst) has run: the end of the burst
+    tick, (burst_tick + 1) x n_envs. A run shorter than this trains nothing."""
+    return (burst_tick(seed_steps, n_envs) + 1) * int(n_envs)
+
+
 def first_update_slices(cfg: TDMPC2Config, *, episode_length: int, n_envs: int = 1) -> Optional[int]:
     """Distinct training slices the replay of a single-task online run holds when its first
     update runs (``cfg`` resolved: ``seed_steps`` set); None for an episodic run.
@@ -266,7 +279,7 @@ def first_update_slices(cfg: TDMPC2Config, *, episode_length: int, n_envs: int =
     if cfg.episodic:
         return None
     T, H, n = int(episode_length), int(cfg.horizon), int(n_envs)
-    b = -(-int(cfg.seed_steps) // n)
+    b = burst_tick(cfg.seed_steps, n)
     held = min(n * (b // T), capacity_episodes(cfg.buffer_size, n * b, T))
     return slices_in_episodes([T + 1] * held, H)
 
@@ -311,7 +324,7 @@ def check_first_update(cfg: TDMPC2Config, *, episode_length: int, n_envs: int) -
         raise ValueError(f"n_envs={n_envs!r} must be >= 1")
     if cfg.episodic:
         return
-    b = -(-int(cfg.seed_steps) // n)
+    b = burst_tick(cfg.seed_steps, n)
     if b < T:
         raise ValueError(
             f"seed_steps={cfg.seed_steps} is too small: with n_envs={n} the first episode (T={T} agent steps) "
@@ -339,5 +352,5 @@ __all__ = [
     "MODEL_SIZES", "KERNELS", "MATMUL_PRECISIONS", "TDMPC2Config", "resolve_config", "kernels_for_backend",
     "check_kernel_fields", "validate_config", "config_from_kwargs",
     "discount_from_episode_length", "seed_steps_from_episode_length", "slices_in_episodes",
-    "capacity_episodes", "first_update_slices", "episodes_held_at_end", "check_batch_size", "check_first_update",
+    "capacity_episodes", "burst_tick", "first_update_agent_steps", "first_update_slices", "episodes_held_at_end", "check_batch_size", "check_first_update",
 ]

@@ -265,11 +265,6 @@ def _unknown_agent_keys(where: str, agent: dict, accepted: list, defaults_where:
         + (f" (and {len(unknown) - 1} more unknown agent setting(s): {unknown[1:]})" if len(unknown) > 1 else ""))
 
 
-def _first_update(seed_steps: int, n_envs: int) -> int:
-    """Agent steps when the first update has run: the tick after the seed phase (a tick runs
-    ``n_envs`` agent steps), as the trainers schedule it (tdmpc2core.agents)."""
-    return -(-seed_steps // n_envs) * n_envs + n_envs
-
 
 def _check_task(proto: str, protocol: dict, name: str, t: dict):
     """What the training job would refuse at its start, refused now by the same code
@@ -288,7 +283,7 @@ def _check_task(proto: str, protocol: dict, name: str, t: dict):
         cfg = library_config.validate_config(library_config.TDMPC2Config(**t["agent"]), episode_length=T, n_envs=n)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"config: {where}.agent (T = {T} agent steps): {e}") from None
-    first = _first_update(cfg.seed_steps, n)
+    first = library_config.first_update_agent_steps(cfg.seed_steps, n)
     if int(t["agent_steps"]) < first:
         raise ConfigError(
             f"config: {where}: agent_steps={t['agent_steps']} trains nothing: the first update comes "
