@@ -145,9 +145,12 @@ class Ours(_JaxTimed):
         from tdmpc2core.model.planner import plan
         from tdmpc2core.model.update import init_agent_state, update
         import dataclasses
+        from tdmpc2core.model.config import kernels_for_backend
         agent = TDMPC2(ENV_ID, model_size=size, **overrides)
         got = dataclasses.asdict(agent.cfg)
-        bad = {k: (got[k], v) for k, v in spec.items() if got.get(k) != v}
+        # the agent resolves kernels="auto" for this process's backend (model/kernels.py)
+        want = {**spec, "kernels": kernels_for_backend(spec["kernels"], jax.default_backend())}
+        bad = {k: (got[k], v) for k, v in want.items() if got.get(k) != v}
         if bad:
             raise ValueError(f"ours: the agent's resolved config differs from the benchmark's: {bad}")
         if agent.spec.obs_dim != OBS_DIM or agent.spec.action_dim != ACTION_DIM:

@@ -53,7 +53,7 @@ def test_discrete_gymnax_env_rejected():
         (dict(env_id="inverted_pendulum", action_repeat=-1), "action_repeat"),
         (dict(env_id="inverted_pendulum", action_repeat=3, episode_length=1000), "divisible"),
         (dict(env_id="CartpoleBalance", action_repeat=3, episode_length=1000), "divisible"),
-        (dict(env_id="Pendulum-v1", backend="jax"), "Playground"),
+        (dict(env_id="Pendulum-v1", backend="jax"), "applies only to playground envs"),
         (dict(env_id="Pendulum-v1", action_repeat=201), "max_steps_in_episode"),
     ],
 )
