@@ -28,15 +28,25 @@ import pytest
 
 CACHE_ENV = "TDMPC2_TEST_JAX_CACHE"
 
-# node id (a file, or a file::test) -> estimated seconds on CI's 2-core CPU under two workers.
+# node id (a file, or a file::test) -> estimated seconds on CI's 2-core CPU under two workers
+# (measured 2026-12-03 on the AMD EPYC family 25 machine, load about 3).
 # A test named here runs in a group of its own; a file named here keeps its tests together.
 HEAVY = {
-    "tests/test_slurm.py": 300,
-    "tests/test_workflow.py::test_real_tiny_run_produces_report": 200,
-    "tests/test_workflow.py::test_real_dmcontrol_run_of_two_seeds_produces_report": 75,
-    "tests/test_workflow.py::test_pipeline_with_stand_in_trainer": 100,
+    "tests/test_slurm.py": 450,
+    "tests/test_workflow.py::test_real_tiny_run_produces_report": 450,
+    "tests/test_workflow.py::test_real_dmcontrol_run_of_two_seeds_produces_report": 105,
+    "tests/test_workflow.py::test_pipeline_with_stand_in_trainer": 140,
     "tests/test_benchmarks.py::test_gpu_benchmark_reduced_form_runs_on_cpu_and_writes_its_tables": 120,
 }
+
+# HEAVY units that run as one unit, on one worker, in this order: the real tiny pipeline
+# compiles the pendulum job's programs into the checkout's .jax_cache, and the real-SLURM test
+# (the same job, tests/test_slurm.py's TINY = tests/test_workflow.py's PREEMPT) then loads them
+# instead of compiling them again, at the same time, on the other worker.
+TOGETHER = (
+    "tests/test_workflow.py::test_real_tiny_run_produces_report",
+    "tests/test_slurm.py",
+)
 
 
 def pytest_configure(config):
@@ -93,10 +103,25 @@ def pytest_unconfigure(config):
 
 
 def _scope(nodeid: str) -> str:
-    """The unit of work a test belongs to: its HEAVY entry, else its file."""
+    """The unit of work a test belongs to: TOGETHER's first entry for its members, else its
+    HEAVY entry, else its file."""
     test = nodeid.split("[")[0]
     path = test.split("::")[0]
-    return test if test in HEAVY else path
+    scope = test if test in HEAVY else path
+    return TOGETHER[0] if scope in TOGETHER else scope
+
+
+def _unit_size(scope: str) -> float:
+    return sum(HEAVY[s] for s in TOGETHER) if scope == TOGETHER[0] else HEAVY.get(scope, 0.0)
+
+
+def _member_rank(nodeid: str) -> int:
+    """Position in TOGETHER of the entry a test belongs to (0 for every other test)."""
+    test = nodeid.split("[")[0]
+    for rank, entry in enumerate(TOGETHER):
+        if test == entry or test.split("::")[0] == entry:
+            return rank
+    return 0
 
 
 @pytest.hookimpl(tryfirst=True)  # workers only (the controller does not collect)
@@ -106,11 +131,12 @@ def pytest_collection_modifyitems(config, items):
     first = {}
     for index, item in enumerate(items):
         first.setdefault(_scope(item.nodeid), index)
-    # longest first, then in collection order; the sort is stable, so a unit's tests keep their order
-    items.sort(key=lambda it: (-HEAVY.get(_scope(it.nodeid), 0.0), first[_scope(it.nodeid)]))
+    # longest first, then in collection order; the sort is stable, so a unit's tests keep their
+    # order (TOGETHER's in its own)
+    items.sort(key=lambda it: (-_unit_size(_scope(it.nodeid)), first[_scope(it.nodeid)], _member_rank(it.nodeid)))
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: pytest alone (no pytest-xdist) runs too
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` with the HEAVY tests split out of their files: xdist's loadgroup
     cannot do it under pytest 9.2 (it renames node ids through ``Item._nodeid``, which pytest

@@ -21,7 +21,6 @@ from tdmpc2core.run.compiled import MULTI_DEVICE_MESSAGE, check_devices, per_see
 from test_multitask import TINY, leaves, make_dataset, random_episodes, task
 
 COUNT = UpdateHook(init=lambda: jnp.zeros((), jnp.int32), fold=lambda c, st, m: c + 1)
-NOOP = UpdateHook(init=lambda: jnp.zeros((), jnp.float32), fold=lambda c, st, m: c)
 
 
 def read_csv(path):
@@ -68,7 +67,7 @@ def pool():
 
 
 @pytest.mark.parametrize("budget", [None, 1024], ids=["device", "host"])
-def test_update_hook_counts_updates_and_a_noop_hook_changes_no_parameter(budget):
+def test_update_hook_counts_updates_and_changes_no_parameter(budget):
     data = pool()
     kw = dict(batch_size=8, device_budget_bytes=budget, host_block_updates=3, **TINY)
     counted = TDMPC2MultiTask(data, post_update=COUNT, **kw)
@@ -76,14 +75,12 @@ def test_update_hook_counts_updates_and_a_noop_hook_changes_no_parameter(budget)
     st, _ = counted.train(state=st, n_timesteps=3)  # the count is carried across calls, in the state
     np.testing.assert_array_equal(np.asarray(st.ext), [7, 7])
     np.testing.assert_array_equal(np.asarray(st.ext), np.asarray(st.agent.updates))
+    # the hook reads the update's outputs and changes nothing in it: the run without a hook
+    # has the same parameters, optimizer states and counters, bit for bit
     plain, _ = TDMPC2MultiTask(data, **kw).train(seed=[0, 1], n_timesteps=7)
     assert plain.ext is None
     for a, b in zip(leaves(plain.agent), leaves(st.agent)):
         np.testing.assert_array_equal(a, b)
-    if budget is None:
-        noop, _ = TDMPC2MultiTask(data, post_update=NOOP, **kw).train(seed=[0, 1], n_timesteps=7)
-        for a, b in zip(leaves(plain.agent), leaves(noop.agent)):
-            np.testing.assert_array_equal(a, b)
 
 
 # --------------------------------------------------------------------- loggers

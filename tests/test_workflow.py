@@ -26,7 +26,6 @@ from tdmpc2core.report import published as P
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = "workflow/configs/paper-dmc.yaml"
-RUN_FILES_ = ("eval.parquet", "metrics.parquet", "episodes.parquet", "run.json")
 HAVE_TRAIN_SINGLE = (ROOT / "tdmpc2core" / "stages" / "train_single.py").exists()
 
 
@@ -880,13 +879,6 @@ def tiny_config(cache: Path) -> str:
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
-def _read_outputs(paths) -> dict:
-    """Each run file's contents: a .parquet as a DataFrame, run.json as a dict."""
-    import pandas as pd
-
-    return {p: (pd.read_parquet(p) if p.suffix == ".parquet" else json.loads(p.read_text())) for p in paths}
-
-
 def test_preempt_is_the_pendulum_job_of_test_slurm():
     """PREEMPT and tests/test_slurm.py's TINY train the same pendulum job (so the compiled
     programs are shared through the checkout's .jax_cache); only the cluster settings, the
@@ -908,13 +900,14 @@ def test_preempt_is_the_pendulum_job_of_test_slurm():
 def test_real_tiny_run_produces_report(tmp_path):
     """The real stages end to end on a tiny configuration (PREEMPT's pendulum job, 2 seeds
     vmapped, plus an episodic Brax task, the pool and a multi-task model): the report, the
-    tables, the datasets, the multi-task run. Then, in the same folder, SLURM-style preemption
-    of the pendulum job (one run fewer than a test of its own: the first run is the fresh
-    reference): a forced rerun starts over, is stopped by SIGTERM to Snakemake and the trainer
-    mid-run; the job fails, Snakemake deletes its outputs but not the checkpoints; rerunning
-    the target resumes, and its outputs equal those of the first run, trained from scratch."""
+    tables, the datasets, the multi-task run. Its pendulum programs, left in the checkout's
+    .jax_cache, are loaded by tests/test_slurm.py, which runs after it on the same worker
+    (tests/conftest.py TOGETHER) and preempts and resumes this same job through Snakemake to
+    the uninterrupted run's outputs. Stopping by a signal to Snakemake alone and resuming:
+    test_signal_to_snakemake_alone_stops_training_with_a_checkpoint; a finished run's
+    checkpoints cleared by a forced rerun ("starting over"), a stopped stage resumed to the
+    whole run's numbers: tests/test_checkpoint.py."""
     import pandas as pd
-    import psutil
 
     wf = copy_workflow(tmp_path)
     # the checkout's (git-ignored) compilation cache: compiling this run takes minutes on a
@@ -957,66 +950,6 @@ def test_real_tiny_run_produces_report(tmp_path):
     assert set(lengths["task"]) == {"inverted-pendulum"} and list(lengths["agent_steps"]) == [0, 300]
     assert lengths["length_mean"].between(1, 100).all()
     assert 'id="lengths"' in html
-
-    # ---- preemption of the pendulum job (its outputs above: the fresh run, the reference)
-    target = "results/single/pendulum/seed0/eval.parquet"
-    outs = [wf / f"results/single/pendulum/seed{s}" / f for s in (0, 1) for f in RUN_FILES_]
-    fresh = _read_outputs(outs)
-    log = wf / "logs/train_single/pendulum/seeds_0_1.log"
-    ckdir = wf / "checkpoints/single/pendulum/seeds_0_1"
-    assert (ckdir / "outputs_written.json").exists()
-    log.unlink()  # the first run's log: wait for this run's own checkpoint line below
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
-    smk = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile=tiny.yaml",
-                            "--forcerun", target, "--", target],
-                           cwd=wf, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 900
-    while time.time() < deadline and smk.poll() is None:
-        if log.exists() and "step_000000000500 written" in log.read_text():
-            break
-        time.sleep(0.05)
-    assert smk.poll() is None, smk.stdout.read()[-4000:]
-    trainers = [p for p in psutil.Process(smk.pid).children(recursive=True)
-                if "train-single" in " ".join(p.cmdline())]
-    assert len(trainers) == 1 and trainers[0].name().startswith("python")  # `exec`: no shell in between
-    for pid in (smk.pid, trainers[0].pid):  # as SLURM does: every process of the job gets SIGTERM
-        os.kill(pid, signal.SIGTERM)
-    out = smk.communicate(timeout=600)[0]
-    assert smk.returncode != 0, out[-4000:]
-    text = log.read_text()
-    # the forced rerun cleared the finished run's checkpoints and trained from scratch
-    assert "starting over" in text and "resumed from" not in text, text[-4000:]
-    assert "received SIGTERM" in text and "stopped by SIGTERM" in text, text[-4000:]
-    assert not any(p.exists() for p in outs)  # Snakemake removed what a failed job might have left
-    stopped = sorted(ckdir.glob("step_*"))
-    assert stopped and 500 <= int(stopped[-1].name.split("_")[1]) < 700  # ... but not the checkpoints
-    assert "train_single_seeds_0_1 (task pendulum): stopped at " in out  # the run's last lines
-
-    # rerunning the target resumes from the newest checkpoint, to the first run's numbers
-    ok(snakemake(wf, "--cores", "2", "--configfile=tiny.yaml", "--", target))
-    assert f"resumed from checkpoints/single/pendulum/seeds_0_1/{stopped[-1].name}" in log.read_text()
-    assert (ckdir / "outputs_written.json").exists()
-    resumed = _read_outputs(outs)
-    for p in outs:
-        if p.suffix == ".parquet":  # every column but the wall-clock ones, NaNs (reset rows) included
-            assert list(fresh[p].columns) == list(resumed[p].columns) and len(fresh[p]) == len(resumed[p]) > 0
-            for c in fresh[p].columns:
-                if c in ("wall_time_s", "agent_steps_per_s"):
-                    continue
-                x, y = resumed[p][c].to_numpy(), fresh[p][c].to_numpy()
-                if x.dtype == object and isinstance(x[0], np.ndarray):  # fixed-size list columns
-                    x, y = np.stack(x), np.stack(y)
-                np.testing.assert_array_equal(x, y, err_msg=f"{p.name}: {c}")
-        else:
-            assert resumed[p]["resumed_from_agent_steps"] == int(stopped[-1].name.split("_")[1])
-            assert fresh[p]["resumed_from_agent_steps"] is None
-            # every session of the resumed run, for the report's runtime table; the fresh run had one
-            att = resumed[p]["attempts"]
-            assert [a["outcome"] for a in att] == ["stopped by SIGTERM", "completed"]
-            assert (att[0]["start_step"], att[1]["start_step"], att[1]["end_step"]) == (
-                0, resumed[p]["resumed_from_agent_steps"], 700)
-            assert [a["outcome"] for a in fresh[p]["attempts"]] == ["completed"]
-            assert fresh[p]["final_eval_return"] == resumed[p]["final_eval_return"]
 
 
 DMCONTROL_TINY = """\
