@@ -64,18 +64,34 @@ def pytest_configure(config):
         if event == "/jax/compilation_cache/compile_time_saved_sec":  # one per program loaded from the cache
             _TALLY["hits"] += 1
             _TALLY["saved_s"] += duration
+        elif event in _STAGES:  # where this process's JAX time goes, per test file
+            _TALLY[_STAGES[event]] += duration
+            if event == "/jax/core/compile/backend_compile_duration":
+                _TALLY["programs"] += 1
+                by_file = _TALLY["compile_s_by_file"]
+                by_file[_CURRENT[0]] = by_file.get(_CURRENT[0], 0.0) + duration
 
     monitoring.register_event_duration_secs_listener(tally)
 
 
-_TALLY = {"hits": 0, "saved_s": 0.0}
+_TALLY = {"hits": 0, "saved_s": 0.0, "trace_s": 0.0, "lower_s": 0.0, "compile_s": 0.0, "programs": 0,
+          "compile_s_by_file": {}}
+_STAGES = {"/jax/core/compile/jaxpr_trace_duration": "trace_s",
+           "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
+           "/jax/core/compile/backend_compile_duration": "compile_s"}  # a cache hit's load counts here too
+_CURRENT = ["(collection)"]
+
+
+def pytest_runtest_setup(item):
+    _CURRENT[0] = item.nodeid.split("::")[0]
 
 
 def pytest_sessionfinish(session):
     """Each process's cache hits and the compile seconds they saved (XLA's timing of the first
-    compile, less the read), for the terminal summary."""
+    compile, less the read), and its seconds of tracing, lowering and XLA compiling (per test
+    file), for the terminal summary."""
     path = os.path.join(os.environ.get(CACHE_ENV, ""), f"tally-{os.getpid()}.json")
-    if os.path.isdir(os.path.dirname(path)) and _TALLY["hits"]:
+    if os.path.isdir(os.path.dirname(path)) and (_TALLY["hits"] or _TALLY["programs"]):
         with open(path, "w") as fh:
             json.dump(_TALLY, fh)
 
@@ -84,15 +100,24 @@ def pytest_terminal_summary(terminalreporter, config):
     owned = getattr(config, "_tdmpc2_owned_cache", None)
     if not owned or not os.path.isdir(owned):
         return
-    hits, saved = 0, 0.0
+    total = {"hits": 0, "saved_s": 0.0, "trace_s": 0.0, "lower_s": 0.0, "compile_s": 0.0, "programs": 0}
+    by_file: dict = {}
     for name in os.listdir(owned):
         if name.startswith("tally-"):
             with open(os.path.join(owned, name)) as fh:
                 t = json.load(fh)
-            hits, saved = hits + t["hits"], saved + t["saved_s"]
-    terminalreporter.write_line(f"session compilation cache (tests/conftest.py): {hits} programs loaded instead "
-                                f"of compiled, net {saved:+.1f} s of compiling saved (JAX's compile time saved "
-                                f"per hit: first compile minus the load; tiny programs cost more to load)")
+            for k in total:
+                total[k] += t[k]
+            for f, sec in t["compile_s_by_file"].items():
+                by_file[f] = by_file.get(f, 0.0) + sec
+    terminalreporter.write_line(f"session compilation cache (tests/conftest.py): {total['hits']} programs loaded "
+                                f"instead of compiled, net {total['saved_s']:+.1f} s of compiling saved (JAX's "
+                                f"compile time saved per hit: first compile minus the load; tiny programs cost "
+                                f"more to load)")
+    top = ", ".join(f"{f} {sec:.0f} s" for f, sec in sorted(by_file.items(), key=lambda x: -x[1])[:8])
+    terminalreporter.write_line(f"JAX in the test processes (not their subprocesses): tracing {total['trace_s']:.0f} s, "
+                                f"lowering {total['lower_s']:.0f} s, XLA compiling or loading {total['compile_s']:.0f} s "
+                                f"({total['programs']} programs); most compiling: {top}")
 
 
 def pytest_unconfigure(config):
