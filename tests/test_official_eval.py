@@ -173,6 +173,12 @@ def test_evaluate_official_single_task_writes_eval_parquet_and_run_json(single_e
     run = json.loads((single_eval / "run.json").read_text())
     assert run["returns"]["cartpole-balance"] == pytest.approx(float(df["return"].mean()))
     assert run["checkpoint_sha256"] == df["checkpoint_sha256"].iloc[0] and run["compile_seconds"]["eval"] > 0
+    # what the file was, from its integrity check (tdmpc2core.io.integrity; tests/test_official_integrity.py)
+    size = SINGLE.stat().st_size
+    assert (df["checkpoint_bytes"] == size).all() and run["checkpoint_bytes"] == prov["checkpoint_bytes"] == size
+    (src,) = run["source_files"]
+    assert src == prov["source_files"][0] and src["path"] == str(SINGLE) and src["size"] == size
+    assert src["sha256"] == run["checkpoint_sha256"] and src["members_checked"] > 0
     assert sorted(p.name for p in single_eval.iterdir()) == ["eval.parquet", "run.json"]  # no temporary left
     assert isinstance(pd.read_parquet(single_eval / "eval.parquet"), pd.DataFrame)
 
@@ -228,10 +234,12 @@ def test_errors_name_the_file_and_what_fits_and_write_nothing(tmp_path, capsys, 
                       r"\['dmc:cartpole-balance', 'dmc:reacher-easy'\]",
         "single_all": r"official_ckpt_single\.pt is a single-task checkpoint",
         "not_a_checkpoint": r"bad\.pt: not a TD-MPC2 checkpoint this code can evaluate: missing key",
-        "damaged": r"bad\.pt: not a readable PyTorch checkpoint: torch.load\(weights_only=True\) refused it",
+        # refused by the integrity check (tdmpc2core.io.integrity) before torch.load sees them
+        "damaged": r"bad\.pt: not a readable PyTorch checkpoint: the file starts as a zip archive but has no "
+                   r"readable zip directory at its end .*truncated",
         "pickled_code": r"bad\.pt: not a readable PyTorch checkpoint: torch.load\(weights_only=True\) refused it",
-        "text_file": r"bad\.pt: not a readable PyTorch checkpoint: torch.load\(weights_only=True\) refused it",
-        "empty_file": r"bad\.pt: not a readable PyTorch checkpoint: torch.load\(weights_only=True\) refused it",
+        "text_file": r"bad\.pt: not a readable PyTorch checkpoint: the file is not a zip archive",
+        "empty_file": r"bad\.pt: not a readable PyTorch checkpoint: the file is empty \(0 bytes\)",
         "float_planner": r"planner setting num_samples=10\.0 must be an integer",
     }[case]
     if case == "model_size":
@@ -322,9 +330,15 @@ def test_official_table_and_report_section(single_eval, tmp_path):
     assert row.task == "cartpole-balance" and row.episodes == 2
     assert row.return_mean == pytest.approx(ours.mean()) and row.published_return == pytest.approx(pub["mean_return"])
     assert row.difference == pytest.approx(ours.mean() - pub["mean_return"])
-    assert "Released checkpoints, our planner" in (tmp_path / "tables" / "official_checkpoints.md").read_text()
+    md = (tmp_path / "tables" / "official_checkpoints.md").read_text()
+    assert "Released checkpoints, our planner" in md
+    digest = hashlib.sha256(SINGLE.read_bytes()).hexdigest()
+    assert (row.checkpoint_file, row.checkpoint_bytes, row.checkpoint_sha256) == (SINGLE.name, SINGLE.stat().st_size,
+                                                                                  digest)
+    assert f"| tiny-single | {SINGLE.name} | {SINGLE.stat().st_size:,} | {digest} |" in md
     html = R.official_section(t)
     assert "tiny-single" in html and f"{pub['mean_return']:,.1f}" in html and f"{ours.mean():,.1f}" in html
+    assert f"<code>{digest}</code>" in html and f"{SINGLE.stat().st_size:,}" in html
 
 
 # ------------------------------------------------------------------ the pipeline path

@@ -45,6 +45,7 @@ import numpy as np
 
 from ..envs.dmcontrol_ids import PREFIX
 from ..envs.official_tasks import resolve_task_list, task_set_names, task_set_source, unavailable_reason
+from ..io.integrity import FileCheck
 from ..model.config import MODEL_SIZES, TDMPC2Config, discount_from_episode_length, resolve_config
 from ..model.official import (REFERENCE_COMMIT, OfficialArchitecture, OfficialWeights, OfficialWeightsError,
                               from_official)
@@ -63,6 +64,7 @@ class CheckpointMismatchError(ValueError):
 
 
 def file_sha256(path) -> str:
+    """The SHA-256 of a file (hex). :func:`load_checkpoint` takes it from its integrity check instead."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -98,7 +100,9 @@ class OfficialCheckpoint:
     from the weights; model_size: the official preset it matches (None: none does, e.g. a
     tiny test checkpoint); task_set: ``"mt30"`` / ``"mt80"`` / ``"custom"`` (multi-task) or
     None (single-task); task_names: the multi-task checkpoint's tasks in task-index order
-    (official names), else ().
+    (official names), else (); check: the file's integrity check
+    (:class:`~tdmpc2core.io.integrity.FileCheck`: size, SHA-256, zip members whose CRC-32
+    matched, from one read of the file; ``sha256`` comes from it).
     """
 
     path: str
@@ -108,6 +112,12 @@ class OfficialCheckpoint:
     model_size: Optional[int]
     task_set: Optional[str]
     task_names: tuple
+    check: Optional[FileCheck] = None
+
+    @property
+    def size(self) -> Optional[int]:
+        """The file's size in bytes (None without a check)."""
+        return None if self.check is None else self.check.size
 
     @property
     def multitask(self) -> bool:
@@ -143,17 +153,23 @@ def load_checkpoint(path, *, model_size: Optional[int] = None,
     Raises:
       FileNotFoundError: no such file (named).
       ImportError: PyTorch is not installed.
-      CheckpointMismatchError: the file is not a readable ``.pt`` (``torch.load(weights_only=True)``
-        refuses pickled code and damaged files), the weights are not an official TD-MPC2 state dict, or do not fit
+      CheckpointMismatchError: the file is damaged (a zip member's CRC-32 differs, checked
+        before anything is loaded: :func:`tdmpc2core.io.integrity.check_zip_file`; the message
+        names the member, ``__cause__`` is the
+        :class:`~tdmpc2core.io.official.DamagedCheckpointError`), truncated, not a zip archive
+        or a legacy non-zip torch file, or not a readable ``.pt`` (``torch.load(weights_only=True)``
+        refuses pickled code), the weights are not an official TD-MPC2 state dict, or do not fit
         ``model_size`` / ``task_set`` (names the file, its architecture and the size it fits).
     """
-    from ..io.official import OfficialCheckpointError, load_official
+    from ..io.official import DamagedCheckpointError, OfficialCheckpointError, read_official
 
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no official checkpoint at {path!r}")
     try:
-        sd = load_official(path)
+        sd, checked = read_official(path)
+    except DamagedCheckpointError as e:
+        raise CheckpointMismatchError(f"{path}: not a readable PyTorch checkpoint: {e.reason}") from e
     except OfficialCheckpointError as e:
         raise CheckpointMismatchError(f"{path}: not a TD-MPC2 checkpoint this code can evaluate: {e}") from e
     except ImportError:
@@ -196,8 +212,8 @@ def load_checkpoint(path, *, model_size: Optional[int] = None,
                 f"{path} does not fit model size {model_size}: {diff}. "
                 + (f"It fits --model-size {fits}." if fits is not None else
                    "It fits no official model size: leave the model size out (inferred from the weights)."))
-    return OfficialCheckpoint(path=path, sha256=file_sha256(path), weights=weights, architecture=arch,
-                              model_size=fits, task_set=label, task_names=tuple(names))
+    return OfficialCheckpoint(path=path, sha256=checked.sha256, weights=weights, architecture=arch,
+                              model_size=fits, task_set=label, task_names=tuple(names), check=checked)
 
 
 def _official_name(task: str) -> str:

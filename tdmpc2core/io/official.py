@@ -1,8 +1,10 @@
 """The official TD-MPC2 code's ``.pt`` checkpoints: read and write ``{"model": state_dict}``.
 
 The official ``TDMPC2.save`` writes ``torch.save({"model": WorldModel.state_dict()})``.
-:func:`load_official` reads such a file with ``torch.load(..., weights_only=True)`` only (no
-pickled code runs) and returns the state dict with numpy arrays; :func:`save_official`
+:func:`load_official` checks the file's integrity (every zip member's CRC-32:
+:mod:`tdmpc2core.io.integrity`; a damaged file is refused before it is loaded), reads it with
+``torch.load(..., weights_only=True)`` only (no pickled code runs) and returns the state dict
+with numpy arrays (:func:`read_official`: also the file's size and SHA-256); :func:`save_official`
 writes one. Converting a state dict to and from our parameters is
 :mod:`tdmpc2core.model.official` (no PyTorch needed there)::
 
@@ -20,11 +22,19 @@ from typing import Mapping
 
 import numpy as np
 
+from .integrity import FileCheck, FileIntegrityError, check_zip_file
+
 _NESTED_PREFIXES = ("_Qs.params", "_detach_Qs_params", "_target_Qs_params")
 
 
 class OfficialCheckpointError(ValueError):
     """A ``.pt`` file that is not an official ``{"model": state_dict}`` checkpoint."""
+
+
+class DamagedCheckpointError(OfficialCheckpointError, FileIntegrityError):
+    """A ``.pt`` file that fails :func:`tdmpc2core.io.integrity.check_zip_file`: a member's
+    CRC-32 differs (``member`` names it), truncated, not a zip archive, or a legacy non-zip
+    PyTorch file (no checksums to check: refused)."""
 
 
 def _torch(what: str):
@@ -37,16 +47,27 @@ def _torch(what: str):
 
 
 def load_official(path) -> dict:
-    """Read an official ``.pt`` checkpoint: ``torch.load(path, map_location="cpu",
-    weights_only=True)``, then its ``"model"`` entry (a bare state dict is accepted too).
+    """Read an official ``.pt`` checkpoint: the state dict of :func:`read_official` (which
+    checks the file's integrity first; its docstring lists what is returned and raised)."""
+    return read_official(path)[0]
 
-    Returns ``{key: value}``: tensors as numpy arrays (data-less meta tensors, which newer
-    tensordict versions write for module templates, and non-tensor entries such as
-    ``__batch_size`` as they are).
+
+def read_official(path) -> tuple[dict, FileCheck]:
+    """Check, then read an official ``.pt`` checkpoint: :func:`~tdmpc2core.io.integrity.check_zip_file`
+    (every zip member's CRC-32, the file's SHA-256 and size, one read), then
+    ``torch.load(path, map_location="cpu", weights_only=True)`` and its ``"model"`` entry (a
+    bare state dict is accepted too).
+
+    Returns ``({key: value}, FileCheck)``: tensors as numpy arrays (data-less meta tensors,
+    which newer tensordict versions write for module templates, and non-tensor entries such as
+    ``__batch_size`` as they are), and the file's size, SHA-256 and members checked.
 
     Raises:
       ImportError: PyTorch is not installed.
       FileNotFoundError: no such file.
+      DamagedCheckpointError (an OfficialCheckpointError): the file is damaged (a member's
+        CRC-32 differs: named), truncated, not a zip archive, or a legacy non-zip torch file;
+        nothing of it is loaded.
       pickle.UnpicklingError: the file holds pickled objects other than tensors and plain
         containers (``weights_only`` refuses to run their code).
       OfficialCheckpointError: the file is not a dict, or its ``"model"`` is not a dict.
@@ -55,6 +76,7 @@ def load_official(path) -> dict:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no official checkpoint at {path!r}")
+    checked = check_zip_file(path, error=DamagedCheckpointError)
     obj = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(obj, Mapping):
         raise OfficialCheckpointError(f"{path}: expected a dict {{'model': state_dict}}, got {type(obj).__name__}")
@@ -67,7 +89,7 @@ def load_official(path) -> dict:
             return v.detach().cpu().numpy()
         return v
 
-    return {k: np_(v) for k, v in sd.items()}
+    return {k: np_(v) for k, v in sd.items()}, checked
 
 
 def save_official(path, state_dict: Mapping) -> dict:
@@ -99,4 +121,4 @@ def save_official(path, state_dict: Mapping) -> dict:
     return sd
 
 
-__all__ = ["OfficialCheckpointError", "load_official", "save_official"]
+__all__ = ["OfficialCheckpointError", "DamagedCheckpointError", "load_official", "read_official", "save_official"]

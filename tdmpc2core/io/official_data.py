@@ -26,6 +26,10 @@ Loading a ``.pt`` file unpickles it, which can run arbitrary code: only convert 
 trusted source (the official release). torch is needed, and tensordict for TensorDict files
 (the ``official`` extra); a plain dict of tensors with the same keys and shapes is read too.
 
+Integrity: every chunk file is checked before any is converted (:func:`check_chunk`: each zip
+member's CRC-32, the file's size and SHA-256 in one read); a damaged file is refused, naming the
+damaged member, and nothing is written.
+
 Memory: one chunk at a time (the official mt30 chunks are about 5 GB each on disk, about 10 GB
 of arrays once loaded; the conversion peaked at about 1.4x a chunk's arrays), written to the
 Parquet file in row groups as it is converted; the output is written under a temporary name and
@@ -45,6 +49,7 @@ from . import atomic
 from ..resources import official_task_sets
 from .dataset import (FORMAT_NAME, FORMAT_VERSION, METADATA_KEY, ROW_GROUP_ROWS, DatasetError, EpisodeDataset,
                       TaskInfo, _arrow_table)
+from .integrity import FileIntegrityError, check_zip_file
 
 #: rows per episode in the official chunk files (offline_trainer.py: 501 for mt30, 101 for mt80)
 EPISODE_ROWS = {"mt30": 501, "mt80": 101}
@@ -58,6 +63,22 @@ IGNORED_KEYS = ("episode",)
 class OfficialDataError(DatasetError):
     """An official chunk file or folder that cannot be converted; the message names the file,
     the key and what is accepted."""
+
+
+class DamagedChunkError(OfficialDataError, FileIntegrityError):
+    """A chunk file that fails :func:`tdmpc2core.io.integrity.check_zip_file`: a zip member's
+    CRC-32 differs (``member`` names it), truncated, not a zip archive, or a legacy non-zip
+    PyTorch file (no checksums to check: refused)."""
+
+    what = "official chunk "
+
+
+def check_chunk(path):
+    """The integrity of one chunk file, before it is loaded: every zip member's CRC-32, its
+    size and SHA-256 in one read (:func:`tdmpc2core.io.integrity.check_zip_file`). Returns the
+    :class:`~tdmpc2core.io.integrity.FileCheck`; raises DamagedChunkError naming the file and
+    the damaged member, FileNotFoundError for a missing file."""
+    return check_zip_file(path, error=DamagedChunkError)
 
 
 def task_set_table(task_set: str) -> list:
@@ -98,13 +119,16 @@ def sha256_file(path, block: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def load_chunk(path) -> dict:
+def load_chunk(path, *, check: bool = True) -> dict:
     """The arrays of one chunk file: {key: numpy array} for every key it holds, with the
     layout (``TensorDict`` or ``dict``) it had. UNPICKLES the file (``torch.load(...,
-    weights_only=False)``): only for files from a trusted source.
+    weights_only=False)``): only for files from a trusted source. ``check``: first check the
+    file's integrity (:func:`check_chunk`; its record under ``"file_check"``);
+    :func:`convert_chunks`, which has checked every file before converting any, passes False.
 
-    Raises ImportError naming the extra to install, OfficialDataError for a file that does not
-    load or is neither a TensorDict nor a dict of tensors.
+    Raises ImportError naming the extra to install, DamagedChunkError (an OfficialDataError)
+    for a damaged file (nothing of it loaded), OfficialDataError for a file that does not load
+    or is neither a TensorDict nor a dict of tensors.
     """
     try:
         import torch
@@ -115,6 +139,7 @@ def load_chunk(path) -> dict:
         import tensordict  # noqa: F401  (TensorDict files unpickle into it)
     except ImportError:
         tensordict = None
+    checked = check_chunk(path) if check else None
     try:
         obj = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # noqa: BLE001 (any unpickling failure: named with the file)
@@ -138,7 +163,7 @@ def load_chunk(path) -> dict:
             raise OfficialDataError(f"official chunk {path}: key {k!r} holds a {type(v).__name__}, not a tensor "
                                     "(nested TensorDicts, e.g. pixel observations, are not supported)")
         out[str(k)] = v.detach().cpu().numpy()
-    return {"layout": layout, "batch_size": batch, "arrays": out}
+    return {"layout": layout, "batch_size": batch, "arrays": out, "file_check": checked}
 
 
 def _episodes_from_chunk(path, arrays: dict, *, task_set: str, tasks: Sequence[TaskInfo], episode0: int,
@@ -237,13 +262,16 @@ def convert_chunks(src, out, *, task_set: str, tasks: Sequence[TaskInfo], proven
       task_set: "mt30" or "mt80" (rows per episode, task ids).
       tasks: the task table, one :class:`TaskInfo` per official task id, in the official order
         (the stage builds it from :func:`task_set_table` with each task's discount).
-      provenance: stored under the file's ``provenance`` (the source files and their SHA-256
-        are added here as ``source_files``).
+      provenance: stored under the file's ``provenance`` (the source files, their sizes and
+        SHA-256 are added here as ``source_files``: :func:`check_chunk` checks every file, each
+        in one read, before any is converted).
     Returns: a summary dict (files, episodes, rows, episodes per task, bytes written).
     Raises:
-      FileNotFoundError: no such folder. OfficialDataError: no chunk files, a chunk of another
-        episode length, a task id out of range, a missing or unknown key, non-zero padding, ...
-        (naming the file and the key); nothing is left at ``out`` (the temporary file is removed).
+      FileNotFoundError: no such folder. DamagedChunkError: a damaged chunk (a zip member's
+        CRC-32 differs: named), refused before anything is written. OfficialDataError: no
+        chunk files, a chunk of another episode length, a task id out of range, a missing or
+        unknown key, non-zero padding, ... (naming the file and the key); nothing is left at
+        ``out`` (the temporary file is removed).
       ImportError: torch / tensordict missing.
     """
     import pyarrow.parquet as pq
@@ -258,8 +286,9 @@ def convert_chunks(src, out, *, task_set: str, tasks: Sequence[TaskInfo], proven
     O = max(t.obs_dim for t in tasks)
     A = max(t.action_dim for t in tasks)
     sources = []
-    for f in files:
-        sources.append({"file": f.name, "bytes": f.stat().st_size, "sha256": sha256_file(f)})
+    for f in files:  # every file checked (and hashed, in the same read) before any is converted
+        checked = check_chunk(f)
+        sources.append({"file": f.name, "bytes": checked.size, **checked.to_json()})
     prov = dict(provenance)
     prov["source_files"] = sources
     meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "tasks": [t.to_json() for t in tasks],
@@ -271,7 +300,7 @@ def convert_chunks(src, out, *, task_set: str, tasks: Sequence[TaskInfo], proven
         writer = None
         try:
             for f in files:
-                chunk = load_chunk(f)
+                chunk = load_chunk(f, check=False)
                 layouts.add(chunk["layout"])
                 bs = chunk["batch_size"]
                 if bs is not None and (len(bs) != 2 or bs[1] != EPISODE_ROWS[task_set]):
@@ -307,5 +336,5 @@ def chunk_summary(ds: EpisodeDataset) -> str:
     return ", ".join(f"{ds.tasks[i].name} {c}" for i, c in zip(ids, n))
 
 
-__all__ = ["EPISODE_ROWS", "RELEASE_CHUNKS", "REQUIRED_KEYS", "OfficialDataError", "task_set_table", "chunk_files",
-           "load_chunk", "convert_chunks"]
+__all__ = ["EPISODE_ROWS", "RELEASE_CHUNKS", "REQUIRED_KEYS", "OfficialDataError", "DamagedChunkError",
+           "task_set_table", "chunk_files", "check_chunk", "load_chunk", "convert_chunks"]

@@ -339,7 +339,8 @@ def multitask_section(scaling: pd.DataFrame, tasks: pd.DataFrame, ranges: Mappin
 
 def official_section(table: pd.DataFrame) -> str:
     """The "Released checkpoints, our planner" table (:func:`tdmpc2core.report.official.official_table`):
-    each evaluated task's return beside the published TD-MPC2 final score, skipped tasks with why."""
+    each evaluated task's return beside the published TD-MPC2 final score, skipped tasks with why;
+    then each checkpoint file's name, size and SHA-256 (where the table has them)."""
     rows, cells = [], []
     for r in table.itertuples(index=False):
         ours = "" if pd.isna(r.return_mean) else _mean_sd(r.return_mean, r.return_sd)
@@ -347,9 +348,17 @@ def official_section(table: pd.DataFrame) -> str:
         rows.append([esc(r.checkpoint), num(r.model_size, 0), esc(r.task_set), esc(r.task), num(r.episodes, 0), ours,
                      num(r.normalized_score), pub, num(r.published_agent_steps, 0), num(r.difference), esc(r.note)])
         cells.append(["", "num", "", "", "num", "num", "num", "num", "num", "num", ""])
-    return html_table(["Checkpoint", "Model size", "Task set", "Task", "Episodes", "Our planner: return mean ± sd",
-                       "Normalized score", "Published TD-MPC2 final: mean ± sd", "Published at agent steps",
-                       "Ours − published", "Note"], rows, cell_classes=cells)
+    out = html_table(["Checkpoint", "Model size", "Task set", "Task", "Episodes", "Our planner: return mean ± sd",
+                      "Normalized score", "Published TD-MPC2 final: mean ± sd", "Published at agent steps",
+                      "Ours − published", "Note"], rows, cell_classes=cells)
+    if "checkpoint_sha256" not in table.columns:  # a table written before the files were recorded
+        return out
+    files = table.drop_duplicates("checkpoint")
+    return out + "\n<p>The checkpoint files as they were read (every zip member's CRC-32 checked first):</p>\n" + \
+        html_table(["Checkpoint", "File", "Bytes", "SHA-256"],
+                   [[esc(r.checkpoint), esc(r.checkpoint_file), num(r.checkpoint_bytes, 0),
+                     f"<code>{esc(r.checkpoint_sha256)}</code>"] for r in files.itertuples(index=False)],
+                   cell_classes=[["", "", "num", ""]] * len(files))
 
 
 def runtime_section(runs: pd.DataFrame) -> str:

@@ -12,10 +12,13 @@ official task list as its task table, in the official order (task id i of the fi
 of the table): each task's true obs and action dims, its own episode length (500 agent steps
 for dm_control, 100 for Meta-World) and discount, action repeat 2, our ``dmc:`` env id where we
 have the task (docs/dmcontrol.md). Every official episode becomes one episode of ours (501 rows
-for mt30, 101 for mt80), truncated at its last row. Provenance: the files with their sizes and
-SHA-256, the task set, torch and tensordict versions. Needs torch and tensordict (``pip install
-torch==2.13.0 && pip install -e '.[official]'``). docs/artifacts.md, "Official datasets", says
-which layouts were tested.
+for mt30, 101 for mt80), truncated at its last row. Every file's integrity is checked before
+any is converted (each zip member's CRC-32, with the file's size and SHA-256 in the same read:
+:mod:`tdmpc2core.io.integrity`): a damaged file is refused in one line naming it and the damaged
+member, and nothing is written. Provenance: the files with their sizes and SHA-256
+(``source_files``), the task set, torch and tensordict versions. Needs torch and tensordict
+(``pip install torch==2.13.0 && pip install -e '.[official]'``). docs/artifacts.md, "Official
+datasets", says which layouts were tested.
 """
 from __future__ import annotations
 

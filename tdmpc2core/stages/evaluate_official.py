@@ -6,15 +6,18 @@
 
 The official ``evaluate.py`` protocol (10 episodes per task from fresh initial states, the
 planner in eval mode, seed 1) on dm_control; :mod:`tdmpc2core.agents.official_eval` has the
-details. The checkpoint is read with ``torch.load(weights_only=True)`` (tensors and plain
-containers only; no pickled code runs) and its architecture inferred from the weights; a
-checkpoint that does not fit ``--model-size``, the task or the task set is refused before
-anything is written.
+details. The checkpoint's integrity is checked first (every zip member's CRC-32, its size and
+SHA-256 in one read: :mod:`tdmpc2core.io.integrity`), then it is read with
+``torch.load(weights_only=True)`` (tensors and plain containers only; no pickled code runs)
+and its architecture inferred from the weights; a damaged checkpoint (the member named), or
+one that does not fit ``--model-size``, the task or the task set, is refused before anything
+is written.
 
-Writes ``{out}/eval.parquet`` (one row per episode: checkpoint, its SHA-256, task, episode,
-return, length, env frames, normalized score = return / 10; the provenance in the file's
-metadata, key ``tdmpc2.provenance``), then ``{out}/run.json`` (settings, skipped tasks and
-why, provenance; written last: the marker of a complete evaluation). Needs PyTorch
+Writes ``{out}/eval.parquet`` (one row per episode: checkpoint, its SHA-256 and size, task,
+episode, return, length, env frames, normalized score = return / 10; the provenance in the
+file's metadata, key ``tdmpc2.provenance``), then ``{out}/run.json`` (settings, skipped tasks
+and why, ``source_files`` (the checkpoint's path, size, SHA-256, members checked), provenance;
+written last: the marker of a complete evaluation). Needs PyTorch
 (``pip install -e '.[official]'``).
 """
 from __future__ import annotations
@@ -96,6 +99,7 @@ def run(args) -> int:
     prov = provenance.collect(".", include_jax=True)
     info = {
         "checkpoint": name, "checkpoint_path": os.path.abspath(ck.path), "checkpoint_sha256": ck.sha256,
+        "checkpoint_bytes": ck.size, "source_files": [ck.check.to_json()],
         "architecture": ck.architecture.__dict__ | {"model_size": ck.model_size}, "layout": ck.weights.layout,
         "task_set": ck.task_set, "task_names": list(ck.task_names), "tasks_asked": args.task,
         "tasks_evaluated": sorted({r["task"] for r in ev.rows}, key=[r["task"] for r in ev.rows].index),
@@ -105,7 +109,7 @@ def run(args) -> int:
     col = lambda k: [r[k] for r in ev.rows]  # noqa: E731
     table = pa.table({
         "checkpoint": [name] * n, "checkpoint_file": [os.path.basename(ck.path)] * n,
-        "checkpoint_sha256": [ck.sha256] * n,
+        "checkpoint_sha256": [ck.sha256] * n, "checkpoint_bytes": pa.array([ck.size] * n, pa.int64()),
         "model_size": pa.array([ck.model_size] * n, pa.int64()),
         "task_set": pa.array([ck.task_set] * n, pa.string()),
         "task": col("task"), "env_id": col("env_id"), "task_index": np.asarray(col("task_index"), np.int64),
