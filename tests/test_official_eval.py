@@ -172,7 +172,7 @@ def test_evaluate_official_single_task_writes_eval_parquet_and_run_json(single_e
     assert prov["layout"] == "flat" and prov["architecture"]["obs_dim"] == 5 and prov["provenance"]["packages"]
     run = json.loads((single_eval / "run.json").read_text())
     assert run["returns"]["cartpole-balance"] == pytest.approx(float(df["return"].mean()))
-    assert run["checkpoint_sha256"] == df["checkpoint_sha256"].iloc[0] and run["compile_seconds"]["eval"] > 0
+    assert run["checkpoint_sha256"] == df["checkpoint_sha256"].iloc[0] and run["compile_seconds"]["plan"] > 0
     assert sorted(p.name for p in single_eval.iterdir()) == ["eval.parquet", "run.json"]  # no temporary left
     assert isinstance(pd.read_parquet(single_eval / "eval.parquet"), pd.DataFrame)
 
