@@ -1,10 +1,14 @@
-"""The ``tdmpc2`` command: one sub-command per pipeline stage.
+"""The ``tdmpc2`` command: one sub-command per pipeline stage, and ``tdmpc2 envs`` (every
+accepted env id, per suite).
 
 Each stage lives in its own module under :mod:`tdmpc2core.stages` and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``. Stages read files and write files
 atomically; see ``docs/artifacts.md`` for the formats. Bad input (``ValueError``,
 ``FileNotFoundError``) ends a stage with one line ``tdmpc2 STAGE: error: ...`` and exit
-status 1; set ``TDMPC2_TRACEBACK=1`` for the traceback.
+status 1; set ``TDMPC2_TRACEBACK=1`` for the traceback. With ``JAX_COMPILATION_CACHE_DIR`` set
+(the workflow's compiling jobs), :func:`tdmpc2core.run.jax_cache.install` runs first: a
+damaged cache entry is moved aside so one recompile repairs it, and jaxlib's SIGILL lines on
+programs loaded from the cache are explained once.
 """
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import argparse
 import importlib
 import os
 import sys
+
+from .run import jax_cache
 
 # sub-command -> (module under tdmpc2core.stages, one-line help)
 STAGES = {
@@ -28,6 +34,7 @@ STAGES = {
     "report": ("report", "render results/report.html (self-contained)"),
     "evaluate-official": ("evaluate_official", "evaluate a released (official) TD-MPC2 checkpoint with our planner"),
     "official-table": ("official_table", "the released checkpoints' returns beside the published final scores"),
+    "envs": ("envs", "list every accepted env id, per suite (not a pipeline stage)"),
 }
 
 
@@ -55,6 +62,8 @@ def main(argv=None) -> int:
     if getattr(args, "_missing", False):
         parser.error(f"stage {args.stage!r} is not available in this version")
     mod = importlib.import_module(f"tdmpc2core.stages.{args._module}")
+    # a job with the compilation cache on: damaged entries repaired, the SIGILL line explained
+    jax_cache.install_if_enabled()
     try:
         return int(mod.run(args) or 0)
     except (ValueError, FileNotFoundError) as e:  # bad input: one line (TDMPC2_TRACEBACK=1: the traceback)

@@ -74,7 +74,9 @@ def test_unknown_and_refused_tasks_name_the_reason_and_the_accepted_ids(env_id, 
         msg = str(e.value)
         for n in needles:
             assert n in msg, (n, msg[:300])
-        assert "dmc:walker-walk" in msg and "dmc:cup-spin" in msg  # the accepted ids are listed
+        # the accepted ids closest first, at most 10, and the command that lists them all
+        assert "dm_control ids (58, closest first): dmc:" in msg and "more; `tdmpc2 envs` lists" in msg, msg
+        assert len(msg) <= 400 and "\n" not in msg
 
 
 def test_bad_arguments():

@@ -23,7 +23,12 @@ architecture from the weights and checks it against the requested model size and
   dims, the discount from the task's episode length (spec §10); the normalized score of a
   DMC task is return / 10 (the official ``evaluate.py``). One planner program serves every
   task (embedding, mask and discount are its arguments), so an mt30 checkpoint compiles once,
-  not 28 times; the episodes' loop runs on the host, the task's episodes stepped together.
+  not 28 times; the episodes' loop runs on the host, the task's episodes stepped together
+  (single-task too: the same keys, hence the same initial states and draws, as
+  :meth:`TDMPC2.evaluate`, whose one compiled program would run every step before reporting
+  anything), so ``progress`` hears after every agent step
+  (:class:`tdmpc2core.run.progress.EvalProgress`: a line per task and every 30 s, with the
+  time still to go).
 
 Example::
 
@@ -39,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from typing import Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -289,7 +294,8 @@ def _select_tasks(ckpt: OfficialCheckpoint, tasks) -> tuple[list, dict]:
 def evaluate_official(checkpoint, tasks="all", *, model_size: Optional[int] = None,
                       task_set: Union[str, Sequence[str], None] = None, episodes: int = DEFAULT_EPISODES,
                       seed: int = DEFAULT_SEED, episode_length: int = 1000,
-                      planner: Optional[Mapping[str, object]] = None) -> OfficialEvaluation:
+                      planner: Optional[Mapping[str, object]] = None,
+                      progress: Optional[Callable[[str], None]] = None) -> OfficialEvaluation:
     """Evaluate an official checkpoint with our planner on dm_control (the official protocol).
 
     Args:
@@ -306,6 +312,9 @@ def evaluate_official(checkpoint, tasks="all", *, model_size: Optional[int] = No
       episode_length: simulator steps per episode (the official 1000, i.e. 500 agent steps at
         the paper's action repeat 2; shorter only for smoke tests).
       planner: overrides of :data:`PLANNER_KEYS` (the paper's values otherwise).
+      progress: called with one line (no newline) at each task's start and end, after its
+        first measured agent step and then at most every 30 s, each with the time it expects
+        to still take (:class:`tdmpc2core.run.progress.EvalProgress`); None: silent.
 
     Returns:
       :class:`OfficialEvaluation`.
@@ -324,7 +333,7 @@ def evaluate_official(checkpoint, tasks="all", *, model_size: Optional[int] = No
         raise ValueError(f"episodes={episodes!r}: must evaluate at least one episode")
     planner = _checked_planner(planner)
     selected, skipped = _select_tasks(ckpt, tasks)
-    proto = _Protocol(int(episodes), int(seed), int(episode_length), planner)
+    proto = _Protocol(int(episodes), int(seed), int(episode_length), planner, progress)
     if not ckpt.architecture.num_tasks:
         cfg = _evaluate_single(ckpt, selected, proto)
     else:
@@ -363,10 +372,18 @@ class _Protocol:
     seed: int
     episode_length: int
     planner: dict
+    emit: Optional[Callable[[str], None]] = None
     rows: list = dataclasses.field(default_factory=list)
     gammas: dict = dataclasses.field(default_factory=dict)
     repeats: dict = dataclasses.field(default_factory=dict)
     compile_seconds: dict = dataclasses.field(default_factory=dict)
+
+    def tracker(self, tasks):
+        """An :class:`~tdmpc2core.run.progress.EvalProgress` of ``tasks`` ((name, agent steps)
+        each) reporting to :attr:`emit`, or None when there is none."""
+        from ..run.progress import EvalProgress
+
+        return None if self.emit is None else EvalProgress(tasks, self.episodes, self.emit)
 
     def add_rows(self, name, index, env, ret, length):
         for ep in range(self.episodes):
@@ -391,25 +408,32 @@ def _check_dims(ckpt: OfficialCheckpoint, env, name) -> None:
 
 
 def _evaluate_single(ckpt: OfficialCheckpoint, selected, proto: _Protocol):
-    """A single-task checkpoint on its task, by :meth:`TDMPC2.evaluate` (one seed). Returns the
-    resolved configuration."""
+    """A single-task checkpoint on its task (one seed): its episodes stepped together on the
+    host (:func:`_host_episodes`) with the keys :meth:`TDMPC2.evaluate` gives seed
+    ``proto.seed`` (evaluation index 0). Returns the resolved configuration."""
     import jax
+    import jax.numpy as jnp
 
     from ..model.official import agent_state
+    from ..run.compiled import per_seed
+    from .common import eval_key
     from .single_task import TDMPC2
 
     widths = ckpt.architecture.config_kwargs()
     (name, _), = selected
     agent = TDMPC2(PREFIX + name, model_size=widths.pop("model_size"), episode_length=proto.episode_length,
                    **widths, **proto.planner)
-    _check_dims(ckpt, agent.env, name)
-    st = agent_state(agent.wm, ckpt.weights)
-    params = jax.tree_util.tree_map(lambda x: x[None], st.params)  # one seed
-    ret, length = agent.evaluate(_Params(params), proto.episodes, seeds=[proto.seed])
-    proto.add_rows(name, None, agent.env, ret[0], length[0])
+    env = agent.env
+    _check_dims(ckpt, env, name)
+    params = agent_state(agent.wm, ckpt.weights).params
+    plan_fn = per_seed(_plan_batch(agent.wm), name="plan", compile_seconds=proto.compile_seconds, batched=False)
+    keys = jax.random.split(eval_key(proto.seed, 0), proto.episodes)  # as TDMPC2.evaluate's episodes_of_seed
+    progress = proto.tracker([(name, env.spec.episode_length)])
+    ret, length = _host_episodes(env, plan_fn, params, None, None, jnp.float32(agent.gamma), env.spec.obs_dim,
+                                 agent.cfg.horizon, env.spec.action_dim, keys, proto.compile_seconds, progress, name)
+    proto.add_rows(name, None, env, ret, length)
     proto.gammas[name] = float(agent.gamma)
     proto.repeats[name] = int(agent.action_repeat)
-    proto.compile_seconds.update(agent.compile_seconds)
     return agent.cfg
 
 
@@ -446,6 +470,7 @@ def _evaluate_multi(ckpt: OfficialCheckpoint, selected, proto: _Protocol):
     params = jax.tree_util.tree_map(jnp.asarray, ckpt.weights.params)
     plan_fn = per_seed(_plan_batch(wm), name="plan", compile_seconds=proto.compile_seconds, batched=False)
     H, A = cfg.horizon, arch.action_dim
+    progress = proto.tracker([(name, envs[name].spec.episode_length) for name, _ in selected])
     for name, index in selected:
         env = envs[name]
         a_dim = env.spec.action_dim
@@ -457,7 +482,7 @@ def _evaluate_multi(ckpt: OfficialCheckpoint, selected, proto: _Protocol):
         e = embed(params["task_emb"], index)  # renormalised at look-up, not written back (K3)
         key = eval_key(proto.seed, 0, index)
         ret, length = _host_episodes(env, plan_fn, params, e, mask, jnp.float32(gamma), arch.obs_dim, H, A,
-                                     jax.random.split(key, proto.episodes), proto.compile_seconds)
+                                     jax.random.split(key, proto.episodes), proto.compile_seconds, progress, name)
         proto.add_rows(name, index, env, ret, length)
     return cfg
 
@@ -475,16 +500,21 @@ def _plan_batch(wm):
     return f
 
 
-def _host_episodes(env, plan_fn, params, e, mask, gamma, obs_dim: int, H: int, A: int, keys, compile_seconds):
+def _host_episodes(env, plan_fn, params, e, mask, gamma, obs_dim: int, H: int, A: int, keys, compile_seconds,
+                   progress=None, name: str = ""):
     """The episodes of one task, one per key, stepped together on the host: the keys split as
     :func:`tdmpc2core.agents.common.eval_episode` splits them (a fresh initial state, then T
     agent steps, ``t0`` on the first), observations zero-padded to ``obs_dim``, the env given
-    its own action dims. Returns (returns float64 [E], lengths int64 [E])."""
+    its own action dims (``e``, ``mask``: None for a single-task model). ``progress``: an
+    :class:`~tdmpc2core.run.progress.EvalProgress` told of task ``name``'s start, each agent
+    step and its end, or None. Returns (returns float64 [E], lengths int64 [E])."""
     import jax
     import jax.numpy as jnp
 
     from ..run.compiled import per_seed
 
+    if progress is not None:
+        progress.start_task(name)
     T, a_dim, pad = env.spec.episode_length, env.spec.action_dim, obs_dim - env.spec.obs_dim
     E = keys.shape[0]
     k_reset, k_loop = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)  # [E, 2] each
@@ -506,14 +536,11 @@ def _host_episodes(env, plan_fn, params, e, mask, gamma, obs_dim: int, H: int, A
         length += alive
         alive &= ~term
         obs = out.obs
+        if progress is not None:
+            progress.step_done(t)
+    if progress is not None:
+        progress.end_task(float(np.mean(ret)))
     return ret, length
-
-
-class _Params:
-    """The one attribute of a run state that :meth:`TDMPC2.evaluate` reads (``agent.params``)."""
-
-    def __init__(self, params):
-        self.agent = type("AgentParams", (), {"params": params})()
 
 
 __all__ = ["CheckpointMismatchError", "OfficialCheckpoint", "OfficialEvaluation", "PLANNER_KEYS",

@@ -7,7 +7,7 @@ names dm_control tasks. The environment itself is :mod:`tdmpc2core.envs.dmcontro
 """
 from __future__ import annotations
 
-import difflib
+from tdmpc2core.envs.suggest import close_ids, shown, unknown_message
 
 #: Official custom tasks defined here, in the official mt30 order.
 CUSTOM_TASKS: tuple[str, ...] = (
@@ -89,18 +89,21 @@ def dmc_name(env_id: str) -> str:
 
 
 def unknown_id_error(env_id: str) -> ValueError:
-    """The error for a ``dmc:`` id that is not accepted: why (refused tasks), close matches,
-    and every accepted id."""
+    """The error for a ``dmc:`` id that is not accepted, one line of at most 400 characters:
+    why (a refused task) or close matches (case and ``-``/``_`` ignored; dm_control's own
+    domain names read as the official ones), then the accepted ids closest first (at most 10)
+    and the command that lists them all (:func:`.suggest.unknown_message`)."""
     name = dmc_name(str(env_id))
-    if name in REFUSED_TASKS:
-        head = f"dm_control task {env_id!r} is not available: {REFUSED_TASKS[name]}."
+    key = name.lower().replace("_", "-")
+    refused = {k.lower(): k for k in REFUSED_TASKS}
+    close: list = []
+    if key in refused:
+        head = f"dm_control task {shown(env_id)} is not available: {REFUSED_TASKS[refused[key]]}."
     else:
-        head = f"unknown dm_control task {env_id!r}."
-        domain = name.split("-", 1)[0]
+        head = f"unknown dm_control task {shown(env_id)}."
+        domain = name.split("-", 1)[0].lower()
         guess = name
         if domain in _ALIAS:   # ball_in_cup-catch -> cup-catch
             guess = _ALIAS[domain] + name[len(domain):]
-        close = difflib.get_close_matches(PREFIX + guess.replace("_", "-"), DMCONTROL_ENVS, n=3, cutoff=0.6)
-        if close:
-            head += f" Did you mean {close}?"
-    return ValueError(f"{head} Accepted dm_control ids: {list(DMCONTROL_ENVS)}")
+        close = close_ids(PREFIX + guess, DMCONTROL_ENVS, n=3, cutoff=0.6)
+    return ValueError(unknown_message(head, PREFIX + name, "dm_control", DMCONTROL_ENVS, close))

@@ -20,9 +20,10 @@ Adding a suite: one module defining ``SUITE = Suite(...)`` and one line in
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from importlib import metadata
 from typing import Any, Callable, Mapping, Optional
+
+from tdmpc2core.envs.suggest import close_ids, shown, similarity, unknown_message
 
 #: What a suite's score means for the report (:attr:`SuiteReport.score`).
 SCORES = ("return", "success")
@@ -262,8 +263,11 @@ def suite_for(env_id: str) -> Suite:
     """The suite that owns ``env_id``.
 
     Raises:
-        ValueError: an id a suite recognises but refuses (its own message), or an unknown id
-            (up to three close matches, then every accepted id per suite).
+        ValueError: an id a suite recognises but refuses (its own message), or an unknown id:
+            one line of at most 400 characters (:func:`.suggest.unknown_message`) with up to
+            three close matches (case and ``-``/``_`` ignored), the ids of the suite the id
+            looks most like (closest first, at most 10, then how many more) and the command
+            that lists every id (``tdmpc2 envs``).
     """
     _load_builtin()
     if isinstance(env_id, str) and env_id in _OWNER:
@@ -273,10 +277,10 @@ def suite_for(env_id: str) -> Suite:
         if err is not None:
             raise err
     every = list(_OWNER)
-    close = difflib.get_close_matches(str(env_id), every, n=3)
-    hint = f" Did you mean {close}?" if close else ""
-    listing = "; ".join(f"{s.name}: {list(s.ids)}" for s in _REGISTRY.values())
-    raise ValueError(f"unknown env id {env_id!r}.{hint} Accepted ids per suite: {listing}")
+    close = close_ids(str(env_id), every)
+    nearest = close[0] if close else max(every, key=lambda i: similarity(str(env_id), i))
+    suite = _REGISTRY[_OWNER[nearest]]
+    raise ValueError(unknown_message(f"unknown env id {shown(env_id)}.", str(env_id), suite.name, suite.ids, close))
 
 
 def report_facts() -> dict[str, dict]:

@@ -19,6 +19,11 @@ file's metadata, key ``tdmpc2.provenance``), then ``{out}/run.json`` (settings, 
 and why, ``source_files`` (the checkpoint's path, size, SHA-256, members checked), provenance;
 written last: the marker of a complete evaluation). Needs PyTorch
 (``pip install -e '.[official]'``).
+
+Progress goes to stderr, one flushed line each (:class:`tdmpc2core.run.progress.EvalProgress`):
+each task's start (episodes x agent steps), the first estimate of the time still to go right
+after the first step (which compiles), then a line at most every 30 s and one at each task's
+end, each with the time it expects to still take from the agent steps done so far.
 """
 from __future__ import annotations
 
@@ -88,7 +93,7 @@ def run(args) -> int:
     tasks = args.task if len(args.task) > 1 else args.task[0]
     ev = evaluate_official(args.checkpoint, tasks, model_size=args.model_size, task_set=args.task_set,
                            episodes=args.episodes, seed=args.seed, episode_length=args.episode_length,
-                           planner=dict(args.planner))
+                           planner=dict(args.planner), progress=log)
     ck = ev.checkpoint
     if not ev.rows:
         raise ValueError(f"{args.checkpoint}: none of the tasks asked for can be evaluated here: "

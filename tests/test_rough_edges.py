@@ -1,0 +1,187 @@
+"""Rough edges a new user hit (issue 31): progress of ``tdmpc2 evaluate-official``, the unknown
+env id's message and ``tdmpc2 envs``, a damaged JAX compilation cache entry, and the
+explanation of jaxlib's SIGILL line on programs loaded from the cache."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = Path(__file__).parent / "fixtures"
+
+
+# ------------------------------------------------------------------ 1. evaluate-official progress
+def test_eval_progress_lines_and_time_to_go_from_a_clock():
+    """Two tasks of 4 agent steps: the first step of each (the compile) is left out of the
+    rate; a line at each start, after the first measured step, every ``every_s`` and at each end."""
+    from tdmpc2core.run.progress import EvalProgress
+
+    now, lines = [0.0], []
+    p = EvalProgress([("a", 4), ("b", 4)], 3, lines.append, every_s=25.0, clock=lambda: now[0])
+    p.start_task("a")
+    for t, dt in enumerate([100.0, 10.0, 10.0, 10.0]):  # step 0 compiles (100 s), then 10 s a step
+        now[0] += dt
+        p.step_done(t)
+    p.end_task(12.34)
+    assert lines[0] == "task 1/2 a: 3 episode(s) x 4 agent steps, stepped together (the first step compiles)"
+    # after step 1 (2 of 4 done): 2 + 4 steps left at 10 s
+    assert lines[1] == "task 1/2 a: agent step 2/4; 1.8 min so far; about 60 s to go"
+    assert lines[2] == "task 1/2 a done: mean return 12.3 over 3 episode(s) in 2.2 min; about 40 s to go"
+    p.start_task("b")
+    for t in range(4):
+        now[0] += 10.0
+        p.step_done(t)
+    p.end_task(1.0)
+    assert lines[3].startswith("task 2/2 b: 3 episode(s) x 4")
+    assert lines[4:] == ["task 2/2 b: agent step 3/4; 30 s so far; about 10 s to go",  # 30 s since the last line
+                         "task 2/2 b done: mean return 1.0 over 3 episode(s) in 40 s; all done"]
+    with pytest.raises(ValueError, match="not the next"):
+        p.start_task("c")
+
+
+def test_evaluate_official_prints_progress_to_stderr(tmp_path, capsys):
+    """A short run of the stage (the tiny single-task checkpoint, 2 episodes of 20 agent
+    steps): its stderr has the task's start, the first estimate and the task's end, in order,
+    one line each, before the final summary."""
+    pytest.importorskip("torch", reason="PyTorch is not installed: pip install -e '.[official]'")
+    from tdmpc2core import cli
+
+    planner = ["--planner", "iterations=3", "--planner", "num_samples=16", "--planner", "num_elites=4",
+               "--planner", "num_pi_trajs=3"]
+    rc = cli.main(["evaluate-official", "--checkpoint", str(FIX / "official_ckpt_single.pt"), "--task",
+                   "dmc:cartpole-balance", "--episodes", "2", "--episode-length", "40", *planner, "--name", "tiny",
+                   "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("tdmpc2 evaluate-official [tiny]: ")]
+    body = [ln.split(": ", 1)[1] for ln in lines]
+    assert body[0] == ("task 1/1 cartpole-balance: 2 episode(s) x 20 agent steps, stepped together "
+                       "(the first step compiles)"), err
+    assert re.fullmatch(r"task 1/1 cartpole-balance: agent step 2/20; \d+ s so far; about \d+(\.\d)? (s|min) to go",
+                        body[1]), err
+    assert re.fullmatch(r"task 1/1 cartpole-balance done: mean return \S+ over 2 episode\(s\) in .*; all done",
+                        body[-2]), err
+    assert "mean return over 2 episode(s)" in body[-1]  # the stage's summary, last
+
+
+# ------------------------------------------------------------------ 2. unknown env ids
+@pytest.mark.parametrize("env_id, suggestion", [
+    ("CARTPOLEBALANCE", "Did you mean ['CartpoleBalance']?"),
+    ("dmc:Cartpole-Balance", "Did you mean ['dmc:cartpole-balance']?"),
+    ("inverted-pendulum", "Did you mean ['inverted_pendulum']?"),
+])
+def test_unknown_env_id_suggests_ignoring_case(env_id, suggestion):
+    from tdmpc2core.envs import suite_of
+
+    with pytest.raises(ValueError) as e:
+        suite_of(env_id)
+    assert suggestion in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("env_id", ["CARTPOLEBALANCE", "dmc:Cartpole-Balance", "Pendulum-v2", "dmc:cheetah-rn",
+                                    "dmc:reacher-three-easy", "nothing-like-it", "x" * 1000, "a\nb"])
+def test_unknown_env_id_message_is_one_short_line_naming_the_listing_command(env_id):
+    from tdmpc2core.envs import suite_of
+
+    with pytest.raises(ValueError) as e:
+        suite_of(env_id)
+    msg = str(e.value)
+    assert "\n" not in msg and len(msg) <= 400, (len(msg), msg)
+    assert msg.endswith("`tdmpc2 envs` lists every id of every suite.")
+    listed = re.search(r"ids \((\d+), closest first\): (.*?)(, \.\.\. (\d+) more)?;", msg)
+    assert listed, msg
+    shown = listed.group(2).split(", ")
+    assert len(shown) <= 10 and len(shown) + int(listed.group(4) or 0) == int(listed.group(1)), msg
+
+
+def test_suggestion_of_the_suite_the_name_looks_like():
+    from tdmpc2core.envs import suite_of
+
+    with pytest.raises(ValueError) as e:
+        suite_of("CARTPOLEBALANCE")
+    assert "playground ids (25, closest first): CartpoleBalance, CartpoleBalanceSparse," in str(e.value)
+    assert "dmc:" not in str(e.value) and "Pendulum-v1" not in str(e.value)
+
+
+def test_tdmpc2_envs_prints_every_id_and_is_in_the_help(capsys):
+    from tdmpc2core import cli
+    from tdmpc2core.envs import list_env_ids
+
+    assert "list every accepted env id" in cli.build_parser().format_help()
+    every = [i for ids in list_env_ids().values() for i in ids]
+    assert cli.main(["envs", "--ids-only"]) == 0
+    assert capsys.readouterr().out.splitlines() == every
+    assert cli.main(["envs"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [ln.strip() for ln in out if ln.startswith("  ")] == every
+    assert "dmcontrol (58 ids" in "\n".join(out)
+    assert cli.main(["envs", "--suite", "gymnax", "--ids-only"]) == 0
+    assert capsys.readouterr().out.split() == list_env_ids()["gymnax"]
+    assert cli.main(["envs", "--suite", "nope"]) == 1  # one error line naming the registered suites
+    assert "unknown suite 'nope'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ 3, 4. the compilation cache
+# a stage-like process: the cache set up as `tdmpc2` sets it up for a job, then one program
+PROGRAM = '''
+from tdmpc2core.run import jax_cache
+assert jax_cache.install_if_enabled()
+import jax, jax.numpy as jnp
+hits = []
+jax.monitoring.register_event_listener(lambda e, **_: hits.append(e) if e.endswith("/cache_hits") else None)
+print("result", float(jax.jit(lambda x: jnp.tanh(x @ x.T).sum() * 3.0)(jnp.arange(64.0).reshape(8, 8) / 64)))
+print("hits", len(hits))
+'''
+WARNING = "Error reading persistent compilation cache entry"
+
+
+def _job(tmp_path, cache):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "TDMPC2_"))}
+    env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_COMPILATION_CACHE_MAX_SIZE=str(1 << 30), JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-c", PROGRAM], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+def _entry(cache) -> Path:
+    (entry,) = [p for p in cache.glob("jit__lambda*-cache")]  # the program's own entry
+    return entry
+
+
+def test_the_sigill_line_is_explained_once_per_process(tmp_path):
+    from tdmpc2core.run.jax_cache import EXPLANATION
+
+    cache = tmp_path / "cache"
+    head = EXPLANATION.split("{cache}")[0]
+    first = _job(tmp_path, cache)
+    assert "hits 0" in first.stdout and head not in first.stderr  # nothing loaded: nothing to explain
+    second = _job(tmp_path, cache)
+    assert re.search(r"hits [1-9]", second.stdout), second.stdout
+    assert second.stderr.count(head) == 1, second.stderr
+    (line,) = [ln for ln in second.stderr.splitlines() if head in ln]
+    assert "SIGILL" in line and "jax_cache_dir" in line and "docs/pipeline.md" in line and str(cache) in line
+
+
+def test_a_truncated_cache_entry_is_quarantined_and_one_recompile_repairs_it(tmp_path):
+    cache = tmp_path / "cache"
+    first = _job(tmp_path, cache)
+    entry = _entry(cache)
+    whole = entry.read_bytes()
+    entry.write_bytes(whole[: len(whole) // 2])  # a job killed while writing it
+    second = _job(tmp_path, cache)
+    assert WARNING in second.stderr and "moved to" in second.stderr, second.stderr  # JAX's warning, our line
+    assert (cache / "quarantine" / entry.name).read_bytes() == whole[: len(whole) // 2]
+    assert entry.exists() and len(entry.read_bytes()) > len(whole) // 2  # the fresh entry JAX stored
+    assert second.stdout.split()[1] == first.stdout.split()[1]  # the same result
+    third = _job(tmp_path, cache)
+    assert WARNING not in third.stderr and "moved to" not in third.stderr, third.stderr
+    assert re.search(r"hits [1-9]", third.stdout), third.stdout
+    assert third.stdout.split()[1] == first.stdout.split()[1]
