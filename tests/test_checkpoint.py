@@ -266,6 +266,11 @@ def test_sigterm_then_rerun_equals_whole(whole, tmp_path):
                                           err_msg=k)
         run = json.loads((out / f"seed{s}" / "run.json").read_text())
         assert run["resumed_from_agent_steps"] == before
+        # every row of the seed's episodes names the seed and the run's id, as run.json does (the
+        # id a function of run.json's settings: the same for this resumed run as for a whole one)
+        from tdmpc2core.dataset import RunInfo, load_dataset, run_id
+        assert run["run_id"] == run_id("pendulum", s, run["spec"], run["agent_config"])
+        assert load_dataset(out / f"seed{s}" / "episodes.parquet").runs == (RunInfo(s, run["run_id"]),)
     # the folder keeps the final checkpoint (the trained agent) and a completion marker
     assert [p.name for p in ck.list_checkpoints(ckdir)] == [ck.checkpoint_name(STEPS)]
     assert (ckdir / "outputs_written.json").exists()

@@ -14,8 +14,8 @@ import pytest
 
 from tdmpc2core import TDMPC2
 from tdmpc2core import dataset as dsm
-from tdmpc2core.dataset import (DatasetError, EpisodeDataset, TaskInfo, concatenate_episodes, export_episodes,
-                                load_dataset, pool_tasks, sampleable_episodes, save_dataset)
+from tdmpc2core.dataset import (DatasetError, EpisodeDataset, RunInfo, TaskInfo, concatenate_episodes,
+                                export_episodes, load_dataset, pool_tasks, run_id, sampleable_episodes, save_dataset)
 
 TINY = dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16, num_elites=4,
             num_pi_trajs=2, iterations=1, batch_size=16)
@@ -35,7 +35,7 @@ def synthetic(name, obs_dim, action_dim, T, lengths, seed=0, terminated_last=Non
             term[-1] = True
         eps.append({"obs": obs, "action": act, "reward": rew, "terminated": term})
     task = TaskInfo(name, obs_dim, action_dim, T, action_repeat, 0.99, None)
-    return dsm.from_episodes(eps, task, {"kind": "synthetic", "seed": seed})
+    return dsm.from_episodes(eps, task, {"kind": "synthetic", "seed": seed}, seed=seed)
 
 
 def bits(a):
@@ -91,6 +91,7 @@ def test_export_equals_the_rows_the_run_collected(run):
         assert np.isclose(np.sum(ds.episode_returns()),
                           np.nansum(replay.reward[:4]), rtol=1e-6)
         assert ds.provenance["seed"] == i and ds.provenance["git"]["commit"] is not None
+        assert ds.runs == (RunInfo(i, None),) and np.all(ds.run == 0)  # every row: the seed given, no run id
         assert ds.provenance["packages"]["tdmpc2core"] and ds.provenance["agent_config"]["env_id"] == "Pendulum-v1"
 
 
@@ -142,6 +143,31 @@ def test_export_round_trips_bit_for_bit_and_third_party_readers_read_it(run, tmp
     assert np.isclose(ret, np.nansum(ds.reward.astype(np.float64)), rtol=1e-6)
     first = con.execute(f"SELECT obs FROM read_parquet('{path}') WHERE episode = 1 AND step = 3").fetchone()[0]
     assert np.allclose(first, ds.obs[201 + 3])
+    # exported without a seed: the seed and run id are unknown, null in the file
+    assert back.runs == (RunInfo(None, None),)
+    assert con.execute(f"SELECT count(*) FROM '{path}' WHERE seed IS NULL AND run_id IS NULL").fetchone()[0] == rows
+
+
+def test_export_with_the_stage_run_id_matches_a_version_1_files_derivation(run, tmp_path):
+    """train-single's export: every row has the seed and run_id that its run.json records
+    (:func:`tdmpc2core.io.provenance.run_id` of the task, seed, spec and agent config). The same
+    file in version 1 (no such columns) gets the same run from its provenance: the agent's real
+    configuration survives the file's JSON metadata unchanged for the id."""
+    agent, state, _, _ = run
+    spec = {"env_id": "Pendulum-v1", "agent_steps": RUN_STEPS, "agent": dict(TINY, seed_steps=400)}
+    rid = run_id("pendulum", 1, spec, agent.config)
+    ds = export_episodes(agent, state, seed_index=1, name="pendulum", seed=1, run_id=rid,
+                         provenance={"spec": spec})
+    assert ds.runs == (RunInfo(1, rid),) and ds.provenance["run_id"] == rid
+    path = tmp_path / "episodes.parquet"
+    save_dataset(ds, path)
+    assert load_dataset(path).runs == ds.runs
+    # as the version-1 code wrote it: no seed or run_id column, version 1
+    v1 = rewrite(path, tmp_path / "v1.parquet", lambda t: t.drop_columns(["seed", "run_id"]),
+                 lambda m: {**m, "version": 1})
+    back = load_dataset(v1)
+    assert back.runs == (RunInfo(1, rid),) and np.array_equal(back.run, ds.run)
+    assert_same(ds, back)
 
 
 # ------------------------------------------------------------------ concatenate, pool
@@ -338,6 +364,7 @@ def test_stages_join_pool_and_refuse_bad_inputs_leaving_nothing(tmp_path):
     assert res.returncode == 0, res.stderr
     pool = load_dataset(tmp_path / "p.parquet")
     assert pool.task_names == ["a", "b"] and pool.num_episodes == 4 and pool.obs_dim == 4
+    assert [pool.runs[i].seed for i in pool.episode_run] == [0, 0, 1, 2]  # each episode keeps its seed
     res = cli("dataset-summary", "--tasks", tmp_path / "tasks/a.parquet", "--pools", tmp_path / "p.parquet",
               "--out", tmp_path / "summary.parquet", "--figure", tmp_path / "fig.png")
     assert res.returncode == 0, res.stderr

@@ -10,6 +10,7 @@ import json
 import os
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 if os.environ.get("CI"):  # CI installs the official extra (.ci/run): missing there is a failure, not a skip
@@ -20,7 +21,7 @@ else:
     tensordict = pytest.importorskip("tensordict")
 
 from tdmpc2core.cli import main  # noqa: E402
-from tdmpc2core.dataset import load_dataset  # noqa: E402
+from tdmpc2core.dataset import RunInfo, load_dataset  # noqa: E402
 from tdmpc2core.io import official_data  # noqa: E402
 from tdmpc2core.io.official_data import OfficialDataError, task_set_table  # noqa: E402
 
@@ -99,6 +100,10 @@ def test_convert_two_tensordict_chunks(tmp_path):
     assert prov["source_files"][0]["sha256"] == official_data.sha256_file(src / "chunk_0.pt")
     assert prov["reader_versions"]["tensordict"] == tensordict.__version__
     assert no_files_under(out.parent) == ["mt30.parquet"]
+    # the release names no seed or run: null seed and run_id columns
+    assert ds.runs == (RunInfo(None, None),) and np.all(ds.run == 0)
+    runs = pq.read_table(out, columns=["seed", "run_id"])
+    assert runs.column("seed").null_count == runs.column("run_id").null_count == ds.num_rows
 
 
 def test_convert_dict_layout_and_mt80(tmp_path):

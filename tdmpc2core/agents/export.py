@@ -23,7 +23,7 @@ def _task_of_agent(agent, name: Optional[str]) -> TaskInfo:
 
 
 def export_episodes(agent, state, seed_index: Optional[int] = None, *, name: Optional[str] = None,
-                    allow_evicted: bool = False, seed: Optional[int] = None,
+                    allow_evicted: bool = False, seed: Optional[int] = None, run_id: Optional[str] = None,
                     provenance: Optional[dict] = None) -> EpisodeDataset:
     """Every complete episode a single-task run's replay holds, oldest first, rows unchanged.
 
@@ -35,10 +35,14 @@ def export_episodes(agent, state, seed_index: Optional[int] = None, *, name: Opt
       allow_evicted: export what the ring still holds when it wrapped and evicted older
         episodes (by default an error: a dataset of the whole training history needs
         ``buffer_size`` at least the run length).
-      seed, provenance: recorded in the dataset's provenance (with the agent's config, the
-        package version and the git commit).
+      seed, run_id: the run's seed (the one ``train`` was given for this seed index) and id
+        (``train-single`` passes :func:`tdmpc2core.io.provenance.run_id`, which its run.json
+        records too): every row's ``seed`` and ``run_id`` columns, and recorded in the
+        provenance; None: unknown (null in the file).
+      provenance: recorded in the dataset's provenance (default: the package versions, the
+        git commit and the platform), with the agent's config.
     Returns:
-      An :class:`EpisodeDataset` of one task; the episode in progress is not exported.
+      An :class:`EpisodeDataset` of one task, one run; the episode in progress is not exported.
     Raises:
       ValueError: a missing or out-of-range ``seed_index``, no complete episode, or evicted
         episodes without ``allow_evicted``.
@@ -70,7 +74,7 @@ def export_episodes(agent, state, seed_index: Optional[int] = None, *, name: Opt
             "run. Train with buffer_size >= the run length, or pass allow_evicted=True.")
     if not episodes:
         raise ValueError(f"export_episodes({task.name}): no complete episode in the replay yet")
-    prov = {"kind": "export", "task": task.name, "seed": seed, "seed_index": seed_index,
+    prov = {"kind": "export", "task": task.name, "seed": seed, "run_id": run_id, "seed_index": seed_index,
             "evicted_episodes": int(evicted), "agent_config": agent.config}
     prov.update(prov_mod.collect(Path(__file__).resolve().parents[2]) if provenance is None else provenance)
-    return from_episodes(episodes, task, prov)
+    return from_episodes(episodes, task, prov, seed=seed, run_id=run_id)

@@ -15,12 +15,21 @@ truncated.
 File format (``FORMAT_NAME`` version ``FORMAT_VERSION``; docs/artifacts.md): columns
 ``episode`` int64, ``step`` int32, ``obs`` fixed_size_list<float32>[O], ``action``
 fixed_size_list<float32>[A], ``reward`` float32, ``terminated`` bool, ``truncated`` bool,
-``task`` string, and no other column; the Parquet key-value metadata ``tdmpc2core.dataset``
-holds a JSON object with exactly the keys ``format``, ``version``, ``tasks`` (the task table)
-and ``provenance`` (free-form). Reading refuses a file with another column or another key in
-that object (joining or pooling would otherwise drop it without a word); key-value metadata
-other libraries add under their own keys (``ARROW:schema``, ``pandas``) describe no data and
-are ignored. Row groups hold ``ROW_GROUP_ROWS`` rows, so readers can stream.
+``task`` string, ``seed`` int64 (null: unknown) and ``run_id`` string (null: unknown), and no
+other column; the Parquet key-value metadata ``tdmpc2core.dataset`` holds a JSON object with
+exactly the keys ``format``, ``version``, ``tasks`` (the task table) and ``provenance``
+(free-form). Reading refuses a file with another column or another key in that object
+(joining or pooling would otherwise drop it without a word); key-value metadata other
+libraries add under their own keys (``ARROW:schema``, ``pandas``) describe no data and are
+ignored. Row groups hold ``ROW_GROUP_ROWS`` rows, so readers can stream.
+
+Runs: every episode comes from one run, a :class:`RunInfo` (the training seed and the run's
+id, :func:`tdmpc2core.io.provenance.run_id`; either may be None), so users filter a task's or
+a pool's rows by seed in DuckDB or Polars (``WHERE task = 'pendulum' AND seed = 1``) as in
+:meth:`EpisodeDataset.select`. In memory the rows hold an index into the dataset's run table
+(as they do into its task table); in the file, the ``seed`` and ``run_id`` columns.
+Version 1 files (without the two columns) are read too: each task's run comes from the
+provenance where it names a single run, else it is unknown (:func:`runs_from_provenance`).
 
 Short episodes: an episode with fewer than horizon + 1 rows can never be sampled (slices
 never cross episodes, spec §9). Datasets keep such episodes (they are real data, e.g. an
@@ -41,10 +50,18 @@ import numpy as np
 from . import atomic
 
 FORMAT_NAME = "tdmpc2core.episodes"
-FORMAT_VERSION = 1
+#: the version written; version 1 (no ``seed`` and ``run_id`` columns) is still read
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 METADATA_KEY = b"tdmpc2core.dataset"
 ROW_GROUP_ROWS = 65_536
-COLUMNS = ("episode", "step", "obs", "action", "reward", "terminated", "truncated", "task")
+COLUMNS = ("episode", "step", "obs", "action", "reward", "terminated", "truncated", "task", "seed", "run_id")
+#: the columns of a version-1 file
+COLUMNS_V1 = COLUMNS[:8]
+#: how the files are written (the small columns dictionary-encoded and with statistics, so a
+#: filter on task or seed skips row groups)
+PARQUET_OPTIONS = dict(compression="zstd", use_dictionary=["task", "seed", "run_id"],
+                       write_statistics=["episode", "step", "task", "seed", "run_id"])
 #: the keys of the ``tdmpc2core.dataset`` metadata object (anything else is refused)
 METADATA_FIELDS = ("format", "version", "tasks", "provenance")
 
@@ -93,6 +110,23 @@ class TaskInfo:
             raise DatasetError(f"{where}: bad task table entry {d!r} ({exc})") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """The run that produced episodes (an entry of a dataset's run table; the file's ``seed``
+    and ``run_id`` columns).
+
+    Attributes:
+      seed: the training seed (an int), or None where unknown (the official mt30 / mt80 data;
+        a version-1 file whose provenance does not name a single seed; an export made without
+        ``seed``).
+      run_id: the run's id (``train-single`` writes :func:`tdmpc2core.io.provenance.run_id`,
+        also in the run's ``run.json``), or None where unknown.
+    """
+
+    seed: Optional[int] = None
+    run_id: Optional[str] = None
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class EpisodeDataset:
     """Rows of complete episodes of one or several tasks, episodes contiguous (module docstring).
@@ -108,6 +142,9 @@ class EpisodeDataset:
       task: [R] int32, index into ``tasks``.
       tasks: the task table.
       provenance: JSON-serialisable description of where the data came from.
+      run: [R] int32, index into ``runs`` (one run per episode); None: every row the one run
+        of ``runs``, or of ``(RunInfo(),)`` (unknown seed and id) when ``runs`` is empty too.
+      runs: the run table, tuple of unique :class:`RunInfo`.
     """
 
     obs: np.ndarray
@@ -120,12 +157,23 @@ class EpisodeDataset:
     task: np.ndarray
     tasks: tuple
     provenance: dict = dataclasses.field(default_factory=dict)
+    run: Optional[np.ndarray] = None
+    runs: tuple = ()
+
+    def __post_init__(self):
+        runs = tuple(self.runs) if self.runs else (RunInfo(),)
+        object.__setattr__(self, "runs", runs)
+        if self.run is None:
+            R = int(np.shape(self.reward)[0]) if np.ndim(self.reward) >= 1 else 0
+            object.__setattr__(self, "run", np.zeros(R, np.int32))
 
     def __repr__(self) -> str:
         tasks = ", ".join(f"{t.name} (obs {t.obs_dim}, action {t.action_dim}, T {t.episode_length})"
                           for t in self.tasks)
+        seeds = sorted({r.seed for r in self.runs}, key=lambda x: (x is None, x or 0))
         return (f"EpisodeDataset({self.num_episodes} episodes, {self.num_transitions} agent steps, "
-                f"{self.num_rows} rows, obs {self.obs_dim}, action {self.action_dim}; tasks: {tasks})")
+                f"{self.num_rows} rows, obs {self.obs_dim}, action {self.action_dim}; tasks: {tasks}; "
+                f"{len(self.runs)} run(s), seeds {seeds})")
 
     # ---- derived -----------------------------------------------------------------------
     @property
@@ -147,6 +195,11 @@ class EpisodeDataset:
     def episode_task(self) -> np.ndarray:
         """[E] int32: task index of each episode."""
         return self.task[self.episode_starts]
+
+    @property
+    def episode_run(self) -> np.ndarray:
+        """[E] int32: run index (into ``runs``) of each episode."""
+        return self.run[self.episode_starts]
 
     @property
     def num_episodes(self) -> int:
@@ -172,12 +225,64 @@ class EpisodeDataset:
     @property
     def nbytes(self) -> int:
         return sum(int(getattr(self, f).nbytes) for f in
-                   ("obs", "action", "reward", "terminated", "truncated", "episode", "step", "task"))
+                   ("obs", "action", "reward", "terminated", "truncated", "episode", "step", "task", "run"))
 
     def episode_returns(self) -> np.ndarray:
         """[E] float64: undiscounted return of each episode (sum of its rewards)."""
         r = np.where(self.step == 0, 0.0, self.reward.astype(np.float64))
         return np.add.reduceat(r, self.episode_starts) if self.num_rows else np.zeros(0)
+
+    def rows_of(self, task=None, seed=None, run_id=None) -> np.ndarray:
+        """[R] bool: the rows of the episodes whose task, seed and run id are among those given,
+        as a Parquet filter sees them (``WHERE task = ... AND seed = ...``).
+
+        Args:
+          task: a task name or a collection of names; None: any task.
+          seed: an int or a collection of ints (a run whose seed is unknown matches none, as
+            ``seed = 1`` drops SQL's nulls); None: any seed.
+          run_id: a run id or a collection of ids (an unknown id matches none); None: any run.
+        Raises:
+          ValueError: a task name that is not in the task table.
+        """
+        as_set = lambda v: {v} if isinstance(v, (str, int, np.integer)) else set(v)
+        keep_task = np.ones(len(self.tasks), bool)
+        if task is not None:
+            names = as_set(task)
+            unknown = sorted(names - set(self.task_names))
+            if unknown:
+                raise ValueError(f"rows_of: task(s) {unknown} are not in the task table {self.task_names}")
+            keep_task = np.array([t.name in names for t in self.tasks], bool)
+        keep_run = np.ones(len(self.runs), bool)
+        if seed is not None:
+            seeds = {int(x) for x in as_set(seed)}
+            keep_run &= np.array([r.seed in seeds for r in self.runs], bool)
+        if run_id is not None:
+            ids = as_set(run_id)
+            keep_run &= np.array([r.run_id in ids for r in self.runs], bool)
+        return keep_task[self.task] & keep_run[self.run]
+
+    def select(self, task=None, seed=None, run_id=None) -> "EpisodeDataset":
+        """The episodes :meth:`rows_of` picks (e.g. one seed's, or all but a diverged seed's),
+        rows unchanged and in order, episodes renumbered from 0; the same task table (so the
+        same padded widths), the run table of the episodes kept, provenance ``{"kind":
+        "select", "filter": {...}, "source": <this dataset's provenance>}``.
+
+        Raises:
+          ValueError: no episode matches, or a task name that is not in the task table.
+        """
+        mask = self.rows_of(task, seed, run_id)
+        filters = {k: (sorted(v) if isinstance(v, (set, frozenset)) else v) for k, v in
+                   (("task", task), ("seed", seed), ("run_id", run_id)) if v is not None}
+        if not mask.any():
+            raise ValueError(f"select: no episode matches {filters}")
+        run, runs = compact_runs(self.run[mask], self.runs)
+        step = self.step[mask]
+        return EpisodeDataset(
+            obs=self.obs[mask], action=self.action[mask], reward=self.reward[mask],
+            terminated=self.terminated[mask], truncated=self.truncated[mask],
+            episode=(np.cumsum(step == 0) - 1).astype(np.int64), step=step, task=self.task[mask],
+            tasks=self.tasks, provenance={"kind": "select", "filter": filters, "source": self.provenance},
+            run=run, runs=runs).check("select")
 
     def check(self, where: str = "dataset") -> "EpisodeDataset":
         """Validate every invariant of the format; raises :class:`DatasetError` naming the
@@ -189,10 +294,11 @@ class EpisodeDataset:
 # ============================================================================ validation
 def _check(ds: EpisodeDataset, where: str) -> None:
     """Every invariant of the format, in this order (the first violation raises
-    :class:`DatasetError`): the columns' dtypes and lengths, the task table, the episodes'
-    numbering, each row's contents, the reset rows and each episode's end."""
+    :class:`DatasetError`): the columns' dtypes and lengths, the task table, the run table, the
+    episodes' numbering, each row's contents, the reset rows and each episode's end."""
     R = _check_columns(ds, where)
     O, A = _check_task_table(ds, where, R)
+    _check_run_table(ds, where)
     reset, starts, ep_index = _check_episode_numbering(ds, where)
     _check_row_contents(ds, where, reset, O, A)
     _check_episode_ends(ds, where, reset, starts, ep_index)
@@ -203,7 +309,7 @@ def _check_columns(ds: EpisodeDataset, where: str) -> int:
     R = ds.reward.shape[0] if np.ndim(ds.reward) == 1 else -1
     spec = {"obs": (np.float32, 2), "action": (np.float32, 2), "reward": (np.float32, 1),
             "terminated": (np.bool_, 1), "truncated": (np.bool_, 1), "episode": (np.int64, 1),
-            "step": (np.int32, 1), "task": (np.int32, 1)}
+            "step": (np.int32, 1), "task": (np.int32, 1), "run": (np.int32, 1)}
     for name, (dtype, ndim) in spec.items():
         a = getattr(ds, name)
         if not isinstance(a, np.ndarray) or a.dtype != dtype or a.ndim != ndim or a.shape[0] != R:
@@ -236,6 +342,23 @@ def _check_task_table(ds: EpisodeDataset, where: str, R: int) -> tuple[int, int]
     return O, A
 
 
+def _check_run_table(ds: EpisodeDataset, where: str) -> None:
+    """The run table (unique :class:`RunInfo`, each seed an int or None, each id a string or
+    None) against the rows' run indices."""
+    runs = ds.runs
+    if not all(isinstance(r, RunInfo) for r in runs):
+        raise DatasetError(f"{where}: the run table must hold RunInfo entries, got {runs!r}")
+    for r in runs:
+        if not (r.seed is None or (isinstance(r.seed, (int, np.integer)) and not isinstance(r.seed, bool))):
+            raise DatasetError(f"{where}: run {r}: the seed must be an int or None")
+        if not (r.run_id is None or isinstance(r.run_id, str)):
+            raise DatasetError(f"{where}: run {r}: the run id must be a string or None")
+    if len(set(runs)) != len(runs):
+        raise DatasetError(f"{where}: the run table has repeated entries: {runs}")
+    if ds.run.min() < 0 or ds.run.max() >= len(runs):
+        raise DatasetError(f"{where}: run index out of range [0, {len(runs)})")
+
+
 def _check_episode_numbering(ds: EpisodeDataset, where: str):
     """Episodes contiguous, steps 0..L-1, ids consecutive, one task each; returns (the reset
     rows' mask, the episodes' first rows, each row's episode index)."""
@@ -260,6 +383,9 @@ def _check_episode_numbering(ds: EpisodeDataset, where: str):
     if np.any(ds.task != ds.task[starts][ep_index]):
         i = int(np.flatnonzero(ds.task != ds.task[starts][ep_index])[0])
         raise DatasetError(f"{where}: episode {int(ds.episode[i])} changes task at row {i}")
+    if np.any(ds.run != ds.run[starts][ep_index]):
+        i = int(np.flatnonzero(ds.run != ds.run[starts][ep_index])[0])
+        raise DatasetError(f"{where}: episode {int(ds.episode[i])} changes run (seed or run id) at row {i}")
     return reset, starts, ep_index
 
 
@@ -336,7 +462,8 @@ def _check_episode_ends(ds: EpisodeDataset, where: str, reset: np.ndarray, start
 
 
 # ============================================================================ building
-def from_episodes(episodes: Sequence[dict], task: TaskInfo, provenance: Optional[dict] = None) -> EpisodeDataset:
+def from_episodes(episodes: Sequence[dict], task: TaskInfo, provenance: Optional[dict] = None, *,
+                  seed: Optional[int] = None, run_id: Optional[str] = None) -> EpisodeDataset:
     """A single-task dataset from per-episode arrays (e.g. your own data).
 
     Args:
@@ -345,9 +472,14 @@ def from_episodes(episodes: Sequence[dict], task: TaskInfo, provenance: Optional
         the last row of an episode that terminated); L = agent steps + 1. An episode that
         did not terminate is marked truncated on its last row.
       task: the task table entry; provenance: recorded in the file.
+      seed, run_id: the run every episode comes from (the ``seed`` and ``run_id`` columns;
+        None: unknown, null in the file).
     Raises:
-      DatasetError: the rows break the format (:meth:`EpisodeDataset.check`).
+      DatasetError: the rows break the format (:meth:`EpisodeDataset.check`), or a seed that
+        is not an int.
     """
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise DatasetError(f"export of {task.name}: seed must be an int or None, got {seed!r}")
     provenance = {} if provenance is None else provenance
     lengths = np.array([len(e["reward"]) for e in episodes], np.int64)
     R = int(lengths.sum())
@@ -364,11 +496,34 @@ def from_episodes(episodes: Sequence[dict], task: TaskInfo, provenance: Optional
         terminated=terminated, truncated=truncated,
         episode=np.repeat(np.arange(len(episodes), dtype=np.int64), lengths),
         step=step, task=np.zeros(R, np.int32), tasks=(task,), provenance=provenance,
+        run=np.zeros(R, np.int32), runs=(RunInfo(None if seed is None else int(seed), run_id),),
     ).check(f"export of {task.name}")
 
 
+def compact_runs(run: np.ndarray, runs: Sequence[RunInfo]):
+    """(run [R] int32, runs): the entries of ``runs`` that ``run`` uses, in the order of their
+    first row, and ``run`` re-indexed into them (how every builder orders its run table)."""
+    used, first = np.unique(run, return_index=True)
+    order = used[np.argsort(first)]
+    remap = np.full(len(runs), -1, np.int32)
+    remap[order] = np.arange(len(order), dtype=np.int32)
+    return remap[run], tuple(runs[i] for i in order)
+
+
+def _merge_runs(datasets: Sequence[EpisodeDataset]):
+    """(run [R] int32 over the datasets' rows in order, run table): their run tables merged
+    (the same :class:`RunInfo` in two datasets is one entry), in the order of first rows."""
+    table: dict = {}
+    parts = []
+    for d in datasets:
+        remap = np.array([table.setdefault(r, len(table)) for r in d.runs], np.int32)
+        parts.append(remap[d.run])
+    return compact_runs(np.concatenate(parts), tuple(table))
+
+
 def concatenate_episodes(datasets: Sequence[EpisodeDataset]) -> EpisodeDataset:
-    """The episodes of several runs of one task (e.g. its seeds), in the order given.
+    """The episodes of several runs of one task (e.g. its seeds), in the order given; each
+    episode keeps its run (seed and run id), and the run tables are merged.
 
     Raises:
       ValueError: an empty list, or datasets that are not all of the same single task (name,
@@ -390,6 +545,7 @@ def concatenate_episodes(datasets: Sequence[EpisodeDataset]) -> EpisodeDataset:
                 raise ValueError(f"concatenate_episodes: dataset {i} disagrees with dataset 0 on {diff} "
                                  "(dataset 0's value, then dataset i's)")
     offsets = np.cumsum([0] + [d.num_episodes for d in datasets[:-1]])
+    run, runs = _merge_runs(datasets)
     return EpisodeDataset(
         obs=np.concatenate([d.obs for d in datasets]), action=np.concatenate([d.action for d in datasets]),
         reward=np.concatenate([d.reward for d in datasets]),
@@ -398,6 +554,7 @@ def concatenate_episodes(datasets: Sequence[EpisodeDataset]) -> EpisodeDataset:
         episode=np.concatenate([d.episode - d.episode[0] + o for d, o in zip(datasets, offsets)]),
         step=np.concatenate([d.step for d in datasets]), task=np.concatenate([d.task for d in datasets]),
         tasks=first.tasks, provenance={"kind": "concatenate", "sources": [d.provenance for d in datasets]},
+        run=run, runs=runs,
     ).check("concatenate_episodes")
 
 
@@ -409,7 +566,8 @@ def pool_tasks(datasets: Sequence[EpisodeDataset]) -> EpisodeDataset:
     length, action repeat and discount in the task table. Tasks with different episode
     lengths pool (the official mt80 data mixes lengths): episodes keep their own length and
     the sampler draws episodes uniformly, so a task's share of the batches is its share of
-    the episodes, not of the transitions (docs/artifacts.md).
+    the episodes, not of the transitions (docs/artifacts.md). Each episode keeps its run
+    (seed and run id); the run tables are merged.
 
     Raises:
       ValueError: an empty list, a dataset with several tasks, or duplicate task names.
@@ -436,6 +594,7 @@ def pool_tasks(datasets: Sequence[EpisodeDataset]) -> EpisodeDataset:
         return out
 
     offsets = np.cumsum([0] + [d.num_episodes for d in datasets[:-1]])
+    run, runs = _merge_runs(datasets)
     return EpisodeDataset(
         obs=np.concatenate([pad(d.obs, O) for d in datasets]),
         action=np.concatenate([pad(d.action, A) for d in datasets]),
@@ -447,6 +606,7 @@ def pool_tasks(datasets: Sequence[EpisodeDataset]) -> EpisodeDataset:
         task=np.concatenate([np.full(d.num_rows, i, np.int32) for i, d in enumerate(datasets)]),
         tasks=tuple(tasks), provenance={"kind": "pool", "sources": {t.name: d.provenance for t, d in
                                                                     zip(tasks, datasets)}},
+        run=run, runs=runs,
     ).check("pool_tasks")
 
 
@@ -473,7 +633,24 @@ def sampleable_episodes(dataset: EpisodeDataset, horizon: int):
 
 
 # ============================================================================ Parquet
+def _run_columns(ds: EpisodeDataset):
+    """The ``seed`` (int64) and ``run_id`` (dictionary<int32, string>) Arrow columns of ``ds``'s
+    rows, null where the run's seed or id is unknown."""
+    import pyarrow as pa
+
+    seeds = [r.seed for r in ds.runs]
+    seed_null = np.array([x is None for x in seeds], bool)[ds.run]
+    seed_val = np.array([0 if x is None else int(x) for x in seeds], np.int64)[ds.run]
+    seed_col = pa.array(seed_val, pa.int64(), mask=seed_null if seed_null.any() else None)
+    ids = list(dict.fromkeys(r.run_id for r in ds.runs if r.run_id is not None))
+    code = np.array([-1 if r.run_id is None else ids.index(r.run_id) for r in ds.runs], np.int32)[ds.run]
+    run_col = pa.DictionaryArray.from_arrays(pa.array(code, pa.int32(), mask=(code < 0) if (code < 0).any() else None),
+                                             pa.array(ids, pa.string()))
+    return seed_col, run_col
+
+
 def _arrow_table(ds: EpisodeDataset):
+    """``ds`` as an Arrow table of the format (module docstring), the metadata included."""
     import pyarrow as pa
 
     names = np.array(ds.task_names, dtype=object)
@@ -484,13 +661,14 @@ def _arrow_table(ds: EpisodeDataset):
         ("episode", pa.int64()), ("step", pa.int32()),
         ("obs", pa.list_(pa.float32(), ds.obs_dim)), ("action", pa.list_(pa.float32(), ds.action_dim)),
         ("reward", pa.float32()), ("terminated", pa.bool_()), ("truncated", pa.bool_()),
-        ("task", pa.dictionary(pa.int32(), pa.string())),
+        ("task", pa.dictionary(pa.int32(), pa.string())), ("seed", pa.int64()),
+        ("run_id", pa.dictionary(pa.int32(), pa.string())),
     ], metadata={METADATA_KEY: json.dumps(meta, sort_keys=True, default=_json_default).encode()})
     cols = [
         pa.array(ds.episode), pa.array(ds.step),
         pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(ds.obs).reshape(-1)), ds.obs_dim),
         pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(ds.action).reshape(-1)), ds.action_dim),
-        pa.array(ds.reward), pa.array(ds.terminated), pa.array(ds.truncated), task_col,
+        pa.array(ds.reward), pa.array(ds.terminated), pa.array(ds.truncated), task_col, *_run_columns(ds),
     ]
     return pa.Table.from_arrays(cols, schema=schema)
 
@@ -515,14 +693,14 @@ def save_dataset(dataset: EpisodeDataset, path) -> int:
     dataset.check(f"save_dataset({path})")
     table = _arrow_table(dataset)
     with atomic.atomic_path(path) as tmp:
-        pq.write_table(table, tmp, row_group_size=ROW_GROUP_ROWS, compression="zstd",
-                       use_dictionary=["task"], write_statistics=["episode", "step", "task"])
+        pq.write_table(table, tmp, row_group_size=ROW_GROUP_ROWS, **PARQUET_OPTIONS)
     return os.path.getsize(path)
 
 
 def read_metadata(path) -> dict:
     """The format header of a dataset file (format, version, tasks, provenance), checked.
 
+    ``version`` is 1 or 2 (:data:`READ_VERSIONS`; the columns checked are those of that version).
     Raises FileNotFoundError, or :class:`DatasetError` for a file that is not a complete
     Parquet file (e.g. cut short by a killed job) or not a dataset of this format/version.
     """
@@ -546,24 +724,26 @@ def read_metadata(path) -> dict:
         raise DatasetError(f"dataset {path}: unreadable '{METADATA_KEY.decode()}' metadata ({exc})") from None
     if meta.get("format") != FORMAT_NAME:
         raise DatasetError(f"dataset {path}: format {meta.get('format')!r}, expected {FORMAT_NAME!r}")
-    if meta.get("version") != FORMAT_VERSION:
+    if meta.get("version") not in READ_VERSIONS or isinstance(meta.get("version"), bool):
         raise DatasetError(f"dataset {path}: format version {meta.get('version')!r}; this tdmpc2core reads "
-                           f"version {FORMAT_VERSION}")
+                           f"versions {', '.join(map(str, READ_VERSIONS))} (writes {FORMAT_VERSION})")
     if not isinstance(meta, dict):
         raise DatasetError(f"dataset {path}: the '{METADATA_KEY.decode()}' metadata is not a JSON object")
     extra = sorted(set(meta) - set(METADATA_FIELDS))
     if extra:  # a key this version does not know could change the data's meaning: never dropped silently
         raise DatasetError(f"dataset {path}: unknown key(s) {extra} in the '{METADATA_KEY.decode()}' metadata; "
-                           f"version {FORMAT_VERSION} has {list(METADATA_FIELDS)} (put anything else under "
+                           f"version {meta['version']} has {list(METADATA_FIELDS)} (put anything else under "
                            "'provenance')")
     if not isinstance(meta.get("tasks"), list) or not meta["tasks"]:
         raise DatasetError(f"dataset {path}: the metadata has no task table")
     meta["tasks"] = tuple(TaskInfo.from_json(t, f"dataset {path}") for t in meta["tasks"])
-    _check_schema(schema, meta["tasks"], path)
+    _check_schema(schema, meta["tasks"], path, meta["version"])
     return meta
 
 
-def _check_schema(schema, tasks, path) -> None:
+def _check_schema(schema, tasks, path, version: int = FORMAT_VERSION) -> None:
+    """The file's columns: exactly those of ``version``, each of its type; raises
+    :class:`DatasetError` naming the first that is missing, unknown or mistyped."""
     import pyarrow as pa
 
     O = max(t.obs_dim for t in tasks)
@@ -571,14 +751,18 @@ def _check_schema(schema, tasks, path) -> None:
     want = {"episode": pa.int64(), "step": pa.int32(), "obs": pa.list_(pa.float32(), O),
             "action": pa.list_(pa.float32(), A), "reward": pa.float32(), "terminated": pa.bool_(),
             "truncated": pa.bool_()}
+    if version >= 2:
+        want["seed"] = pa.int64()
+    columns = COLUMNS if version >= 2 else COLUMNS_V1
     have = {f.name: f.type for f in schema}
-    missing = [c for c in COLUMNS if c not in have]
+    missing = [c for c in columns if c not in have]
     if missing:
         raise DatasetError(f"dataset {path}: missing column(s) {missing}")
-    extra = [c for c in have if c not in COLUMNS]
+    extra = [c for c in have if c not in columns]
     if extra:  # joining or pooling would drop it: refused rather than lost without a word
         raise DatasetError(f"dataset {path}: unknown column(s) {extra}; a {FORMAT_NAME} file has exactly the "
-                           f"columns {list(COLUMNS)} (keep other per-row data in a file of its own)")
+                           f"columns {list(columns)} (version {version}; keep other per-row data in a file of its "
+                           "own)")
     for name, typ in want.items():
         got = have[name]
         if got != typ:
@@ -586,13 +770,17 @@ def _check_schema(schema, tasks, path) -> None:
                 raise DatasetError(f"dataset {path}: column {name!r} has width {got.list_size}, but the task "
                                    f"table's largest {name}_dim is {typ.list_size}")
             raise DatasetError(f"dataset {path}: column {name!r} has type {got}, expected {typ}")
-    t = have["task"]
-    if not (pa.types.is_string(t) or (pa.types.is_dictionary(t) and pa.types.is_string(t.value_type))):
-        raise DatasetError(f"dataset {path}: column 'task' has type {t}, expected string")
+    for name in ("task", "run_id") if version >= 2 else ("task",):
+        t = have[name]
+        if not (pa.types.is_string(t) or (pa.types.is_dictionary(t) and pa.types.is_string(t.value_type))):
+            raise DatasetError(f"dataset {path}: column {name!r} has type {t}, expected string")
 
 
 def load_dataset(path) -> EpisodeDataset:
     """The dataset :func:`save_dataset` wrote to ``path``, every invariant checked.
+
+    A version-1 file (no ``seed`` and ``run_id`` columns) is read too: its run table comes from
+    its provenance (:func:`runs_from_provenance`), and saving the dataset again writes version 2.
 
     Memory: the file is read row group by row group into preallocated NumPy arrays, so the
     peak is about the data's size plus one row group (``ROW_GROUP_ROWS`` rows) and the
@@ -602,64 +790,146 @@ def load_dataset(path) -> EpisodeDataset:
       FileNotFoundError: no file at ``path``.
       DatasetError: a truncated or non-Parquet file, another format or version, a missing or
         mistyped column, widths that disagree with the task table, a task name missing from
-        the table, an episode with a gap or a repeated step, NaN outside reset rows, ... (the
-        message names the file and what is wrong).
+        the table, an episode with a gap or a repeated step or whose seed or run id changes,
+        NaN outside reset rows, ... (the message names the file and what is wrong).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     meta = read_metadata(path)
     tasks = meta["tasks"]
+    try:
+        out, runs = _read_rows(path, pq.ParquetFile(path), tasks, meta["version"])
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError(f"dataset {path}: unreadable ({exc}); the file is damaged or truncated") from None
+    if meta["version"] == 1:
+        out["run"], runs = runs_from_provenance(meta.get("provenance", {}), tasks, out["task"])
+    ds = EpisodeDataset(tasks=tasks, provenance=meta.get("provenance", {}), runs=runs, **out)
+    return ds.check(f"dataset {path}")
+
+
+def _read_rows(path, pf, tasks, version: int):
+    """The columns of the Parquet file ``pf`` as the arrays of :class:`EpisodeDataset`, row
+    group by row group into preallocated arrays (peak memory: the data plus one row group's
+    Arrow buffers); returns (arrays, run table; ``run`` and the table only for version 2)."""
     names = [t.name for t in tasks]
     O = max(t.obs_dim for t in tasks)
     A = max(t.action_dim for t in tasks)
-    try:
-        pf = pq.ParquetFile(path)
-        R = pf.metadata.num_rows
-        out = {"obs": np.empty((R, O), np.float32), "action": np.empty((R, A), np.float32),
-               "reward": np.empty(R, np.float32), "terminated": np.empty(R, bool),
-               "truncated": np.empty(R, bool), "episode": np.empty(R, np.int64), "step": np.empty(R, np.int32),
-               "task": np.empty(R, np.int32)}
-        # row group by row group into preallocated arrays: peak memory is the data plus one
-        # row group's Arrow buffers
-        row = 0
-        for i in range(pf.num_row_groups):
-            rg = pf.read_row_group(i, columns=list(COLUMNS))
-            n = rg.num_rows
-            for name in COLUMNS:
-                col = rg.column(name)
-                if col.null_count:
-                    raise DatasetError(f"dataset {path}: column {name!r} has {col.null_count} null value(s)")
-                off = row
-                for chunk in col.chunks:
-                    m = len(chunk)
-                    dst = slice(off, off + m)
-                    off += m
-                    if name in ("obs", "action"):
-                        width = O if name == "obs" else A
-                        out[name][dst] = chunk.flatten().to_numpy(zero_copy_only=False).reshape(m, width)
-                    elif name == "task":
-                        enc = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
-                        dict_names = enc.dictionary.to_pylist()
-                        unknown = sorted(set(dict_names) - set(names))
-                        codes = enc.indices.to_numpy(zero_copy_only=False)
-                        if unknown and np.any(np.isin(codes, [dict_names.index(u) for u in unknown])):
-                            raise DatasetError(f"dataset {path}: task name(s) {unknown} are not in the task "
-                                               f"table {names}")
-                        remap = np.array([names.index(x) if x in names else -1 for x in dict_names], np.int32)
-                        out[name][dst] = remap[codes]
-                    else:
-                        out[name][dst] = chunk.to_numpy(zero_copy_only=False)
-                if off != row + n:
-                    raise DatasetError(f"dataset {path}: row group {i}: column {name!r} has {off - row} rows, "
-                                       f"expected {n}")
-                del col
-            row += n
-            del rg
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise DatasetError(f"dataset {path}: unreadable ({exc}); the file is damaged or truncated") from None
-    ds = EpisodeDataset(tasks=tasks, provenance=meta.get("provenance", {}), **out)
-    return ds.check(f"dataset {path}")
+    R = pf.metadata.num_rows
+    out = {"obs": np.empty((R, O), np.float32), "action": np.empty((R, A), np.float32),
+           "reward": np.empty(R, np.float32), "terminated": np.empty(R, bool),
+           "truncated": np.empty(R, bool), "episode": np.empty(R, np.int64), "step": np.empty(R, np.int32),
+           "task": np.empty(R, np.int32)}
+    if version >= 2:
+        out["run"] = np.empty(R, np.int32)
+    runs: dict = {}  # RunInfo -> index, in the order of first rows
+    row = 0
+    for i in range(pf.num_row_groups):
+        rg = pf.read_row_group(i, columns=list(COLUMNS if version >= 2 else COLUMNS_V1))
+        n = rg.num_rows
+        for name in COLUMNS_V1:
+            col = rg.column(name)
+            if col.null_count:
+                raise DatasetError(f"dataset {path}: column {name!r} has {col.null_count} null value(s)")
+            off = row
+            for chunk in col.chunks:
+                _fill(path, name, chunk, out[name][off: off + len(chunk)], names)
+                off += len(chunk)
+            if off != row + n:
+                raise DatasetError(f"dataset {path}: row group {i}: column {name!r} has {off - row} rows, "
+                                   f"expected {n}")
+            del col
+        if version >= 2:
+            out["run"][row: row + n] = _run_index(rg.column("seed"), rg.column("run_id"), runs)
+        row += n
+        del rg
+    return out, tuple(runs)
+
+
+def _fill(path, name: str, chunk, dst: np.ndarray, names: list) -> None:
+    """One Arrow chunk of column ``name`` into ``dst`` (its rows of the preallocated array);
+    task names become indices into ``names``. Raises :class:`DatasetError` for a task name
+    that is not in the task table."""
+    import pyarrow as pa
+
+    m = len(chunk)
+    if name in ("obs", "action"):
+        dst[:] = chunk.flatten().to_numpy(zero_copy_only=False).reshape(m, dst.shape[1])
+    elif name == "task":
+        enc = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
+        dict_names = enc.dictionary.to_pylist()
+        unknown = sorted(set(dict_names) - set(names))
+        codes = enc.indices.to_numpy(zero_copy_only=False)
+        if unknown and np.any(np.isin(codes, [dict_names.index(u) for u in unknown])):
+            raise DatasetError(f"dataset {path}: task name(s) {unknown} are not in the task table {names}")
+        remap = np.array([names.index(x) if x in names else -1 for x in dict_names], np.int32)
+        dst[:] = remap[codes]
+    else:
+        dst[:] = chunk.to_numpy(zero_copy_only=False)
+
+
+def _run_index(seed_col, run_col, runs: dict) -> np.ndarray:
+    """[n] int32: the run index of each row of one row group, from its ``seed`` and ``run_id``
+    columns (Arrow; nulls: unknown); new runs are added to ``runs`` (RunInfo -> index) in the
+    order of their first row."""
+    import pyarrow as pa
+
+    seed = seed_col.combine_chunks() if isinstance(seed_col, pa.ChunkedArray) else seed_col
+    null = seed.is_null().to_numpy(zero_copy_only=False).astype(np.int64)
+    value = seed.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    rid = run_col.cast(pa.string())
+    rid = (rid.combine_chunks() if isinstance(rid, pa.ChunkedArray) else rid).dictionary_encode()
+    ids = rid.dictionary.to_pylist()
+    code = rid.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    keys, first, inverse = np.unique(np.stack([value, null, code], axis=1), axis=0, return_index=True,
+                                     return_inverse=True)
+    index = np.empty(len(keys), np.int32)
+    for k in np.argsort(first):  # in the order of first rows
+        v, is_null, c = (int(x) for x in keys[k])
+        info = RunInfo(seed=None if is_null else v, run_id=None if c < 0 else ids[c])
+        index[k] = runs.setdefault(info, len(runs))
+    return index[np.asarray(inverse).reshape(-1)]
+
+
+def _run_of(prov) -> RunInfo:
+    """The one run a version-1 provenance names, or ``RunInfo()`` (unknown); see
+    :func:`runs_from_provenance`."""
+    from .provenance import run_id
+
+    if not isinstance(prov, dict) or prov.get("kind") in ("pool", "official"):
+        return RunInfo()
+    if prov.get("kind") == "concatenate":
+        found = {_run_of(p) for p in prov.get("sources") or []}
+        return found.pop() if len(found) == 1 else RunInfo()
+    seed = prov.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        return RunInfo()
+    rid = None
+    if isinstance(prov.get("task"), str) and "spec" in prov and "agent_config" in prov:
+        rid = run_id(prov["task"], seed, prov["spec"], prov["agent_config"])
+    return RunInfo(seed, rid)
+
+
+def runs_from_provenance(provenance, tasks, task: np.ndarray):
+    """(run [R] int32, run table) of a version-1 file (no ``seed`` / ``run_id`` columns), from
+    its provenance, per task (``task`` [R] int32: each row's task index):
+
+    * an export (a provenance with an int ``seed``, as ``export_episodes`` writes it): that
+      seed; its run id too when the provenance has the ``task``, ``spec`` and ``agent_config``
+      that ``train-single`` records (:func:`tdmpc2core.io.provenance.run_id`);
+    * a concatenation (``kind: concatenate``): its sources' run when they all name the same
+      one, else unknown (version 1 does not record which episodes came from which source);
+    * a pool (``kind: pool``): each task's rows from its source's provenance, as above;
+    * anything else (the official data, no seed): unknown (``RunInfo()``: null seed and id).
+    """
+    if isinstance(provenance, dict) and provenance.get("kind") == "pool" and isinstance(
+            provenance.get("sources"), dict):
+        per_task = [_run_of(provenance["sources"].get(t.name)) for t in tasks]
+    else:
+        per_task = [_run_of(provenance)] * len(tasks)
+    table = list(dict.fromkeys(per_task))
+    lut = np.array([table.index(r) for r in per_task], np.int32)
+    return compact_runs(lut[task], tuple(table))
 
 
 def episode_summary(dataset: EpisodeDataset):

@@ -18,7 +18,8 @@ folder, loads each file and asserts its second batch dimension is the episode le
 Our rows follow the same convention (row t+1 holds o_{t+1}, a_t, r_t; docs/artifacts.md), so
 the conversion is row for row: each official episode becomes one of ours, its row 0 a reset row
 (action NaN in the task's own dims, reward NaN, whatever the file holds there: values the
-official trainer never reads), its last row ``truncated``. Each task's true dims come from the
+official trainer never reads), its last row ``truncated``, its ``seed`` and ``run_id`` null (the
+release does not say which run produced an episode). Each task's true dims come from the
 task-set table (``tdmpc2core/resources/official_task_sets.csv``), and the padding beyond them
 must be zero (checked).
 
@@ -47,8 +48,8 @@ import numpy as np
 
 from . import atomic
 from ..resources import official_task_sets
-from .dataset import (FORMAT_NAME, FORMAT_VERSION, METADATA_KEY, ROW_GROUP_ROWS, DatasetError, EpisodeDataset,
-                      TaskInfo, _arrow_table)
+from .dataset import (FORMAT_NAME, FORMAT_VERSION, METADATA_KEY, PARQUET_OPTIONS, ROW_GROUP_ROWS, DatasetError,
+                      EpisodeDataset, RunInfo, TaskInfo, _arrow_table)
 from .integrity import FileIntegrityError, check_zip_file
 
 #: rows per episode in the official chunk files (offline_trainer.py: 501 for mt30, 101 for mt80)
@@ -245,7 +246,8 @@ def _episodes_from_chunk(path, arrays: dict, *, task_set: str, tasks: Sequence[T
         obs=obs.reshape(R, obs_width), action=act.reshape(R, action_width), reward=rew.reshape(R),
         terminated=np.zeros(R, bool), truncated=truncated.reshape(R),
         episode=np.repeat(np.arange(episode0, episode0 + N, dtype=np.int64), L), step=step,
-        task=np.repeat(ep_task, L), tasks=tuple(tasks), provenance={})
+        task=np.repeat(ep_task, L), tasks=tuple(tasks), provenance={},
+        runs=(RunInfo(seed=None, run_id=None),))  # the official data names no seed or run: null columns
     try:
         return ds.check(f"official chunk {path}")
     except DatasetError as exc:
@@ -315,8 +317,7 @@ def convert_chunks(src, out, *, task_set: str, tasks: Sequence[TaskInfo], proven
                 table = table.replace_schema_metadata(
                     {METADATA_KEY: json.dumps(meta, sort_keys=True, default=str).encode()})
                 if writer is None:
-                    writer = pq.ParquetWriter(tmp, table.schema, compression="zstd", use_dictionary=["task"],
-                                              write_statistics=["episode", "step", "task"])
+                    writer = pq.ParquetWriter(tmp, table.schema, **PARQUET_OPTIONS)
                 writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
                 counts += np.bincount(ds.episode_task, minlength=len(tasks))
                 episodes += ds.num_episodes

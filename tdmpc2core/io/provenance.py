@@ -5,6 +5,9 @@ JAX is imported only by :func:`platform_info` with ``include_jax=True``.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import operator
 import os
 import platform
 import subprocess
@@ -95,4 +98,43 @@ def collect(path: str | os.PathLike = ".", include_jax: bool = False,
     return {"packages": package_versions(names), "git": git_info(path), "platform": platform_info(include_jax)}
 
 
-__all__ = ["CORE_PACKAGES", "TOOL_PACKAGES", "packages", "PACKAGES", "package_versions", "git_info", "platform_info", "collect"]
+def _canonical_default(o):
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def run_id(task: str, seed: int, spec, agent_config) -> str:
+    """The id of a single-task training run: ``"{task}/seed{seed}/{digest}"``.
+
+    ``digest`` is the first 12 hex digits of the SHA-256 of the canonical JSON (sorted keys, no
+    spaces) of ``{"spec": spec, "agent_config": agent_config}``: the task settings and the
+    resolved agent configuration, which is what ``train-single`` writes into the run's
+    ``run.json`` (its keys ``task``, ``seed``, ``spec``, ``agent_config``) and into the exported
+    episodes' provenance. So the id is a function of run.json's contents, the same before and
+    after a JSON round trip (recomputed from a run.json written before run.json had a ``run_id``
+    key, or from a version-1 dataset's provenance), the same for a resumed run as for an
+    uninterrupted one, and different for two runs of one task and seed with other settings
+    (e.g. two protocols). ``task/seed{seed}`` is also the run's folder under ``results/single``
+    (docs/artifacts.md, "Episode datasets").
+
+    Raises ValueError for a seed that is not an int.
+    """
+    try:
+        if isinstance(seed, bool):
+            raise TypeError
+        seed = operator.index(seed)  # int or NumPy integer
+    except TypeError:
+        raise ValueError(f"run_id: seed must be an int, got {seed!r}") from None
+    # through JSON first: what a run.json holds (tuples as lists, dict keys as strings), then sorted
+    plain = json.loads(json.dumps({"spec": spec, "agent_config": agent_config}, default=_canonical_default))
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"))
+    return f"{task}/seed{seed}/{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+__all__ = ["CORE_PACKAGES", "TOOL_PACKAGES", "packages", "PACKAGES", "package_versions", "git_info", "platform_info",
+           "collect", "run_id"]

@@ -5,7 +5,8 @@
 
 Task i of the pool is the i-th input's task; observations and actions are zero-padded to
 the largest dims, and each task keeps its own dims, episode length, action repeat and
-discount in the task table (:func:`tdmpc2core.dataset.pool_tasks`).
+discount in the task table (:func:`tdmpc2core.dataset.pool_tasks`); each row keeps its
+``seed`` and ``run_id`` (docs/artifacts.md).
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
     tdmpc2 dataset-task --inputs results/single/T/seed0/episodes.parquet ... \\
         --out results/datasets/tasks/T.parquet
 
-Episodes keep their order, seed after seed in the order given (docs/artifacts.md).
+Episodes keep their order, seed after seed in the order given, and each row keeps its ``seed``
+and ``run_id`` (docs/artifacts.md; an input of format version 1 gets them from its provenance).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def run(args) -> int:
     parts = [load_dataset(p) for p in args.inputs]
     ds = concatenate_episodes(parts)
     size = save_dataset(ds, args.out)
-    print(f"tdmpc2 dataset-task: {args.out}: {len(parts)} run(s), {ds.num_episodes} episodes, "
+    seeds = [r.seed for r in ds.runs]
+    print(f"tdmpc2 dataset-task: {args.out}: {len(parts)} input(s), seeds {seeds}, {ds.num_episodes} episodes, "
           f"{ds.num_transitions} agent steps, {size / 1e6:.1f} MB", file=sys.stderr)
     return 0

@@ -194,7 +194,7 @@ def _write_seed(args, spec: dict, seeds: list, outdir: Path, log, agent, state, 
     """Seed ``seed``'s outputs (position ``i`` in the job): eval.parquet, metrics.parquet,
     episodes.parquet and, last, run.json (docs/artifacts.md)."""
     from ..agents.export import export_episodes
-    from ..io import atomic
+    from ..io import atomic, provenance
     from ..io.dataset import save_dataset
     from . import outputs
 
@@ -209,7 +209,9 @@ def _write_seed(args, spec: dict, seeds: list, outdir: Path, log, agent, state, 
     outputs.write_table(d / "metrics.parquet", "single_metrics_episodic" if agent.episodic else "single_metrics",
                         outputs.single_metrics_columns(args.task, seed, i, hist["chunks"], agent.episodic))
     prov = session["provenance"]
-    episodes = export_episodes(agent, state, seed_index=i, name=args.task, seed=seed,
+    # the run's id: in every row of its episodes (the run_id column) and in its run.json
+    rid = provenance.run_id(args.task, seed, spec, agent.config)
+    episodes = export_episodes(agent, state, seed_index=i, name=args.task, seed=seed, run_id=rid,
                                allow_evicted=bool(spec.get("allow_evicted", False)),
                                provenance={"spec": spec, **prov})
     size = save_dataset(episodes, d / "episodes.parquet")
@@ -225,7 +227,8 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
 
     n_timesteps, prov, ckdir = session["n_timesteps"], session["provenance"], session["ckdir"]
     return {
-        "task": args.task, "seed": seed, "seeds_in_job": seeds, "spec": spec,
+        "task": args.task, "seed": seed, "run_id": episodes.runs[0].run_id,  # the run_id column of its episodes
+        "seeds_in_job": seeds, "spec": spec,
         "agent_config": agent.config, "gamma": agent.gamma, "seed_steps": agent.seed_steps,
         "agent_steps": n_timesteps, "env_frames": n_timesteps * agent.action_repeat,
         "final_eval_return": hist["eval_return"][-1, i] if len(hist["eval_agent_steps"]) else None,
