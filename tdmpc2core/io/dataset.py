@@ -48,6 +48,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 from . import atomic
+from .provenance import json_default as _json_default
 
 FORMAT_NAME = "tdmpc2core.episodes"
 #: the version written; version 1 (no ``seed`` and ``run_id`` columns) is still read
@@ -671,14 +672,6 @@ def _arrow_table(ds: EpisodeDataset):
         pa.array(ds.reward), pa.array(ds.terminated), pa.array(ds.truncated), task_col, *_run_columns(ds),
     ]
     return pa.Table.from_arrays(cols, schema=schema)
-
-
-def _json_default(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
 
 
 def save_dataset(dataset: EpisodeDataset, path) -> int:

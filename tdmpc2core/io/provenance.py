@@ -98,7 +98,10 @@ def collect(path: str | os.PathLike = ".", include_jax: bool = False,
     return {"packages": package_versions(names), "git": git_info(path), "platform": platform_info(include_jax)}
 
 
-def _canonical_default(o):
+def json_default(o):
+    """``json.dumps``'s ``default`` for what the artifacts' JSON holds: a NumPy scalar as its
+    Python value, an array as a list, anything else as ``str``. Used by run ids and by the
+    episode datasets' metadata (io/dataset.py), so both encode a value alike."""
     import numpy as np
 
     if isinstance(o, np.generic):
@@ -131,10 +134,10 @@ def run_id(task: str, seed: int, spec, agent_config) -> str:
     except TypeError:
         raise ValueError(f"run_id: seed must be an int, got {seed!r}") from None
     # through JSON first: what a run.json holds (tuples as lists, dict keys as strings), then sorted
-    plain = json.loads(json.dumps({"spec": spec, "agent_config": agent_config}, default=_canonical_default))
+    plain = json.loads(json.dumps({"spec": spec, "agent_config": agent_config}, default=json_default))
     text = json.dumps(plain, sort_keys=True, separators=(",", ":"))
     return f"{task}/seed{seed}/{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 __all__ = ["CORE_PACKAGES", "TOOL_PACKAGES", "packages", "PACKAGES", "package_versions", "git_info", "platform_info",
-           "collect", "run_id"]
+           "collect", "run_id", "json_default"]
