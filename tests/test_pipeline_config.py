@@ -232,6 +232,36 @@ def test_code_version_follows_imports_and_ignores_docstrings(tmp_path, monkeypat
         codeversion.code_version.cache_clear()
 
 
+def test_code_version_memo_spares_parsing_and_survives_damage(tmp_path, monkeypatch):
+    """The on-disk memo (tdmpc2core/__pycache__/code-versions.json): a second process with
+    unchanged sources parses nothing and gets the same versions; a damaged memo is ignored."""
+    import ast
+
+    shutil.copytree(ROOT / "tdmpc2core", tmp_path / "tdmpc2core", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(codeversion, "LIBRARY_ROOT", tmp_path / "tdmpc2core")
+    memo = tmp_path / "tdmpc2core/__pycache__/code-versions.json"
+
+    def fresh(stage):  # what a new process sees
+        for f in (codeversion._module_code, codeversion.code_version, codeversion._memo):
+            f.cache_clear()
+        return codeversion.code_version(stage)
+
+    try:
+        first = fresh("report")
+        assert memo.exists() and len(json.loads(memo.read_text())) > 10
+        with monkeypatch.context() as m:
+            m.setattr(ast, "parse", lambda *a, **k: pytest.fail("parsed although the memo has it"))
+            assert fresh("report") == first
+        memo.write_text("{not json")
+        assert fresh("report") == first
+        html = tmp_path / "tdmpc2core/report/html.py"
+        html.write_text(html.read_text() + "CODE_VERSION_PROBE = 1\n")
+        assert fresh("report") != first  # a changed text is parsed again
+    finally:
+        for f in (codeversion._module_code, codeversion.code_version, codeversion._memo):
+            f.cache_clear()
+
+
 def test_module_imports():
     import ast
 

@@ -7,6 +7,13 @@ tree without docstrings: comments, docstrings and formatting change nothing, any
 what the stage runs changes it. cli.py (the dispatcher) is not part of it. With
 ``rerun_on_code_change: true`` it is a ``params:`` of every rule (a rerun trigger); either way
 :func:`code_changes` says at load which finished jobs ran other code. Plain Python (ast).
+
+Parsing the ~90 modules takes 2-3 s of CPU, which every ``snakemake`` start (each dry run, each
+cluster job) would pay; so what each module's source text parses to (the hash of its tree
+without docstrings, its import statements) is kept in a small JSON file next to the bytecode,
+``tdmpc2core/__pycache__/code-versions.json``, keyed by the sha256 of the source text: a file
+whose text changed is parsed again, and imports are resolved against the files present on every
+call. An unwritable package (a read-only install) just parses every time.
 """
 from __future__ import annotations
 
@@ -31,15 +38,14 @@ def _module_path(name: str) -> Path | None:
     return None
 
 
-def module_imports(name: str, tree: ast.AST, is_package: bool) -> set[str]:
-    """The tdmpc2core modules the module ``name`` (parsed as ``tree``) imports, at any depth of
-    its code: ``import tdmpc2core.x``, ``from tdmpc2core.x import y`` (y itself when it is a
-    module, else tdmpc2core.x) and relative imports."""
-    found = set()
+def _import_statements(name: str, tree: ast.AST, is_package: bool) -> list[list]:
+    """The tdmpc2core import statements of a module, unresolved: ``[module, [names]]`` per
+    statement (``[]`` for ``import tdmpc2core.x``), relative imports made absolute."""
+    found = []
     pkg = name if is_package else name.rpartition(".")[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == "tdmpc2core"}
+            found += [[a.name, []] for a in node.names if a.name.split(".")[0] == "tdmpc2core"]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg.split(".")
@@ -47,13 +53,28 @@ def module_imports(name: str, tree: ast.AST, is_package: bool) -> set[str]:
                 src = ".".join(base + ([node.module] if node.module else []))
             else:
                 src = node.module or ""
-            if src.split(".")[0] != "tdmpc2core":
-                continue
-            subs = {f"{src}.{a.name}" for a in node.names if _module_path(f"{src}.{a.name}")}
-            found |= subs
-            if len(subs) < len(node.names):  # a name defined in the module itself
-                found.add(src)
+            if src.split(".")[0] == "tdmpc2core":
+                found.append([src, [a.name for a in node.names]])
     return found
+
+
+def _resolve(statements: list[list]) -> set[str]:
+    """The modules named by import statements: ``from x import y`` is y when y is a module
+    file under LIBRARY_ROOT, else x."""
+    found = set()
+    for src, names in statements:
+        subs = {f"{src}.{n}" for n in names if _module_path(f"{src}.{n}")}
+        found |= subs
+        if len(subs) < len(names) or not names:  # a name defined in the module itself, or `import x`
+            found.add(src)
+    return found
+
+
+def module_imports(name: str, tree: ast.AST, is_package: bool) -> set[str]:
+    """The tdmpc2core modules the module ``name`` (parsed as ``tree``) imports, at any depth of
+    its code: ``import tdmpc2core.x``, ``from tdmpc2core.x import y`` (y itself when it is a
+    module, else tdmpc2core.x) and relative imports."""
+    return _resolve(_import_statements(name, tree, is_package))
 
 
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
@@ -65,18 +86,62 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
+def _memo_path() -> Path:
+    return LIBRARY_ROOT / "__pycache__" / "code-versions.json"
+
+
+@functools.lru_cache(maxsize=None)
+def _memo() -> dict:
+    """The on-disk memo (module docstring): source sha256 -> [tree hash, import statements]."""
+    try:
+        with open(_memo_path(), encoding="utf-8") as fh:
+            memo = json.load(fh)
+        return memo if isinstance(memo, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+_UNSAVED: set = set()  # keys parsed in this process and not yet written
+_USED: set = set()  # keys looked up in this process
+_MEMO_MAX = 4000  # entries; past it, only this process's are kept
+
+
+def _save_memo() -> None:
+    from tdmpc2core.io.atomic import write_json
+
+    memo = _memo()
+    if not _UNSAVED:
+        return
+    _UNSAVED.clear()
+    if len(memo) > _MEMO_MAX:
+        memo = {k: memo[k] for k in _USED}
+    try:
+        _memo_path().parent.mkdir(exist_ok=True)
+        write_json(_memo_path(), memo)
+    except OSError:  # a read-only install: parse every time
+        pass
+
+
 @functools.lru_cache(maxsize=None)
 def _module_code(name: str) -> tuple[str, frozenset]:
-    """(the module's AST dump without docstrings, the library modules it imports), parsed once
-    per process: the stages share most of their imports."""
+    """(sha256 of the module's AST dump without docstrings, the library modules it imports),
+    parsed once per source text (the on-disk memo) and looked up once per process."""
     from tdmpc2core.pipeline.config import ConfigError
 
     path = _module_path(name)
     if path is None:
         raise ConfigError(f"code version: no module {name} under {LIBRARY_ROOT}")
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    imports = module_imports(name, tree, path.name == "__init__.py")
-    return ast.dump(_strip_docstrings(tree), include_attributes=False), frozenset(imports)
+    text = path.read_text(encoding="utf-8")
+    key = f"{name}:{hashlib.sha256(text.encode()).hexdigest()}"
+    memo = _memo()
+    if not (isinstance(memo.get(key), list) and len(memo[key]) == 2):
+        tree = ast.parse(text)
+        statements = _import_statements(name, tree, path.name == "__init__.py")
+        dump = ast.dump(_strip_docstrings(tree), include_attributes=False)
+        memo[key] = [hashlib.sha256(dump.encode()).hexdigest(), statements]
+        _UNSAVED.add(key)
+    _USED.add(key)
+    return memo[key][0], frozenset(_resolve(memo[key][1]))
 
 
 @functools.lru_cache(maxsize=None)
@@ -91,6 +156,7 @@ def code_version(stage: str) -> str:
             continue
         seen[name], imports = _module_code(name)
         todo += sorted(imports - set(seen))
+    _save_memo()
     for name in sorted(seen):
         digest.update(f"{name}\n{seen[name]}\n".encode())
     return digest.hexdigest()[:16]
