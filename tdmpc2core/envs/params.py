@@ -104,9 +104,16 @@ DMCONTROL_NONE = ("dm_control tasks take none (the official construction, suite.
                   "episode_length and the action repeat with action_repeat")
 
 
+def _tolist(value):
+    """A numpy or JAX scalar or array as Python data (json.dumps' ``default``); else TypeError."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} {value!r} is not plain data")
+
+
 def canonical(env_params, env_id: str = "") -> dict:
-    """``env_params`` as recorded: a plain dict of JSON values (tuples become lists; keys
-    strings), a copy. None gives ``{}``.
+    """``env_params`` as recorded: a plain dict of JSON values (tuples become lists, numpy and
+    JAX scalars Python numbers; keys strings), a copy. None gives ``{}``.
 
     Raises:
         ValueError: not a mapping, a key that is not a string, or a value JSON cannot hold
@@ -121,7 +128,7 @@ def canonical(env_params, env_id: str = "") -> dict:
     if bad:
         raise ValueError(f"{where}: keys must be strings, got {bad[0]!r}")
     try:
-        return json.loads(json.dumps(dict(env_params), allow_nan=False))
+        return json.loads(json.dumps(dict(env_params), allow_nan=False, default=_tolist))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {dict(env_params)!r} is not plain data (numbers, bools, strings, lists, "
                          f"mappings; finite numbers): {exc}") from None
