@@ -666,6 +666,12 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
                               "dataset_pool": 1, "dataset_summary": 1, "train_multi": 1, "scaling": 1,
                               "report": 1, "all": 1, "total": 13}
     assert {t for _, t in planned_jobs(out) if t} == {"pendulum"}
+    # one task's environment settings (env_params, part of its spec): the same jobs
+    (wf / "env.yaml").write_text("protocols:\n  demo:\n    tasks:\n      pendulum:\n"
+                                 "        env_params: {max_torque: 1.5}\n")
+    out = ok(snakemake(wf, "-n", "--configfile", "small.yaml", "env.yaml"))
+    assert job_stats(out)["total"] == 13 and {t for _, t in planned_jobs(out) if t} == {"pendulum"}
+    assert job_stats(out)["train_single_seeds_0"] == job_stats(out)["train_single_seeds_1"] == 1
     # the code of tdmpc2core (a code version among each rule's params, tdmpc2core/pipeline/codeversion.py,
     # with config.yaml's rerun_on_code_change: true): comments and
     # docstrings change nothing; code of the report stage's modules reruns the report; code of

@@ -19,7 +19,8 @@ def _task_of_agent(agent, name: Optional[str]) -> TaskInfo:
     return TaskInfo(name=str(name if name is not None else agent.env_id), obs_dim=int(spec.obs_dim),
                     action_dim=int(spec.action_dim), episode_length=int(agent.episode_length),
                     action_repeat=int(agent.action_repeat), discount=float(agent.gamma),
-                    env_id=agent.env_id if isinstance(agent.env_id, str) else None)
+                    env_id=agent.env_id if isinstance(agent.env_id, str) else None,
+                    env_params=agent.env.env_params or None)
 
 
 def export_episodes(agent, state, seed_index: Optional[int] = None, *, name: Optional[str] = None,

@@ -99,8 +99,9 @@ class TDMPC2MultiTask:
         and action repeat. Episodes with fewer than H+1 rows are dropped (with a warning).
       eval_envs: None (train without evaluating; :meth:`evaluate` raises); True (each task's
         env from the task table's ``env_id``); or one entry per task in task-id order: an env
-        id (built with the task's action repeat and ``T_i x action_repeat`` simulator steps)
-        or a prebuilt :class:`tdmpc2core.envs.Env`, or None: the task is trained on but not
+        id (built with the task's action repeat, ``T_i x action_repeat`` simulator steps and the
+        task table's ``env_params``, the settings the task's data was collected with) or a
+        prebuilt :class:`tdmpc2core.envs.Env`, or None: the task is trained on but not
         evaluated (e.g. an official task we have no environment for; ``eval_task_ids``). Every
         env must have the task's obs dim, action dim, T (agent steps) and action repeat
         (gymnax envs keep their own time limit, so a mismatch there raises).
@@ -245,7 +246,8 @@ class TDMPC2MultiTask:
         d.update(task_dim=self.task_dim, obs_dim=self.obs_dim, action_dim=self.action_dim,
                  num_tasks=self.num_tasks, sampleable_episodes=self.num_episodes,
                  dataset_nbytes=self.dataset_nbytes,
-                 tasks=[dict(dataclasses.asdict(t) if dataclasses.is_dataclass(t) else dict(t._asdict()),
+                 # a task's entry as in the dataset's task table (env_params only when set)
+                 tasks=[dict(t.to_json() if hasattr(t, "to_json") else dict(t._asdict()),
                              gamma=self.task_gammas[t.name], action_mask=m.tolist(),
                              return_range=self.return_ranges[t.name],
                              eval_env=(None if self.eval_envs is None or self.eval_envs[i] is None

@@ -1,8 +1,8 @@
 """The multi-task agent's evaluation (spec §10): its environments, return ranges, acting and
 evaluation programs, and the normalized score.
 
-Each task is evaluated in its own environment (built with the task's action repeat and
-episode length from the dataset's task table), the planner in eval mode with the task's
+Each task is evaluated in its own environment (built with the task's action repeat, episode
+length and environment settings, ``env_params``, from the dataset's task table), the planner in eval mode with the task's
 embedding and action mask on zero-padded observations; the env receives the task's own
 action dims. Keys come from the seed, the updates done and the task
 (:func:`tdmpc2core.agents.common.eval_key`).
@@ -34,25 +34,39 @@ def _keeps_own_time_limit(suite_name: str) -> bool:
     return suite is not None and not suite.keeps_episode_length
 
 
+def task_env(t, backend=None, env_id=None):
+    """The env of task ``t`` (a dataset's :class:`~tdmpc2core.io.dataset.TaskInfo`) built again
+    as its data was collected: ``env_id`` (default the task table's), the task's action repeat,
+    ``T x action repeat`` simulator steps and the task table's ``env_params`` (None: the suite's
+    defaults); ``backend`` for a suite that takes one. Raises ValueError (an id, a setting the
+    suite refuses)."""
+    from ..envs import make_env
+
+    env_id = t.env_id if env_id is None else env_id
+    return make_env(env_id, action_repeat=int(t.action_repeat),
+                    episode_length=int(t.episode_length) * int(t.action_repeat),
+                    env_params=getattr(t, "env_params", None) or None,
+                    backend=backend if _takes_backend(env_id) else None)
+
+
 def _make_eval_env(agent, t, spec):
-    """The evaluation env of task ``t`` from ``spec`` (an env id or an Env), checked against
-    the task table (obs dim, action dim, T, action repeat); raises ValueError / TypeError."""
-    from ..envs import Env, make_env
+    """The evaluation env of task ``t`` from ``spec`` (an env id, built by :func:`task_env`
+    with the task table's settings, or an Env), checked against the task table (obs dim,
+    action dim, T, action repeat, env settings); raises ValueError / TypeError."""
+    from ..envs import Env
 
     if isinstance(spec, Env):
         env = spec
     elif isinstance(spec, str):
-        env = make_env(spec, action_repeat=int(t.action_repeat),
-                       episode_length=int(t.episode_length) * int(t.action_repeat),
-                       backend=agent.backend if _takes_backend(spec) else None)
+        env = task_env(t, agent.backend, spec)
     else:
         raise TypeError(f"eval_envs entry for task {t.name!r}: expected an env id or an Env, got "
                         f"{type(spec).__name__}")
     s = env.spec
     got = dict(obs_dim=s.obs_dim, action_dim=s.action_dim, episode_length=s.episode_length,
-               action_repeat=s.action_repeat)
+               action_repeat=s.action_repeat, env_params=env.env_params)
     want = dict(obs_dim=int(t.obs_dim), action_dim=int(t.action_dim), episode_length=int(t.episode_length),
-                action_repeat=int(t.action_repeat))
+                action_repeat=int(t.action_repeat), env_params=dict(getattr(t, "env_params", None) or {}))
     bad = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
     if bad:
         raise ValueError(
@@ -195,5 +209,5 @@ def evaluate(agent, state, num_episodes: int) -> dict:
             "normalized_score_per_task": norm, "normalized_score": norm.mean(axis=-1)}
 
 
-__all__ = ["build_eval_envs", "resolve_ranges", "act_program", "eval_program", "eval_keys", "normalized_score",
+__all__ = ["task_env", "build_eval_envs", "resolve_ranges", "act_program", "eval_program", "eval_keys", "normalized_score",
            "evaluate"]

@@ -89,7 +89,10 @@ class TDMPC2:
       action_repeat: simulator steps per agent step (rewards summed); None (default): the
         paper's for the suite, 2 for DM Control tasks (so the default 1000-step episode is
         T = 500 agent steps, spec §2) and 1 for gymnax and Brax (docs/deviations.md E9).
-      env_params: gymnax env params (None: the env's defaults).
+      env_params: the environment's settings (None: the suite's defaults;
+        :mod:`tdmpc2core.envs.params`): gymnax ``EnvParams`` fields (or an ``EnvParams``),
+        Brax constructor kwargs, Playground config overrides (``{"ctrl_dt": 0.02}``);
+        dm_control takes none. Recorded in :attr:`config` (``env_params``) when set.
       backend: Playground physics implementation (None: ``"jax"``, MJX).
       max_nonfinite: episodes a seed may drop for a non-finite observation or reward (NaN
         physics) before the run stops with ``FloatingPointError`` (docs/deviations.md O8).
@@ -175,12 +178,19 @@ class TDMPC2:
 
     @property
     def config(self) -> dict:
-        """The resolved hyperparameters and env settings, JSON-serialisable."""
+        """The resolved hyperparameters and env settings, JSON-serialisable. ``env_params`` (the
+        env's settings as plain data, :attr:`tdmpc2core.envs.Env.env_params`) is a key only when
+        the env was built with settings other than its defaults, so a default agent's config,
+        and with it the run ids and checkpoint settings of runs made before it was recorded, is
+        unchanged."""
         d = dataclasses.asdict(self.cfg)
         d.update(env_id=self.env_id, n_envs=self.n_envs, episode_length_agent_steps=self.episode_length,
                  action_repeat=self.action_repeat, obs_dim=self.spec.obs_dim, action_dim=self.spec.action_dim,
                  suite=self.spec.suite, physics_backend=self.spec.backend,
                  action_low=list(self.spec.action_low), action_high=list(self.spec.action_high))
+        env_params = self.env.env_params
+        if env_params:
+            d["env_params"] = env_params
         return d
 
     # ---- state -----------------------------------------------------------------

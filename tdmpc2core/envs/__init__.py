@@ -20,7 +20,8 @@ semantics (units, action mapping, action repeat, time limit).
 from __future__ import annotations
 
 # plain Python: the ids, their suites and time limits (no JAX; :mod:`.ids`, :mod:`.registry`)
-from tdmpc2core.envs.ids import check_repeat_and_length, default_action_repeat, list_env_ids, suite_of, time_limit
+from tdmpc2core.envs.ids import (check_env_params, check_repeat_and_length, default_action_repeat, list_env_ids,
+                                 suite_of, time_limit)
 from tdmpc2core.envs.registry import Suite, SuiteReport, register_suite, report_facts, suite_for, suites
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Suite",
     "SuiteReport",
     "time_limit",
+    "check_env_params",
     "default_action_repeat",
     "PAPER_ACTION_REPEAT",
 ]
@@ -76,9 +78,13 @@ def make_env(env_id: str, *, action_repeat: int | None = None, episode_length: i
             IGNORED for gymnax (a suite with ``own_time_limit``), whose time limit is the
             env's own ``params.max_steps_in_episode`` simulator steps
             (T = ``max_steps_in_episode // action_repeat``, rounded down).
-        env_params: suite-specific: gymnax ``EnvParams`` (or a dict of fields to
-            replace); Brax constructor kwargs (dict); Playground extra
-            ``config_overrides`` (dict); dm_control: must be ``None``. ``None`` = defaults.
+        env_params: suite-specific environment settings (:mod:`tdmpc2core.envs.params`):
+            gymnax ``EnvParams`` (or a dict of fields to replace); Brax constructor kwargs
+            (dict); Playground extra ``config_overrides`` (dict: ``ctrl_dt``, ``sim_dt``,
+            ...); dm_control: none (``None`` or ``{}``). ``None`` = defaults. A dict is
+            checked first (:func:`check_env_params`); the env records its settings as
+            ``env.env_params`` (plain data: what rebuilds it) and the values in effect as
+            ``env.effective_settings``.
         backend: Playground physics implementation (``"jax"`` = MJX, the default, or
             ``"warp"``); must be ``None`` for the suites that take none (pick Brax's
             pipeline with ``env_params={"backend": ...}``).
@@ -90,7 +96,8 @@ def make_env(env_id: str, *, action_repeat: int | None = None, episode_length: i
         ValueError: unknown id (lists accepted ids), discrete-action gymnax id (lists the
             continuous ones), ``action_repeat < 1``, ``episode_length`` not a positive
             multiple of ``action_repeat`` (Brax/Playground/dm_control), ``backend`` given
-            for a non-Playground env, or bad ``env_params``.
+            for a non-Playground env, or bad ``env_params`` (an unknown key, a value of the
+            wrong type).
         ImportError: a package the suite needs is not installed (one line: which, and the
             pip command).
     """

@@ -171,6 +171,25 @@ class Env:
 
     spec: EnvSpec
     _token: Any = None  # hashable summary of user-supplied env params (None = defaults)
+    _env_params: Any = None  # the settings as plain data (None = defaults); adapters set it
+
+    # ----------------------------------------------------------------- settings
+    @property
+    def env_params(self) -> dict:
+        """The environment settings this env was built with, as plain data (a dict of JSON
+        values; ``{}``: the suite's defaults): what :func:`tdmpc2core.envs.make_env` takes to
+        build the same env again, and what runs, checkpoints and dataset task tables record
+        (:mod:`tdmpc2core.envs.params`)."""
+        return dict(self._env_params or {})
+
+    @property
+    def effective_settings(self) -> dict:
+        """The settings in effect that shape the dynamics, as plain data (adapter-specific:
+        gymnax every ``EnvParams`` field; Playground ``ctrl_dt``, ``sim_dt`` in seconds and the
+        physics steps per control step; Brax ``dt`` in seconds, ``n_frames`` and the pipeline;
+        dm_control the control and physics time steps), for the run's record; ``{}`` when the
+        adapter says nothing."""
+        return {}
 
     # ----------------------------------------------------------------- identity
     def __hash__(self) -> int:

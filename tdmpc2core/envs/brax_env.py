@@ -83,10 +83,23 @@ class BraxEnv(Env):
         T = episode_length // action_repeat
         self._env = env
         self._token = None if not kwargs else repr(sorted(kwargs.items()))
+        from tdmpc2core.envs.params import canonical
+
+        self._env_params = canonical(kwargs, env_id)
         self.spec = EnvSpec.from_bounds(
             env_id, _suite_name(), int(obs_size), low, high,
             action_repeat=action_repeat, episode_length=T,
             backend=None, can_terminate=can_terminate)
+
+    @property
+    def effective_settings(self) -> dict:
+        """The simulator step in seconds (``dt``: the physics time step x ``n_frames``), the
+        physics steps per simulator step (``n_frames``) and the physics pipeline (``backend``)."""
+        from tdmpc2core.envs.params import plain
+
+        env = self._env
+        return {"dt": float(plain(env.dt)), "n_frames": int(getattr(env, "_n_frames", 1)),
+                "backend": getattr(env, "backend", None)}
 
     @property
     def brax_env(self):

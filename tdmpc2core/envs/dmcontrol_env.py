@@ -294,6 +294,15 @@ class DMControlEnv(Env):
         return self._host.obs_layout
 
     @property
+    def effective_settings(self) -> dict:
+        """The control step and the physics step in seconds (``control_timestep``,
+        ``physics_timestep``) and the MuJoCo steps per control step (``n_sub_steps``): the
+        official construction's, which ``env_params`` cannot change."""
+        host = self._host
+        return {"control_timestep": float(host.env.control_timestep()),
+                "physics_timestep": float(host.physics.timestep()), "n_sub_steps": int(host.n_sub_steps)}
+
+    @property
     def n_sub_steps(self) -> int:
         """MuJoCo steps per control (simulator) step."""
         return self._host.n_sub_steps

@@ -39,7 +39,9 @@ class GymnaxEnv(Env):
         env_id: one of ``GYMNAX_CONTINUOUS``.
         action_repeat: simulator steps per agent step (>= 1).
         env_params: ``None`` (the env's ``default_params``), an instance of the env's
-            ``EnvParams``, or a dict of fields to replace in the default params.
+            ``EnvParams``, or a dict of fields to replace in the default params
+            (``env_params`` records the dict, or an instance's fields that differ from the
+            defaults).
 
     Raises:
         ValueError: discrete-action id, unknown id, bad ``env_params``, or a time limit
@@ -55,10 +57,13 @@ class GymnaxEnv(Env):
             )
         import gymnax  # lazy: pulls in gymnasium and matplotlib
 
+        from tdmpc2core.envs.params import canonical, gymnax_record
+
         env, default_params = gymnax.make(env_id)
         if env_params is None:
             params = default_params
             token = None
+            record = {}
         elif isinstance(env_params, dict):
             try:
                 params = default_params.replace(**env_params)
@@ -68,9 +73,11 @@ class GymnaxEnv(Env):
                     f"{sorted(f.name for f in dataclasses.fields(default_params))}"
                 ) from None
             token = repr(params)
+            record = canonical(env_params, env_id)
         elif isinstance(env_params, type(default_params)):
             params = env_params
             token = repr(params)
+            record = gymnax_record(params, default_params)
         else:
             raise ValueError(
                 f"env_params for {env_id!r} must be None, a dict of fields, or a "
@@ -98,12 +105,20 @@ class GymnaxEnv(Env):
         self._params_no_limit = params.replace(max_steps_in_episode=_NO_LIMIT)
         self._action_shape = shape
         self._token = token
+        self._env_params = record
         obs_shape = jax.eval_shape(lambda k: env.reset_env(k, params)[0], jax.random.PRNGKey(0))
         obs_dim = math.prod(obs_shape.shape)
         self.spec = EnvSpec.from_bounds(
             env_id, _suite_name(), obs_dim, low, high,
             action_repeat=action_repeat, episode_length=T,
             backend=None, can_terminate=GYMNAX_CONTINUOUS[env_id])
+
+    @property
+    def effective_settings(self) -> dict:
+        """Every field of the ``EnvParams`` in use, as plain data."""
+        from tdmpc2core.envs.params import plain
+
+        return {f.name: plain(getattr(self._params, f.name)) for f in dataclasses.fields(self._params)}
 
     @property
     def gymnax_env(self):

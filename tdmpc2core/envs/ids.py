@@ -144,13 +144,15 @@ def default_action_repeat(env_id: str) -> int:
     return suite_for(env_id).default_action_repeat
 
 
-def time_limit(env_id: str, *, action_repeat: int | None = None, episode_length: int = 1000) -> int:
+def time_limit(env_id: str, *, action_repeat: int | None = None, episode_length: int = 1000,
+               env_params=None) -> int:
     """T, the time limit in agent steps, of the environment ``make_env`` would build with
-    these arguments (default env params), without building it.
+    these arguments, without building it.
 
-    gymnax (a suite with ``own_time_limit``): ``GYMNAX_MAX_STEPS[env_id] // action_repeat``
-    (``episode_length`` is ignored, as by ``make_env``); Brax, Playground and dm_control:
-    ``episode_length // action_repeat``.
+    gymnax (a suite with ``own_time_limit``): ``max_steps_in_episode // action_repeat``, the
+    env's own limit (``GYMNAX_MAX_STEPS[env_id]``, or ``env_params["max_steps_in_episode"]``
+    when a mapping sets it; ``episode_length`` is ignored, as by ``make_env``); Brax,
+    Playground and dm_control: ``episode_length // action_repeat``.
 
     Raises:
         ValueError: an id :func:`suite_of` refuses, a bad ``action_repeat`` or
@@ -158,7 +160,18 @@ def time_limit(env_id: str, *, action_repeat: int | None = None, episode_length:
           shorter than ``action_repeat``.
     """
     suite = suite_for(env_id)
-    return suite.time_limit(env_id, suite.action_repeat(action_repeat), episode_length)
+    return suite.time_limit(env_id, suite.action_repeat(action_repeat), episode_length, env_params)
+
+
+def check_env_params(env_id: str, env_params) -> dict:
+    """The canonical environment settings of ``env_id`` (a plain dict of JSON values; ``{}``
+    for None), checked by its suite without building anything (:mod:`tdmpc2core.envs.params`).
+
+    Raises:
+        ValueError: an id :func:`suite_of` refuses, or settings the suite does not accept (one
+          line naming the key, the env id and what is accepted).
+    """
+    return suite_for(env_id).env_params(env_id, env_params)
 
 
 def __getattr__(name):
@@ -174,6 +187,6 @@ def __getattr__(name):
 
 
 __all__ = ["SUITES", "GYMNAX_CONTINUOUS", "GYMNAX_DISCRETE", "GYMNAX_MAX_STEPS", "BRAX_ENVS",
-           "PLAYGROUND_DMC_ENVS", "PAPER_ACTION_REPEAT", "list_env_ids", "suite_of", "time_limit",
+           "PLAYGROUND_DMC_ENVS", "PAPER_ACTION_REPEAT", "list_env_ids", "suite_of", "time_limit", "check_env_params",
            "default_action_repeat", "check_repeat_and_length",
            "discrete_error"]

@@ -4,9 +4,10 @@ Loaded with ``registry.load(name, config_overrides={"impl": backend, "action_rep
 "episode_length": <huge>})``. The raw Playground env neither repeats actions nor ends
 episodes by time itself (those config keys are read only by Playground's training
 wrappers), but both are pinned anyway so that nothing downstream can apply them twice; the
-wrapper here does the action repeat and the time limit. ``ctrl_dt`` / ``sim_dt`` are left
-alone: one simulator step here is one Playground control step (``ctrl_dt`` seconds, i.e.
-``ctrl_dt / sim_dt`` MuJoCo steps), the unit of DMC's 1000-step episodes.
+wrapper here does the action repeat and the time limit. ``ctrl_dt`` / ``sim_dt`` are the
+task's own unless ``env_params`` sets them: one simulator step here is one Playground control
+step (``ctrl_dt`` seconds, i.e. ``ctrl_dt / sim_dt`` MuJoCo steps), the unit of DMC's
+1000-step episodes.
 
 Termination: the DMC tasks never terminate. Their ``state.done`` only flags a NaN in
 ``qpos``/``qvel`` (a physics blow-up), which the caller detects as a non-finite
@@ -106,10 +107,21 @@ class PlaygroundEnv(Env):
         T = episode_length // action_repeat
         self._env = env
         self._token = None if not extra else repr(sorted(extra.items()))
+        from tdmpc2core.envs.params import canonical
+
+        self._env_params = canonical(extra, env_id)
         self.spec = EnvSpec.from_bounds(
             env_id, _suite_name(), int(obs.shape[0]), low, high,
             action_repeat=action_repeat, episode_length=T,
             backend=backend, can_terminate=False)
+
+    @property
+    def effective_settings(self) -> dict:
+        """``ctrl_dt`` and ``sim_dt`` (seconds) in effect, the MuJoCo steps per control step
+        (``n_substeps``) and the physics implementation (``impl``)."""
+        env = self._env
+        return {"ctrl_dt": float(env.dt), "sim_dt": float(env.sim_dt), "n_substeps": int(env.n_substeps),
+                "impl": self.spec.backend}
 
     @property
     def playground_env(self):

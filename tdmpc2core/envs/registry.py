@@ -79,6 +79,12 @@ class Suite:
         backend_hint: appended to the error for a ``backend`` given to a suite that takes none.
         refuse: ``refuse(env_id) -> ValueError | None``: the error for an id this suite
             recognises but does not accept (a discrete gymnax id, an unknown ``dmc:`` id).
+        check_params: ``check_params(env_id, env_params) -> dict``: the canonical form of a
+            mapping of environment settings (:mod:`tdmpc2core.envs.params`), checked without
+            building anything; raises ValueError (one line: the key, the env id, what is
+            accepted). None: any mapping of plain data is passed to :attr:`build` as it is.
+        time_limit_key: with :attr:`own_time_limit`, the ``env_params`` key that replaces the
+            env's own time limit (simulator steps; gymnax's ``max_steps_in_episode``), or None.
         published: env id -> the task's name in the published results (official curves).
         report: :class:`SuiteReport`.
     """
@@ -93,6 +99,8 @@ class Suite:
     takes_backend: bool = False
     backend_hint: str = ""
     refuse: Optional[Callable[[str], Optional[ValueError]]] = None
+    check_params: Optional[Callable[[str, Mapping], dict]] = None
+    time_limit_key: Optional[str] = None
     published: Mapping[str, str] = dataclasses.field(default_factory=dict)
     report: SuiteReport = None  # type: ignore[assignment]
 
@@ -136,8 +144,24 @@ class Suite:
         """``action_repeat``, or the suite's default when None."""
         return self.default_action_repeat if action_repeat is None else action_repeat
 
-    def time_limit(self, env_id: str, action_repeat: int, episode_length: int) -> int:
-        """T in agent steps of ``env_id`` (checked arguments; see :func:`tdmpc2core.envs.time_limit`).
+    def env_params(self, env_id: str, env_params) -> dict:
+        """The canonical environment settings of ``env_id`` (a plain dict; ``{}`` for None):
+        :attr:`check_params`'s, else a JSON-plain copy (:func:`tdmpc2core.envs.params.canonical`).
+        Plain Python: nothing is imported or built.
+
+        Raises:
+            ValueError: not a mapping, not plain data, or a key or value the suite refuses.
+        """
+        from tdmpc2core.envs.params import canonical
+
+        if self.check_params is None or env_params is None:
+            return canonical(env_params, env_id)
+        return self.check_params(env_id, env_params)
+
+    def time_limit(self, env_id: str, action_repeat: int, episode_length: int, env_params=None) -> int:
+        """T in agent steps of ``env_id`` (checked arguments; see :func:`tdmpc2core.envs.time_limit`):
+        ``episode_length // action_repeat``, or for a suite with its own time limit, that limit
+        (``env_params[time_limit_key]`` when set) ``// action_repeat``.
 
         Raises:
             ValueError: bad ``action_repeat``/``episode_length``, or an own time limit shorter
@@ -147,6 +171,8 @@ class Suite:
         if self.keeps_episode_length:
             return episode_length // action_repeat
         steps = self.own_time_limit[env_id]
+        if self.time_limit_key is not None and isinstance(env_params, Mapping) and self.time_limit_key in env_params:
+            steps = int(env_params[self.time_limit_key])
         if steps // action_repeat < 1:
             raise ValueError(f"{env_id!r}: max_steps_in_episode={steps} is shorter than "
                              f"action_repeat={action_repeat}")
@@ -165,7 +191,8 @@ class Suite:
 
         Raises:
             ValueError: an id this suite does not accept, a bad repeat or length, a ``backend``
-                for a suite that takes none; ImportError: a required package is missing.
+                for a suite that takes none, ``env_params`` the suite refuses
+                (:meth:`env_params`); ImportError: a required package is missing.
         """
         if env_id not in self.ids:
             raise ValueError(f"env id {env_id!r} is not a {self.name} id; accepted: {list(self.ids)}")
@@ -175,6 +202,8 @@ class Suite:
             takers = [s.name for s in suites() if s.takes_backend]
             raise ValueError(f"backend={backend!r} applies only to {' and '.join(takers)} envs; {env_id!r} is a "
                              f"{self.name} env{self.backend_hint}")
+        if isinstance(env_params, Mapping):  # checked as the pipeline checks it (an EnvParams object: by build)
+            self.env_params(env_id, env_params)
         err = self.install_error()
         if err is not None:
             raise err

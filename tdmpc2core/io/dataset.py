@@ -83,6 +83,10 @@ class TaskInfo:
       action_repeat: simulator steps per agent step (env frames = agent steps x this).
       discount: the task's discount gamma (spec §1.3: from T).
       env_id: the id :func:`tdmpc2core.envs.make_env` takes, or None (a custom env).
+      env_params: the environment settings the task's env was built with, as plain data
+        (:attr:`tdmpc2core.envs.Env.env_params`: what :func:`~tdmpc2core.envs.make_env` takes to
+        build it again), or None: the suite's defaults (an empty mapping is stored as None).
+        Not part of the hash; compared by ``==``.
     """
 
     name: str
@@ -92,21 +96,42 @@ class TaskInfo:
     action_repeat: int
     discount: float
     env_id: Optional[str] = None
+    env_params: Optional[dict] = dataclasses.field(default=None, hash=False)
+
+    def __post_init__(self):
+        p = self.env_params
+        if p is not None and not isinstance(p, dict):
+            raise DatasetError(f"task {self.name!r}: env_params must be a mapping of setting -> value or None, "
+                               f"got {type(p).__name__}")
+        try:  # plain data (a JSON object), a copy: the task table is written as JSON
+            p = json.loads(json.dumps(p, allow_nan=False)) if p else None
+        except (TypeError, ValueError) as exc:
+            raise DatasetError(f"task {self.name!r}: env_params {p!r} is not plain data ({exc})") from None
+        object.__setattr__(self, "env_params", p)
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        """The task table entry: every field, ``env_params`` only when set (so the entry of a task
+        with default settings is the one files always had)."""
+        d = dataclasses.asdict(self)
+        if d["env_params"] is None:
+            del d["env_params"]
+        return d
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> "TaskInfo":
+        """The entry ``d`` of a file's task table (``env_params`` absent: the defaults, as in
+        files written before it was recorded). Raises :class:`DatasetError` naming ``where``."""
         fields = {f.name: f.type for f in dataclasses.fields(cls)}
         if not isinstance(d, dict) or set(d) - set(fields) or {"name", "obs_dim", "action_dim",
                                                                 "episode_length", "action_repeat",
                                                                 "discount"} - set(d):
-            raise DatasetError(f"{where}: a task table entry must have the keys {sorted(fields)}, got {d!r}")
+            raise DatasetError(f"{where}: a task table entry must have the keys {sorted(fields)} (env_id and "
+                               f"env_params optional), got {d!r}")
         try:
             return cls(name=str(d["name"]), obs_dim=int(d["obs_dim"]), action_dim=int(d["action_dim"]),
                        episode_length=int(d["episode_length"]), action_repeat=int(d["action_repeat"]),
-                       discount=float(d["discount"]), env_id=None if d.get("env_id") is None else str(d["env_id"]))
+                       discount=float(d["discount"]), env_id=None if d.get("env_id") is None else str(d["env_id"]),
+                       env_params=d.get("env_params"))
         except (TypeError, ValueError) as exc:
             raise DatasetError(f"{where}: bad task table entry {d!r} ({exc})") from None
 
@@ -528,8 +553,8 @@ def concatenate_episodes(datasets: Sequence[EpisodeDataset]) -> EpisodeDataset:
 
     Raises:
       ValueError: an empty list, or datasets that are not all of the same single task (name,
-        obs and action dims, episode length, action repeat and discount must agree; the
-        message names the differing fields).
+        obs and action dims, episode length, action repeat, discount and environment settings
+        must agree; the message names the differing fields).
     """
     datasets = list(datasets)
     if not datasets:
@@ -540,7 +565,7 @@ def concatenate_episodes(datasets: Sequence[EpisodeDataset]) -> EpisodeDataset:
             raise ValueError(f"concatenate_episodes: dataset {i} holds {len(d.tasks)} tasks "
                              f"({d.task_names}); it joins runs of one task (use pool_tasks for several)")
         if d.tasks[0] != first.tasks[0]:
-            a, b = first.tasks[0].to_json(), d.tasks[0].to_json()
+            a, b = dataclasses.asdict(first.tasks[0]), dataclasses.asdict(d.tasks[0])
             diff = {k: (a[k], b[k]) for k in a if a[k] != b[k] and k != "env_id"}
             if diff:
                 raise ValueError(f"concatenate_episodes: dataset {i} disagrees with dataset 0 on {diff} "

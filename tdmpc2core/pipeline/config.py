@@ -48,7 +48,9 @@ OFFICIAL_FILES = ["eval.parquet", "run.json"]  # run.json last: a complete evalu
 # the keys of one task that the training stage receives (docs/artifacts.md, "Task settings"),
 # and the optional ones it also accepts (passed only when set)
 SPEC_KEYS = ["env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes", "agent"]
-OPTIONAL_SPEC_KEYS = ["n_envs", "backend", "allow_evicted"]
+OPTIONAL_SPEC_KEYS = ["n_envs", "backend", "allow_evicted", "env_params"]
+# the settings that merge key by key over the protocol's defaults (the others: the task's value wins)
+MERGED_KEYS = ("agent", "resources", "env_params")
 AGENT_KEYS = sorted(f.name for f in dataclasses.fields(library_config.TDMPC2Config))
 
 
@@ -226,10 +228,10 @@ def pool_dataset(pool: str) -> str:
 
 # ---- the checks -------------------------------------------------------------------------
 def _merge_task(proto: str, name: str, defaults: dict, task: dict) -> dict:
-    """defaults, then the task's keys; `agent` and `resources` merge key by key."""
+    """defaults, then the task's keys; `agent`, `resources` and `env_params` merge key by key."""
     out = copy.deepcopy(defaults)
     for key, value in task.items():
-        if key in ("agent", "resources") and isinstance(value, dict):
+        if key in MERGED_KEYS and isinstance(value, dict):
             out[key] = {**out.get(key, {}), **value}
         else:
             out[key] = copy.deepcopy(value)
@@ -266,16 +268,43 @@ def _unknown_agent_keys(where: str, agent: dict, accepted: list, defaults_where:
 
 
 
+def _check_env_params(proto: str, protocol: dict, name: str, t: dict) -> dict:
+    """The task's environment settings (``env_params``, merged over the defaults' key by key),
+    checked by the env's suite as the training job's ``make_env`` checks them
+    (:func:`tdmpc2core.envs.check_env_params`, plain Python) and stored in ``t`` in their
+    canonical form; an empty mapping is dropped, so a task without settings keeps the spec it
+    always had. Returns the canonical settings ({} for none)."""
+    given = t.get("env_params")
+    where = f"protocols.{proto}.tasks.{name}.env_params"
+    if (protocol.get("defaults") or {}).get("env_params"):
+        where += f" (merged over protocols.{proto}.defaults.env_params)"
+    try:
+        params = library_envs.check_env_params(t["env_id"], given)
+    except ValueError as e:
+        raise ConfigError(f"config: {where}: {e}") from None
+    if params:
+        t["env_params"] = params
+    else:
+        t.pop("env_params", None)
+    return params
+
+
 def _check_task(proto: str, protocol: dict, name: str, t: dict):
     """What the training job would refuse at its start, refused now by the same code
-    (tdmpc2core.model.config.validate_config): every agent setting, the env id and the time
-    limit, and a batch larger than the replay holds at the first update. Returns (T, cfg)."""
+    (tdmpc2core.model.config.validate_config, tdmpc2core.envs): every agent setting, the env id,
+    its environment settings and the time limit they give, and a batch larger than the replay
+    holds at the first update. Returns (T, cfg)."""
     where = f"protocols.{proto}.tasks.{name}"
     _unknown_agent_keys(f"{where}.agent", t["agent"], AGENT_KEYS,
                         (f"protocols.{proto}.defaults.agent", (protocol.get("defaults") or {}).get("agent") or {}))
     try:
+        library_envs.suite_of(t["env_id"])
+    except ValueError as e:
+        raise ConfigError(f"config: {where}: env_id {t['env_id']!r}: {e}") from None
+    env_params = _check_env_params(proto, protocol, name, t)
+    try:
         T = library_envs.time_limit(t["env_id"], action_repeat=int(t["action_repeat"]),
-                                    episode_length=int(t["episode_length"]))
+                                    episode_length=int(t["episode_length"]), env_params=env_params)
     except ValueError as e:
         raise ConfigError(f"config: {where}: env_id {t['env_id']!r}: {e}") from None
     n = int(t.get("n_envs") or 1)

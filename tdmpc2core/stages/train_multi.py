@@ -109,6 +109,11 @@ def _make_agent(args, spec: dict, log):
         + ", ".join(f"{n} {g:.3f}" for n, g in agent.task_gammas.items())
         + f"; seeds {list(args.seeds)}, {int(spec['updates'])} updates, evaluation every "
           f"{int(spec.get('eval_every', 0)) or None} updates")
+    from ..envs.params import describe
+
+    for t in dataset.tasks:  # the evaluation envs are built with these (the task table's)
+        if t.env_params:
+            log(f"task {t.name}: env settings {describe(t.env_params)} (from the pool's task table)")
     return dataset, agent
 
 

@@ -39,7 +39,7 @@ from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, close_checkpoin
                         open_checkpoint_dir, train_session)
 
 SPEC_KEYS = {"env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes",
-             "agent", "n_envs", "backend", "allow_evicted"}
+             "agent", "n_envs", "backend", "allow_evicted", "env_params"}
 REQUIRED = {"env_id", "agent_steps"}
 
 
@@ -125,18 +125,29 @@ class _Progress:
 
 
 def _make_agent(spec: dict, seeds: list, log):
-    """The agent of ``spec``, its run length in agent steps, logged."""
+    """The agent of ``spec`` (its env built with the spec's ``env_params``), its run length in
+    agent steps, logged."""
     from ..agents.single_task import TDMPC2
+    from ..envs.params import describe
 
     agent = TDMPC2(spec["env_id"], n_envs=int(spec.get("n_envs", 1)),
                    episode_length=int(spec.get("episode_length", 1000)),
                    action_repeat=(None if spec.get("action_repeat") is None else int(spec["action_repeat"])),
-                   backend=spec.get("backend"), **spec.get("agent", {}))
+                   env_params=spec.get("env_params") or None, backend=spec.get("backend"), **spec.get("agent", {}))
     n_timesteps = int(spec["agent_steps"])
     log(f"env {spec['env_id']}: T={agent.episode_length} agent steps, action_repeat={agent.action_repeat}, "
         f"gamma={agent.gamma:.4f}, seed_steps={agent.seed_steps}, seeds={seeds}, {n_timesteps} agent steps"
-        + (", episodic (termination head)" if agent.episodic else ""))
+        + (", episodic (termination head)" if agent.episodic else "")
+        + f"; env settings: {describe(agent.env.env_params)} (in effect: {describe(agent.env.effective_settings)})")
     return agent, n_timesteps
+
+
+def effective_spec(spec: dict, agent) -> dict:
+    """``spec`` as the run used it: ``episode_length`` the simulator steps of an episode of the
+    env that was built (T x action repeat), which differs from the spec's for an env that keeps
+    its own time limit (a gymnax Pendulum: 200, whatever the spec said). What ``run.json``,
+    the run id and the episodes' provenance record."""
+    return {**spec, "episode_length": int(agent.spec.sim_episode_length)}
 
 
 def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
@@ -146,6 +157,7 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     from ..run.compiled import per_program
 
     agent, n_timesteps = _make_agent(spec, seeds, log)
+    spec = effective_spec(spec, agent)  # the episode length actually used, in run.json and the run id
     for seed in seeds:  # a stale marker of completeness must not outlive a run that fails
         (outdir / f"seed{seed}" / "run.json").unlink(missing_ok=True)
 
@@ -229,6 +241,8 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
     return {
         "task": args.task, "seed": seed, "run_id": episodes.runs[0].run_id,  # the run_id column of its episodes
         "seeds_in_job": seeds, "spec": spec,
+        # the env's settings (the suite's defaults: {}) and the values in effect (tdmpc2core.envs.Env)
+        "env_params": agent.env.env_params, "env_effective": agent.env.effective_settings,
         "agent_config": agent.config, "gamma": agent.gamma, "seed_steps": agent.seed_steps,
         "agent_steps": n_timesteps, "env_frames": n_timesteps * agent.action_repeat,
         "final_eval_return": hist["eval_return"][-1, i] if len(hist["eval_agent_steps"]) else None,

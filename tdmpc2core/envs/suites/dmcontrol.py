@@ -4,18 +4,20 @@ the official TD-MPC2 name (a host callback; :mod:`tdmpc2core.envs.dmcontrol_env`
 The paper's simulator and protocol: action repeat 2 (1000 control steps = T 500), rewards in
 [0, 1] per control step, the official wrapper's conventions, so comparisons with the
 published curves are like for like. A ``dmc:`` id that is not accepted is refused with the
-reason (:mod:`tdmpc2core.envs.dmcontrol_ids`).
+reason (:mod:`tdmpc2core.envs.dmcontrol_ids`). No ``env_params``: the official construction is
+the protocol (:data:`tdmpc2core.envs.params.DMCONTROL_NONE`).
 """
 from __future__ import annotations
 
 from typing import Optional
 
 from tdmpc2core.envs.dmcontrol_ids import DMCONTROL_ENVS, PREFIX, dmc_name, unknown_id_error
+from tdmpc2core.envs.params import check_dmcontrol
 from tdmpc2core.envs.registry import Suite, SuiteReport
 
 
 def _build(env_id, *, action_repeat, episode_length, env_params, backend):
-    if env_params is not None:
+    if env_params:  # a mapping was refused by check_params already; anything else is refused here
         raise ValueError(f"env_params={env_params!r}: dm_control tasks take none (the official "
                          "construction is used); pass env_params=None")
     from tdmpc2core.envs.dmcontrol_env import DMControlEnv
@@ -34,6 +36,7 @@ SUITE = Suite(
     requires=("dm-control", "mujoco"),
     default_action_repeat=2,
     refuse=_refuse,
+    check_params=check_dmcontrol,
     published={i: dmc_name(i) for i in DMCONTROL_ENVS},
     report=SuiteReport(
         label="dm_control", version_package="dm-control", rank=0,

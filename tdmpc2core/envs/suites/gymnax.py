@@ -1,14 +1,16 @@
 """The gymnax suite: gymnax 1.0.1's continuous-action ids (pure JAX; :mod:`tdmpc2core.envs.gymnax_env`).
 
 Not in the paper: action repeat 1 by default, and each env keeps its own time limit
-(``params.max_steps_in_episode``; ``episode_length`` is ignored). Discrete-action ids are
-recognised and refused with the list of continuous ones.
+(``params.max_steps_in_episode``; ``episode_length`` is ignored; ``env_params`` may set it).
+Discrete-action ids are recognised and refused with the list of continuous ones.
+``env_params``: fields of the env's ``EnvParams`` (:data:`tdmpc2core.envs.params.GYMNAX_PARAMS`).
 """
 from __future__ import annotations
 
 from typing import Optional
 
 from tdmpc2core.envs.ids import GYMNAX_CONTINUOUS, GYMNAX_DISCRETE, GYMNAX_MAX_STEPS, discrete_error
+from tdmpc2core.envs.params import GYMNAX_TIME_LIMIT_KEY, check_gymnax
 from tdmpc2core.envs.registry import Suite, SuiteReport
 
 
@@ -29,6 +31,8 @@ SUITE = Suite(
     requires=("gymnax",),
     default_action_repeat=1,
     own_time_limit=GYMNAX_MAX_STEPS,
+    check_params=check_gymnax,
+    time_limit_key=GYMNAX_TIME_LIMIT_KEY,
     refuse=_refuse,
     report=SuiteReport(label="gymnax", rank=2),
 )

@@ -3,12 +3,14 @@
 
 The paper's protocol: action repeat 2, so 1000 simulator steps are T = 500 agent steps;
 rewards in [0, 1] per simulator step. Its physics differ from dm_control's, so comparisons
-with the published curves are approximate. :data:`PUBLISHED`: the 22 tasks with a published
+with the published curves are approximate. ``env_params``: extra Playground config overrides,
+``ctrl_dt``, ``sim_dt`` and a few more (:data:`tdmpc2core.envs.params.PLAYGROUND_KEYS`). :data:`PUBLISHED`: the 22 tasks with a published
 curve -> the dm_control name of that curve.
 """
 from __future__ import annotations
 
 from tdmpc2core.envs.ids import PLAYGROUND_DMC_ENVS
+from tdmpc2core.envs.params import check_playground
 from tdmpc2core.envs.registry import Suite, SuiteReport
 from tdmpc2core.resources import PLAYGROUND_TO_DMC
 
@@ -31,6 +33,7 @@ SUITE = Suite(
     requires=("playground", "mujoco", "mujoco-mjx"),
     default_action_repeat=2,
     takes_backend=True,
+    check_params=check_playground,
     published=PUBLISHED,
     report=SuiteReport(
         label="MuJoCo Playground (MJX)", version_package="playground", rank=1,
