@@ -135,6 +135,7 @@ def test_a_session_ended_by_an_exception_records_the_error_and_reraises(tmp_path
 def test_train_single_stage_writes_the_stop_record_of_an_error(tmp_path, monkeypatch, capsys):
     """The stage's wiring, without JAX: a stand-in agent whose training fails after 200 agent steps."""
     import json
+    import types
 
     from tdmpc2core.agents import single_task
     from tdmpc2core.cli import build_parser
@@ -142,6 +143,8 @@ def test_train_single_stage_writes_the_stop_record_of_an_error(tmp_path, monkeyp
 
     class Agent:
         episode_length, action_repeat, gamma, seed_steps, episodic, compile_seconds = 200, 1, 0.99, 400, False, {}
+        env = types.SimpleNamespace(env_params={}, effective_settings={})  # what the stage logs and records
+        spec = types.SimpleNamespace(sim_episode_length=200)
 
         def __init__(self, *a, **k):
             pass

@@ -1,7 +1,8 @@
 """The agents' extension points (issue 25): one place compiling per-seed programs
 (``run.compiled.per_seed``, one device today), the per-update hook folded inside the compiled
-update loops of both agents (``agents.common.UpdateHook``), and the loggers the run driver
-calls after each chunk record and evaluation (``run.loggers``)."""
+update loop of the single-task agent (``agents.common.UpdateHook``; the multi-task agent's, on
+both of its data paths: tests/test_multitask_host.py, beside the plain runs it compares with),
+and the loggers the run driver calls after each chunk record and evaluation (``run.loggers``)."""
 from __future__ import annotations
 
 import csv
@@ -18,7 +19,7 @@ from tdmpc2core.agents.multitask import TDMPC2MultiTask
 from tdmpc2core.run import loggers as lg
 from tdmpc2core.run.compiled import MULTI_DEVICE_MESSAGE, check_devices, per_seed
 
-from test_multitask import TINY, leaves, make_dataset, random_episodes, task
+from test_multitask import TINY, make_dataset, random_episodes, task
 
 COUNT = UpdateHook(init=lambda: jnp.zeros((), jnp.int32), fold=lambda c, st, m: c + 1)
 
@@ -59,28 +60,11 @@ def test_eval_keys_are_shared_by_the_agents():
     np.testing.assert_array_equal(np.asarray(eval_key(3, 5, 1)), np.asarray(want))
 
 
-# --------------------------------------------------------------------- the per-update hook
+# --------------------------------------------------------------------- a small pool
 def pool():
     rng = np.random.default_rng(0)
     tasks = [task("a", 3, 1, 12), task("b", 2, 2, 12)]
     return make_dataset([random_episodes(rng, 3, 12, 3, 1), random_episodes(rng, 3, 12, 2, 2)], tasks)
-
-
-@pytest.mark.parametrize("budget", [None, 1024], ids=["device", "host"])
-def test_update_hook_counts_updates_and_changes_no_parameter(budget):
-    data = pool()
-    kw = dict(batch_size=8, device_budget_bytes=budget, host_block_updates=3, **TINY)
-    counted = TDMPC2MultiTask(data, post_update=COUNT, **kw)
-    st, _ = counted.train(seed=[0, 1], n_timesteps=4)
-    st, _ = counted.train(state=st, n_timesteps=3)  # the count is carried across calls, in the state
-    np.testing.assert_array_equal(np.asarray(st.ext), [7, 7])
-    np.testing.assert_array_equal(np.asarray(st.ext), np.asarray(st.agent.updates))
-    # the hook reads the update's outputs and changes nothing in it: the run without a hook
-    # has the same parameters, optimizer states and counters, bit for bit
-    plain, _ = TDMPC2MultiTask(data, **kw).train(seed=[0, 1], n_timesteps=7)
-    assert plain.ext is None
-    for a, b in zip(leaves(plain.agent), leaves(st.agent)):
-        np.testing.assert_array_equal(a, b)
 
 
 # --------------------------------------------------------------------- loggers

@@ -1,5 +1,6 @@
 """The multi-task agent's host path: a pool larger than the device budget stays in host memory,
-the compiled program draws each update's rows, the host gathers them, only batches move.
+the compiled program draws each update's rows, the host gathers them, only batches move; and
+the per-update hook (``agents.common.UpdateHook``) folded inside both paths' update loops.
 
 It must draw the same slices and give the same numbers as the device path (the pool on the
 device, sampled inside the compiled program), so a run may switch paths between sessions.
@@ -7,10 +8,12 @@ device, sampled inside the compiled program), so a run may switch paths between 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from tdmpc2core.agents import multitask_sampling as sampling
+from tdmpc2core.agents.common import UpdateHook
 from tdmpc2core.agents.multitask import TDMPC2MultiTask, gather_slices, sample_indices, sample_slices
 
 from test_multitask import TINY, leaves, make_dataset, random_episodes, task
@@ -47,19 +50,45 @@ def test_host_gather_equals_device_sampling(pool):
         np.testing.assert_array_equal(np.asarray(x), y)
 
 
-def test_host_path_gives_the_device_paths_numbers(pool):
-    """Two seeds, 10 updates in blocks of 3 (a partial last block): the parameters, optimizer
-    states and metrics equal the device path's bit for bit (CPU)."""
-    n = 10
-    dev = TDMPC2MultiTask(pool, batch_size=8, **TINY)
-    host = TDMPC2MultiTask(pool, batch_size=8, device_budget_bytes=1024, host_block_updates=3, **TINY)
-    assert host.data_placement == "host"
-    a, _ = dev.train(seed=[0, 1], n_timesteps=n)
-    b, _ = host.train(seed=[0, 1], n_timesteps=n)
-    assert int(np.asarray(b.agent.updates)[0]) == n and host.host_timing["updates"] == n
+N_UPDATES = 10
+PATHS = {"device": dict(batch_size=8), "host": dict(batch_size=8, device_budget_bytes=1024, host_block_updates=3)}
+COUNT = UpdateHook(init=lambda: jnp.zeros((), jnp.int32), fold=lambda c, st, m: c + 1)
+
+
+@pytest.fixture(scope="module")
+def plain(pool):
+    """Both paths' runs without a hook: two seeds, N_UPDATES updates (the host path in blocks
+    of 3, a partial last block). Compiled once for the module: the hook test compares with them."""
+    out = {}
+    for path, kw in PATHS.items():
+        agent = TDMPC2MultiTask(pool, **kw, **TINY)
+        out[path] = (agent, agent.train(seed=[0, 1], n_timesteps=N_UPDATES)[0])
+    return out
+
+
+def test_host_path_gives_the_device_paths_numbers(plain):
+    """The parameters, optimizer states and metrics equal the device path's bit for bit (CPU)."""
+    (dev, a), (host, b) = plain["device"], plain["host"]
+    assert host.data_placement == "host" and dev.data_placement == "device"
+    assert int(np.asarray(b.agent.updates)[0]) == N_UPDATES and host.host_timing["updates"] == N_UPDATES
     for x, y in zip(leaves(a), leaves(b)):
         np.testing.assert_array_equal(x, y)
     assert dev.dataset_sha256 == host.dataset_sha256  # the same data whichever the placement
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_update_hook_counts_updates_and_changes_no_parameter(pool, plain, path):
+    """The hook's state counts the updates, is carried across calls in the run state, and
+    changes nothing: the hooked run split 4 + 6 equals the plain run of N_UPDATES bit for bit."""
+    counted = TDMPC2MultiTask(pool, post_update=COUNT, **PATHS[path], **TINY)
+    st, _ = counted.train(seed=[0, 1], n_timesteps=4)
+    st, _ = counted.train(state=st, n_timesteps=N_UPDATES - 4)
+    np.testing.assert_array_equal(np.asarray(st.ext), [N_UPDATES, N_UPDATES])
+    np.testing.assert_array_equal(np.asarray(st.ext), np.asarray(st.agent.updates))
+    ref = plain[path][1]
+    assert ref.ext is None
+    for a, b in zip(leaves(ref.agent), leaves(st.agent)):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_host_block_size_is_bounded(pool, monkeypatch):
