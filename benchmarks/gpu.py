@@ -20,13 +20,22 @@ fresh process of its own (so compile times and peak memory are the size's alone)
 - achieved TFLOP/s: the official algorithm's matmul FLOPs (tdmpc2core/model/flops.py, all K Q
   members where the reference evaluates them) divided by our time.
 
-Matmul precision is set on purpose and recorded: every Dense layer runs at full float32
-(``Precision.HIGHEST``, no TF32; docs/deviations.md N5), and ``jax_default_matmul_precision``
-(every other product) is set by ``--default-matmul-precision`` (default ``highest``, i.e. no
-TF32 anywhere, as 5f6fade's fp32). The results go to ``--out`` (JSON) and a Markdown table
+Matmul precision is set on purpose and recorded: the Dense layers run at the configuration's
+``matmul_precision`` (``--matmul-precision``, default ``highest``: full float32, no TF32;
+docs/deviations.md N5), and ``jax_default_matmul_precision`` (every other product) is set by
+``--default-matmul-precision`` (default ``highest``, i.e. no TF32 anywhere, as 5f6fade's fp32).
+``--kernels`` chooses how the networks are computed (``auto``: the reference flax/JAX kernels on
+a GPU; ``cpu``: the hand-written kernels tuned for XLA:CPU, to measure them on a GPU); each row
+records the concrete choice. The results go to ``--out`` (JSON) and a Markdown table
 beside it (``.md``) that README's Speed section quotes. ``--reduced`` shrinks everything
 (model size 1, a small planner and batch, Pendulum-v1, 2 seeds vmapped, a few calls) so the
 command runs on a CPU in about a minute: ``tests/test_benchmarks.py`` runs it so it cannot rot.
+
+Compiling dominates the benchmark's wall time on a many-core GPU host. ``--warm-jobs N`` first
+runs the cases N at a time into one persistent compilation cache (their overlapping timings are
+discarded, their compile seconds kept as ``compile_s_cold``), then measures them one by one, each
+loading its programs; ``--warm-only --compile-cache DIR`` stops after compiling (so other work can
+share that phase) and ``--cold-from`` joins its figures to the measuring run's rows.
 
 Aims (issue: updates well ahead of the peers): model size 5, one seed, >= 500 agent steps/s
 on an H200, and >= 2,000 in aggregate with 8 vmapped seeds (the official code: about
@@ -35,12 +44,15 @@ on an H200, and >= 2,000 in aggregate with 8 vmapped seeds (the official code: a
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime as dt
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +63,7 @@ REDUCED = dict(sizes=[1], env="Pendulum-v1", seeds=[2], updates=2, ticks=2, repe
 
 
 def measure_one(size: int, env: str, seeds, *, updates: int, ticks: int, repeats: int, agent_kwargs: dict,
-                default_precision: str) -> dict:
+                default_precision: str, kernels: str = "auto", matmul_precision: str = "highest") -> dict:
     """All figures of one model size, in this process (call it in a fresh one)."""
     import jax
     import jaxlib
@@ -62,9 +74,10 @@ def measure_one(size: int, env: str, seeds, *, updates: int, ticks: int, repeats
 
     from tdmpc2core.agents.single_task import TDMPC2
     from tdmpc2core.model import flops
-    from tdmpc2core.model.networks import MATMUL_PRECISION, count_params
+    from tdmpc2core.model import kernels as K
+    from tdmpc2core.model.networks import count_params
 
-    kw = {"batch_size": 256, **agent_kwargs}
+    kw = {"batch_size": 256, "kernels": kernels, "matmul_precision": matmul_precision, **agent_kwargs}
     agent = TDMPC2(env, model_size=size, **kw)
     cfg, O, A = agent.cfg, agent.spec.obs_dim, agent.spec.action_dim
     dt_upd, upd_compile = speed.bench_updates(agent, n_updates=updates, repeats=repeats)
@@ -88,7 +101,8 @@ def measure_one(size: int, env: str, seeds, *, updates: int, ticks: int, repeats
         "batch_size": cfg.batch_size,
         "backend": jax.default_backend(), "device": dev.device_kind,
         "jax": jax.__version__, "jaxlib": jaxlib.__version__,
-        "matmul_precision": {"dense_layers": MATMUL_PRECISION.name,
+        "kernels": K.concrete(cfg.kernels),
+        "matmul_precision": {"dense_layers": cfg.matmul_precision,
                              "jax_default_matmul_precision": jax.config.jax_default_matmul_precision},
         "updates_per_s": 1.0 / dt_upd, "update_tflop_per_s": f_upd / dt_upd / 1e12,
         "update_gflop_counted": f_upd / 1e9,
@@ -109,7 +123,7 @@ def init_params(agent):
 def markdown(rows: list, meta: dict) -> str:
     """The table README's Speed section quotes."""
     seeds = sorted({int(n) for r in rows for n in r["train"]})
-    head = ["model size", "params", "updates/s", "update TFLOP/s", "plan ms"]
+    head = ["model size", "kernels", "params", "updates/s", "update TFLOP/s", "plan ms"]
     head += [f"agent steps/s, {n} seed{'s' if n > 1 else ''}" for n in seeds]
     head += ["compile s (update / plan / train)", "peak memory"]
     out = [f"{meta['device']} ({meta['backend']}), jax {meta['jax']}, {meta['date']}; env {meta['env']}; "
@@ -117,16 +131,19 @@ def markdown(rows: list, meta: dict) -> str:
            f"default {meta['matmul_precision']['jax_default_matmul_precision']}", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [str(r["model_size"]), f"{r['params'] / 1e6:.1f}M", f"{r['updates_per_s']:.1f}",
+        cells = [str(r["model_size"]), r.get("kernels", "?"), f"{r['params'] / 1e6:.1f}M", f"{r['updates_per_s']:.1f}",
                  f"{r['update_tflop_per_s']:.3f}", f"{r['plan_ms']:.1f}"]
         cells += [f"{r['train'][str(n)]['agent_steps_per_s']:.1f}" if str(n) in r["train"] else "" for n in seeds]
-        first = max(t["compile_s"] for t in r["train"].values())
-        cells.append(f"{r['compile_s']['updates']:.0f} / {r['compile_s']['plan']:.0f} / {first:.0f}")
+        c = r.get("compile_s_cold") or {**r["compile_s"], "train": {n: t["compile_s"] for n, t in r["train"].items()}}
+        cells.append(f"{c['updates']:.0f} / {c['plan']:.0f} / {max(c['train'].values()):.0f}")
         peak = r["peak_device_bytes"]
         cells.append("n/a (no allocator stats)" if peak is None else f"{peak / 2**30:.2f} GiB")
         out.append("| " + " | ".join(cells) + " |")
+    note = next((r["compile_note"] for r in rows if "compile_note" in r), None)
+    if note:
+        out.append(f"\nCompile seconds: cold compiles, {note.split('compiled with ')[1]}.")
     for size, aims in AIMS.items():
-        r = next((r for r in rows if r["model_size"] == size), None)
+        r = next((r for r in rows if r["model_size"] == size and r.get("kernels") != "cpu"), None)
         for n, aim in aims.items():
             got = None if r is None or str(n) not in r["train"] else r["train"][str(n)]["agent_steps_per_s"]
             if got is not None:
@@ -158,6 +175,19 @@ def main(argv=None) -> int:
     ap.add_argument("--default-matmul-precision", default="highest", choices=["highest", "high", "default",
                     "tensorfloat32", "float32", "bfloat16"],
                     help="jax_default_matmul_precision (Dense layers are always HIGHEST; default highest)")
+    ap.add_argument("--kernels", nargs="+", default=["auto"], choices=["auto", "reference", "cpu"],
+                    help="kernel choices, each measured for every size (default auto: the reference on a GPU)")
+    ap.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "default"],
+                    help="the Dense layers' matmul precision (configuration field; default highest)")
+    ap.add_argument("--cases", nargs="+", help="SIZE:KERNELS pairs measured in this order (instead of "
+                    "every --sizes x --kernels), e.g. 5:auto 5:cpu 48:auto")
+    ap.add_argument("--warm-jobs", type=int, default=0, help="first compile every case N at a time into a "
+                    "persistent cache, then measure one by one (their cold compile seconds are kept beside)")
+    ap.add_argument("--warm-only", action="store_true", help="with --warm-jobs: stop after compiling, writing the "
+                    "cold compile seconds to --out (for --cold-from)")
+    ap.add_argument("--compile-cache", help="the persistent compilation cache the cases use (kept; default: a "
+                    "temporary one with --warm-jobs, none without)")
+    ap.add_argument("--cold-from", help="a --warm-only output whose cold compile seconds go beside this run's")
     ap.add_argument("--reduced", action="store_true", help="the test suite's CPU form: size 1, small planner, "
                     "Pendulum-v1, 2 seeds vmapped, a few calls")
     ap.add_argument("--out", default=None, help="JSON results (default benchmarks/runs/gpu-<date>.json; a "
@@ -175,45 +205,102 @@ def main(argv=None) -> int:
     if args.one is not None:
         row = measure_one(args.one, args.env, args.seeds, updates=args.updates, ticks=args.ticks,
                           repeats=args.repeats, agent_kwargs=agent_kwargs,
-                          default_precision=args.default_matmul_precision)
+                          default_precision=args.default_matmul_precision, kernels=args.kernels[0],
+                          matmul_precision=args.matmul_precision)
         print("RESULT " + json.dumps(row))
         return 0
 
     date = dt.date.today().isoformat()
     out = Path(args.out or ROOT / "benchmarks" / "runs" / f"gpu-{date}.json")
+    cases = [(s, k) for k in args.kernels for s in args.sizes]
+    if args.cases:
+        try:
+            cases = [(int(c.split(":")[0]), c.split(":")[1]) for c in args.cases]
+        except (IndexError, ValueError):
+            ap.error(f"--cases: each case is SIZE:KERNELS (e.g. 5:cpu), got {args.cases}")
+        bad = [c for c in cases if c[1] not in ("auto", "reference", "cpu")]
+        if bad:
+            ap.error(f"--cases: kernels must be auto, reference or cpu, got {bad}")
+    env = dict(os.environ)
+    cache = args.compile_cache or (tempfile.mkdtemp(prefix="gpu-bench-cache-") if args.warm_jobs else None)
+    if cache:
+        env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    cold = {}
+    if args.cold_from:
+        cold = {tuple(k.split(":")): v for k, v in json.loads(Path(args.cold_from).read_text())["cold"].items()}
+        cold = {(int(k[0]), k[1]): v for k, v in cold.items()}
+    if args.warm_jobs:
+        # compile every case at once into one persistent cache (their timings overlap and are
+        # discarded; their compile seconds are kept as the cold figures), then measure one by one
+        print(f"compiling {len(cases)} cases, {args.warm_jobs} at a time, into {cache} ...", flush=True)
+        with concurrent.futures.ThreadPoolExecutor(args.warm_jobs) as pool:
+            for case, (row, err) in zip(cases, pool.map(lambda c: run_one(c, args, agent_kwargs, env), cases)):
+                if row is None:
+                    print(f"  {case}: failed while compiling: {err[-2000:]}", file=sys.stderr)
+                    continue
+                cold[case] = {"updates": row["compile_s"]["updates"], "plan": row["compile_s"]["plan"],
+                              "train": {n: t["compile_s"] for n, t in row["train"].items()},
+                              "concurrent_cases": args.warm_jobs}
+                print(f"  {case}: compiled ({cold[case]})", flush=True)
+        if args.warm_only:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"cold": {f"{s}:{k}": v for (s, k), v in cold.items()}}, indent=1))
+            print(f"wrote the cold compile seconds to {out}; the programs are in {cache}")
+            return 0
     rows = []
-    for size in args.sizes:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--one", str(size), "--env", args.env,
-               "--seeds", *map(str, args.seeds), "--updates", str(args.updates), "--ticks", str(args.ticks),
-               "--repeats", str(args.repeats), "--default-matmul-precision", args.default_matmul_precision,
-               "--agent-json", json.dumps(agent_kwargs)]
-        print(f"model size {size}: measuring in a fresh process ...", flush=True)
-        res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ))
-        line = next((ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")), None)
-        if res.returncode != 0 or line is None:
-            sys.stderr.write(res.stdout[-4000:] + res.stderr[-4000:])
-            print(f"gpu.py: model size {size} failed (exit {res.returncode}); see the output above", file=sys.stderr)
+    for size, kernels in cases:
+        print(f"model size {size}, kernels {kernels}: measuring in a fresh process ...", flush=True)
+        row, err = run_one((size, kernels), args, agent_kwargs, env)
+        if row is None:
+            sys.stderr.write(err)
+            print(f"gpu.py: model size {size}, kernels {kernels} failed; see the output above", file=sys.stderr)
             return 1
-        row = json.loads(line[len("RESULT "):])
         check_row(row)
+        if (size, kernels) in cold:
+            row["compile_s_cold"] = cold[(size, kernels)]
+            row["compile_note"] = (f"compile_s: loaded from the persistent cache; compile_s_cold: compiled with "
+                                   f"{cold[(size, kernels)]['concurrent_cases']} cases compiling at once")
         rows.append(row)
-        t1 = row["train"]
         print(f"  {row['updates_per_s']:.1f} updates/s ({row['update_tflop_per_s']:.3f} TFLOP/s), plan "
               f"{row['plan_ms']:.1f} ms, train " + ", ".join(f"{v['agent_steps_per_s']:.1f} agent steps/s "
-                                                            f"({n} seeds)" for n, v in t1.items()), flush=True)
+                                                            f"({n} seeds)" for n, v in row["train"].items()),
+              flush=True)
+        write(out, rows, args, date)  # after every case: a run cut short keeps what it measured
+    if cache and not args.compile_cache:
+        shutil.rmtree(cache, ignore_errors=True)
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+    print(out.with_suffix(".md").read_text())
+    return 0
+
+
+def run_one(case, args, agent_kwargs: dict, env: dict):
+    """(row, None) or (None, the output's tail): one (size, kernels) case in a fresh process."""
+    size, kernels = case
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", str(size), "--env", args.env,
+           "--kernels", kernels, "--matmul-precision", args.matmul_precision,
+           "--seeds", *map(str, args.seeds), "--updates", str(args.updates), "--ticks", str(args.ticks),
+           "--repeats", str(args.repeats), "--default-matmul-precision", args.default_matmul_precision,
+           "--agent-json", json.dumps(agent_kwargs)]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if res.returncode != 0 or line is None:
+        return None, f"exit {res.returncode}\n" + res.stdout[-4000:] + res.stderr[-4000:]
+    return json.loads(line[len("RESULT "):]), None
+
+
+def write(out: Path, rows: list, args, date: str) -> None:
+    """The JSON results and the Markdown table beside them, each written atomically."""
     first = rows[0]
     meta = {"date": date, "device": first["device"], "backend": first["backend"], "jax": first["jax"],
             "env": args.env, "matmul_precision": first["matmul_precision"], "reduced": bool(args.reduced),
             "argv": sys.argv[1:]}
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
-    os.replace(tmp, out)
-    md = out.with_suffix(".md")
-    md.write_text(markdown(rows, meta))
-    print(f"wrote {out} and {md}")
-    print(md.read_text())
-    return 0
+    for path, text in ((out, json.dumps({"meta": meta, "results": rows}, indent=1)),
+                       (out.with_suffix(".md"), markdown(rows, meta))):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
 
 
 if __name__ == "__main__":

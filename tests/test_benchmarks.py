@@ -19,16 +19,17 @@ def test_gpu_benchmark_reduced_form_runs_on_cpu_and_writes_its_tables(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data["meta"]["reduced"] is True and data["meta"]["backend"] == "cpu"
-    assert data["meta"]["matmul_precision"] == {"dense_layers": "HIGHEST", "jax_default_matmul_precision": "highest"}
+    assert data["meta"]["matmul_precision"] == {"dense_layers": "highest", "jax_default_matmul_precision": "highest"}
     (row,) = data["results"]
     assert row["model_size"] == 1 and row["env_id"] == "Pendulum-v1"
+    assert row["kernels"] == "cpu"  # "auto" recorded as what ran: the CPU kernels on the CPU backend
     assert set(row["train"]) == {"2"}  # the vmapped-seeds path (one count: each is a compile)
     for t in row["train"].values():
         assert t["agent_steps_per_s"] > 0 and t["tflop_per_s"] > 0 and t["compile_s"] > 0
     assert row["updates_per_s"] > 0 and row["plan_ms"] > 0 and row["update_gflop_counted"] > 0
     assert row["peak_device_bytes"] is None  # the CPU backend keeps no allocator statistics
     md = out.with_suffix(".md").read_text()
-    assert "| model size | params | updates/s |" in md and "agent steps/s, 2 seeds" in md
+    assert "| model size | kernels | params | updates/s |" in md and "| 1 | cpu | " in md and "agent steps/s, 2 seeds" in md
     assert "n/a (no allocator stats)" in md
 
 
