@@ -6,8 +6,6 @@ import json
 
 import pytest
 
-import test_checkpoint as tc  # the tiny multi-task run of the stage's SIGTERM test, and its cache
-from test_checkpoint import compile_cache  # noqa: F401 (a fixture)
 from tdmpc2core.io import attempts
 
 
@@ -165,45 +163,3 @@ def test_train_single_stage_writes_the_stop_record_of_an_error(tmp_path, monkeyp
     assert rec["outcome"] == "failed: FloatingPointError" and rec["start_step"] == 0
     assert rec["stop"] == {"kind": "error", "signal": None, "step": 200, "total": 700, "unit": "agent steps",
                            "checkpoint": None, "reason": "FloatingPointError: non-finite update metrics at 200 agent steps"}
-
-
-@pytest.mark.slow
-def test_train_multi_stage_stopped_by_sigterm_records_the_stop(compile_cache, tmp_path, capsys):
-    """A real trainer (tests/test_checkpoint.py's tiny multi-task run, its programs from the same
-    compilation cache): `tdmpc2 train-multi` in this process, SIGTERM once the checkpoint at 10
-    updates is written; the attempt's stop record names the signal, the step and the checkpoint
-    the stage wrote, and the log line users read is still there."""
-    import logging
-    import os
-    import signal
-
-    from tdmpc2core.cli import build_parser
-    from tdmpc2core.dataset import save_dataset
-    from tdmpc2core.io import checkpoint
-    from tdmpc2core.stages import train_multi
-
-    save_dataset(tc.mt_pool(), tmp_path / "pool.parquet")
-    spec = {"updates": tc.MT_UPDATES, "batch_size": 16, "agent": tc.MT_AGENT, "return_ranges": tc.MT_RANGES,
-            **tc.MT_RUN}
-    ckdir = tmp_path / "checkpoints/multi/p/size1"
-    args = build_parser().parse_args([
-        "train-multi", "--pool", "p", "--model-size", "1", "--dataset", str(tmp_path / "pool.parquet"),
-        "--spec", json.dumps(spec), "--seeds", *map(str, tc.SEEDS), "--outdir", str(tmp_path / "out"),
-        "--checkpoint-dir", str(ckdir), "--checkpoint-every", "10", "--max-chunk-seconds", "1e-9"])
-
-    class SigtermAfter(logging.Handler):
-        def emit(self, record):
-            if "step_000000000010 written" in record.getMessage():
-                os.kill(os.getpid(), signal.SIGTERM)
-
-    lib_log, trigger = logging.getLogger("tdmpc2core"), SigtermAfter()
-    lib_log.addHandler(trigger)
-    try:
-        assert train_multi.run(args) == 128 + signal.SIGTERM
-    finally:
-        lib_log.removeHandler(trigger)
-    assert "stopped by SIGTERM at 10/60 updates: checkpoint" in capsys.readouterr().err
-    (rec,) = attempts.read(ckdir)
-    assert rec["outcome"] == "stopped by SIGTERM" and (rec["start_step"], rec["end_step"]) == (0, 10)
-    assert rec["stop"] == {"kind": "signal", "signal": "SIGTERM", "step": 10, "total": tc.MT_UPDATES,
-                           "unit": "updates", "checkpoint": str(checkpoint.latest_checkpoint(ckdir)), "reason": None}

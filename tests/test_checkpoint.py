@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from tdmpc2core.io import attempts
 from tdmpc2core.io import checkpoint as ck
 from tdmpc2core.run.driver import WALL_CLOCK_KEYS, SubChunkSizer, TrainingInterrupted
 
@@ -554,7 +555,7 @@ def test_multitask_checkpoint_of_other_data_or_settings_is_refused(compile_cache
 @pytest.mark.slow
 def test_train_multi_stage_sigterm_then_rerun_equals_a_fresh_run(mt_whole, tmp_path, capsys):
     """`tdmpc2 train-multi` (in this process): SIGTERM once the checkpoint at 30 of 60 updates is
-    written; exit 143 without outputs; the rerun resumes; a later forced rerun (the finished
+    written; exit 143 without outputs, the attempt's stop record written; the rerun resumes; a later forced rerun (the finished
     folder's marker) trains anew, to the same outputs."""
     import logging
 
@@ -588,7 +589,13 @@ def test_train_multi_stage_sigterm_then_rerun_equals_a_fresh_run(mt_whole, tmp_p
     finally:
         lib_log.removeHandler(trigger)
     err = capsys.readouterr().err
-    assert "stopped by SIGTERM at 30/60 updates" in err and not (tmp_path / "out/run.json").exists()
+    assert "stopped by SIGTERM at 30/60 updates: checkpoint" in err and not (tmp_path / "out/run.json").exists()
+    # the attempt's stop record (io/attempts.py) names the signal, the step and the checkpoint
+    # the stage wrote: what the end-of-run hook reads instead of the log line
+    (rec,) = attempts.read(ckdir)
+    assert rec["outcome"] == "stopped by SIGTERM" and (rec["start_step"], rec["end_step"]) == (0, 30)
+    assert rec["stop"] == {"kind": "signal", "signal": "SIGTERM", "step": 30, "total": MT_UPDATES,
+                           "unit": "updates", "checkpoint": str(ck.latest_checkpoint(ckdir)), "reason": None}
     assert stage(tmp_path / "out") == 0
     err = capsys.readouterr().err
     assert "resumed from" in err and "step_000000000030 at 30 updates" in err

@@ -306,6 +306,40 @@ def test_brax_inverted_pendulum_termination_masks_rest_of_repeat():
     assert obs0.shape == (4,) and obs0.dtype == jnp.float32
 
 
+# ------------------------------------------------------------------- Brax: hopper
+@pytest.mark.slow
+def test_brax_hopper_contacts_terminate_episodes_without_nan_physics():
+    """Ground contacts and Brax's healthy range: two envs under random actions, each reset
+    when its episode ends (terminated or truncated), 120 agent steps, jitted. What the
+    episodic agent does with such episodes (commit, sample, update) is tested on Brax's
+    inverted_pendulum in tests/test_episodic.py; this is the contact env behind it."""
+    env = make_env("hopper", episode_length=100)
+    s = env.spec
+    assert (s.suite, s.action_dim) == ("brax", 3) and s.can_terminate and s.episode_length == 100
+
+    def one_env(key):
+        def body(carry, k):
+            state, ep_t = carry
+            k_a, k_s, k_r = jax.random.split(k, 3)
+            a = jax.random.uniform(k_a, (s.action_dim,), jnp.float32, -1.0, 1.0)
+            state, out = env.step(state, a, k_s)
+            done = out.terminated | out.truncated
+            fresh, _ = env.reset(k_r)
+            state = jax.tree_util.tree_map(lambda x, y: jnp.where(done, x, y), fresh, state)
+            return (state, jnp.where(done, 0, ep_t + 1)), (out.obs, out.reward, out.terminated, ep_t + 1)
+
+        state, _ = env.reset(key)
+        return jax.lax.scan(body, (state, jnp.int32(0)), jax.random.split(key, 120))[1]
+
+    obs, rew, term, length = jax.jit(jax.vmap(one_env))(jax.random.split(KEY, 2))
+    assert np.isfinite(np.asarray(obs)).all() and np.isfinite(np.asarray(rew)).all()
+    term = np.asarray(term)
+    assert term.sum(axis=1).min() >= 1, "the hopper should fall under random actions"
+    # terminations come before the time limit, at varying lengths
+    ends = np.asarray(length)[term]
+    assert (ends < 100).all() and len(set(ends.tolist())) > 1
+
+
 # ------------------------------------------------------- Playground: CartpoleBalance
 @pytest.mark.slow
 def test_playground_cartpole_balance_jit_vmap():

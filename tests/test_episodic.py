@@ -1,7 +1,8 @@
 """Episodic mode (spec §11, official eece801 + the 38b31a5 fix): per-step termination in the
 TD targets, the termination head and its loss, the planner's alive mask, the replay of
 variable-length episodes, and end-to-end runs on terminating tasks (a custom probe, Brax
-inverted_pendulum and hopper, gymnax MountainCarContinuous-v0).
+inverted_pendulum, gymnax MountainCarContinuous-v0; Brax hopper's contacts and terminations
+are tested on the env alone in tests/test_envs.py).
 
 The non-episodic agent's numbers are pinned bit for bit in tests/test_agent.py
 (``test_non_episodic_run_bit_identical_to_recorded_*``).
@@ -527,24 +528,6 @@ def test_brax_inverted_pendulum_runs_trains_and_exports(tmp_path):
     ends = np.append(ends, len(back.step) - 1)
     np.testing.assert_array_equal(back.terminated[ends], [bool(e["terminated"][-1]) for e in episodes])
     assert int(back.terminated.sum()) == n_term and not back.truncated[ends][np.asarray(back.terminated[ends])].any()
-
-
-@pytest.mark.slow
-def test_brax_hopper_short_training():
-    # ground contacts; terminates when the torso falls or tilts (Brax's healthy range). What
-    # this checks is the env behind the episodic agent (contacts, terminations, no NaN physics,
-    # the committed episodes, updates on them), not planning: horizon 1 and the policy prior
-    # acting (mpc=False) keep the compiled program small; the episodic planner acts on a real
-    # terminating Brax env in test_brax_inverted_pendulum_runs_trains_and_exports.
-    agent = TDMPC2("hopper", episode_length=100, episodic=True, seed_steps=60, mpc=False, **dict(TINY, horizon=1))
-    assert agent.spec.can_terminate and agent.spec.action_dim == 3
-    state, _ = agent.train(seed=0, n_timesteps=120)
-    assert int(state.agent.updates[0]) == 60 + 59 and int(state.pending_updates[0]) == 0
-    assert int(state.terminations[0]) > 0 and int(np.sum(state.nonfinite[0])) == 0  # dropped episodes, per env
-    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(state.agent))
-    episodes, _ = rp.committed_episodes(one_seed(state.replay))
-    check_episodes(episodes, agent.episode_length)
-    assert any(e["terminated"][-1] for e in episodes)
 
 
 def test_mountaincar_accepted_by_the_episodic_agent():
