@@ -203,6 +203,13 @@ def test_schema_error_lines(tmp_path):
                     "did you mean 'cartpole-balance'?")
     line = config_error_line(_schema_error(merged(rerun_on_code_change="yes")), SCHEMA, [demo])
     assert line == "config: rerun_on_code_change (set in config.yaml): 'yes' is not of type 'boolean'"
+    # a value --config sets is said to come from --config, though config.yaml sets the key too
+    line = config_error_line(_schema_error(merged(seeds_per_job=0)), SCHEMA, [demo], {"seeds_per_job": 0})
+    assert line == "config: seeds_per_job (set by --config): 0 is less than the minimum of 1"
+    # --config seeds=[0]: Snakemake gives the items as strings, which no config can fix there
+    line = config_error_line(_schema_error(merged(seeds=["0"])), SCHEMA, [demo], {"seeds": ["0"]})
+    assert line == ("config: seeds.0 (set by --config): '0' is not of type 'integer'; --config passes list "
+                    "items as strings: set this list in a file given with --configfile")
 
 
 # --------------------------------------------------------------------------- code versions

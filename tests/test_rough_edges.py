@@ -185,3 +185,22 @@ def test_a_truncated_cache_entry_is_quarantined_and_one_recompile_repairs_it(tmp
     assert WARNING not in third.stderr and "moved to" not in third.stderr, third.stderr
     assert re.search(r"hits [1-9]", third.stdout), third.stdout
     assert third.stdout.split()[1] == first.stdout.split()[1]
+
+
+def test_a_misspelled_hyperparameter_in_a_stage_spec_is_one_line_with_a_suggestion(tmp_path, capsys):
+    """`tdmpc2 train-single --spec '{..., "agent": {"model_sise": 1}}'`: one line naming the
+    key and the closest accepted one, no traceback (the library still raises a TypeError)."""
+    import json
+
+    from tdmpc2core import TDMPC2, cli
+
+    with pytest.raises(TypeError, match="did you mean 'learning_rate'"):
+        TDMPC2("Pendulum-v1", learning_rte=1e-3)
+    spec = {"env_id": "Pendulum-v1", "agent_steps": 10, "agent": {"model_sise": 1}}
+    rc = cli.main(["train-single", "--task", "pendulum", "--spec", json.dumps(spec), "--seeds", "0",
+                   "--outdir", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ck")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len([ln for ln in err if "error" in ln]) == 1 and "Traceback" not in "\n".join(err)
+    line = next(ln for ln in err if "error" in ln)
+    assert line.startswith("tdmpc2 train-single: error: ") and "['model_sise']; did you mean 'model_size'?" in line
+    assert not (tmp_path / "out" / "run.json").exists()

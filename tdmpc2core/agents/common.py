@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -38,13 +39,22 @@ def eval_key(seed: int, *indices: int):
     return key
 
 
+class UnknownHyperparameterError(TypeError, ValueError):
+    """An unknown hyperparameter name: a TypeError, as an unknown keyword argument is, and a
+    ValueError, so the CLI stages report it in one line like their other bad inputs."""
+
+
 def check_hyperparameters(owner: str, hyperparameters: dict, config_cls) -> None:
-    """Raise TypeError naming the keys of ``hyperparameters`` that are not fields of
-    ``config_cls`` (and the accepted ones); ``owner`` is the class named in the message."""
+    """Raise :class:`UnknownHyperparameterError` (a TypeError) naming the keys of
+    ``hyperparameters`` that are not fields of ``config_cls``, the closest field to the first
+    and the accepted ones; ``owner`` is the class named in the message."""
     fields = {f.name for f in dataclasses.fields(config_cls)}
     unknown = sorted(set(hyperparameters) - fields)
     if unknown:
-        raise TypeError(f"{owner}: unknown hyperparameter(s) {unknown}; accepted: {sorted(fields)}")
+        close = difflib.get_close_matches(unknown[0], sorted(fields), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UnknownHyperparameterError(f"{owner}: unknown hyperparameter(s) {unknown}{hint}; "
+                                         f"accepted: {sorted(fields)}")
 
 
 def init_one(wm, key):

@@ -60,12 +60,28 @@ def _files_setting(path: list, configfiles: list) -> list:
     return found
 
 
-def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles: list) -> str:
+def _set_by_cli(path: list, overrides) -> bool:
+    """Whether ``--config`` (Snakemake's overwrite config, ``overrides``) sets the key ``path``."""
+    node = overrides
+    for part in path:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
+
+
+def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles: list, overrides=None) -> str:
     """One line for a jsonschema ValidationError of the configuration: an unknown key with the
     file that sets it and the closest accepted key, a value outside an enum with the closest
-    accepted one, else jsonschema's message; ``configfiles``: lowest priority first."""
+    accepted one, else jsonschema's message; ``configfiles``: lowest priority first;
+    ``overrides``: the ``--config`` settings (they win over every file, so a key they set is
+    said to be set by --config)."""
     path = [str(p) for p in err.absolute_path]
     where = ".".join(path) or "the top level"
+    cli = bool(path) and _set_by_cli(path, overrides or {})
     if err.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(err.instance, dict):
         accepted = _accepted_keys(err.schema, schema)
         unknown = [k for k in err.instance if k not in accepted] or ["?"]
@@ -76,22 +92,26 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
         hint = f"; did you mean {close[0]!r}?" if close else f"; accepted there: {', '.join(sorted(accepted))}"
         more = f" (and {len(unknown) - 1} more unknown key(s))" if len(unknown) > 1 else ""
         return f"config: unknown key {key!r} in {where}{src}{hint}{more}"
-    files = _files_setting(path, configfiles) if path else []
-    src = f" (set in {files[0]})" if files else ""
+    files = _files_setting(path, configfiles) if path and not cli else []
+    src = " (set by --config)" if cli else f" (set in {files[0]})" if files else ""
     if err.validator == "enum":
         close = difflib.get_close_matches(str(err.instance), [str(v) for v in err.validator_value], n=1)
         return f"config: {where}{src}: {err.instance!r} is not accepted" + (
             f"; did you mean {close[0]!r}?" if close else f"; accepted: {err.validator_value}")
-    return f"config: {where}{src}: {err.message}"
+    hint = ""
+    if cli and err.validator == "type" and isinstance(err.instance, str) and path[-1].isdigit():
+        hint = "; --config passes list items as strings: set this list in a file given with --configfile"
+    return f"config: {where}{src}: {err.message}{hint}"
 
 
-def schema_refusal(exc: BaseException, schema_file: str, configfiles: list) -> str | None:
+def schema_refusal(exc: BaseException, schema_file: str, configfiles: list, overrides=None) -> str | None:
     """The one line for ``exc``, Snakemake's error from its ``validate`` raised while handling
     jsonschema's ValidationError (found as its cause or context); None when ``exc`` does not come
-    from one (the caller re-raises it). ``schema_file``: the schema's path."""
+    from one (the caller re-raises it). ``schema_file``: the schema's path; ``overrides``: the
+    ``--config`` settings."""
     err = exc.__cause__ or exc.__context__
     if not isinstance(err, jsonschema.ValidationError):
         return None
     with open(schema_file) as fh:
         schema = yaml.safe_load(fh)
-    return config_error_line(err, schema, configfiles)
+    return config_error_line(err, schema, configfiles, overrides)
