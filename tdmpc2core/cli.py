@@ -39,12 +39,15 @@ STAGES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # no abbreviated flags (a --seed taken silently as --seeds hides typos)
     parser = argparse.ArgumentParser(prog="tdmpc2", description="The tdmpc2 command: one sub-command per "
-                                     "pipeline stage (file in, file out; docs/artifacts.md for the formats).")
+                                     "pipeline stage (file in, file out; docs/artifacts.md for the formats).",
+                                     allow_abbrev=False)
     sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
     for name, (module, help_text) in STAGES.items():
-        p = sub.add_parser(name, help=help_text, description=help_text[:1].upper() + help_text[1:] + ".")
-        p.set_defaults(_module=module)
+        p = sub.add_parser(name, help=help_text, description=help_text[:1].upper() + help_text[1:] + ".",
+                           allow_abbrev=False)
+        p.set_defaults(_module=module, _parser=p)
         try:
             mod = importlib.import_module(f"tdmpc2core.stages.{module}")
         except ModuleNotFoundError as exc:  # a stage not built yet
@@ -58,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the stage's own parser, whose usage lists the flags it takes
+        args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if getattr(args, "_missing", False):
         parser.error(f"stage {args.stage!r} is not available in this version")
     mod = importlib.import_module(f"tdmpc2core.stages.{args._module}")

@@ -204,3 +204,19 @@ def test_a_misspelled_hyperparameter_in_a_stage_spec_is_one_line_with_a_suggesti
     line = next(ln for ln in err if "error" in ln)
     assert line.startswith("tdmpc2 train-single: error: ") and "['model_sise']; did you mean 'model_size'?" in line
     assert not (tmp_path / "out" / "run.json").exists()
+
+
+def test_a_misspelled_or_abbreviated_flag_is_named_by_the_stage(capsys):
+    """`--checkpoint-evry 5` is refused by train-single's own parser (its usage lists the flags
+    it takes), and `--seed` is not silently taken as `--seeds`."""
+    from tdmpc2core import cli
+
+    base = ["train-single", "--task", "pendulum", "--spec", "{}", "--outdir", "out"]
+    with pytest.raises(SystemExit) as e:
+        cli.main(base + ["--seeds", "0", "--checkpoint-evry", "5"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "tdmpc2 train-single: error: unrecognized arguments: --checkpoint-evry 5" in err
+    assert "usage: tdmpc2 train-single" in err and "--checkpoint-every" in err
+    with pytest.raises(SystemExit):
+        cli.main(base + ["--seed", "0"])
+    assert "the following arguments are required: --seeds" in capsys.readouterr().err
