@@ -26,9 +26,7 @@ except WorkflowError as _e:
     _schema = os.path.join(
         workflow.basedir, "workflow", "schemas", "config.schema.yaml"
     )
-    _line = schema_refusal(
-        _e, _schema, _files, workflow.config_settings.overwrite_config
-    )
+    _line = schema_refusal(_e, _schema, _files, dict(workflow.config_settings.config))
     if _line is None:
         raise
     raise WorkflowError(_line) from None
