@@ -35,6 +35,21 @@ def _accepted_keys(node, root) -> set:
     return keys
 
 
+def _sets(node, path: list) -> bool:
+    """Whether the configuration tree ``node`` (dicts and lists) sets the key path ``path``
+    (list items by their index) to something other than null."""
+    for part in path:
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+        if node is None:
+            return False
+    return True
+
+
 def _files_setting(path: list, configfiles: list) -> list:
     """The config files in which the key path ``path`` is set, the one that wins first
     (``configfiles``: lowest priority first)."""
@@ -45,43 +60,21 @@ def _files_setting(path: list, configfiles: list) -> list:
                 node = yaml.safe_load(fh)
         except (OSError, yaml.YAMLError):
             continue
-        for part in path:
-            if isinstance(node, dict):
-                node = node.get(part)
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                node = None
-            if node is None:
-                break
-        else:
+        if _sets(node, path):
             rel = os.path.relpath(fp)
             found.append(rel if not rel.startswith("..") else str(fp))
     return found
-
-
-def _set_by_cli(path: list, overrides) -> bool:
-    """Whether ``--config`` (Snakemake's overwrite config, ``overrides``) sets the key ``path``."""
-    node = overrides
-    for part in path:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return False
-    return True
 
 
 def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles: list, overrides=None) -> str:
     """One line for a jsonschema ValidationError of the configuration: an unknown key with the
     file that sets it and the closest accepted key, a value outside an enum with the closest
     accepted one, else jsonschema's message; ``configfiles``: lowest priority first;
-    ``overrides``: the ``--config`` settings (they win over every file, so a key they set is
-    said to be set by --config)."""
+    ``overrides``: the ``--config`` values alone (Snakemake's ``config_settings.config``; they win
+    over every file, so a key they set is said to be set by --config)."""
     path = [str(p) for p in err.absolute_path]
     where = ".".join(path) or "the top level"
-    cli = bool(path) and _set_by_cli(path, overrides or {})
+    cli = bool(path) and _sets(overrides or {}, path)
     if err.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(err.instance, dict):
         accepted = _accepted_keys(err.schema, schema)
         unknown = [k for k in err.instance if k not in accepted] or ["?"]
