@@ -9,7 +9,10 @@
 * the evaluation episode (:func:`eval_episode`) and its per-seed batch (:func:`episodes_of_seed`);
 * the per-update loop (:func:`update_loop`) with its hook point: an optional
   :class:`UpdateHook` folded after every update inside the compiled program, its value
-  carried in the run state (``ext``).
+  carried in the run state (``ext``): how the extensions' post_update phases run
+  (:mod:`tdmpc2core.extensions`);
+* the recorded evaluation episodes the extensions' eval_metrics read
+  (:func:`eval_episode` with ``record``, :func:`episodes_with_metrics`).
 """
 from __future__ import annotations
 
@@ -64,13 +67,16 @@ def init_one(wm, key):
     return init_agent_state(wm, k_params), k_run
 
 
-def eval_episode(env, act, T: int, H: int, A: int, key):
+def eval_episode(env, act, T: int, H: int, A: int, key, record: bool = False):
     """One evaluation episode: a fresh initial state from ``key``, then T agent steps of
     ``act(obs, mean, t0, key) -> (env_action, mean)`` (``mean`` [H, A], the planner's warm
     start, zeros at the start). An episode that terminates stops accumulating reward: its
     return sums the rewards up to and including the terminal step, and its length counts the
     agent steps up to and including it (T when it never terminates).
-    Returns (return, length) scalars. Shared by the single- and multi-task agents."""
+    Returns (return, length) scalars; with ``record``, also the episode itself for the
+    extensions' eval_metrics: (obs [T+1, o], action [T, a] (the env actions ``act`` gave),
+    reward [T], valid [T] bool: the step was taken before a termination). Shared by the
+    single- and multi-task agents."""
     k_reset, k_loop = jax.random.split(key)
     state, obs = env.reset(k_reset)
 
@@ -83,13 +89,17 @@ def eval_episode(env, act, T: int, H: int, A: int, key):
         # where, not alive * reward: an env stepped past its terminal state may return NaN
         ret = ret + jnp.where(alive > 0, out.reward, 0.0)
         length = length + alive.astype(jnp.int32)
+        seen = (obs, a, out.reward, alive > 0) if record else None
         alive = alive * (1.0 - out.terminated.astype(jnp.float32))
-        return (state, out.obs, mean, ret, length, alive), None
+        return (state, out.obs, mean, ret, length, alive), seen
 
     init = (state, obs, jnp.zeros((H, A), jnp.float32), jnp.zeros((), jnp.float32),
             jnp.zeros((), jnp.int32), jnp.ones((), jnp.float32))
-    (_, _, _, ret, length, _), _ = jax.lax.scan(body, init, (jnp.arange(T), jax.random.split(k_loop, T)))
-    return ret, length
+    (_, last_obs, _, ret, length, _), seen = jax.lax.scan(body, init, (jnp.arange(T), jax.random.split(k_loop, T)))
+    if not record:
+        return ret, length
+    obs_seq, actions, rewards, valid = seen
+    return ret, length, (jnp.concatenate([obs_seq, last_obs[None]]), actions, rewards, valid)
 
 
 def episodes_of_seed(one_episode: Callable, num_episodes: int) -> Callable:
@@ -98,6 +108,18 @@ def episodes_of_seed(one_episode: Callable, num_episodes: int) -> Callable:
     :func:`tdmpc2core.run.compiled.per_seed`)."""
     def per_seed(params, key):
         return jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))
+
+    return per_seed
+
+
+def episodes_with_metrics(one_episode: Callable, num_episodes: int, metrics: Callable) -> Callable:
+    """``(params, key, ext) -> (returns [E], lengths [E], {name: scalar})``: the episodes of
+    :func:`episodes_of_seed`, ``one_episode(params, k)`` returning (return, length, episode)
+    (:func:`eval_episode` with ``record``), then ``metrics(ext, params, episodes)`` of the
+    episodes stacked [E, ...] (the extensions' eval_metrics, one seed)."""
+    def per_seed(params, key, ext):
+        ret, length, episodes = jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))
+        return ret, length, metrics(ext, params, episodes)
 
     return per_seed
 
@@ -118,26 +140,22 @@ class UpdateHook(NamedTuple):
     fold: Callable[[Any, AgentState, dict], Any]
 
 
-def init_ext(hook: Optional[UpdateHook], n_seeds: int):
-    """The run state's ``ext`` for ``n_seeds`` seeds: None without a hook, else ``hook.init()``
-    stacked on a leading seed axis."""
-    if hook is None:
-        return None
-    return jax.tree_util.tree_map(lambda x: jnp.stack([jnp.asarray(x)] * int(n_seeds)), hook.init())
-
-
 def update_loop(n_updates, step: Callable, agent_state: AgentState, metrics: dict,
                 hook: Optional[UpdateHook] = None, ext=None):
     """``n_updates`` (traced) gradient updates of one seed in a ``lax.fori_loop``: the loop of
     both agents' training programs. ``step(j, agent_state) -> (agent_state, metrics)`` is the
-    j-th update (its batch and key); ``metrics`` the value before the first one.
+    j-th update (its batch and key), its metrics all the update's scalars; ``metrics`` the
+    carried value before the first one: the loop carries its keys only.
 
     Without ``hook`` the loop carries (agent_state, metrics), the program of the agents
     without hooks. With one, ``ext`` is carried too and ``hook.fold(ext, agent_state,
-    metrics)`` runs after each update. Returns (agent_state, metrics, ext)."""
+    metrics)`` runs after each update with all the update's metrics (e.g. ``wm_grad_norm``,
+    which the agents do not carry). Returns (agent_state, metrics, ext)."""
+    keys = tuple(metrics)
     if hook is None:
         def body(j, carry):
-            return step(j, carry[0])
+            st, m = step(j, carry[0])
+            return st, {k: m[k] for k in keys}
 
         agent_state, metrics = jax.lax.fori_loop(0, n_updates, body, (agent_state, metrics))
         return agent_state, metrics, ext
@@ -145,10 +163,10 @@ def update_loop(n_updates, step: Callable, agent_state: AgentState, metrics: dic
     def body_hooked(j, carry):
         st, _, value = carry
         st, m = step(j, st)
-        return st, m, hook.fold(value, st, m)
+        return st, {k: m[k] for k in keys}, hook.fold(value, st, m)
 
     return jax.lax.fori_loop(0, n_updates, body_hooked, (agent_state, metrics, ext))
 
 
 __all__ = ["EVAL_KEY_OFFSET", "METRIC_KEYS", "eval_key", "check_hyperparameters", "init_one", "eval_episode",
-           "episodes_of_seed", "UpdateHook", "init_ext", "update_loop"]
+           "episodes_of_seed", "episodes_with_metrics", "UpdateHook", "update_loop"]

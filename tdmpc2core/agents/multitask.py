@@ -57,7 +57,8 @@ from ..run.compiled import Compiled, check_devices, per_seed
 from ..run.driver import Run, RunOptions
 from . import multitask_eval as mt_eval
 from . import multitask_sampling as sampling
-from .common import EVAL_KEY_OFFSET, METRIC_KEYS, UpdateHook, check_hyperparameters, init_ext, init_one
+from ..extensions import make_extension_set
+from .common import EVAL_KEY_OFFSET, METRIC_KEYS, UpdateHook, check_hyperparameters, init_one
 from .multitask_program import OfflineProgram
 from .multitask_sampling import (HOST_BLOCK_BYTES, DeviceData, gather_slices, sample_indices,  # noqa: F401 (public)
                                  sample_slices)
@@ -79,14 +80,15 @@ class MultiTaskState(NamedTuple):
     ``updates``: gradient updates done); key: each seed's base key of the update stream
     (update u uses ``fold_in(key, u)``, so a run continued in chunks equals the run left
     whole); seed: the seeds (evaluation keys derive from the seed); metrics: the last
-    update's scalar metrics; ext: the value of the agent's ``post_update`` hook.
+    update's scalar metrics; ext: the extensions' states (a dict by extension name; with only
+    the ``post_update=`` hook, its value; None without).
     """
 
     agent: AgentState
     key: jnp.ndarray
     seed: jnp.ndarray
     metrics: dict
-    ext: object = None  # the per-update hook's carried value [S, ...] (None without a hook)
+    ext: object = None  # the extensions' states [S, ...] (None without extensions)
 
 
 class TDMPC2MultiTask:
@@ -123,7 +125,15 @@ class TDMPC2MultiTask:
         as fit in ``HOST_BLOCK_BYTES`` of batches for all seeds, at most 256).
       post_update: an optional :class:`~tdmpc2core.agents.common.UpdateHook` folded after
         every update inside the compiled program (its value in the state's ``ext``); None
-        (default): the program without hooks.
+        (default): the program without hooks. (The older form of an extension with one
+        post_update phase.)
+      extensions: extension objects (:mod:`tdmpc2core.extensions`) with some of the phases
+        ``init_state``, ``pretrain`` (once, at the start of a fresh run), ``post_update`` (after
+        every update inside the compiled program, on both data paths; ``step`` = updates done)
+        and ``eval_metrics`` (at every evaluation, per task, on that task's evaluation
+        episodes; in the history as ``ext/<extension>/<metric>`` [n_evals, S, num evaluated
+        tasks]). () (default): the programs without extensions. An unknown phase raises
+        :class:`~tdmpc2core.extensions.UnknownPhaseError`.
       devices: None (JAX's default device) or a list of one device; more raise ValueError
         (multi-device runs: issue 28).
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` at its paper
@@ -144,10 +154,12 @@ class TDMPC2MultiTask:
                  batch_size: int = 1024, *, return_ranges: Optional[Mapping[str, Sequence[float]]] = None,
                  backend: Optional[str] = None, device_budget_bytes: Optional[int] = None,
                  host_block_updates: Optional[int] = None, post_update: Optional[UpdateHook] = None,
-                 devices=None, **hyperparameters):
+                 extensions: Sequence = (), devices=None, **hyperparameters):
         check_hyperparameters("TDMPC2MultiTask", hyperparameters, TDMPC2Config)
         check_devices(devices)
         self.devices, self.post_update = devices, post_update
+        #: the extensions composed (:class:`tdmpc2core.extensions.ExtensionSet`), None without
+        self.extensions = make_extension_set(extensions, post_update)
         user_cfg = TDMPC2Config(model_size=model_size, batch_size=int(batch_size), **hyperparameters)
         if user_cfg.episodic:
             raise NotImplementedError("episodic=True is not implemented for the multi-task agent")
@@ -256,11 +268,14 @@ class TDMPC2MultiTask:
         return d
 
     # ---- state ------------------------------------------------------------------------
-    def init(self, seed: Union[int, Sequence[int]]) -> MultiTaskState:
-        """Initial states of the seeds, stacked on axis 0 (parameters from ``PRNGKey(seed)``).
+    def init(self, seed: Union[int, Sequence[int]], total_steps: int = 0) -> MultiTaskState:
+        """Initial states of the seeds, stacked on axis 0 (parameters from ``PRNGKey(seed)``),
+        with the extensions' states (``init_state(total_steps)``, ``total_steps`` the run's
+        updates) and their pretrain phases.
 
         Each seed is initialised by one compiled single-seed program (shared by agents with
-        equal world models, whatever the number of seeds) and the states are stacked."""
+        equal world models, whatever the number of seeds) and the states are stacked; the
+        pretrain phases, if any, run in a compiled program of their own (seeds vmapped)."""
         seeds = [int(s) for s in np.atleast_1d(np.asarray(seed, dtype=np.int64))]
         program = _init_program(self.wm)
         states = [program(jax.random.PRNGKey(s)) for s in seeds]
@@ -268,8 +283,16 @@ class TDMPC2MultiTask:
             self.compile_seconds["init"] = dict(program.timings["init"])
         agent, run_keys = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *states)
         metrics = {k: jnp.zeros((len(seeds),), jnp.float32) for k in METRIC_KEYS}
+        exts = self.extensions
+        ext = None if exts is None else jax.tree_util.tree_map(
+            lambda x: jnp.stack([x] * len(seeds)), exts.init(int(total_steps)))
+        if exts is not None and exts.has("pretrain"):
+            if "pretrain" not in self._fns:
+                self._fns["pretrain"] = per_seed(exts.pretrain, name="pretrain", compile_seconds=self.compile_seconds,
+                                                 devices=self.devices)
+            agent, ext = self._fns["pretrain"](agent, ext, jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
         return MultiTaskState(agent=agent, key=run_keys, seed=jnp.asarray(seeds, jnp.int32), metrics=metrics,
-                              ext=init_ext(self.post_update, len(seeds)))
+                              ext=ext)
 
     # ---- training (programs in :mod:`.multitask_sampling`) ------------------------------
     def _chunk(self) -> Compiled:

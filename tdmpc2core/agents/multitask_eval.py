@@ -9,8 +9,10 @@ action dims. Keys come from the seed, the updates done and the task
 """
 from __future__ import annotations
 
+import functools
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -18,7 +20,7 @@ from ..envs.registry import get_suite
 from ..model.planner import act_with_policy, plan
 from ..model.update import embed
 from ..run.compiled import Compiled, per_seed
-from .common import episodes_of_seed, eval_episode, eval_key
+from .common import episodes_of_seed, episodes_with_metrics, eval_episode, eval_key
 
 
 def _takes_backend(env_id: str) -> bool:
@@ -145,12 +147,17 @@ def act_program(agent, task: int, eval_mode: bool) -> Compiled:
 
 
 def eval_program(agent, task: int, num_episodes: int) -> Compiled:
-    """(params [S, ...], keys [S, 2]) -> (returns, lengths) [S, E] of task ``task``."""
+    """(params [S, ...], keys [S, 2]) -> (returns, lengths) [S, E] of task ``task``; with
+    extensions that have eval_metrics, (params, keys, ext [S, ...]) -> (returns, lengths,
+    {``ext/<extension>/<metric>``: [S]}) on the same episodes (recorded, zero-padded to the
+    model's widths, the task's embedding in :class:`~tdmpc2core.extensions.EvalModel`)."""
     env, cfg, wm = agent.eval_envs[task], agent.cfg, agent.wm
     T, H, A, O = env.spec.episode_length, cfg.horizon, agent.action_dim, agent.obs_dim
     a_dim, pad = env.spec.action_dim, O - env.spec.obs_dim
     gamma = agent.task_gammas[agent.task_names[task]]
     mask = jnp.asarray(agent.masks[task])
+    exts = agent.extensions
+    record = exts is not None and exts.has("eval_metrics")
 
     def one_episode(params, key):
         e = embed(params["task_emb"], task)  # renormalised at look-up, not written back (M2)
@@ -163,10 +170,45 @@ def eval_program(agent, task: int, num_episodes: int) -> Compiled:
                 a = act_with_policy(wm, params, o, True, k, e, mask)
             return a[:a_dim], mean  # the env gets its own dims only
 
-        return eval_episode(env, act, T, H, A, key)
+        return eval_episode(env, act, T, H, A, key, record=record)
 
-    return per_seed(episodes_of_seed(one_episode, num_episodes), name="eval", compile_seconds=agent.compile_seconds,
-                    devices=agent.devices)
+    if not record:
+        fn = episodes_of_seed(one_episode, num_episodes)
+    else:
+        fn = episodes_with_metrics(one_episode, num_episodes, functools.partial(eval_metrics_of, agent, task))
+    return per_seed(fn, name="eval", compile_seconds=agent.compile_seconds, devices=agent.devices)
+
+
+def eval_metrics_of(agent, task: int, ext, params, episodes) -> dict:
+    """The extensions' eval_metrics of one seed's recorded episodes of task ``task`` (obs
+    [E, T+1, o], action [E, T, a] in the task's own widths, zero-padded here to the model's)."""
+    from ..extensions import EvalEpisodes, EvalModel
+
+    obs, action, reward, valid = episodes
+    obs = jnp.pad(obs, ((0, 0), (0, 0), (0, agent.obs_dim - obs.shape[-1])))
+    action = jnp.pad(action, ((0, 0), (0, 0), (0, agent.action_dim - action.shape[-1])))
+    return agent.extensions.eval_metrics(ext, EvalModel(agent.wm, params, task),
+                                         EvalEpisodes(obs, action, reward, valid))
+
+
+def eval_metric_names(agent) -> list:
+    """The history keys of the extensions' eval_metrics (sorted; [] without extensions that
+    have eval_metrics or without eval envs), traced on abstract values (nothing runs)."""
+    exts = agent.extensions
+    if exts is None or not exts.has("eval_metrics") or not agent.eval_task_ids:
+        return []
+    task = agent.eval_task_ids[0]
+    spec = agent.eval_envs[task].spec
+    T = spec.episode_length
+
+    def abstract():
+        params = agent.wm.init(jax.random.PRNGKey(0))
+        f32 = jnp.float32
+        episodes = (jnp.zeros((1, T + 1, spec.obs_dim), f32), jnp.zeros((1, T, spec.action_dim), f32),
+                    jnp.zeros((1, T), f32), jnp.zeros((1, T), bool))
+        return eval_metrics_of(agent, task, exts.init(0), params, episodes)
+
+    return exts.metric_names(abstract)
 
 
 def eval_keys(seeds, updates: int, task: int):
@@ -195,19 +237,24 @@ def evaluate(agent, state, num_episodes: int) -> dict:
                          "pass eval_envs=True (the task table's env ids) or one env per task")
     seeds = [int(s) for s in np.asarray(state.seed)]
     updates = int(np.asarray(state.agent.updates)[0])
-    rets, lens = [], []
+    rets, lens, ext = [], [], []
     ids = agent.eval_task_ids
+    metrics = agent.extensions is not None and agent.extensions.has("eval_metrics")
     for i in ids:
-        r, l = agent._eval_fn(i, int(num_episodes))(state.agent.params, eval_keys(seeds, updates, i))
-        rets.append(np.asarray(r))
-        lens.append(np.asarray(l))
+        args = (state.agent.params, eval_keys(seeds, updates, i)) + ((state.ext,) if metrics else ())
+        out = agent._eval_fn(i, int(num_episodes))(*args)
+        rets.append(np.asarray(out[0]))
+        lens.append(np.asarray(out[1]))
+        if metrics:
+            ext.append({k: np.asarray(v, np.float64) for k, v in out[2].items()})
     returns = np.stack(rets, axis=1).astype(np.float64)  # [S, K, E]
     per_task = returns.mean(axis=-1)
     norm = normalized_score(agent, per_task, ids)
     return {"tasks": agent.eval_task_names, "updates": updates, "returns": returns,
             "lengths": np.stack(lens, axis=1), "return": per_task, "mean_return": per_task.mean(axis=-1),
-            "normalized_score_per_task": norm, "normalized_score": norm.mean(axis=-1)}
+            "normalized_score_per_task": norm, "normalized_score": norm.mean(axis=-1),
+            "ext": {k: np.stack([e[k] for e in ext], axis=1) for k in (ext[0] if ext else {})}}  # [S, K]
 
 
-__all__ = ["task_env", "build_eval_envs", "resolve_ranges", "act_program", "eval_program", "eval_keys", "normalized_score",
-           "evaluate"]
+__all__ = ["task_env", "build_eval_envs", "resolve_ranges", "act_program", "eval_program", "eval_metrics_of",
+           "eval_metric_names", "eval_keys", "normalized_score", "evaluate"]

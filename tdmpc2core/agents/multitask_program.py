@@ -29,7 +29,7 @@ class OfflineProgram(RunProgram):
         self.agent = agent
 
     def init_state(self, seeds, total_steps):
-        return self.agent.init(seeds)
+        return self.agent.init(seeds, total_steps)
 
     def state_tick(self, state) -> int:
         return int(np.asarray(state.agent.updates)[0])
@@ -56,7 +56,7 @@ class OfflineProgram(RunProgram):
     def evaluate(self, state, tick, run) -> dict:
         res = self.agent.evaluate(state, run.eval_episodes)
         return {"eval_updates": int(np.asarray(state.agent.updates)[0]),
-                **{key: res[src] for key, src in _EVAL_FIELDS}}
+                **{key: res[src] for key, src in _EVAL_FIELDS}, **res["ext"]}
 
     def eval_fields(self, n_seeds, eval_episodes):
         S, K, E = n_seeds, len(self.agent.eval_task_ids), eval_episodes
@@ -64,7 +64,13 @@ class OfflineProgram(RunProgram):
                   "eval_mean_return": (S,), "normalized_score_per_task": (S, K), "normalized_score": (S,)}
         return [EvalField("eval_updates", "eval_updates", np.int64)] + [
             EvalField(key, key, np.int32 if key == "eval_lengths" else np.float64, shapes[key])
-            for key, _ in _EVAL_FIELDS]
+            for key, _ in _EVAL_FIELDS] + [EvalField(k, k, np.float64, (S, K)) for k in self.ext_keys()]
+
+    def ext_keys(self) -> list:
+        """The history keys of the extensions' eval_metrics (``ext/<extension>/<metric>``)."""
+        from .multitask_eval import eval_metric_names
+
+        return eval_metric_names(self.agent)
 
     def attach_eval(self, rec, ev):
         rec["eval_mean_return"] = np.asarray(ev["eval_mean_return"])
@@ -76,7 +82,9 @@ class OfflineProgram(RunProgram):
             list(self.agent.task_names)
 
     def eval_log(self, ev):
-        return {"episodic mean reward": ev["eval_mean_return"], "normalized score": ev["normalized_score"]}
+        # the extensions' eval metrics: their means over the evaluated tasks (and the seeds)
+        return {"episodic mean reward": ev["eval_mean_return"], "normalized score": ev["normalized_score"],
+                **{k[len("ext/"):]: np.asarray(ev[k]) for k in self.ext_keys()}}
 
     def progress_fields(self, hist):
         evals = hist["evals"]
@@ -89,8 +97,11 @@ class OfflineProgram(RunProgram):
         envs = None if agent.eval_envs is None else [
             None if e is None else [e.spec.env_id, e.spec.suite, e.spec.backend, repr(e._token)]
             for e in agent.eval_envs]
-        return {"agent_class": type(agent).__name__, "agent": agent.config, "dataset_sha256": agent.dataset_sha256,
-                "eval_envs": envs}
+        d = {"agent_class": type(agent).__name__, "agent": agent.config, "dataset_sha256": agent.dataset_sha256,
+             "eval_envs": envs}
+        if agent.extensions is not None and agent.extensions.declared:  # none: as before extensions
+            d["extensions"] = list(agent.extensions.declared)
+        return d
 
     def meta(self, state, tick):
         return {"tasks": list(self.agent.task_names)}

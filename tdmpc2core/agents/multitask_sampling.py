@@ -12,7 +12,8 @@
   give the same numbers on CPU.
 
 Both training programs run their updates through
-:func:`tdmpc2core.agents.common.update_loop` (with the agent's per-update hook, if any).
+:func:`tdmpc2core.agents.common.update_loop` (with the agent's extensions' post_update
+phases, if any: :func:`update_hook`).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import numpy as np
 
 from ..model.update import Batch, update
 from ..run.compiled import Compiled, per_seed
-from .common import METRIC_KEYS, update_loop
+from .common import update_loop
 
 #: the host path's bytes of batches per host-to-device transfer (all seeds), by default
 HOST_BLOCK_BYTES = 64 * 2 ** 20
@@ -88,18 +89,24 @@ def sample_slices(data: DeviceData, key, batch_size: int, horizon: int) -> Batch
     return gather_slices(jnp, data.obs, data.action, data.reward, idx, task)
 
 
+def update_hook(agent):
+    """The hook :func:`~tdmpc2core.agents.common.update_loop` folds: the agent's extensions'
+    post_update phases with ``step`` = the updates done (this one included); None without."""
+    exts = agent.extensions
+    return None if exts is None else exts.hook(lambda agent_state: agent_state.updates)
+
+
 def device_chunk(agent) -> Compiled:
     """The device path's training program (states [S, ...] donated, data, n_updates) -> states:
     ``n_updates`` updates of every seed, each sampling the device copy of the pool with the
     keys ``split(fold_in(state.key, updates))`` (sample, update)."""
-    wm, B, H, hook = agent.wm, agent.cfg.batch_size, agent.cfg.horizon, agent.post_update
+    wm, B, H, hook = agent.wm, agent.cfg.batch_size, agent.cfg.horizon, update_hook(agent)
 
     def single(st, data: DeviceData, n_updates):
         def step(_, agent_state):
             k_sample, k_update = jax.random.split(jax.random.fold_in(st.key, agent_state.updates))
             batch = sample_slices(data, k_sample, B, H)
-            agent_state, m = update(wm, agent_state, batch, data.gamma, k_update, data.masks)
-            return agent_state, {k: m[k] for k in METRIC_KEYS}
+            return update(wm, agent_state, batch, data.gamma, k_update, data.masks)
 
         agent_state, metrics, ext = update_loop(n_updates, step, st.agent, st.metrics, hook, st.ext)
         return st._replace(agent=agent_state, metrics=metrics, ext=ext)
@@ -139,14 +146,13 @@ def host_chunk(agent) -> Compiled:
     """The host path's training program (states [S, ...] donated, batches [K, S, ...], data,
     n_updates) -> states: the first ``n_updates`` of the block's updates, with the update keys
     of the device path."""
-    wm, hook = agent.wm, agent.post_update
+    wm, hook = agent.wm, update_hook(agent)
 
     def single(st, batches: Batch, data: DeviceData, n_updates):
         def step(j, agent_state):
             _, k_update = jax.random.split(jax.random.fold_in(st.key, agent_state.updates))
             batch = jax.tree_util.tree_map(lambda x: x[j], batches)
-            agent_state, m = update(wm, agent_state, batch, data.gamma, k_update, data.masks)
-            return agent_state, {k: m[k] for k in METRIC_KEYS}
+            return update(wm, agent_state, batch, data.gamma, k_update, data.masks)
 
         agent_state, metrics, ext = update_loop(n_updates, step, st.agent, st.metrics, hook, st.ext)
         return st._replace(agent=agent_state, metrics=metrics, ext=ext)

@@ -30,13 +30,14 @@ whatever the chunk length or phase), vmapped over seeds; the host only acts betw
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 
 from . import replay as rp
-from .common import METRIC_KEYS, episodes_of_seed, eval_episode, update_loop
+from .common import METRIC_KEYS, episodes_of_seed, episodes_with_metrics, eval_episode, update_loop
 from ..model.config import burst_tick
 from ..model.planner import act_with_policy, plan
 from ..model.update import AgentState, update
@@ -69,8 +70,8 @@ class RunState(NamedTuple):
     #                                    an episode of >= H + 1 rows (always 0 otherwise)
     tick: jnp.ndarray                  # int32, ticks done (agent steps = tick * n_envs); a resumed
                                        # run continues from it
-    ext: object = None                 # the per-update hook's carried value (agent.post_update,
-    #                                    :class:`~tdmpc2core.agents.common.UpdateHook`); None without
+    ext: object = None                 # the extensions' states (agent.extensions, a dict by name;
+    #                                    with only the post_update= hook, its value); None without
 
 
 def metric_keys(cfg) -> tuple:
@@ -121,13 +122,13 @@ def init_run_state(agent, agent_state: AgentState, key, run_agent_steps: int) ->
         terminations=jnp.zeros((), jnp.int32), nonfinite=jnp.zeros((n,), jnp.int32),
         nonfinite_step=jnp.full((n,), -1, jnp.int32), discard=jnp.zeros((n,), bool),
         pending_updates=jnp.zeros((), jnp.int32),
-        tick=jnp.zeros((), jnp.int32), ext=_hook_init(agent))
+        tick=jnp.zeros((), jnp.int32), ext=_ext_init(agent, run_agent_steps))
 
 
-def _hook_init(agent):
-    """The per-update hook's initial value of one seed (None without a hook)."""
-    hook = getattr(agent, "post_update", None)
-    return None if hook is None else jax.tree_util.tree_map(jnp.asarray, hook.init())
+def _ext_init(agent, run_agent_steps: int):
+    """The extensions' initial states of one seed (None without extensions)."""
+    exts = getattr(agent, "extensions", None)
+    return None if exts is None else exts.init(run_agent_steps)
 
 
 def _finite_obs(obs):
@@ -161,19 +162,21 @@ def _reset(agent, rs: RunState, key, steps_before) -> RunState:
     return _drop(rs, ~ok, steps_before)
 
 
-def _updates(agent, rs: RunState, n_updates, key, sample=rp.sample) -> RunState:
+def _updates(agent, rs: RunState, n_updates, key, steps_after, sample=rp.sample) -> RunState:
     """``n_updates`` (traced) updates on batches ``sample(replay, key, batch_size, horizon)``
-    draws from the replay (the fixed-length replay's sampler by default)."""
-    cfg, keys = agent.cfg, metric_keys(agent.cfg)
+    draws from the replay (the fixed-length replay's sampler by default); the extensions'
+    post_update phases after each, with ``step`` = ``steps_after`` (the agent steps done,
+    this tick's included)."""
+    cfg = agent.cfg
 
     def step(j, st):
         k_s, k_u = jax.random.split(jax.random.fold_in(key, j))
         batch = sample(rs.replay, k_s, cfg.batch_size, cfg.horizon)
-        st, m = update(agent.wm, st, batch, agent.gamma, k_u)
-        return st, {k2: m[k2] for k2 in keys}
+        return update(agent.wm, st, batch, agent.gamma, k_u)
 
-    st, metrics, ext = update_loop(n_updates, step, rs.agent, rs.metrics, getattr(agent, "post_update", None),
-                                   rs.ext)
+    exts = getattr(agent, "extensions", None)
+    hook = None if exts is None else exts.hook(lambda st: jnp.asarray(steps_after, jnp.int32))
+    st, metrics, ext = update_loop(n_updates, step, rs.agent, rs.metrics, hook, rs.ext)
     return rs._replace(agent=st, metrics=metrics, ext=ext)
 
 
@@ -226,7 +229,7 @@ def tick(agent, rs: RunState, tick_index) -> RunState:
     # 3. env step and replay row
     rs = _env_step(agent, rs, action, prev_mean, k_step, rp.write_step, steps_before)
     # 4. updates (spec §5.5, §8)
-    return _updates(agent, rs, _scheduled_updates(agent, tick_index), k_upd)
+    return _updates(agent, rs, _scheduled_updates(agent, tick_index), k_upd, steps_before + n)
 
 
 def _act(agent, rs: RunState, steps_before, t0, k_rand, k_plan):
@@ -294,7 +297,7 @@ def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
     can_sample = rp.num_sampleable(rs.replay) > 0
     n_updates = jnp.where(can_sample, pending, 0)
     rs = rs._replace(pending_updates=pending - n_updates)
-    return _updates(agent, rs, n_updates, k_upd, sample=rp.sample_episodic)
+    return _updates(agent, rs, n_updates, k_upd, steps_before + n, sample=rp.sample_episodic)
 
 
 def make_chunk_fn(agent, compile_seconds: Optional[dict] = None, devices=None) -> Compiled:
@@ -325,9 +328,15 @@ def make_eval_fn(agent, num_episodes: int, compile_seconds: Optional[dict] = Non
     state of its own key and runs T agent steps with the planner in eval mode (no
     exploration noise; the elite is still drawn at random, spec §6.5), t0 on the first step
     (spec §7).
+
+    With extensions that have eval_metrics (``agent.extensions``), the program is (params,
+    keys, ext [seeds, ...]) -> (returns, lengths, {``ext/<extension>/<metric>``: [seeds]}): the
+    same episodes, recorded, then the extensions' eval_metrics on them (the same returns).
     """
     env, cfg = agent.env, agent.cfg
     T, A, H = agent.episode_length, env.spec.action_dim, cfg.horizon
+    exts = getattr(agent, "extensions", None)
+    record = exts is not None and exts.has("eval_metrics")
 
     def one_episode(params, key):
         def act(obs, mean, t0, k):
@@ -335,7 +344,37 @@ def make_eval_fn(agent, num_episodes: int, compile_seconds: Optional[dict] = Non
                 return plan(agent.wm, params, obs, mean, t0, True, agent.gamma, k)
             return act_with_policy(agent.wm, params, obs, True, k), mean
 
-        return eval_episode(env, act, T, H, A, key)
+        return eval_episode(env, act, T, H, A, key, record=record)
 
-    return per_seed(episodes_of_seed(one_episode, num_episodes), name="eval", compile_seconds=compile_seconds,
-                    devices=devices)
+    if record:
+        fn = episodes_with_metrics(one_episode, num_episodes, functools.partial(eval_metrics_of, agent))
+    else:
+        fn = episodes_of_seed(one_episode, num_episodes)
+    return per_seed(fn, name="eval", compile_seconds=compile_seconds, devices=devices)
+
+
+def eval_metrics_of(agent, ext, params, episodes) -> dict:
+    """The extensions' eval_metrics of one seed's recorded episodes (obs [E, T+1, O], action
+    [E, T, A], reward [E, T], valid [E, T])."""
+    from ..extensions import EvalEpisodes, EvalModel
+
+    return agent.extensions.eval_metrics(ext, EvalModel(agent.wm, params), EvalEpisodes(*episodes))
+
+
+def eval_metric_names(agent) -> list:
+    """The history keys of the extensions' eval_metrics (``ext/<extension>/<metric>``, sorted;
+    [] without), from the evaluation traced on abstract values (nothing runs)."""
+    exts = getattr(agent, "extensions", None)
+    if exts is None or not exts.has("eval_metrics"):
+        return []
+    spec, T = agent.env.spec, agent.episode_length
+
+    def abstract():
+        params = agent.wm.init(jax.random.PRNGKey(0))
+        ext = exts.init(0)
+        f32 = jnp.float32
+        episodes = (jnp.zeros((1, T + 1, spec.obs_dim), f32), jnp.zeros((1, T, spec.action_dim), f32),
+                    jnp.zeros((1, T), f32), jnp.zeros((1, T), bool))
+        return eval_metrics_of(agent, ext, params, episodes)
+
+    return exts.metric_names(abstract)

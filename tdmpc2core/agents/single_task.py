@@ -34,6 +34,7 @@ from ..run.compiled import check_devices, per_seed
 from ..run.driver import Chunk, EvalField, Run, RunOptions, RunProgram
 from . import online
 from . import replay as rp
+from ..extensions import make_extension_set
 from .common import UpdateHook, check_hyperparameters, eval_key, init_one
 
 _log = logging.getLogger("tdmpc2core")
@@ -102,7 +103,14 @@ class TDMPC2:
       post_update: an optional :class:`~tdmpc2core.agents.common.UpdateHook` folded after
         every gradient update inside the compiled program (its value carried in the run
         state's ``ext``); None (default): the program without hooks. It never changes a number
-        of the training.
+        of the training. (The older form of an extension with one post_update phase.)
+      extensions: extension objects (:mod:`tdmpc2core.extensions`), each with some of the
+        phases ``init_state`` (its state, per seed, in the run state's ``ext`` and in
+        checkpoints), ``pretrain`` (once, at the start of a fresh run), ``post_update``
+        (after every update inside the compiled program, ``step`` = agent steps done) and
+        ``eval_metrics`` (at every evaluation, on the evaluation's episodes; in the history as
+        ``ext/<extension>/<metric>`` [n_evals, n_seeds]). () (default): the programs without
+        extensions. An unknown phase raises :class:`~tdmpc2core.extensions.UnknownPhaseError`.
       devices: None (JAX's default device) or a list of one device; more raise ValueError
         (multi-device runs: issue 28).
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` (the official
@@ -128,11 +136,13 @@ class TDMPC2:
     def __init__(self, env_id: str, n_envs: int = 1, model_size: int = 5, *,
                  episode_length: int = 1000, action_repeat: Optional[int] = None, env_params=None,
                  backend: Optional[str] = None, max_nonfinite: int = 10, post_update: Optional[UpdateHook] = None,
-                 devices=None, **hyperparameters):
+                 extensions: Sequence = (), devices=None, **hyperparameters):
         check_hyperparameters("TDMPC2", hyperparameters, TDMPC2Config)
         check_devices(devices)
         self.devices = devices
         self.post_update = post_update
+        #: the extensions composed (:class:`tdmpc2core.extensions.ExtensionSet`), None without
+        self.extensions = make_extension_set(extensions, post_update)
         if int(n_envs) < 1:
             raise ValueError(f"n_envs={n_envs!r} must be >= 1")
         if int(max_nonfinite) < 0:
@@ -195,15 +205,23 @@ class TDMPC2:
 
     # ---- state -----------------------------------------------------------------
     def init(self, seed: Union[int, Sequence[int]], run_agent_steps: int):
-        """Initial run states, stacked over seeds on axis 0."""
+        """Initial run states, stacked over seeds on axis 0: the parameters and the run's key
+        from ``PRNGKey(seed)``, the extensions' states and their pretrain phases (in the same
+        compiled program)."""
         seeds = np.atleast_1d(np.asarray(seed, dtype=np.int64))
         keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
 
         fn = self._chunk_fns.get(("init", run_agent_steps))
         if fn is None:
+            exts = self.extensions
+
             def one(key):
                 agent_state, k_run = init_one(self.wm, key)
-                return online.init_run_state(self, agent_state, k_run, run_agent_steps)
+                rs = online.init_run_state(self, agent_state, k_run, run_agent_steps)
+                if exts is not None and exts.has("pretrain"):
+                    st, ext = exts.pretrain(rs.agent, rs.ext, key)
+                    rs = rs._replace(agent=st, ext=ext)
+                return rs
 
             fn = self._chunk_fns[("init", run_agent_steps)] = per_seed(
                 one, name="init", compile_seconds=self.compile_seconds, devices=self.devices)
@@ -232,6 +250,13 @@ class TDMPC2:
         """Evaluate every seed: ``num_episodes`` episodes of the planner in eval mode from fresh
         initial states (keys from the seed and ``eval_index``: the same states when a seed is
         rerun). Returns (returns, lengths), numpy [n_seeds, num_episodes]."""
+        ret, length, _ = self.evaluate_all(state, num_episodes, eval_index, seeds)
+        return ret, length
+
+    def evaluate_all(self, state, num_episodes: int = 10, eval_index: int = 0, seeds=None):
+        """:meth:`evaluate` and the extensions' eval_metrics on the same episodes: (returns,
+        lengths, {``ext/<extension>/<metric>``: numpy float64 [n_seeds]}) ({} without
+        extensions that have eval_metrics; one compiled program either way)."""
         fn = self._eval_fns.get(num_episodes)
         if fn is None:
             fn = self._eval_fns[num_episodes] = online.make_eval_fn(self, num_episodes, self.compile_seconds,
@@ -239,8 +264,11 @@ class TDMPC2:
         n_seeds = jax.tree_util.tree_leaves(state.agent.params)[0].shape[0]
         seeds = list(range(n_seeds)) if seeds is None else list(seeds)
         keys = jnp.stack([eval_key(s, eval_index) for s in seeds])
-        ret, length = fn(state.agent.params, keys)
-        return np.asarray(ret), np.asarray(length)
+        if self.extensions is None or not self.extensions.has("eval_metrics"):
+            ret, length = fn(state.agent.params, keys)
+            return np.asarray(ret), np.asarray(length), {}
+        ret, length, ext = fn(state.agent.params, keys, state.ext)
+        return np.asarray(ret), np.asarray(length), {k: np.asarray(v, np.float64) for k, v in ext.items()}
 
     # ---- training (the run driver, :mod:`tdmpc2core.run.driver`, does the host side) ------
     def _chunk(self):
@@ -507,16 +535,17 @@ class OnlineProgram(RunProgram):
     def evaluate(self, state, tick, run: Run) -> dict:
         agent = self.agent
         agent_steps = tick * agent.n_envs
-        rets, lens = agent.evaluate(state, run.eval_episodes, eval_index=agent.eval_index(tick, run.eval_every),
-                                    seeds=run.seeds)
+        rets, lens, ext = agent.evaluate_all(state, run.eval_episodes,
+                                             eval_index=agent.eval_index(tick, run.eval_every), seeds=run.seeds)
         return {"eval_agent_steps": agent_steps, "eval_env_frames": agent_steps * agent.action_repeat,
-                "eval_returns": rets, "eval_lengths": lens}
+                "eval_returns": rets, "eval_lengths": lens, **ext}
 
     def eval_fields(self, n_seeds, eval_episodes):
         S, E = n_seeds, eval_episodes
         return [EvalField("eval_agent_steps", "agent_steps", np.int64), EvalField("eval_env_frames", "env_frames", np.int64),
                 EvalField("eval_returns", "returns", np.float32, (S, E)),
-                EvalField("eval_lengths", "lengths", np.int32, (S, E))]
+                EvalField("eval_lengths", "lengths", np.int32, (S, E))] + [
+                EvalField(k, k, np.float64, (S,)) for k in online.eval_metric_names(self.agent)]
 
     attached_keys = ("eval_returns", "eval_return")
 
@@ -528,7 +557,8 @@ class OnlineProgram(RunProgram):
         history["eval_return"] = history["eval_returns"].mean(axis=-1)
 
     def eval_log(self, ev):
-        return {"episodic mean reward": np.mean(ev["eval_returns"], axis=-1), "env_frames": ev["eval_env_frames"]}
+        return {"episodic mean reward": np.mean(ev["eval_returns"], axis=-1), "env_frames": ev["eval_env_frames"],
+                **{k[len("ext/"):]: ev[k] for k in online.eval_metric_names(self.agent)}}
 
     def progress_fields(self, hist):
         evals = hist["evals"]
@@ -538,8 +568,12 @@ class OnlineProgram(RunProgram):
     def identity(self) -> dict:
         """Everything of the agent that changes a checkpoint's shapes or numbers: the class,
         its resolved configuration (:attr:`TDMPC2.config`) and the env params."""
-        return {"agent_class": type(self.agent).__name__, "agent": self.agent.config,
-                "env_params": self.agent.env._token}
+        d = {"agent_class": type(self.agent).__name__, "agent": self.agent.config,
+             "env_params": self.agent.env._token}
+        exts = self.agent.extensions
+        if exts is not None and exts.declared:  # none: the settings of runs made before extensions
+            d["extensions"] = list(exts.declared)
+        return d
 
     def meta(self, state, tick):
         return {"env_frames": tick * self.agent.n_envs * self.agent.action_repeat}
