@@ -162,11 +162,12 @@ def _reset(agent, rs: RunState, key, steps_before) -> RunState:
     return _drop(rs, ~ok, steps_before)
 
 
-def _updates(agent, rs: RunState, n_updates, key, steps_after, sample=rp.sample) -> RunState:
+def _updates(agent, rs: RunState, n_updates, key, steps_before, sample=rp.sample) -> RunState:
     """``n_updates`` (traced) updates on batches ``sample(replay, key, batch_size, horizon)``
     draws from the replay (the fixed-length replay's sampler by default); the extensions'
-    post_update phases after each, with ``step`` = ``steps_after`` (the agent steps done,
-    this tick's included)."""
+    post_update phases after each, with ``step`` = ``steps_before + n_envs`` (the agent steps
+    done, this tick's included; traced only with extensions, so the program without them is
+    unchanged)."""
     cfg = agent.cfg
 
     def step(j, st):
@@ -175,7 +176,7 @@ def _updates(agent, rs: RunState, n_updates, key, steps_after, sample=rp.sample)
         return update(agent.wm, st, batch, agent.gamma, k_u)
 
     exts = getattr(agent, "extensions", None)
-    hook = None if exts is None else exts.hook(lambda st: jnp.asarray(steps_after, jnp.int32))
+    hook = None if exts is None else exts.hook(lambda st: jnp.asarray(steps_before + agent.n_envs, jnp.int32))
     st, metrics, ext = update_loop(n_updates, step, rs.agent, rs.metrics, hook, rs.ext)
     return rs._replace(agent=st, metrics=metrics, ext=ext)
 
@@ -229,7 +230,7 @@ def tick(agent, rs: RunState, tick_index) -> RunState:
     # 3. env step and replay row
     rs = _env_step(agent, rs, action, prev_mean, k_step, rp.write_step, steps_before)
     # 4. updates (spec §5.5, §8)
-    return _updates(agent, rs, _scheduled_updates(agent, tick_index), k_upd, steps_before + n)
+    return _updates(agent, rs, _scheduled_updates(agent, tick_index), k_upd, steps_before)
 
 
 def _act(agent, rs: RunState, steps_before, t0, k_rand, k_plan):
@@ -297,7 +298,7 @@ def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
     can_sample = rp.num_sampleable(rs.replay) > 0
     n_updates = jnp.where(can_sample, pending, 0)
     rs = rs._replace(pending_updates=pending - n_updates)
-    return _updates(agent, rs, n_updates, k_upd, steps_before + n, sample=rp.sample_episodic)
+    return _updates(agent, rs, n_updates, k_upd, steps_before, sample=rp.sample_episodic)
 
 
 def make_chunk_fn(agent, compile_seconds: Optional[dict] = None, devices=None) -> Compiled:

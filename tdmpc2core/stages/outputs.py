@@ -8,6 +8,11 @@ those Arrow types. The update metrics' names are the agents' (``METRIC_KEYS`` of
 :func:`write_table` is the one writer; the ``*_columns`` functions turn a training history
 (``train``'s second result, :mod:`tdmpc2core.run.driver`) into its columns.
 
+A run with extensions that have eval_metrics (:mod:`tdmpc2core.extensions`) has one more
+float64 column in ``eval.parquet`` per extension metric, named as in the history
+(``ext/<extension>/<metric>``, sorted, after the schema's columns): the value of the row's
+evaluation and seed (and task, multi-task), the same on every episode row of it.
+
 Not a stage itself (``tdmpc2core/cli.py`` lists the stages).
 """
 from __future__ import annotations
@@ -42,6 +47,15 @@ SCHEMAS: dict[str, tuple[tuple[str, str], ...]] = {
 SCHEMAS["single_metrics_episodic"] = SCHEMAS["single_metrics"] + tuple((k, _F) for k in EPISODIC_METRICS)
 
 
+#: the prefix of the extensions' eval-metric columns (and history keys)
+EXT_PREFIX = "ext/"
+
+
+def ext_keys(hist: Mapping) -> list:
+    """The extensions' eval-metric keys of a training history (``ext/...``), sorted."""
+    return sorted(k for k in hist if isinstance(k, str) and k.startswith(EXT_PREFIX))
+
+
 def write_table(path, output: str, columns: Mapping[str, object]) -> None:
     """Write one output file atomically with the columns and types of ``SCHEMAS[output]``.
 
@@ -49,7 +63,8 @@ def write_table(path, output: str, columns: Mapping[str, object]) -> None:
       path: the file (``.../eval.parquet`` or ``.../metrics.parquet``).
       output: a key of :data:`SCHEMAS`.
       columns: column name -> values (a sequence or a 1-D numpy array), exactly the schema's
-        columns, all of one length.
+        columns, all of one length, and any extension columns (``ext/...``, float64, written
+        after the schema's, sorted).
 
     Raises:
       ValueError: an unknown ``output``, or columns missing or not in the schema (named).
@@ -60,11 +75,15 @@ def write_table(path, output: str, columns: Mapping[str, object]) -> None:
 
     if output not in SCHEMAS:
         raise ValueError(f"stage output {output!r}: unknown; accepted: {sorted(SCHEMAS)}")
+    extra = ext_keys(columns)
     names = [name for name, _ in SCHEMAS[output]]
-    if set(columns) != set(names):
-        raise ValueError(f"stage output {output} ({path}): missing columns {sorted(set(names) - set(columns))}, "
-                         f"unknown columns {sorted(set(columns) - set(names))}; accepted: {names}")
-    schema = pa.schema([pa.field(name, pa.type_for_alias(kind)) for name, kind in SCHEMAS[output]])
+    given = set(columns) - set(extra)
+    if given != set(names):
+        raise ValueError(f"stage output {output} ({path}): missing columns {sorted(set(names) - given)}, "
+                         f"unknown columns {sorted(given - set(names))}; accepted: {names} and ext/... columns")
+    names += extra
+    schema = pa.schema([pa.field(name, pa.type_for_alias(kind)) for name, kind in SCHEMAS[output]]
+                       + [pa.field(name, pa.float64()) for name in extra])
     arrays = [pa.array(columns[name], type=field.type) for name, field in zip(names, schema)]
     atomic.write_parquet(Path(path), pa.Table.from_arrays(arrays, schema=schema))
 
@@ -72,11 +91,13 @@ def write_table(path, output: str, columns: Mapping[str, object]) -> None:
 def single_eval_columns(task: str, seed: int, index: int, hist: Mapping, eval_episodes: int) -> dict:
     """eval.parquet of seed ``seed`` (position ``index`` in the job's seeds): one row per
     evaluation and episode, from ``hist`` (``eval_agent_steps``, ``eval_env_frames``,
-    ``eval_returns``/``eval_lengths`` of shape [n_eval, seeds, episodes])."""
+    ``eval_returns``/``eval_lengths`` of shape [n_eval, seeds, episodes]; the extensions'
+    ``ext/...`` [n_eval, seeds], repeated over the episodes)."""
     import numpy as np
 
     n_eval, E = len(hist["eval_agent_steps"]), eval_episodes
-    return {
+    ext = {k: np.repeat(np.asarray(hist[k], np.float64).reshape(n_eval, -1)[:, index], E) for k in ext_keys(hist)}
+    return {**ext,
         "task": [task] * (n_eval * E),
         "seed": np.full(n_eval * E, seed, np.int64),
         "eval_index": np.repeat(np.arange(n_eval, dtype=np.int64), E),
@@ -112,15 +133,17 @@ def multi_eval_columns(pool: str, model_size: int, names: Sequence[str], seeds: 
     """eval.parquet of a multi-task job: one row per evaluation x seed x task x episode (that
     order), from ``hist["eval_returns"]``/``eval_lengths`` [n_eval, seeds, tasks, episodes];
     ``normalized_score`` = 100 (return - low) / (high - low) with the task's return range
-    (NaN where ``ranges`` has None)."""
+    (NaN where ``ranges`` has None); the extensions' ``ext/...`` [n_eval, seeds, tasks],
+    repeated over the episodes."""
     import numpy as np
 
     n_eval = len(hist["eval_updates"])
     if not n_eval:
-        return {name: [] for name, _ in SCHEMAS["multi_eval"]}
+        return {name: [] for name, _ in SCHEMAS["multi_eval"]} | {k: [] for k in ext_keys(hist)}
     S, K, E = len(seeds), len(names), eval_episodes
     i_ev, i_s, i_k, i_e = np.indices((n_eval, S, K, E)).reshape(4, -1)
     r = np.asarray(hist["eval_returns"]).reshape(-1)
+    ext = {k: np.asarray(hist[k], np.float64).reshape(n_eval, S, K)[i_ev, i_s, i_k] for k in ext_keys(hist)}
     lo = np.array([np.nan if rg is None else rg[0] for rg in ranges])[i_k]
     hi = np.array([np.nan if rg is None else rg[1] for rg in ranges])[i_k]
     return {"pool": [pool] * r.size, "model_size": np.full(r.size, model_size, np.int64),
@@ -128,7 +151,7 @@ def multi_eval_columns(pool: str, model_size: int, names: Sequence[str], seeds: 
             "eval_index": i_ev.astype(np.int64), "updates": np.asarray(hist["eval_updates"], np.int64)[i_ev],
             "episode": i_e.astype(np.int64), "return": r.astype(np.float64),
             "length": np.asarray(hist["eval_lengths"]).reshape(-1).astype(np.int64),
-            "normalized_score": 100.0 * (r - lo) / (hi - lo), "return_low": lo, "return_high": hi}
+            "normalized_score": 100.0 * (r - lo) / (hi - lo), "return_low": lo, "return_high": hi, **ext}
 
 
 def multi_metrics_columns(pool: str, model_size: int, seeds: Sequence[int], records: Sequence[Mapping]) -> dict:
@@ -149,5 +172,5 @@ def multi_metrics_columns(pool: str, model_size: int, seeds: Sequence[int], reco
     return met
 
 
-__all__ = ["SCHEMAS", "TRAINING_METRICS", "EPISODIC_METRICS", "write_table", "single_eval_columns",
+__all__ = ["SCHEMAS", "TRAINING_METRICS", "EPISODIC_METRICS", "EXT_PREFIX", "ext_keys", "write_table", "single_eval_columns",
            "single_metrics_columns", "multi_eval_columns", "multi_metrics_columns"]

@@ -37,7 +37,7 @@ from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, close_checkpoin
                         open_checkpoint_dir, train_session)
 
 SPEC_KEYS = {"updates", "batch_size", "eval_every", "eval_episodes", "log_every", "agent", "return_ranges",
-             "backend", "eval_tasks", "device_budget_bytes"}
+             "backend", "eval_tasks", "device_budget_bytes", "extensions"}
 REQUIRED = {"updates"}
 
 
@@ -78,6 +78,7 @@ def _make_agent(args, spec: dict, log):
     """The pooled dataset and the agent of ``spec`` on it (the batch size checked against the
     pool's slices), logged."""
     from ..agents.multitask import TDMPC2MultiTask
+    from ..extensions import make_extensions
     from ..io.dataset import load_dataset
     from ..model.config import check_batch_size, slices_in_episodes
 
@@ -95,7 +96,8 @@ def _make_agent(args, spec: dict, log):
         eval_envs = [t.env_id if t.name in spec["eval_tasks"] else None for t in dataset.tasks]
     agent = TDMPC2MultiTask(dataset, eval_envs=eval_envs, model_size=args.model_size,
                             return_ranges=spec.get("return_ranges"), backend=spec.get("backend"),
-                            device_budget_bytes=spec.get("device_budget_bytes"), **agent_kwargs)
+                            device_budget_bytes=spec.get("device_budget_bytes"),
+                            extensions=make_extensions(spec.get("extensions") or []), **agent_kwargs)
     # a batch of more slices than the pool holds would repeat slices: refused with the check the
     # workflow runs on its prediction of the pool at load (tdmpc2core.model.config)
     check_batch_size(agent.cfg.batch_size, slices_in_episodes(dataset.episode_rows, agent.cfg.horizon),
@@ -108,7 +110,8 @@ def _make_agent(args, spec: dict, log):
         f"(padded), task_dim {agent.task_dim}, batch {agent.cfg.batch_size}, discounts "
         + ", ".join(f"{n} {g:.3f}" for n, g in agent.task_gammas.items())
         + f"; seeds {list(args.seeds)}, {int(spec['updates'])} updates, evaluation every "
-          f"{int(spec.get('eval_every', 0)) or None} updates")
+          f"{int(spec.get('eval_every', 0)) or None} updates"
+        + (f"; extensions {spec['extensions']}" if spec.get("extensions") else ""))
     from ..envs.params import describe
 
     for t in dataset.tasks:  # the evaluation envs are built with these (the task table's)

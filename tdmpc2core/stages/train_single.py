@@ -39,7 +39,7 @@ from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, close_checkpoin
                         open_checkpoint_dir, train_session)
 
 SPEC_KEYS = {"env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes",
-             "agent", "n_envs", "backend", "allow_evicted", "env_params"}
+             "agent", "n_envs", "backend", "allow_evicted", "env_params", "extensions"}
 REQUIRED = {"env_id", "agent_steps"}
 
 
@@ -129,15 +129,18 @@ def _make_agent(spec: dict, seeds: list, log):
     agent steps, logged."""
     from ..agents.single_task import TDMPC2
     from ..envs.params import describe
+    from ..extensions import make_extensions
 
     agent = TDMPC2(spec["env_id"], n_envs=int(spec.get("n_envs", 1)),
                    episode_length=int(spec.get("episode_length", 1000)),
                    action_repeat=(None if spec.get("action_repeat") is None else int(spec["action_repeat"])),
-                   env_params=spec.get("env_params") or None, backend=spec.get("backend"), **spec.get("agent", {}))
+                   env_params=spec.get("env_params") or None, backend=spec.get("backend"),
+                   extensions=make_extensions(spec.get("extensions") or []), **spec.get("agent", {}))
     n_timesteps = int(spec["agent_steps"])
     log(f"env {spec['env_id']}: T={agent.episode_length} agent steps, action_repeat={agent.action_repeat}, "
         f"gamma={agent.gamma:.4f}, seed_steps={agent.seed_steps}, seeds={seeds}, {n_timesteps} agent steps"
         + (", episodic (termination head)" if agent.episodic else "")
+        + (f", extensions {spec['extensions']}" if spec.get("extensions") else "")
         + f"; env settings: {describe(agent.env.env_params)} (in effect: {describe(agent.env.effective_settings)})")
     return agent, n_timesteps
 
