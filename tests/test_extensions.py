@@ -18,7 +18,6 @@ import pytest
 
 from tdmpc2core.extensions import (EvalEpisodes, ExtensionSet, GradNorms, ModelError, UnknownPhaseError,
                                    make_extensions)
-from tdmpc2core.model.update import init_agent_state
 from tdmpc2core.stages import outputs as O
 
 from test_multitask import TINY, T_TWIN, TwinLine, leaves, make_dataset, task, twin_episodes
@@ -32,18 +31,19 @@ SINGLE = dict(n_envs=1, model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num
 class Stat:
     """A running statistic with every phase: the update count, the sum of the consistency
     loss, the last step seen, the run's length, and a pretrain that halves the policy's
-    parameters (it changes the run) and counts itself."""
+    parameters (it changes the run), records their norm before and counts itself."""
 
     name = "stat"
 
     def init_state(self, total_steps):
         return {"count": jnp.zeros((), jnp.int32), "cons_sum": jnp.zeros((), jnp.float32),
                 "last_step": jnp.full((), -1, jnp.int32), "total": jnp.asarray(total_steps, jnp.int32),
-                "pretrained": jnp.zeros((), jnp.int32)}
+                "pretrained": jnp.zeros((), jnp.int32), "pi_norm_before": jnp.zeros((), jnp.float32)}
 
     def pretrain(self, agent_state, state, key):
         params = dict(agent_state.params, pi=jax.tree_util.tree_map(lambda x: 0.5 * x, agent_state.params["pi"]))
-        return agent_state._replace(params=params), dict(state, pretrained=state["pretrained"] + 1)
+        return agent_state._replace(params=params), dict(state, pretrained=state["pretrained"] + 1,
+                                                         pi_norm_before=norm(agent_state.params["pi"]))
 
     def post_update(self, state, agent_state, metrics, step):
         return dict(state, count=state["count"] + 1, cons_sum=state["cons_sum"] + metrics["consistency_loss"],
@@ -51,6 +51,15 @@ class Stat:
 
     def eval_metrics(self, state, model, episodes):
         return {"mean_consistency": state["cons_sum"] / jnp.maximum(state["count"], 1)}
+
+
+def norm(tree):
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree_util.tree_leaves(tree)))
+
+
+def seed_norm(tree, s):
+    """The L2 norm of seed ``s``'s slice of every leaf (numpy: no program to compile)."""
+    return float(np.sqrt(sum(np.sum(np.square(np.asarray(x, np.float64)[s])) for x in jax.tree_util.tree_leaves(tree))))
 
 
 # --------------------------------------------------------------------- construction
@@ -143,12 +152,9 @@ def test_single_task_extensions_run_every_phase_and_resume_exactly_through_a_che
 
     # pretrain: once, inside the init program, on the initialised parameters
     init = agent.init([0, 1], 210)
-    plain = init_agent_state(agent.wm, jax.random.split(jax.random.PRNGKey(1))[0])
-    for got, want in zip(leaves(init.agent.params["pi"]), leaves(plain.params["pi"])):  # seed 1's
-        np.testing.assert_allclose(got[1], 0.5 * want, rtol=1e-6)
-    for got, want in zip(leaves(init.agent.params["qs"]), leaves(plain.params["qs"])):  # the rest as initialised
-        np.testing.assert_allclose(got[1], want, rtol=1e-5, atol=1e-7)  # eager vs compiled init: rounding
-    assert np.asarray(init.ext["stat"]["pretrained"]).tolist() == [1, 1]
+    pi_norm = [seed_norm(init.agent.params["pi"], s) for s in (0, 1)]
+    np.testing.assert_allclose(pi_norm, 0.5 * np.asarray(init.ext["stat"]["pi_norm_before"]), rtol=1e-5)
+    assert np.asarray(init.ext["stat"]["pretrained"]).tolist() == [1, 1] and min(pi_norm) > 0
 
     whole, hw = agent.train(seed=[0, 1], n_timesteps=210, **run)
     first, h1 = agent.train(seed=[0, 1], n_timesteps=205, **run)
@@ -175,7 +181,7 @@ def test_single_task_extensions_run_every_phase_and_resume_exactly_through_a_che
     np.testing.assert_allclose(hw["ext/stat/mean_consistency"][-1], stat["cons_sum"] / stat["count"], rtol=1e-6)
     assert hw["ext/grad_norms/updates"][:, 0].tolist() == [0, 0, 209]
     assert np.isnan(hw["ext/grad_norms/grad_norm_last"][0]).all()  # no update before the first evaluation
-    pi_norm = [np.sqrt(sum(np.sum(np.square(x[s])) for x in leaves(whole.agent.params["pi"]))) for s in (0, 1)]
+    pi_norm = [seed_norm(whole.agent.params["pi"], s) for s in (0, 1)]
     np.testing.assert_allclose(hw["ext/grad_norms/param_norm_pi"][-1], pi_norm, rtol=1e-5)
     assert np.all(np.isfinite(hw["ext/model_error/latent_mse_h1"])) and np.all(hw["ext/model_error/latent_mse_h1"] >= 0)
 
