@@ -52,8 +52,8 @@ import difflib
 import re
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
-import jax
-import jax.numpy as jnp
+# JAX is imported where it is used: the workflow checks extension names without it
+# (tdmpc2core.pipeline.config.check_extensions; tests/test_architecture.py)
 
 #: the phases an extension may have, in the order a run meets them
 PHASES = ("init_state", "pretrain", "post_update", "eval_metrics")
@@ -113,6 +113,8 @@ class EvalModel:
         return tm.two_hot_inv(self.wm.reward(self.params, z, a, self._e(z)), self.wm.cfg.vmin, self.wm.cfg.vmax)
 
     def _e(self, x):
+        import jax.numpy as jnp
+
         return None if self.e is None else jnp.broadcast_to(self.e, x.shape[:-1] + self.e.shape[-1:])
 
 
@@ -179,6 +181,8 @@ class _HookExtension:
 
 
 def _same_layout(a, b) -> bool:
+    import jax
+
     sa, sb = jax.tree_util.tree_structure(a), jax.tree_util.tree_structure(b)
     if sa != sb:
         return False
@@ -230,6 +234,9 @@ class ExtensionSet:
     # ---- the phases, one seed
     def init(self, total_steps: int):
         """The run state's ``ext`` of one seed (arrays)."""
+        import jax
+        import jax.numpy as jnp
+
         vals = {n: (None if not hasattr(e, "init_state") else
                     jax.tree_util.tree_map(jnp.asarray, e.init_state(int(total_steps))))
                 for n, e in zip(self.names, self.extensions)}
@@ -244,6 +251,8 @@ class ExtensionSet:
     def pretrain(self, agent_state, value, seed_key):
         """Every pretrain phase in order (one seed; ``seed_key`` = PRNGKey(seed)). Returns
         (agent_state, value); raises ValueError if one changes a shape or dtype."""
+        import jax
+
         for i, (name, ext) in enumerate(self._each("pretrain")):
             key = jax.random.fold_in(jax.random.fold_in(seed_key, PRETRAIN_FOLD), i)
             new_agent, new_state = ext.pretrain(agent_state, self._get(value, name), key)
@@ -257,6 +266,9 @@ class ExtensionSet:
 
     def fold(self, value, agent_state, metrics: dict, step):
         """Every post_update phase after one update (one seed)."""
+        import jax
+        import jax.numpy as jnp
+
         for name, ext in self._each("post_update"):
             old = self._get(value, name)
             new = ext.post_update(old, agent_state, metrics, step)
@@ -280,6 +292,8 @@ class ExtensionSet:
         """{``ext/<extension>/<metric>``: float32 scalar} of every eval_metrics phase (one seed).
         Raises ValueError: a metric name that is not a non-empty str, or a value that is not a
         scalar."""
+        import jax.numpy as jnp
+
         out = {}
         for name, ext in self._each("eval_metrics"):
             got = ext.eval_metrics(self._get(value, name), model, episodes)
@@ -297,6 +311,8 @@ class ExtensionSet:
     def metric_names(self, abstract_eval: Callable) -> list:
         """The history keys of the eval metrics, sorted: ``abstract_eval()`` returns them
         (traced with :func:`jax.eval_shape`); computed once."""
+        import jax
+
         if self._metric_names is None:
             self._metric_names = sorted(jax.eval_shape(abstract_eval)) if self.has("eval_metrics") else []
         return self._metric_names
@@ -319,6 +335,9 @@ _GRADS = ("grad_norm", "wm_grad_norm", "pi_grad_norm")
 
 
 def _norm(tree):
+    import jax
+    import jax.numpy as jnp
+
     leaves = jax.tree_util.tree_leaves(tree)
     return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
 
@@ -350,11 +369,15 @@ class GradNorms:
         self.clip_norm = None if clip_norm is None else float(clip_norm)
 
     def init_state(self, total_steps):
+        import jax.numpy as jnp
+
         z = jnp.zeros((), jnp.float32)
         return {"count": jnp.zeros((), jnp.int32), "clipped": jnp.zeros((), jnp.int32),
                 **{f"{g}_{s}": z for g in _GRADS for s in ("last", "ema", "max")}}
 
     def post_update(self, state, agent_state, metrics, step):
+        import jax.numpy as jnp
+
         d = self.decay
         out = dict(state, count=state["count"] + 1)
         for g in _GRADS:
@@ -367,6 +390,8 @@ class GradNorms:
         return out
 
     def eval_metrics(self, state, model, episodes):
+        import jax.numpy as jnp
+
         n = state["count"]
         correction = 1.0 - jnp.power(jnp.float32(self.decay), n.astype(jnp.float32))
         nan = jnp.float32(jnp.nan)
@@ -403,6 +428,8 @@ class ModelError:
     name = "model_error"
 
     def eval_metrics(self, state, model, episodes):
+        import jax.numpy as jnp
+
         H = model.horizon
         E, T = episodes.reward.shape
         n = T - H + 1  # starts t = 0 .. T - H

@@ -18,6 +18,8 @@ import pytest
 
 from tdmpc2core.extensions import (EvalEpisodes, ExtensionSet, GradNorms, ModelError, UnknownPhaseError,
                                    make_extensions)
+from tdmpc2core.report import analysis as A
+from tdmpc2core.report import html as R
 from tdmpc2core.stages import outputs as O
 
 from test_multitask import TINY, T_TWIN, TwinLine, leaves, make_dataset, task, twin_episodes
@@ -191,6 +193,12 @@ def test_single_task_extensions_run_every_phase_and_resume_exactly_through_a_che
     df = pq.read_table(tmp_path / "eval.parquet").to_pandas()
     assert list(df.columns) == [n for n, _ in O.SCHEMAS["single_eval"]] + keys
     np.testing.assert_array_equal(df["ext/model_error/reward_abs_h2"], np.repeat(hw["ext/model_error/reward_abs_h2"][:, 1], 2))
+    # the report: each metric at the last evaluation, over the seeds whose files exist
+    tab = A.extension_table([("single-task pendulum", [tmp_path / "eval.parquet", tmp_path / "seed9.parquet"])])
+    row = tab[tab["metric"] == "model_error/reward_abs_h2"].iloc[0]
+    assert (row["task"], row["step"], row["n_seeds"]) == ("pendulum", 210, 1)
+    assert row["mean"] == pytest.approx(hw["ext/model_error/reward_abs_h2"][-1, 1])
+    assert len(tab) == len(keys) and "grad_norms/param_norm_qs" in R.extensions_section(tab)
 
 
 # --------------------------------------------------------------------- the multi-task agent

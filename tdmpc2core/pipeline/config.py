@@ -48,7 +48,7 @@ OFFICIAL_FILES = ["eval.parquet", "run.json"]  # run.json last: a complete evalu
 # the keys of one task that the training stage receives (docs/artifacts.md, "Task settings"),
 # and the optional ones it also accepts (passed only when set)
 SPEC_KEYS = ["env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes", "agent"]
-OPTIONAL_SPEC_KEYS = ["n_envs", "backend", "allow_evicted", "env_params"]
+OPTIONAL_SPEC_KEYS = ["n_envs", "backend", "allow_evicted", "env_params", "extensions"]
 # the settings that merge key by key over the protocol's defaults (the others: the task's value wins)
 MERGED_KEYS = ("agent", "resources", "env_params")
 AGENT_KEYS = sorted(f.name for f in dataclasses.fields(library_config.TDMPC2Config))
@@ -125,15 +125,17 @@ class Pipeline:
         """The merged settings of one task, as the JSON the training stage receives."""
         t = self.tasks[task]
         spec = {k: t[k] for k in SPEC_KEYS}
-        spec.update({k: t[k] for k in OPTIONAL_SPEC_KEYS if t.get(k) is not None})
+        # an empty list of extensions is no setting: the spec (and the run id) of a task without
+        spec.update({k: t[k] for k in OPTIONAL_SPEC_KEYS if t.get(k) is not None and t.get(k) != []})
         return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
     def multi_spec(self, pool: str) -> str:
         """The multi-task settings one train-multi job receives (docs/artifacts.md): the pool's
         own tasks' return ranges only."""
         m = self.multitask.block
-        keys = ("updates", "batch_size", "eval_every", "eval_episodes", "log_every", "backend", "device_budget_bytes")
-        spec = {k: m[k] for k in keys if m.get(k) is not None}
+        keys = ("updates", "batch_size", "eval_every", "eval_episodes", "log_every", "backend", "device_budget_bytes",
+                "extensions")
+        spec = {k: m[k] for k in keys if m.get(k) is not None and m.get(k) != []}
         spec["agent"] = dict(m.get("agent") or {})
         if pool in self.official_pools:
             spec["eval_tasks"] = self.official_pool_tasks[pool]
@@ -289,6 +291,19 @@ def _check_env_params(proto: str, protocol: dict, name: str, t: dict) -> dict:
     return params
 
 
+def check_extensions(where: str, names) -> None:
+    """Refuse (one-line :class:`ConfigError`) an ``extensions`` setting that is not a list of
+    registered extension names (:data:`tdmpc2core.extensions.REGISTRY`), naming the key."""
+    if names is None:
+        return
+    from ..extensions import make_extensions
+
+    try:
+        make_extensions(names)
+    except ValueError as e:
+        raise ConfigError(f"config: {where}: {e}") from None
+
+
 def _check_task(proto: str, protocol: dict, name: str, t: dict):
     """What the training job would refuse at its start, refused now by the same code
     (tdmpc2core.model.config.validate_config, tdmpc2core.envs): every agent setting, the env id,
@@ -297,6 +312,7 @@ def _check_task(proto: str, protocol: dict, name: str, t: dict):
     where = f"protocols.{proto}.tasks.{name}"
     _unknown_agent_keys(f"{where}.agent", t["agent"], AGENT_KEYS,
                         (f"protocols.{proto}.defaults.agent", (protocol.get("defaults") or {}).get("agent") or {}))
+    check_extensions(f"{where}.extensions", t.get("extensions"))
     try:
         library_envs.suite_of(t["env_id"])
     except ValueError as e:

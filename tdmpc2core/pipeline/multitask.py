@@ -97,6 +97,7 @@ def check_multitask(proto: str, m: dict | None, *, tasks: dict, task_T: dict, ta
     _check_names(where, m, mt_pools, pooled, pools, official_pool_tasks)
     if "model_size" in (m.get("agent") or {}):
         raise C.ConfigError(f"config: {where}.agent.model_size: the model sizes are multitask.model_sizes")
+    C.check_extensions(f"{where}.extensions", m.get("extensions"))
     agent = dict(m.get("agent") or {})
     C._unknown_agent_keys(f"{where}.agent", agent, sorted(C.AGENT_KEYS + ["task_dim"]))
     agent.pop("task_dim", None)

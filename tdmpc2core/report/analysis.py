@@ -77,6 +77,42 @@ def read_evals(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     return out
 
 
+#: the columns of :func:`extension_table`
+EXTENSION_COLUMNS = ["run", "task", "step", "metric", "mean", "sd", "min", "max", "n_seeds"]
+
+
+def extension_table(runs: Iterable[tuple[str, Sequence[str | os.PathLike]]]) -> pd.DataFrame:
+    """The extensions' eval metrics at each run's last evaluation (issue 26): one row per run,
+    task and metric (columns :data:`EXTENSION_COLUMNS`): ``step`` (agent steps, or updates of a
+    multi-task run), ``mean`` / ``sd`` (population) / ``min`` / ``max`` over seeds (NaN values
+    skipped), ``n_seeds`` (seeds with a value).
+
+    ``runs``: (run label, eval.parquet paths) pairs, e.g. a single-task task's per-seed files
+    or a multi-task run's one file. Missing files are skipped; a run whose files have no
+    extension columns (``ext/<extension>/<metric>``, :mod:`tdmpc2core.stages.outputs`) adds no
+    row. The metric is named ``<extension>/<metric>``."""
+    rows = []
+    for label, paths in runs:
+        frames = [pd.read_parquet(os.fspath(p)) for p in paths if os.path.exists(os.fspath(p))]
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        ext = [c for c in df.columns if c.startswith("ext/")]
+        if not ext or df.empty:
+            continue
+        step = "agent_steps" if "agent_steps" in df.columns else "updates"
+        last = df[df[step] == df[step].max()]
+        per_seed = last.groupby(["task", "seed"], sort=False)[ext + [step]].first().reset_index()
+        for task, g in per_seed.groupby("task", sort=False):
+            for c in ext:
+                v = g[c].to_numpy(np.float64)
+                ok = v[np.isfinite(v)]
+                rows.append({"run": label, "task": task, "step": int(g[step].iloc[0]), "metric": c[len("ext/"):],
+                             "mean": float(ok.mean()) if ok.size else np.nan,
+                             "sd": float(ok.std()) if ok.size else np.nan,
+                             "min": float(ok.min()) if ok.size else np.nan,
+                             "max": float(ok.max()) if ok.size else np.nan, "n_seeds": int(ok.size)})
+    return pd.DataFrame(rows, columns=EXTENSION_COLUMNS)
+
+
 def read_metrics(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     """Concatenate ``metrics.parquet`` files (all columns kept)."""
     frames = [pd.read_parquet(os.fspath(p)) for p in paths]
@@ -682,7 +718,7 @@ def mean_sd_text(mean, sd, digits: int = 1) -> str:
 
 
 __all__ = [
-    "TABLE_STEPS", "SCORE_DIVISOR", "EVAL_COLUMNS", "read_evals", "read_metrics", "seed_scores",
+    "EXTENSION_COLUMNS", "extension_table", "TABLE_STEPS", "SCORE_DIVISOR", "EVAL_COLUMNS", "read_evals", "read_metrics", "seed_scores",
     "over_seeds", "table_steps_for", "single_task_table", "iqm", "interval_estimates",
     "aggregate_table", "final_score_check", "expected_range_text", "read_benchmarks", "flatten",
     "find_value", "read_run_info", "markdown_table", "mean_sd_text", "is_episodic", "episode_length_table",

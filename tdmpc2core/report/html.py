@@ -119,12 +119,12 @@ def embed_image(data: bytes | str, kind: str, alt: str) -> str:
     return f'<img alt="{esc(alt)}" src="data:image/png;base64,{b64}">'
 
 
-def _mean_sd(m, s) -> str:
+def _mean_sd(m, s, digits: int = 1) -> str:
     if m is None or m is pd.NA or (isinstance(m, float) and math.isnan(m)):
         return ""
     if s is None or s is pd.NA or (isinstance(s, float) and math.isnan(s)):
-        return num(m)
-    return f"{num(m)} ± {num(s)}"
+        return num(m, digits)
+    return f"{num(m, digits)} ± {num(s, digits)}"
 
 
 def final_section(final: pd.DataFrame, expected_text: Mapping[str, str], episodic: Iterable[str] = ()) -> str:
@@ -554,6 +554,35 @@ def _runtime(ctx: Mapping) -> list[str]:
     return parts
 
 
+def extensions_section(ext: pd.DataFrame) -> str:
+    """The extensions' eval metrics at each run's last evaluation
+    (:func:`tdmpc2core.report.analysis.extension_table`), one table per run, folded."""
+    parts = []
+    for run, g in ext.groupby("run", sort=False):
+        rows = [[esc(r.task), num(r.step, 0), esc(r.metric), _mean_sd(r.mean, r.sd, 4),
+                 "" if pd.isna(r.min) else f"{num(r.min, 4)} – {num(r.max, 4)}", num(r.n_seeds, 0)]
+                for r in g.itertuples(index=False)]
+        parts.append(f"<details><summary>{esc(run)}: {g['metric'].nunique()} metrics, {g['task'].nunique()} "
+                     f"task(s)</summary>" + html_table(["Task", "Step", "Metric", "Mean ± sd", "Min – max", "Seeds"],
+                                                        rows) + "</details>")
+    return "".join(parts)
+
+
+def _extensions(ctx: Mapping) -> list[str]:
+    """The extensions' eval metrics (when a run had extensions: ``ctx['extensions']``)."""
+    ext = ctx.get("extensions")
+    if ext is None or ext.empty:
+        return []
+    return ['<h2 id="extensions">Extension metrics</h2>',
+            "<p>What the runs' extensions (<code>extensions:</code> in the configuration; "
+            "<code>tdmpc2core/extensions.py</code>) computed at each run's last evaluation: mean ± population sd "
+            "and lowest – highest over seeds. <code>grad_norms/...</code>: gradient norms the update saw (last, "
+            "moving average, maximum; <code>clipped</code>: the fraction of updates whose norm exceeded the clip) "
+            "and parameter norms per network; <code>model_error/...</code>: the world model's open-loop error "
+            "h steps ahead on the evaluation's own episodes (latent mean squared error against the encoded "
+            "observations, absolute reward error).</p>", extensions_section(ext)]
+
+
 def _provenance(ctx: Mapping) -> list[str]:
     """Git commit, package versions, the runs' provenance, the platform and the configuration."""
     parts = []
@@ -598,14 +627,17 @@ def render_report(ctx: Mapping) -> str:
     :mod:`tdmpc2core.report.scaling`, ``ranges`` (task -> (low, high) or None), ``settings`` (the
     resolved multitask block) and ``figure`` ((kind, data) or None)), and ``official``
     (optional DataFrame of :func:`tdmpc2core.report.official.official_table`: the "Released
-    checkpoints, our planner" section).
+    checkpoints, our planner" section), and ``extensions`` (optional DataFrame of
+    :func:`tdmpc2core.report.analysis.extension_table`: the "Extension metrics" section, shown
+    when not empty).
     """
     parts = []
-    for section in (_head, _results, _figures, _datasets, _multitask, _official, _runtime, _provenance):
+    for section in (_head, _results, _figures, _datasets, _multitask, _official, _extensions, _runtime,
+                    _provenance):
         parts += section(ctx)
     return "\n".join(parts) + "\n"
 
 
 __all__ = ["render_report", "dataset_stats", "multitask_section", "html_table", "embed_image", "esc", "num", "CSS",
            "final_section", "episode_length_section", "runtime_section", "fmt_value", "matmul_precision_words",
-           "single_task_section", "aggregate_section"]
+           "single_task_section", "aggregate_section", "extensions_section"]

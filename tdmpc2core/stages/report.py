@@ -267,6 +267,11 @@ def run(args) -> int:
     official = None
     if args.official_tables:
         official = pd.concat([pd.read_csv(p) for p in args.official_tables], ignore_index=True)
+    # the extensions' eval metrics: the single-task runs' eval.parquet, then the multi-task runs'
+    ext_files = [(f"single-task {task}", [os.path.join(A.run_dir(args.runs, task, seed), "eval.parquet")
+                                          for seed in cfg["seeds"]]) for task in tasks]
+    ext_files += [(f"multi-task {os.path.dirname(p)}", [os.path.join(os.path.dirname(p), "eval.parquet")])
+                  for p in args.multi_runs or ()]
     ctx = {
         "protocol": cfg.get("protocol", "?"),
         "label": cfg.get("label", ""),
@@ -285,6 +290,7 @@ def run(args) -> int:
         "datasets": datasets, "datasets_figure": datasets_figure,
         "multitask": multitask,
         "official": official,
+        "extensions": A.extension_table(ext_files),
     }
     atomic.write_text(args.out, R.render_report(ctx))
     print(f"tdmpc2 report: {args.out} ({os.path.getsize(args.out) / 1e3:.0f} kB)")
