@@ -10,6 +10,8 @@ compile); each compiles its programs once (the whole run, the split run and the 
 share them)."""
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -230,3 +232,23 @@ def test_multitask_extensions_step_is_updates_and_eval_metrics_are_per_task(tmp_
     assert list(df.columns) == [n for n, _ in O.SCHEMAS["multi_eval"]] + keys
     want = np.repeat(hist["ext/grad_norms/wm_grad_norm_ema"].reshape(-1), 2)  # eval x seed x task, then episodes
     np.testing.assert_array_equal(df["ext/grad_norms/wm_grad_norm_ema"], want)
+
+
+# --------------------------------------------------------------------- the pipeline's setting
+def test_pipeline_extensions_setting_reaches_the_stages_spec_and_unknown_names_are_refused():
+    from test_pipeline_config import merged, refusal
+
+    from tdmpc2core.pipeline.config import resolve
+    from tdmpc2core.stages import train_multi, train_single
+
+    p = resolve(merged("protocols: {demo: {defaults: {extensions: [grad_norms, model_error]}, "
+                       "tasks: {cartpole-balance: {extensions: []}}, multitask: {extensions: [model_error]}}}"))
+    spec = train_single.parse_spec(p.task_spec("pendulum"))
+    assert spec["extensions"] == ["grad_norms", "model_error"]
+    assert "extensions" not in json.loads(p.task_spec("cartpole-balance"))  # [] is no setting: the spec as before
+    assert train_multi.parse_spec(p.multi_spec("demo"))["extensions"] == ["model_error"]
+    assert ("config: protocols.demo.tasks.pendulum.extensions: unknown extension 'grad_norm' (did you mean "
+            "'grad_norms'?); registered: ['grad_norms', 'model_error']") in refusal(
+        "protocols: {demo: {tasks: {pendulum: {extensions: [grad_norm]}}}}")
+    assert "config: protocols.demo.multitask.extensions: unknown extension 'nope'" in refusal(
+        "protocols: {demo: {multitask: {extensions: [nope]}}}")
