@@ -57,6 +57,19 @@ class Stat:
         return {"mean_consistency": state["cons_sum"] / jnp.maximum(state["count"], 1)}
 
 
+class Recorder:
+    """A logger keeping what it is given."""
+
+    def __init__(self):
+        self.records = []
+
+    def log(self, step, metrics):
+        self.records.append((step, dict(metrics)))
+
+    def close(self):
+        pass
+
+
 def norm(tree):
     return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree_util.tree_leaves(tree)))
 
@@ -160,7 +173,8 @@ def test_single_task_extensions_run_every_phase_and_resume_exactly_through_a_che
     np.testing.assert_allclose(pi_norm, 0.5 * np.asarray(init.ext["stat"]["pi_norm_before"]), rtol=1e-5)
     assert np.asarray(init.ext["stat"]["pretrained"]).tolist() == [1, 1] and min(pi_norm) > 0
 
-    whole, hw = agent.train(seed=[0, 1], n_timesteps=210, **run)
+    logged = Recorder()
+    whole, hw = agent.train(seed=[0, 1], n_timesteps=210, loggers=[logged], **run)
     first, h1 = agent.train(seed=[0, 1], n_timesteps=205, **run)
     info = agent.save_checkpoint(tmp_path, first, h1, seeds=[0, 1], total_timesteps=210, eval_every=200,
                                  eval_episodes=2)
@@ -183,6 +197,8 @@ def test_single_task_extensions_run_every_phase_and_resume_exactly_through_a_che
         np.testing.assert_array_equal(hw[k], hs[k])  # the evaluations after the resume too
         assert hw[k].shape == (3, 2)  # evaluations at 0, 200, 210; 2 seeds
     np.testing.assert_allclose(hw["ext/stat/mean_consistency"][-1], stat["cons_sum"] / stat["count"], rtol=1e-6)
+    evals = [m for _, m in logged.records if "Eval/episodic mean reward" in m]  # loggers: the seeds' mean
+    assert [m["Eval/stat/mean_consistency"] for m in evals] == pytest.approx(hw["ext/stat/mean_consistency"].mean(1))
     assert hw["ext/grad_norms/updates"][:, 0].tolist() == [0, 0, 209]
     assert np.isnan(hw["ext/grad_norms/grad_norm_last"][0]).all()  # no update before the first evaluation
     pi_norm = [seed_norm(whole.agent.params["pi"], s) for s in (0, 1)]
