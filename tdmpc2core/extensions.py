@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 # JAX is imported where it is used: the workflow checks extension names without it
 # (tdmpc2core.pipeline.config.check_extensions; tests/test_architecture.py)
@@ -277,16 +277,6 @@ class ExtensionSet:
                                  "dtypes")
             value = self._set(value, name, jax.tree_util.tree_map(jnp.asarray, new))
         return value
-
-    def hook(self, step_of: Callable):
-        """The :class:`~tdmpc2core.agents.common.UpdateHook` that :func:`update_loop` folds:
-        ``step_of(agent_state)`` gives the post_update phases' ``step``. None without a
-        post_update phase."""
-        from .agents.common import UpdateHook
-
-        if not self.has("post_update"):
-            return None
-        return UpdateHook(init=lambda: None, fold=lambda v, st, m: self.fold(v, st, m, step_of(st)))
 
     def eval_metrics(self, value, model: EvalModel, episodes: EvalEpisodes) -> dict:
         """{``ext/<extension>/<metric>``: float32 scalar} of every eval_metrics phase (one seed).

@@ -140,6 +140,15 @@ class UpdateHook(NamedTuple):
     fold: Callable[[Any, AgentState, dict], Any]
 
 
+def extensions_hook(extensions, step_of: Callable) -> Optional[UpdateHook]:
+    """The :class:`UpdateHook` that :func:`update_loop` folds for an agent's extensions (a
+    :class:`tdmpc2core.extensions.ExtensionSet` or None): their post_update phases, with
+    ``step = step_of(agent_state)`` (an int32 scalar). None without a post_update phase."""
+    if extensions is None or not extensions.has("post_update"):
+        return None
+    return UpdateHook(init=lambda: None, fold=lambda value, st, m: extensions.fold(value, st, m, step_of(st)))
+
+
 def update_loop(n_updates, step: Callable, agent_state: AgentState, metrics: dict,
                 hook: Optional[UpdateHook] = None, ext=None):
     """``n_updates`` (traced) gradient updates of one seed in a ``lax.fori_loop``: the loop of
@@ -169,4 +178,4 @@ def update_loop(n_updates, step: Callable, agent_state: AgentState, metrics: dic
 
 
 __all__ = ["EVAL_KEY_OFFSET", "METRIC_KEYS", "eval_key", "check_hyperparameters", "init_one", "eval_episode",
-           "episodes_of_seed", "episodes_with_metrics", "UpdateHook", "update_loop"]
+           "episodes_of_seed", "episodes_with_metrics", "UpdateHook", "extensions_hook", "update_loop"]

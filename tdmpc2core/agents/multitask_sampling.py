@@ -25,7 +25,7 @@ import numpy as np
 
 from ..model.update import Batch, update
 from ..run.compiled import Compiled, per_seed
-from .common import update_loop
+from .common import extensions_hook, update_loop
 
 #: the host path's bytes of batches per host-to-device transfer (all seeds), by default
 HOST_BLOCK_BYTES = 64 * 2 ** 20
@@ -92,8 +92,7 @@ def sample_slices(data: DeviceData, key, batch_size: int, horizon: int) -> Batch
 def update_hook(agent):
     """The hook :func:`~tdmpc2core.agents.common.update_loop` folds: the agent's extensions'
     post_update phases with ``step`` = the updates done (this one included); None without."""
-    exts = agent.extensions
-    return None if exts is None else exts.hook(lambda agent_state: agent_state.updates)
+    return extensions_hook(agent.extensions, lambda agent_state: agent_state.updates)
 
 
 def device_chunk(agent) -> Compiled:

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from . import replay as rp
-from .common import METRIC_KEYS, episodes_of_seed, episodes_with_metrics, eval_episode, update_loop
+from .common import METRIC_KEYS, episodes_of_seed, episodes_with_metrics, eval_episode, extensions_hook, update_loop
 from ..model.config import burst_tick
 from ..model.planner import act_with_policy, plan
 from ..model.update import AgentState, update
@@ -175,8 +175,8 @@ def _updates(agent, rs: RunState, n_updates, key, steps_before, sample=rp.sample
         batch = sample(rs.replay, k_s, cfg.batch_size, cfg.horizon)
         return update(agent.wm, st, batch, agent.gamma, k_u)
 
-    exts = getattr(agent, "extensions", None)
-    hook = None if exts is None else exts.hook(lambda st: jnp.asarray(steps_before + agent.n_envs, jnp.int32))
+    hook = extensions_hook(getattr(agent, "extensions", None),
+                           lambda st: jnp.asarray(steps_before + agent.n_envs, jnp.int32))
     st, metrics, ext = update_loop(n_updates, step, rs.agent, rs.metrics, hook, rs.ext)
     return rs._replace(agent=st, metrics=metrics, ext=ext)
 
