@@ -8,7 +8,8 @@
   :mod:`.multitask_sampling`, its evaluation in :mod:`.multitask_eval`, its run-driver
   program in :mod:`.multitask_program`.
 * :mod:`.common`: what both agents share (evaluation keys, metric names, one seed's init,
-  the evaluation episode, the per-update loop and its hook point ``UpdateHook``).
+  the evaluation episode, the per-update loop and its hook point ``UpdateHook``, through
+  which the extensions of :mod:`tdmpc2core.extensions` run).
 * :mod:`.official_eval`: the released (official) checkpoints, converted and evaluated with
   the planner by the official ``evaluate.py`` protocol (``tdmpc2 evaluate-official``).
 
