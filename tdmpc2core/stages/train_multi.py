@@ -245,6 +245,7 @@ def _run_json(args, spec: dict, seeds: list, dataset, agent, state, hist: dict, 
     from ..model.networks import count_params
     from ..pipeline.codeversion import code_version
     from ..run.compiled import per_program
+    from . import outputs
 
     names = agent.eval_task_names
     records = hist["chunks"]
@@ -268,8 +269,7 @@ def _run_json(args, spec: dict, seeds: list, dataset, agent, state, hist: dict, 
         "eval_tasks": names, "data_placement": agent.data_placement, "pool_nbytes": agent.pool_nbytes,
         "device_budget_bytes": agent.device_budget_bytes, "host_sampling": dict(agent.host_timing),
         "updates_per_s_median": float(np.median(speeds)) if speeds else None,
-        "matmul_precision": f"float32 ({agent.config['matmul_precision'].upper()}); jax_default_matmul_precision="
-                            f"{prov['platform'].get('jax_default_matmul_precision')}",
+        "matmul_precision": outputs.matmul_precision_note(agent.config["matmul_precision"], prov["platform"]),
         "code_version": code_version("train_multi"),  # the rerun_on_code_change check (pipeline/codeversion.py)
         "compile_seconds": per_program(agent.compile_seconds), "compile_detail": agent.compile_seconds,
         **session,

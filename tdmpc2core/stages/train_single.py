@@ -236,6 +236,7 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
     """Seed ``seed``'s run.json (docs/artifacts.md, "Single-task run")."""
     from ..pipeline.codeversion import code_version
     from ..run.compiled import per_program
+    from . import outputs
 
     n_timesteps, prov, ckdir = session["n_timesteps"], session["provenance"], session["ckdir"]
     return {
@@ -247,8 +248,7 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
         "agent_steps": n_timesteps, "env_frames": n_timesteps * agent.action_repeat,
         "final_eval_return": hist["eval_return"][-1, i] if len(hist["eval_agent_steps"]) else None,
         "dataset_episodes": episodes.num_episodes, "dataset_agent_steps": episodes.num_transitions,
-        "matmul_precision": f"float32 ({agent.config['matmul_precision'].upper()}); jax_default_matmul_precision="
-                            f"{prov['platform'].get('jax_default_matmul_precision')}",
+        "matmul_precision": outputs.matmul_precision_note(agent.config["matmul_precision"], prov["platform"]),
         "code_version": code_version("train_single"),  # the rerun_on_code_change check (pipeline/codeversion.py)
         "compile_seconds": per_program(agent.compile_seconds),
         "compile_detail": agent.compile_seconds, "wall_seconds": session["wall"],
