@@ -49,7 +49,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..model.config import TDMPC2Config, discount_from_episode_length, resolve_config
+from ..model.config import (TDMPC2Config, check_offline_config, config_record, discount_from_episode_length,
+                            resolve_config)
 from ..model.update import AgentState
 from ..model.world_model import WorldModel
 from ..run import driver
@@ -151,6 +152,7 @@ class TDMPC2MultiTask:
         user_cfg = TDMPC2Config(model_size=model_size, batch_size=int(batch_size), **hyperparameters)
         if user_cfg.episodic:
             raise NotImplementedError("episodic=True is not implemented for the multi-task agent")
+        check_offline_config(user_cfg)
         self.tasks = tuple(dataset.tasks)
         self.task_names = [t.name for t in self.tasks]
         self.num_tasks = len(self.tasks)
@@ -241,8 +243,9 @@ class TDMPC2MultiTask:
     # ---- description ----------------------------------------------------------------
     @property
     def config(self) -> dict:
-        """The resolved hyperparameters and the task table, JSON-serialisable."""
-        d = dataclasses.asdict(self.cfg)
+        """The resolved hyperparameters (:func:`~tdmpc2core.model.config.config_record`) and the
+        task table, JSON-serialisable."""
+        d = config_record(self.cfg)
         d.update(task_dim=self.task_dim, obs_dim=self.obs_dim, action_dim=self.action_dim,
                  num_tasks=self.num_tasks, sampleable_episodes=self.num_episodes,
                  dataset_nbytes=self.dataset_nbytes,

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..envs import Env, make_env
-from ..model.config import TDMPC2Config, burst_tick, resolve_config
+from ..model.config import TDMPC2Config, burst_tick, config_record, resolve_config
 from ..model.planner import act_with_policy, plan
 from ..model.world_model import WorldModel
 from ..run import driver
@@ -182,8 +182,10 @@ class TDMPC2:
         env's settings as plain data, :attr:`tdmpc2core.envs.Env.env_params`) is a key only when
         the env was built with settings other than its defaults, so a default agent's config,
         and with it the run ids and checkpoint settings of runs made before it was recorded, is
-        unchanged."""
-        d = dataclasses.asdict(self.cfg)
+        unchanged; so are ``weight_decay`` and ``updates_per_step``, and ``learning_rate`` is a
+        float, a named schedule's mapping or a callable's name
+        (:func:`~tdmpc2core.model.config.config_record`)."""
+        d = config_record(self.cfg)
         d.update(env_id=self.env_id, n_envs=self.n_envs, episode_length_agent_steps=self.episode_length,
                  action_repeat=self.action_repeat, obs_dim=self.spec.obs_dim, action_dim=self.spec.action_dim,
                  suite=self.spec.suite, physics_backend=self.spec.backend,
