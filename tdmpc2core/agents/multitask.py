@@ -129,14 +129,20 @@ class TDMPC2MultiTask:
         (multi-device runs: issue 28).
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` at its paper
         default (the single-task agent's). ``gamma`` set explicitly applies to every task;
-        ``seed_steps`` and ``buffer_size`` have no role offline.
+        ``seed_steps`` and ``buffer_size`` have no role offline. ``learning_rate`` (a float or
+        a schedule of the update count, :class:`~tdmpc2core.agents.single_task.TDMPC2`'s) and
+        ``weight_decay`` as the single-task agent's: the task embedding is trained by the
+        world-model optimizer at ``learning_rate`` (and decayed with it), the encoder at
+        ``learning_rate * enc_lr_scale``. ``updates_per_step`` is refused unless 1: offline,
+        ``n_timesteps`` counts updates.
 
     Derived: per-task discounts ``gammas`` from each task's T (spec §1.3); planner
     ``iterations`` + 2 when the padded action dim is >= 20.
 
     Raises:
       ValueError: a dataset with terminations (the paper-era agent has no termination
-        head), eval envs that do not match the task table, an unknown model size.
+        head), eval envs that do not match the task table, an unknown model size, an
+        optimizer setting outside what is accepted, ``updates_per_step`` other than 1.
       TypeError: an unknown hyperparameter name.
       NotImplementedError: ``episodic=True``.
     """

@@ -42,6 +42,16 @@ class TDMPC2Config:
 
     Names follow the official config.yaml (``lr`` is ``learning_rate``). Widths left as
     None are filled from the ``model_size`` preset by :func:`resolve_config`.
+
+    ``learning_rate`` is a float, a hashable schedule callable of the update count, or a
+    named schedule (a mapping ``{"kind": ..., ...}`` becomes an :class:`LRSchedule` at
+    construction); ``weight_decay`` (AdamW's decoupled decay, 0: plain Adam) and
+    ``updates_per_step`` (single-task online agent) are additions, not config.yaml
+    hyperparameters, whose defaults keep the reference (docs/deviations.md O9, O10).
+
+    Raises:
+      ValueError: (at construction) an optimizer setting outside what is accepted
+        (:func:`check_optimizer_fields`, :func:`learning_rate_schedule`).
     """
 
     # architecture (spec §1.1, §1.2, §3)
