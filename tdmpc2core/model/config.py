@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 # spec §1.2: preset -> widths (single-task values; latent 768 for size 19 except mt30's 512)
@@ -136,7 +137,8 @@ _YAML_HINT = " (YAML reads 3e-4 and 1e5 as strings: write 3.0e-4 and 100000)"
 
 
 def _is_real(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    """A real number (Python's or NumPy's), not a bool."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +213,7 @@ def learning_rate_schedule(spec: Mapping) -> LRSchedule:
     for k, v in params.items():
         hint = _YAML_HINT if isinstance(v, str) else ""
         if k in _STEP_PARAMS:
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
                 raise ValueError(f"learning_rate.{k}={v!r} is not an update count; accepted: an integer >= 0{hint}")
         elif not _is_real(v) or not math.isfinite(v) or v < 0:
             raise ValueError(f"learning_rate.{k}={v!r} is not accepted; accepted: a finite number >= 0{hint}")
@@ -226,6 +228,8 @@ def learning_rate_schedule(spec: Mapping) -> LRSchedule:
                          f"init_value)")
     if "exponent" in params and params["exponent"] <= 0:
         raise ValueError(f"learning_rate.exponent={params['exponent']!r} must be > 0")
+    # plain Python numbers (a NumPy scalar would not be JSON)
+    params = {k: int(v) if k in _STEP_PARAMS else float(v) for k, v in params.items()}
     return LRSchedule(kind, tuple(sorted(params.items())))
 
 
