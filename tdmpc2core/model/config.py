@@ -28,8 +28,7 @@ LR_SCHEDULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "warmup_cosine": ("warmup_cosine_decay_schedule", ("init_value", "peak_value", "warmup_steps", "decay_steps"),
                       ("end_value", "exponent")),
 }
-# a schedule parameter's kind of value: learning rates (finite, >= 0), update counts (int >= 0)
-_LR_PARAMS = ("value", "init_value", "end_value", "peak_value")
+# the schedule parameters that count updates (integers >= 0); the others are numbers >= 0
 _STEP_PARAMS = ("transition_steps", "transition_begin", "decay_steps", "warmup_steps")
 #: the model's kernel choices (docs/fidelity.md "Kernels"): "auto" resolves per backend
 KERNELS = ("auto", "cpu", "reference")
