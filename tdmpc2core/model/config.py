@@ -254,7 +254,7 @@ def check_optimizer_fields(cfg) -> None:
     finite number > 0."""
     lr = cfg.learning_rate
     if isinstance(lr, LRSchedule):
-        pass
+        learning_rate_schedule(lr.to_dict())  # one built by hand is checked as well
     elif callable(lr):
         try:
             hash(lr)
