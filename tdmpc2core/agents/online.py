@@ -267,8 +267,9 @@ def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
        and resets (envs that have not started yet reset too);
     2. act (random while agent_steps <= seed_steps, else plan), step, stage the row;
     3. updates: the schedule's count (0 before the burst tick, ``seed_steps`` at it,
-       ``n_envs`` after, or :func:`~tdmpc2core.model.config.updates_per_tick`) is added to ``pending_updates``; all pending updates run when the
-       replay holds an episode of at least H + 1 rows, else they keep waiting.
+       :func:`~tdmpc2core.model.config.updates_per_tick` after: ``n_envs`` by default) is
+       added to ``pending_updates``; all pending updates run when the replay holds an
+       episode of at least H + 1 rows, else they keep waiting.
     """
     env, cfg = agent.env, agent.cfg
     n = agent.n_envs
