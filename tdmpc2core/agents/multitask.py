@@ -49,7 +49,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..model.config import TDMPC2Config, discount_from_episode_length, resolve_config
+from ..model.config import (TDMPC2Config, check_offline_config, config_record, discount_from_episode_length,
+                            resolve_config)
 from ..model.update import AgentState
 from ..model.world_model import WorldModel
 from ..run import driver
@@ -128,14 +129,20 @@ class TDMPC2MultiTask:
         (multi-device runs: issue 28).
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` at its paper
         default (the single-task agent's). ``gamma`` set explicitly applies to every task;
-        ``seed_steps`` and ``buffer_size`` have no role offline.
+        ``seed_steps`` and ``buffer_size`` have no role offline. ``learning_rate`` (a float or
+        a schedule of the update count, :class:`~tdmpc2core.agents.single_task.TDMPC2`'s) and
+        ``weight_decay`` as the single-task agent's: the task embedding is trained by the
+        world-model optimizer at ``learning_rate`` (and decayed with it), the encoder at
+        ``learning_rate * enc_lr_scale``. ``updates_per_step`` is refused unless 1: offline,
+        ``n_timesteps`` counts updates.
 
     Derived: per-task discounts ``gammas`` from each task's T (spec §1.3); planner
     ``iterations`` + 2 when the padded action dim is >= 20.
 
     Raises:
       ValueError: a dataset with terminations (the paper-era agent has no termination
-        head), eval envs that do not match the task table, an unknown model size.
+        head), eval envs that do not match the task table, an unknown model size, an
+        optimizer setting outside what is accepted, ``updates_per_step`` other than 1.
       TypeError: an unknown hyperparameter name.
       NotImplementedError: ``episodic=True``.
     """
@@ -151,6 +158,7 @@ class TDMPC2MultiTask:
         user_cfg = TDMPC2Config(model_size=model_size, batch_size=int(batch_size), **hyperparameters)
         if user_cfg.episodic:
             raise NotImplementedError("episodic=True is not implemented for the multi-task agent")
+        check_offline_config(user_cfg)
         self.tasks = tuple(dataset.tasks)
         self.task_names = [t.name for t in self.tasks]
         self.num_tasks = len(self.tasks)
@@ -241,8 +249,9 @@ class TDMPC2MultiTask:
     # ---- description ----------------------------------------------------------------
     @property
     def config(self) -> dict:
-        """The resolved hyperparameters and the task table, JSON-serialisable."""
-        d = dataclasses.asdict(self.cfg)
+        """The resolved hyperparameters (:func:`~tdmpc2core.model.config.config_record`) and the
+        task table, JSON-serialisable."""
+        d = config_record(self.cfg)
         d.update(task_dim=self.task_dim, obs_dim=self.obs_dim, action_dim=self.action_dim,
                  num_tasks=self.num_tasks, sampleable_episodes=self.num_episodes,
                  dataset_nbytes=self.dataset_nbytes,

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..envs import Env, make_env
-from ..model.config import TDMPC2Config, burst_tick, resolve_config
+from ..model.config import TDMPC2Config, burst_tick, config_record, resolve_config
 from ..model.planner import act_with_policy, plan
 from ..model.world_model import WorldModel
 from ..run import driver
@@ -83,7 +83,8 @@ class TDMPC2:
         prebuilt :class:`tdmpc2core.envs.Env` (a custom task; its spec fixes T and the action
         repeat, and the other env arguments are ignored).
       n_envs: environments in lockstep; the planner plans for each, and each tick runs
-        ``n_envs`` updates (the reference uses 1; docs/deviations.md O2).
+        ``n_envs`` updates (``updates_per_step`` scales it; the reference uses 1;
+        docs/deviations.md O2).
       episode_length: simulator steps per episode (Brax, Playground); T = episode_length /
         action_repeat agent steps. gymnax uses its params' ``max_steps_in_episode``.
       action_repeat: simulator steps per agent step (rewards summed); None (default): the
@@ -108,7 +109,24 @@ class TDMPC2:
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` (the official
         config.yaml names; ``lr`` is ``learning_rate``), each at its paper default. The
         ``model_size`` preset {1, 5, 19, 48, 317} fills enc_dim, mlp_dim, latent_dim,
-        num_enc_layers and num_q left as None; explicit widths override it.
+        num_enc_layers and num_q left as None; explicit widths override it. The optimizer's
+        (spec §5.3; :func:`tdmpc2core.model.update.make_optimizers`):
+
+        * ``learning_rate`` (default 3e-4): a float, a schedule ``Callable[[int], float]`` of
+          the update count (0 at the first update; the Adam state's count, so a resumed run
+          continues it), or a named optax schedule ``{"kind": "constant" | "linear" | "cosine" |
+          "warmup_cosine", ...}`` (:func:`~tdmpc2core.model.config.learning_rate_schedule`). The
+          encoder trains at ``learning_rate * enc_lr_scale`` (0.3), the schedule's value scaled.
+          Recorded in :attr:`config` as the float, the schedule's mapping or the callable's
+          ``{"kind": "callable", "name": ...}``.
+        * ``weight_decay`` (default 0): decoupled weight decay of the world model's and the
+          policy's Adam (optax.adamw, on every parameter); not a config.yaml hyperparameter,
+          0 keeps the reference's plain Adam (docs/deviations.md O9).
+        * ``updates_per_step`` (default 1): updates per agent step after the seed-phase burst,
+          ``max(1, round(n_envs * updates_per_step))`` per tick (Python's round, halves to
+          even; episodic mode too, where every env steps at every tick); the burst stays
+          ``seed_steps`` updates. Not a config.yaml hyperparameter: 1 is the reference's UTD
+          (docs/deviations.md O10).
 
     Derived (spec §1.3): ``gamma`` = clip((T/5 - 1)/(T/5), 0.95, 0.995), ``seed_steps`` =
     max(1000, 5 T) agent steps, planner ``iterations`` + 2 when the action dim is >= 20.
@@ -121,7 +139,9 @@ class TDMPC2:
 
     Raises:
       ValueError: unknown env id, discrete actions, an episode shorter than horizon + 1
-        (non-episodic), seed_steps shorter than the first episode (non-episodic).
+        (non-episodic), seed_steps shorter than the first episode (non-episodic); a
+        learning_rate, schedule, weight_decay or updates_per_step outside what is accepted
+        (:func:`~tdmpc2core.model.config.check_optimizer_fields`, one line naming the key).
       TypeError: an unknown hyperparameter name.
     """
 
@@ -182,8 +202,10 @@ class TDMPC2:
         env's settings as plain data, :attr:`tdmpc2core.envs.Env.env_params`) is a key only when
         the env was built with settings other than its defaults, so a default agent's config,
         and with it the run ids and checkpoint settings of runs made before it was recorded, is
-        unchanged."""
-        d = dataclasses.asdict(self.cfg)
+        unchanged; so are ``weight_decay`` and ``updates_per_step``, and ``learning_rate`` is a
+        float, a named schedule's mapping or a callable's name
+        (:func:`~tdmpc2core.model.config.config_record`)."""
+        d = config_record(self.cfg)
         d.update(env_id=self.env_id, n_envs=self.n_envs, episode_length_agent_steps=self.episode_length,
                  action_repeat=self.action_repeat, obs_dim=self.spec.obs_dim, action_dim=self.spec.action_dim,
                  suite=self.spec.suite, physics_backend=self.spec.backend,
