@@ -128,8 +128,8 @@ def make_optimizers(cfg):
     """(world-model Adam with the encoder at lr * enc_lr_scale, policy Adam with eps 1e-5)
     (spec §5.3).
 
-    Gradient clipping is applied before these (:func:`clip_coef` scales the gradients in :func:`update`), exactly as PyTorch's
-    clip_grad_norm_ (spec §5.3).
+    Gradient clipping is applied before these (:func:`clip_coef` scales the gradients in
+    :func:`update`), exactly as PyTorch's clip_grad_norm_ (spec §5.3).
 
     ``cfg.learning_rate``: a float (the reference), or a schedule of the update count (a
     callable or a named :class:`~tdmpc2core.model.config.LRSchedule`), evaluated by optax at
