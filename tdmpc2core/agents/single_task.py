@@ -269,9 +269,10 @@ class TDMPC2:
         return int(ticks[0])
 
     def train(self, seed: Union[int, Sequence[int]] = 0, n_timesteps: int = 1_000_000, *,
-              eval_every: Optional[int] = None, eval_episodes: int = 10,
+              eval_every: Optional[int] = None, eval_episodes: Optional[int] = None,
               callback: Optional[Callable[[dict], None]] = None, state=None, history: Optional[dict] = None,
-              total_timesteps: Optional[int] = None, options: Optional[RunOptions] = None, **run_options):
+              total_timesteps: Optional[int] = None, options: Optional[RunOptions] = None,
+              logging_config=None, initial_state=None, num_episode_test: Optional[int] = None, **run_options):
         """Train for ``n_timesteps`` agent steps per seed (several seeds vmapped in one program).
 
         A run may be done in one call, continued in several (``state``/``history`` of the
@@ -293,7 +294,13 @@ class TDMPC2:
             None: the end of this call. Give it to every call of a run split into calls.
           eval_every: agent steps between evaluations (also at step 0 and at the end of the
             run); None: no evaluation.
-          eval_episodes: episodes per evaluation.
+          eval_episodes: episodes per evaluation (default 10); ``num_episode_test`` is its
+            alias (the reference API's name).
+          logging_config: a :class:`~tdmpc2core.run.loggers.LoggingConfig` (the reference
+            API's): evaluations every ``log_frequency`` agent steps (``eval_every`` may be
+            left out), and its loggers (W&B with ``use_wandb``, ``kind``...) built, given every
+            record and closed at the end of the call; a kind that cannot be built is left out
+            with a one-line warning.
           callback: called on the host after every chunk of the schedule
             (:func:`tdmpc2core.run.driver.schedule`)
             with a dict of numpy values (``phase``, ``agent_steps``, ``env_frames``,
@@ -302,6 +309,7 @@ class TDMPC2:
             ``agent_steps_per_s``).
           state, history: the state and history returned by a previous call (the state's
             buffers are donated to this call); the returned history extends ``history``.
+            ``initial_state`` is the alias of ``state`` (the reference API's name).
           options, **run_options: how the run is driven on the host
             (:class:`tdmpc2core.run.driver.RunOptions`, or its fields as keywords; none of
             them changes a number), counted in agent steps:
@@ -330,13 +338,20 @@ class TDMPC2:
             ``make_logger("csv", path=...)``): ``log(agent_steps, {"Train/<name>": ...,
             "Train/env_frames": ...})`` after every chunk and ``log(agent_steps, {"Eval/episodic
             mean reward": ..., "Eval/env_frames": ...})`` after every evaluation (seed means).
-            One that raises is warned about once and dropped; the caller closes them.
+            One that raises is warned about once and dropped; the caller closes them. A
+            logger with ``log_seeds`` (W&B, TensorBoard) gets each seed's values instead.
+          progress_bar: a tqdm bar on stderr; None (default): when stderr is a terminal.
         Returns:
           (state, history): the final run state (leading seed axis) and a dict of numpy arrays:
           ``eval_agent_steps`` [n_evals], ``eval_env_frames`` [n_evals], ``eval_returns``
           [n_evals, n_seeds, eval_episodes], ``eval_return`` [n_evals, n_seeds] (mean over
-          episodes), ``eval_lengths``, ``chunks`` (list of per-chunk dicts, as given to
-          ``callback``) and ``wall_seconds`` (training wall time over all sessions).
+          episodes), ``eval_lengths``, the loggers' keys ``Eval/episodic mean reward`` and
+          ``Eval/mean episodic length`` [n_evals, n_seeds] and ``Eval/env_frames`` [n_evals]
+          (when the run evaluated), ``chunks`` (list of per-chunk dicts, as given to
+          ``callback``: the training metrics) and ``wall_seconds`` (training wall time over
+          all sessions). Unlike the reference API, the history is returned with or without a
+          logging config, and its arrays are [n_evals, n_seeds] (the reference's [n_seeds,
+          n_logs]).
         Raises:
           TerminationError: the env terminated (non-episodic agent), at the first chunk
             boundary after it, naming the env and the count.
@@ -351,12 +366,19 @@ class TDMPC2:
             ``checkpoint_dir`` was made with other settings (named).
           tdmpc2core.io.checkpoint.CorruptCheckpointError: checkpoints exist but none is usable.
           ValueError: a state of other seeds, a replay sized for another run length, a call
-            past ``total_timesteps``.
+            past ``total_timesteps``; ``eval_every`` differing from ``logging_config.log_frequency``.
+          TypeError: an argument and its alias both given (``state`` and ``initial_state``,
+            ``eval_episodes`` and ``num_episode_test``).
         """
-        return driver.train(self.program(), [int(s) for s in np.atleast_1d(np.asarray(seed))], n_timesteps,
-                            eval_every=eval_every, eval_episodes=eval_episodes, callback=callback, state=state,
-                            history=history, total_steps=total_timesteps,
-                            options=driver.run_options(options, run_options))
+        state = driver.alias("TDMPC2.train", "state", state, "initial_state", initial_state)
+        eval_episodes = driver.alias("TDMPC2.train", "eval_episodes", eval_episodes, "num_episode_test",
+                                     num_episode_test, 10)
+        eval_every = driver.log_cadence("TDMPC2.train", "eval_every", eval_every, logging_config)
+        opts = driver.run_options(options, run_options)
+        with driver.logging_options(opts, logging_config, str(self.env_id), self.config) as opts:
+            return driver.train(self.program(), [int(s) for s in np.atleast_1d(np.asarray(seed))], n_timesteps,
+                                eval_every=eval_every, eval_episodes=eval_episodes, callback=callback, state=state,
+                                history=history, total_steps=total_timesteps, options=opts)
 
     # ---- checkpoints (the run driver's, for this agent) ------------------------------
     def save_checkpoint(self, directory, state, history: Optional[dict], *, seeds, total_timesteps: int,
@@ -528,7 +550,8 @@ class OnlineProgram(RunProgram):
         history["eval_return"] = history["eval_returns"].mean(axis=-1)
 
     def eval_log(self, ev):
-        return {"episodic mean reward": np.mean(ev["eval_returns"], axis=-1), "env_frames": ev["eval_env_frames"]}
+        return {"episodic mean reward": np.mean(ev["eval_returns"], axis=-1),
+                "mean episodic length": np.mean(ev["eval_lengths"], axis=-1), "env_frames": ev["eval_env_frames"]}
 
     def progress_fields(self, hist):
         evals = hist["evals"]

@@ -39,6 +39,8 @@ if MULTITASK:
             checkpoint_every=str(P.multitask.checkpoint_every),
             keep_checkpoints=str(P.keep_checkpoints),
             max_chunk_seconds=str(MAX_CHUNK_SECONDS),
+            # the top-level `logger` block as the stage's flags ("" without one)
+            logger=P.logger_flags(),
         params:
             # the multi-task settings: a change reruns the multi-task jobs only
             spec=lambda wc: P.multi_spec(wc.pool),
@@ -58,7 +60,7 @@ if MULTITASK:
             "--outdir {params.outdir:q} "
             "--checkpoint-dir {resources.checkpoints:q}/multi/{wildcards.pool:q}/size{wildcards.size} "
             "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
-            "--max-chunk-seconds {resources.max_chunk_seconds} >> {log:q} 2>&1"
+            "--max-chunk-seconds {resources.max_chunk_seconds} {resources.logger} >> {log:q} 2>&1"
 
     rule scaling:
         """The multi-task scaling table, the per-task table (beside the single-task returns) and their figure."""

@@ -38,6 +38,8 @@ for _group in SEED_GROUPS:
             checkpoint_every=str(P.checkpoint_every),  # strings: not a consumable resource
             keep_checkpoints=str(P.keep_checkpoints),
             max_chunk_seconds=str(MAX_CHUNK_SECONDS),
+            # the top-level `logger` block as the stage's flags ("" without one)
+            logger=P.logger_flags(),
         params:
             # the merged settings of the task: a change reruns that task's jobs only (the
             # cache folder, threads and resources are not params: changing them reruns nothing)
@@ -67,4 +69,4 @@ for _group in SEED_GROUPS:
             "--seeds {params.seeds} --outdir {params.outdir:q} "
             "--checkpoint-dir {resources.checkpoints:q}/single/{wildcards.task:q}/{params.seed_tag} "
             "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
-            "--max-chunk-seconds {resources.max_chunk_seconds} >> {log:q} 2>&1"
+            "--max-chunk-seconds {resources.max_chunk_seconds} {resources.logger} >> {log:q} 2>&1"
