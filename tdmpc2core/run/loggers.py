@@ -175,7 +175,8 @@ class TensorBoardLogger:
     ``log`` writes to ``logdir``; ``log_seeds`` (what the run driver calls) to ``logdir/seed{S}``
     per seed, so TensorBoard shows the seeds as runs side by side. ``config`` (JSON-serialisable)
     is attached to each event folder as the text summary ``config`` (a JSON code block). Each
-    call is flushed, so the files are complete after every record.
+    call is flushed, so the files are complete after every record. TensorBoard's tags have no
+    spaces: ``Eval/episodic mean reward`` is shown as ``Eval/episodic_mean_reward``.
 
     Args:
       logdir: the folder of the event files (created).
@@ -267,6 +268,8 @@ class WandbLogger:
         self.dir = None if dir is None else Path(os.fspath(dir))
         self.settings = {"console": "off", **dict(settings or {})}
         self.runs: dict = {}
+        #: seed (None: the ``log`` run) -> the folder of its W&B run (``offline-run-*`` offline)
+        self.run_dirs: dict = {}
 
     def _run(self, seed):
         run = self.runs.get(seed)
@@ -282,6 +285,7 @@ class WandbLogger:
                 project=self.project, entity=self.entity, group=self.group, name=name, config=config,
                 dir=None if self.dir is None else str(self.dir), mode=self.mode, tags=self.tags,
                 job_type=self.job_type, reinit="create_new", settings=self._wandb.Settings(**self.settings))
+            self.run_dirs[seed] = Path(run.dir).parent
         return run
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
@@ -292,11 +296,6 @@ class WandbLogger:
         """Log each seed's ``metrics`` at ``step`` into that seed's run."""
         for seed, metrics in by_seed.items():
             self._run(int(seed)).log(dict(metrics), step=int(step))
-
-    @property
-    def run_dirs(self) -> dict:
-        """seed (None: the ``log`` run) -> the folder of its W&B run (``offline-run-*``)."""
-        return {seed: Path(run.dir).parent for seed, run in self.runs.items()}
 
     def close(self) -> None:
         """Finish every run (an offline run's files are then complete)."""
