@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -16,7 +17,11 @@ from tdmpc2core.run import loggers as lg
 
 def loggers(tmp_path) -> dict:
     """kind -> a logger writing under ``tmp_path``, for each kind whose package is installed
-    (``pip install -e '.[wandb,tensorboard]'``; CI installs both: .ci/run)."""
+    (``pip install -e '.[wandb,tensorboard]'``); in CI (``CI`` set: .ci/run installs both) a
+    missing one fails."""
+    if os.environ.get("CI"):
+        missing = [m for m in ("wandb", "tensorboardX", "tbparse") if importlib.util.find_spec(m) is None]
+        assert not missing, f"CI installs the [wandb,tensorboard] extras and tbparse; missing {missing}"
     out = {}
     if importlib.util.find_spec("tbparse") and importlib.util.find_spec("tensorboardX"):
         out["tensorboard"] = lg.make_logger("tensorboard", logdir=tmp_path / "tb", config={"what": "test"})

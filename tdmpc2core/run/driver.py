@@ -138,14 +138,23 @@ def alias(owner: str, name: str, value, alias_name: str, alias_value, default=No
     return value if value is not None else alias_value if alias_value is not None else default
 
 
+def _check_logging_config(logging_config) -> None:
+    from .loggers import LoggingConfig
+
+    if not isinstance(logging_config, LoggingConfig):
+        raise TypeError(f"logging_config must be a tdmpc2core.LoggingConfig, got {type(logging_config).__name__}")
+
+
 def log_cadence(owner: str, name: str, value, logging_config) -> Optional[int]:
     """``value`` (e.g. ``eval_every``), or ``logging_config.log_frequency`` when it is not given.
 
     Raises:
       ValueError: both are given and differ (naming both).
+      TypeError: ``logging_config`` is not a :class:`~tdmpc2core.run.loggers.LoggingConfig`.
     """
     if logging_config is None:
         return value
+    _check_logging_config(logging_config)
     freq = int(logging_config.log_frequency)
     if value is not None and int(value) != freq:
         raise ValueError(f"{owner}: {name}={value} and logging_config.log_frequency={freq} disagree; give one")
@@ -160,10 +169,7 @@ def logging_options(options: RunOptions, logging_config, default_name: str, agen
     if logging_config is None:
         yield options
         return
-    from .loggers import LoggingConfig
-
-    if not isinstance(logging_config, LoggingConfig):
-        raise TypeError(f"logging_config must be a tdmpc2core.LoggingConfig, got {type(logging_config).__name__}")
+    _check_logging_config(logging_config)
     built = logging_config.make_loggers(default_name, agent_config)
     try:
         yield dataclasses.replace(options, loggers=(*options.loggers, *built))
