@@ -386,8 +386,7 @@ class TDMPC2MultiTask:
             folder's newest checkpoint has other settings (named) / none is usable.
         """
         owner = "TDMPC2MultiTask.train"
-        state = driver.alias(owner, "state", state, "initial_state", initial_state)
-        eval_episodes = driver.alias(owner, "eval_episodes", eval_episodes, "num_episode_test", num_episode_test, 10)
+        state, eval_episodes = driver.reference_aliases(owner, state, initial_state, eval_episodes, num_episode_test)
         log_every = driver.log_cadence(owner, "log_every", log_every, logging_config)
         if self.eval_envs is not None:
             eval_every = driver.log_cadence(owner, "eval_every", eval_every, logging_config)

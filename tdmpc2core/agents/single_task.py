@@ -294,13 +294,9 @@ class TDMPC2:
             None: the end of this call. Give it to every call of a run split into calls.
           eval_every: agent steps between evaluations (also at step 0 and at the end of the
             run); None: no evaluation.
-          eval_episodes: episodes per evaluation (default 10); ``num_episode_test`` is its
-            alias (the reference API's name).
-          logging_config: a :class:`~tdmpc2core.run.loggers.LoggingConfig` (the reference
-            API's): evaluations every ``log_frequency`` agent steps (``eval_every`` may be
-            left out), and its loggers (W&B with ``use_wandb``, ``kind``...) built, given every
-            record and closed at the end of the call; a kind that cannot be built is left out
-            with a one-line warning.
+          eval_episodes: episodes per evaluation (default 10); alias ``num_episode_test``.
+          logging_config: a :class:`~tdmpc2core.run.loggers.LoggingConfig`: evaluations every
+            ``log_frequency`` agent steps; its loggers built, given every record, closed.
           callback: called on the host after every chunk of the schedule
             (:func:`tdmpc2core.run.driver.schedule`)
             with a dict of numpy values (``phase``, ``agent_steps``, ``env_frames``,
@@ -308,8 +304,8 @@ class TDMPC2:
             with an evaluation, wall-clock ``chunk_seconds``, ``wall_time_s``,
             ``agent_steps_per_s``).
           state, history: the state and history returned by a previous call (the state's
-            buffers are donated to this call); the returned history extends ``history``.
-            ``initial_state`` is the alias of ``state`` (the reference API's name).
+            buffers are donated to this call; alias ``initial_state``); the returned history
+            extends ``history``.
           options, **run_options: how the run is driven on the host
             (:class:`tdmpc2core.run.driver.RunOptions`, or its fields as keywords; none of
             them changes a number), counted in agent steps:
@@ -338,20 +334,15 @@ class TDMPC2:
             ``make_logger("csv", path=...)``): ``log(agent_steps, {"Train/<name>": ...,
             "Train/env_frames": ...})`` after every chunk and ``log(agent_steps, {"Eval/episodic
             mean reward": ..., "Eval/env_frames": ...})`` after every evaluation (seed means).
-            One that raises is warned about once and dropped; the caller closes them. A
-            logger with ``log_seeds`` (W&B, TensorBoard) gets each seed's values instead.
-          progress_bar: a tqdm bar on stderr; None (default): when stderr is a terminal.
+            One that raises is warned about once and dropped; the caller closes them
+            (``log_seeds`` loggers get each seed's values). ``progress_bar``: tqdm on stderr.
         Returns:
           (state, history): the final run state (leading seed axis) and a dict of numpy arrays:
           ``eval_agent_steps`` [n_evals], ``eval_env_frames`` [n_evals], ``eval_returns``
           [n_evals, n_seeds, eval_episodes], ``eval_return`` [n_evals, n_seeds] (mean over
-          episodes), ``eval_lengths``, the loggers' keys ``Eval/episodic mean reward`` and
-          ``Eval/mean episodic length`` [n_evals, n_seeds] and ``Eval/env_frames`` [n_evals]
-          (when the run evaluated), ``chunks`` (list of per-chunk dicts, as given to
-          ``callback``: the training metrics) and ``wall_seconds`` (training wall time over
-          all sessions). Unlike the reference API, the history is returned with or without a
-          logging config, and its arrays are [n_evals, n_seeds] (the reference's [n_seeds,
-          n_logs]).
+          episodes), ``eval_lengths``, the loggers' ``Eval/...`` keys [n_evals, n_seeds] (or
+          [n_evals]; the reference's: [n_seeds, n_logs], None without a logging config),
+          ``chunks`` (per-chunk dicts, as given to ``callback``) and ``wall_seconds``.
         Raises:
           TerminationError: the env terminated (non-episodic agent), at the first chunk
             boundary after it, naming the env and the count.
@@ -367,12 +358,10 @@ class TDMPC2:
           tdmpc2core.io.checkpoint.CorruptCheckpointError: checkpoints exist but none is usable.
           ValueError: a state of other seeds, a replay sized for another run length, a call
             past ``total_timesteps``; ``eval_every`` differing from ``logging_config.log_frequency``.
-          TypeError: an argument and its alias both given (``state`` and ``initial_state``,
-            ``eval_episodes`` and ``num_episode_test``).
+          TypeError: an argument and its alias both given (naming both).
         """
-        state = driver.alias("TDMPC2.train", "state", state, "initial_state", initial_state)
-        eval_episodes = driver.alias("TDMPC2.train", "eval_episodes", eval_episodes, "num_episode_test",
-                                     num_episode_test, 10)
+        state, eval_episodes = driver.reference_aliases("TDMPC2.train", state, initial_state, eval_episodes,
+                                                        num_episode_test)
         eval_every = driver.log_cadence("TDMPC2.train", "eval_every", eval_every, logging_config)
         opts = driver.run_options(options, run_options)
         with driver.logging_options(opts, logging_config, str(self.env_id), self.config) as opts:

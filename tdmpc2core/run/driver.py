@@ -138,6 +138,14 @@ def alias(owner: str, name: str, value, alias_name: str, alias_value, default=No
     return value if value is not None else alias_value if alias_value is not None else default
 
 
+def reference_aliases(owner: str, state, initial_state, eval_episodes, num_episode_test):
+    """(state, eval_episodes) of an agent's ``train`` from our names and the reference API's
+    (``initial_state``, ``num_episode_test``); ``eval_episodes`` defaults to 10. Raises
+    TypeError when a name and its alias are both given."""
+    return (alias(owner, "state", state, "initial_state", initial_state),
+            alias(owner, "eval_episodes", eval_episodes, "num_episode_test", num_episode_test, 10))
+
+
 def _check_logging_config(logging_config) -> None:
     from .loggers import LoggingConfig
 
