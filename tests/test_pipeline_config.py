@@ -191,9 +191,12 @@ def test_logger_block_turns_on_a_logger_for_every_training_job_and_unknown_kinds
 
     assert set(LOGGER_KINDS) <= set(logger_kinds())  # the library builds every kind the config accepts
     demo = resolve(merged())
-    assert demo.logger is None and demo.logger_flags() == ""  # the demo logs nothing new
+    # the demo logs nothing new, and its training rules keep their resources and commands
+    assert demo.logger is None and demo.logger_flags() == "" and demo.logger_resources() == {}
+    assert demo.logger_shell() == ""
     p = resolve(merged("logger: {kind: wandb, project: my-proj}"))
     assert p.logger == {"kind": "wandb", "project": "my-proj", "dir": "logs/metrics"}
+    assert p.logger_shell() == " {resources.logger}" and p.logger_resources() == {"logger": p.logger_flags()}
     flags = p.logger_flags().split()
     assert flags == ["--logger", "wandb", "--logger-dir", "logs/metrics", "--logger-group", "demo",
                      "--logger-project", "my-proj"]

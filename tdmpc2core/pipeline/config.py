@@ -126,6 +126,15 @@ class Pipeline:
     notes: tuple = ()
     logger: dict | None = None
 
+    def logger_resources(self) -> dict:
+        """The training rules' ``logger`` resource (the stage's flags; no rerun trigger), or
+        none without a logger (the plans of configurations without one stay as they were)."""
+        return {"logger": self.logger_flags()} if self.logger else {}
+
+    def logger_shell(self) -> str:
+        """What the training rules' shell commands add for the logger: `` {resources.logger}``, or ""."""
+        return " {resources.logger}" if self.logger else ""
+
     def logger_flags(self) -> str:
         """The training stages' logger flags (``--logger KIND --logger-dir DIR ...``, plain
         words: the schema allows no character a shell would read), or "" without a logger."""
