@@ -123,12 +123,17 @@ def test_single_task_run_logs_to_every_kind_drops_a_failing_logger_and_counts_up
         warnings.simplefilter("always")
         # 2 episodes, 2 seeds: the evaluation program of tests/test_checkpoint.py's runs (the
         # session's compilation cache holds it: one program fewer to compile)
-        state, hist = agent.train(seed=[0, 1], n_timesteps=210, eval_every=200, eval_episodes=2,
+        # the reference API's spellings (tests/test_seed_api.py): evaluations every log_frequency
+        # agent steps, num_episode_test episodes each, and the logging config's own CSV logger
+        config = lg.LoggingConfig(log_frequency=200, kind="csv", dir=str(tmp_path / "cfg"), name="pendulum")
+        state, hist = agent.train(seed=[0, 1], n_timesteps=210, num_episode_test=2, logging_config=config,
                                   loggers=[Failing(), lg.make_logger("csv", path=path), *more.values()],
                                   progress_bar=True)
     for logger in more.values():
         logger.close()
     readback.check(more, hist, [0, 1])
+    assert read_csv(tmp_path / "cfg" / "pendulum.csv") == read_csv(path)  # built, fed and closed by train
+    np.testing.assert_array_equal(hist["Eval/episodic mean reward"], hist["eval_return"])
     assert "210/210" in capsys.readouterr().err  # the progress bar, forced on (stderr is no terminal here)
     dropped = [w for w in caught if "Failing" in str(w.message)]
     assert len(dropped) == 1 and Failing.calls == 1  # warned once, then never called again
