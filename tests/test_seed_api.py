@@ -134,23 +134,25 @@ def test_training_stages_build_the_workflows_logger_or_warn_and_go_on(tmp_path, 
     train_single.add_arguments(parser)
     base = ["--task", "pendulum", "--spec", "{}", "--seeds", "0", "1", "--outdir", str(tmp_path / "out")]
     lines = []
-    assert resumable.job_loggers(parser.parse_args(base), lines.append, "single/pendulum", "pendulum", [0, 1], {}) == []
+    none = resumable.job_loggers(parser.parse_args(base), lines.append, "single/pendulum", "pendulum", [0, 1], dict)
+    assert none == []
     args = parser.parse_args(base + ["--logger", "csv", "--logger-dir", str(tmp_path / "logs"),
                                      "--logger-group", "demo"])
-    (csv_logger,) = resumable.job_loggers(args, lines.append, "single/pendulum", "pendulum", [0, 1], {})
+    (csv_logger,) = resumable.job_loggers(args, lines.append, "single/pendulum", "pendulum", [0, 1], dict)
     assert csv_logger.path == tmp_path / "logs" / "single" / "pendulum" / "seeds_0_1.csv"
     if __import__("importlib").util.find_spec("tensorboardX"):
         args.logger = "tensorboard"
-        (tb,) = resumable.job_loggers(args, lines.append, "single/pendulum", "pendulum", [0, 1], {"task": "pendulum"})
+        (tb,) = resumable.job_loggers(args, lines.append, "single/pendulum", "pendulum", [0, 1],
+                                      lambda: {"task": "pendulum"})
         assert isinstance(tb, lg.TensorBoardLogger) and tb.logdir == tmp_path / "logs" / "single" / "pendulum"
     if __import__("importlib").util.find_spec("wandb"):
         args.logger = "wandb"
-        (wb,) = resumable.job_loggers(args, lines.append, "single/pendulum", "pendulum", [0, 1], {})
+        (wb,) = resumable.job_loggers(args, lines.append, "single/pendulum", "pendulum", [0, 1], dict)
         assert (wb.group, wb.name, wb.mode, wb.project) == ("demo/single/pendulum", "pendulum", "offline", "tdmpc2")
         assert "wandb sync" in lines[-1]
     monkeypatch.setattr(lg, "make_logger", lambda kind, **o: (_ for _ in ()).throw(
         lg.MissingExtraError("logger kind 'wandb' needs the package 'wandb'; pip install -e '.[wandb]'")))
     lines.clear()
-    assert resumable.job_loggers(args, lines.append, "single/pendulum", "pendulum", [0, 1], {}) == []
+    assert resumable.job_loggers(args, lines.append, "single/pendulum", "pendulum", [0, 1], dict) == []
     assert len(lines) == 1 and lines[0].startswith("warning: logger 'wandb' not built (MissingExtraError")
     assert lines[0].endswith("training goes on without it")

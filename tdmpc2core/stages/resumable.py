@@ -172,18 +172,21 @@ def add_logger_arguments(p) -> None:
                    help="W&B mode (default: WANDB_MODE if set, else offline; upload with `wandb sync`)")
 
 
-def job_loggers(args, log: Callable[[str], None], where: str, name: str, seeds: list, config: dict) -> list:
+def job_loggers(args, log: Callable[[str], None], where: str, name: str, seeds: list,
+                config: Callable[[], dict]) -> list:
     """The loggers of ``--logger`` for one job (none without it), each seed's files under
     ``{--logger-dir}/{where}`` (``where``: ``single/{task}`` or ``multi/{pool}/size{n}``;
-    ``name``: the W&B run name, each seed's run ``{name}-seed{S}``; ``config``: the settings
-    attached to each run). A logger that cannot be built (its package missing, its folder not
-    writable) is one warning line in the job's log, and the job trains without it."""
+    ``name``: the W&B run name, each seed's run ``{name}-seed{S}``; ``config()``: the settings
+    attached to each run, asked for only when there is a logger). A logger that cannot be
+    built (its package missing, its folder not writable) is one warning line in the job's
+    log, and the job trains without it."""
     kind = getattr(args, "logger", None)
     if not kind:
         return []
     from ..run.loggers import make_logger
 
     root = Path(args.logger_dir)
+    config = config()
     group = f"{args.logger_group}/{where}" if args.logger_group else where
     options = {
         "wandb": dict(project=args.logger_project, entity=args.logger_entity, mode=args.logger_mode, group=group,

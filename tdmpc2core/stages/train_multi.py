@@ -189,7 +189,7 @@ def _run(args, spec: dict, log) -> int:
     prog = _Progress(log, agent.eval_task_names, updates, args.progress_seconds)
     eval_episodes = int(spec.get("eval_episodes", 10))
     where = f"multi/{args.pool}/size{args.model_size}"
-    loggers = job_loggers(args, log, where, f"{args.pool}-size{args.model_size}", seeds,
+    loggers = job_loggers(args, log, where, f"{args.pool}-size{args.model_size}", seeds, lambda:
                           {"pool": args.pool, "model_size": args.model_size, "protocol": args.logger_group,
                            "spec": spec, "agent": agent.config})
     train = functools.partial(

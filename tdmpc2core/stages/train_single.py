@@ -171,7 +171,7 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     t_start = time.perf_counter()
     prog = _Progress(log, agent, n_timesteps, args.progress_seconds)
     eval_episodes = int(spec.get("eval_episodes", 10))
-    loggers = job_loggers(args, log, f"single/{args.task}", args.task, seeds,
+    loggers = job_loggers(args, log, f"single/{args.task}", args.task, seeds, lambda:
                           {"task": args.task, "protocol": args.logger_group, "spec": spec, "agent": agent.config})
     train = functools.partial(
         agent.train, seed=seeds, n_timesteps=n_timesteps, total_timesteps=n_timesteps,
