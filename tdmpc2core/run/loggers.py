@@ -35,6 +35,7 @@ import csv
 import dataclasses
 import io
 import json
+import logging
 import math
 import os
 import warnings
@@ -187,6 +188,8 @@ class TensorBoardLogger:
 
     def __init__(self, logdir="runs", *, config: Optional[Mapping] = None):
         self._tbx = _import_extra("tensorboardX", "tensorboard", "tensorboard")
+        # a NaN (e.g. train_return before any episode ended) is written as NaN, without a log line each
+        logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
         self.logdir = Path(os.fspath(logdir))
         self.config = _json_safe(config)
         self.writers: dict = {}
