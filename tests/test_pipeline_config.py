@@ -195,6 +195,40 @@ def test_empty_official_pool_folder_is_a_note(tmp_path):
     assert p.official_chunks("mt") == [] and p.official_pool_tasks["mt"]
 
 
+def test_logger_block_turns_on_a_logger_for_every_training_job_and_unknown_kinds_are_refused():
+    import argparse
+
+    from tdmpc2core.pipeline.config import LOGGER_KINDS
+    from tdmpc2core.run.loggers import logger_kinds
+    from tdmpc2core.stages import train_multi, train_single
+
+    assert set(LOGGER_KINDS) <= set(logger_kinds())  # the library builds every kind the config accepts
+    demo = resolve(merged())
+    # the demo logs nothing new, and its training rules keep their resources and commands
+    assert demo.logger is None and demo.logger_flags() == "" and demo.logger_resources() == {}
+    assert demo.logger_shell() == ""
+    p = resolve(merged("logger: {kind: wandb, project: my-proj}"))
+    assert p.logger == {"kind": "wandb", "project": "my-proj", "dir": "logs/metrics"}
+    assert p.logger_shell() == " {resources.logger}" and p.logger_resources() == {"logger": p.logger_flags()}
+    flags = p.logger_flags().split()
+    assert flags == ["--logger", "wandb", "--logger-dir", "logs/metrics", "--logger-group", "demo",
+                     "--logger-project", "my-proj"]
+    for stage in (train_single, train_multi):  # the flags the rules pass are the stages' own
+        parser = argparse.ArgumentParser(allow_abbrev=False)
+        stage.add_arguments(parser)
+        required = {"--task": "t", "--spec": "{}", "--seeds": "0", "--outdir": "o", "--pool": "p",
+                    "--model-size": "1", "--dataset": "d"}
+        base = [x for a in parser._actions if a.required for x in (a.option_strings[0], required[a.option_strings[0]])]
+        args = parser.parse_args(base + flags)
+        assert (args.logger, args.logger_project, args.logger_group) == ("wandb", "my-proj", "demo")
+    msg = refusal("logger: {kind: wandbb}")
+    assert msg == "config: logger.kind: 'wandbb' is not accepted; accepted: csv, tensorboard, wandb"
+    assert "unknown key 'projet' in logger; did you mean 'project'?" in refusal("logger: {kind: csv, projet: x}")
+    # the schema's own line (Snakemake validates before resolve) names the key and the kinds too
+    line = config_error_line(_schema_error(merged("logger: {kind: nope}")), SCHEMA, [str(ROOT / "config.yaml")])
+    assert line == "config: logger.kind: 'nope' is not accepted; accepted: ['csv', 'tensorboard', 'wandb']"
+
+
 # --------------------------------------------------------------------------- the schema's line
 def _schema_error(config: dict) -> jsonschema.ValidationError:
     return jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(config))

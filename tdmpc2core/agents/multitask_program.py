@@ -76,7 +76,12 @@ class OfflineProgram(RunProgram):
             list(self.agent.task_names)
 
     def eval_log(self, ev):
-        return {"episodic mean reward": ev["eval_mean_return"], "normalized score": ev["normalized_score"]}
+        out = {"episodic mean reward": ev["eval_mean_return"], "normalized score": ev["normalized_score"]}
+        lengths = np.mean(np.asarray(ev["eval_lengths"]), axis=-1)  # [S, tasks]
+        for k, name in enumerate(self.agent.eval_task_names):
+            out[f"{name}/episodic mean reward"] = np.asarray(ev["eval_return"])[:, k]
+            out[f"{name}/mean episodic length"] = lengths[:, k]
+        return out
 
     def progress_fields(self, hist):
         evals = hist["evals"]

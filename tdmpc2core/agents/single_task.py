@@ -291,9 +291,10 @@ class TDMPC2:
         return int(ticks[0])
 
     def train(self, seed: Union[int, Sequence[int]] = 0, n_timesteps: int = 1_000_000, *,
-              eval_every: Optional[int] = None, eval_episodes: int = 10,
+              eval_every: Optional[int] = None, eval_episodes: Optional[int] = None,
               callback: Optional[Callable[[dict], None]] = None, state=None, history: Optional[dict] = None,
-              total_timesteps: Optional[int] = None, options: Optional[RunOptions] = None, **run_options):
+              total_timesteps: Optional[int] = None, options: Optional[RunOptions] = None,
+              logging_config=None, initial_state=None, num_episode_test: Optional[int] = None, **run_options):
         """Train for ``n_timesteps`` agent steps per seed (several seeds vmapped in one program).
 
         A run may be done in one call, continued in several (``state``/``history`` of the
@@ -315,7 +316,9 @@ class TDMPC2:
             None: the end of this call. Give it to every call of a run split into calls.
           eval_every: agent steps between evaluations (also at step 0 and at the end of the
             run); None: no evaluation.
-          eval_episodes: episodes per evaluation.
+          eval_episodes: episodes per evaluation (default 10); alias ``num_episode_test``.
+          logging_config: a :class:`~tdmpc2core.run.loggers.LoggingConfig`: evaluations every
+            ``log_frequency`` agent steps; its loggers built, given every record, closed.
           callback: called on the host after every chunk of the schedule
             (:func:`tdmpc2core.run.driver.schedule`)
             with a dict of numpy values (``phase``, ``agent_steps``, ``env_frames``,
@@ -323,7 +326,8 @@ class TDMPC2:
             with an evaluation, wall-clock ``chunk_seconds``, ``wall_time_s``,
             ``agent_steps_per_s``).
           state, history: the state and history returned by a previous call (the state's
-            buffers are donated to this call); the returned history extends ``history``.
+            buffers are donated to this call; alias ``initial_state``); the returned history
+            extends ``history``.
           options, **run_options: how the run is driven on the host
             (:class:`tdmpc2core.run.driver.RunOptions`, or its fields as keywords; none of
             them changes a number), counted in agent steps:
@@ -352,13 +356,15 @@ class TDMPC2:
             ``make_logger("csv", path=...)``): ``log(agent_steps, {"Train/<name>": ...,
             "Train/env_frames": ...})`` after every chunk and ``log(agent_steps, {"Eval/episodic
             mean reward": ..., "Eval/env_frames": ...})`` after every evaluation (seed means).
-            One that raises is warned about once and dropped; the caller closes them.
+            One that raises is warned about once and dropped; the caller closes them
+            (``log_seeds`` loggers get each seed's values). ``progress_bar``: tqdm on stderr.
         Returns:
           (state, history): the final run state (leading seed axis) and a dict of numpy arrays:
           ``eval_agent_steps`` [n_evals], ``eval_env_frames`` [n_evals], ``eval_returns``
           [n_evals, n_seeds, eval_episodes], ``eval_return`` [n_evals, n_seeds] (mean over
-          episodes), ``eval_lengths``, ``chunks`` (list of per-chunk dicts, as given to
-          ``callback``) and ``wall_seconds`` (training wall time over all sessions).
+          episodes), ``eval_lengths``, the loggers' ``Eval/...`` keys [n_evals, n_seeds] (or
+          [n_evals]; the reference's: [n_seeds, n_logs], None without a logging config),
+          ``chunks`` (per-chunk dicts, as given to ``callback``) and ``wall_seconds``.
         Raises:
           TerminationError: the env terminated (non-episodic agent), at the first chunk
             boundary after it, naming the env and the count.
@@ -373,12 +379,17 @@ class TDMPC2:
             ``checkpoint_dir`` was made with other settings (named).
           tdmpc2core.io.checkpoint.CorruptCheckpointError: checkpoints exist but none is usable.
           ValueError: a state of other seeds, a replay sized for another run length, a call
-            past ``total_timesteps``.
+            past ``total_timesteps``; ``eval_every`` differing from ``logging_config.log_frequency``.
+          TypeError: an argument and its alias both given (naming both).
         """
-        return driver.train(self.program(), [int(s) for s in np.atleast_1d(np.asarray(seed))], n_timesteps,
-                            eval_every=eval_every, eval_episodes=eval_episodes, callback=callback, state=state,
-                            history=history, total_steps=total_timesteps,
-                            options=driver.run_options(options, run_options))
+        state, eval_episodes = driver.reference_aliases("TDMPC2.train", state, initial_state, eval_episodes,
+                                                        num_episode_test)
+        eval_every = driver.log_cadence("TDMPC2.train", "eval_every", eval_every, logging_config)
+        opts = driver.run_options(options, run_options)
+        with driver.logging_options(opts, logging_config, str(self.env_id), self.config) as opts:
+            return driver.train(self.program(), [int(s) for s in np.atleast_1d(np.asarray(seed))], n_timesteps,
+                                eval_every=eval_every, eval_episodes=eval_episodes, callback=callback, state=state,
+                                history=history, total_steps=total_timesteps, options=opts)
 
     # ---- checkpoints (the run driver's, for this agent) ------------------------------
     def save_checkpoint(self, directory, state, history: Optional[dict], *, seeds, total_timesteps: int,
@@ -550,7 +561,8 @@ class OnlineProgram(RunProgram):
         history["eval_return"] = history["eval_returns"].mean(axis=-1)
 
     def eval_log(self, ev):
-        return {"episodic mean reward": np.mean(ev["eval_returns"], axis=-1), "env_frames": ev["eval_env_frames"]}
+        return {"episodic mean reward": np.mean(ev["eval_returns"], axis=-1),
+                "mean episodic length": np.mean(ev["eval_lengths"], axis=-1), "env_frames": ev["eval_env_frames"]}
 
     def progress_fields(self, hist):
         evals = hist["evals"]
