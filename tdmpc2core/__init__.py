@@ -17,6 +17,9 @@ def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
     if name in ("TrainingInterrupted", "RunOptions"):
         from .run import driver
         return getattr(driver, name)
+    if name == "LoggingConfig":
+        from .run.loggers import LoggingConfig
+        return LoggingConfig
     if name in ("evaluate_official", "load_official_checkpoint"):
         from .agents import official_eval
         return {"evaluate_official": official_eval.evaluate_official,
@@ -28,5 +31,5 @@ def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
 
 
 __all__ = ["TDMPC2", "TDMPC2MultiTask", "MultiTaskState", "TDMPC2Config", "MODEL_SIZES", "TerminationError",
-           "NoSampleableEpisodeError", "TrainingInterrupted", "RunOptions", "evaluate_official", "load_official_checkpoint",
+           "NoSampleableEpisodeError", "TrainingInterrupted", "RunOptions", "LoggingConfig", "evaluate_official", "load_official_checkpoint",
            "__version__"]

@@ -59,8 +59,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _refuse_unknown_flags(parser: argparse.ArgumentParser, argv) -> None:
+    """Exit with the chosen stage's own usage (status 2) when a ``--flag`` in ``argv`` is not
+    one it takes, naming the closest flag it does take; checked before argparse parses, so a
+    misspelt required flag (``--chekpoint``) is named as such, not reported as missing."""
+    import difflib
+
+    stages = parser._subparsers._group_actions[0].choices
+    stage = next((a for a in argv if a in stages), None)
+    if stage is None:
+        return
+    sub = stages[stage]
+    rest = argv[argv.index(stage) + 1:]
+    unknown = [a for a in rest if a.startswith("--") and a != "--" and a.split("=")[0] not in sub._option_string_actions]
+    if unknown:
+        names = [n for n in sub._option_string_actions if n.startswith("--")]
+        hints = []
+        for flag in unknown:
+            close = difflib.get_close_matches(flag.split("=")[0], names, n=1)
+            hints.append(f"{flag} (did you mean {close[0]}?)" if close else flag)
+        sub.error(f"unrecognized arguments: {' '.join(hints)}")
+
+
 def main(argv=None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _refuse_unknown_flags(parser, argv)
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # named by the stage's own parser, whose usage lists the flags it takes
         args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -200,6 +200,10 @@ def test_terminating_data_and_unknown_hyperparameters_are_refused(padded):
         TDMPC2MultiTask(term, **TINY)
     with pytest.raises(TypeError, match="num_sample"):
         TDMPC2MultiTask(ds, num_sample=3)
+    # offline: n_timesteps counts updates, so updates_per_step has no role (refused, one line)
+    with pytest.raises(ValueError, match=r"^updates_per_step=2 applies to the single-task online agent only: "
+                                         r"TDMPC2MultiTask trains offline"):
+        TDMPC2MultiTask(ds, updates_per_step=2, **TINY)
 
 
 def test_evaluate_without_eval_envs_raises(padded):

@@ -19,6 +19,7 @@ from tdmpc2core.agents.multitask import TDMPC2MultiTask
 from tdmpc2core.run import loggers as lg
 from tdmpc2core.run.compiled import MULTI_DEVICE_MESSAGE, check_devices, per_seed
 
+import logger_readback as readback
 from test_multitask import TINY, make_dataset, random_episodes, task
 
 COUNT = UpdateHook(init=lambda: jnp.zeros((), jnp.int32), fold=lambda c, st, m: c + 1)
@@ -111,16 +112,29 @@ class Failing:
         pass
 
 
-def test_single_task_run_logs_to_csv_drops_a_failing_logger_and_counts_updates(tmp_path):
+def test_single_task_run_logs_to_every_kind_drops_a_failing_logger_and_counts_updates(tmp_path, capsys):
     agent = TDMPC2("Pendulum-v1", n_envs=1, model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16,
                    num_elites=4, num_pi_trajs=2, iterations=1, batch_size=16, seed_steps=200, post_update=COUNT)
     path = tmp_path / "train.csv"
+    # every kind on the same run: W&B (offline, one run per seed) and TensorBoard (a folder per
+    # seed) when their extras are installed (tests/test_loggers_readback.py reads them back)
+    more = readback.loggers(tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # 2 episodes, 2 seeds: the evaluation program of tests/test_checkpoint.py's runs (the
         # session's compilation cache holds it: one program fewer to compile)
-        state, hist = agent.train(seed=[0, 1], n_timesteps=210, eval_every=200, eval_episodes=2,
-                                  loggers=[Failing(), lg.make_logger("csv", path=path)])
+        # the reference API's spellings (tests/test_seed_api.py): evaluations every log_frequency
+        # agent steps, num_episode_test episodes each, and the logging config's own CSV logger
+        config = lg.LoggingConfig(log_frequency=200, kind="csv", dir=str(tmp_path / "cfg"), name="pendulum")
+        state, hist = agent.train(seed=[0, 1], n_timesteps=210, num_episode_test=2, logging_config=config,
+                                  loggers=[Failing(), lg.make_logger("csv", path=path), *more.values()],
+                                  progress_bar=True)
+    for logger in more.values():
+        logger.close()
+    readback.check(more, hist, [0, 1])
+    assert read_csv(tmp_path / "cfg" / "pendulum.csv") == read_csv(path)  # built, fed and closed by train
+    np.testing.assert_array_equal(hist["Eval/episodic mean reward"], hist["eval_return"])
+    assert "210/210" in capsys.readouterr().err  # the progress bar, forced on (stderr is no terminal here)
     dropped = [w for w in caught if "Failing" in str(w.message)]
     assert len(dropped) == 1 and Failing.calls == 1  # warned once, then never called again
     assert "\n" not in str(dropped[0].message) and "disk full" in str(dropped[0].message)

@@ -93,6 +93,19 @@ REFUSALS = [
      "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): model_size=3 is not a preset; accepted: [1, 5"),
     ("protocols: {demo: {tasks: {pendulum: {env_id: Pendulum-v2}}}}",
      "env_id 'Pendulum-v2': unknown env id 'Pendulum-v2'. Did you mean"),
+    ("protocols: {demo: {tasks: {pendulum: {agent: {learning_rate: {kind: cosin}}}}}}",
+     "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): learning_rate.kind='cosin' is not a schedule; "
+     "accepted: ['constant', 'cosine', 'linear', 'warmup_cosine']"),
+    ("protocols: {demo: {defaults: {agent: {learning_rate: {kind: linear, init_value: 1.0e-3, end_value: 0.0}}}}}",
+     "learning_rate: the 'linear' schedule needs ['transition_steps']"),
+    ("protocols: {demo: {tasks: {pendulum: {agent: {learning_rate: 3e-4}}}}}",
+     "learning_rate='3e-4' is not accepted; accepted: a finite number > 0"),
+    ("protocols: {demo: {tasks: {pendulum: {agent: {weight_decay: -0.1}}}}}",
+     "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): weight_decay=-0.1 is not accepted"),
+    ("protocols: {demo: {tasks: {pendulum: {agent: {updates_per_step: 0}}}}}",
+     "updates_per_step=0 is not accepted; accepted: a finite number > 0"),
+    ("protocols: {demo: {multitask: {agent: {updates_per_step: 2}}}}",
+     "multitask (pool demo, model size 1): updates_per_step=2 applies to the single-task online agent only"),
     ("protocols: {demo: {tasks: {pendulum: {agent: {horizon: 0}}}}}",
      "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): horizon=0 must be >= 1"),
     ("protocols: {demo: {defaults: {agent: {num_elites: 65}}}}",
@@ -182,6 +195,40 @@ def test_empty_official_pool_folder_is_a_note(tmp_path):
     assert p.official_chunks("mt") == [] and p.official_pool_tasks["mt"]
 
 
+def test_logger_block_turns_on_a_logger_for_every_training_job_and_unknown_kinds_are_refused():
+    import argparse
+
+    from tdmpc2core.pipeline.config import LOGGER_KINDS
+    from tdmpc2core.run.loggers import logger_kinds
+    from tdmpc2core.stages import train_multi, train_single
+
+    assert set(LOGGER_KINDS) <= set(logger_kinds())  # the library builds every kind the config accepts
+    demo = resolve(merged())
+    # the demo logs nothing new, and its training rules keep their resources and commands
+    assert demo.logger is None and demo.logger_flags() == "" and demo.logger_resources() == {}
+    assert demo.logger_shell() == ""
+    p = resolve(merged("logger: {kind: wandb, project: my-proj}"))
+    assert p.logger == {"kind": "wandb", "project": "my-proj", "dir": "logs/metrics"}
+    assert p.logger_shell() == " {resources.logger}" and p.logger_resources() == {"logger": p.logger_flags()}
+    flags = p.logger_flags().split()
+    assert flags == ["--logger", "wandb", "--logger-dir", "logs/metrics", "--logger-group", "demo",
+                     "--logger-project", "my-proj"]
+    for stage in (train_single, train_multi):  # the flags the rules pass are the stages' own
+        parser = argparse.ArgumentParser(allow_abbrev=False)
+        stage.add_arguments(parser)
+        required = {"--task": "t", "--spec": "{}", "--seeds": "0", "--outdir": "o", "--pool": "p",
+                    "--model-size": "1", "--dataset": "d"}
+        base = [x for a in parser._actions if a.required for x in (a.option_strings[0], required[a.option_strings[0]])]
+        args = parser.parse_args(base + flags)
+        assert (args.logger, args.logger_project, args.logger_group) == ("wandb", "my-proj", "demo")
+    msg = refusal("logger: {kind: wandbb}")
+    assert msg == "config: logger.kind: 'wandbb' is not accepted; accepted: csv, tensorboard, wandb"
+    assert "unknown key 'projet' in logger; did you mean 'project'?" in refusal("logger: {kind: csv, projet: x}")
+    # the schema's own line (Snakemake validates before resolve) names the key and the kinds too
+    line = config_error_line(_schema_error(merged("logger: {kind: nope}")), SCHEMA, [str(ROOT / "config.yaml")])
+    assert line == "config: logger.kind: 'nope' is not accepted; accepted: ['csv', 'tensorboard', 'wandb']"
+
+
 # --------------------------------------------------------------------------- the schema's line
 def _schema_error(config: dict) -> jsonschema.ValidationError:
     return jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(config))
@@ -210,6 +257,30 @@ def test_schema_error_lines(tmp_path):
     line = config_error_line(_schema_error(merged(seeds=["0"])), SCHEMA, [demo], {"seeds": ["0"]})
     assert line == ("config: seeds.0 (set by --config): '0' is not of type 'integer'; --config passes list "
                     "items as strings: set this list in a file given with --configfile")
+
+
+def test_optimizer_settings_in_the_configuration():
+    """learning_rate (a number or a named schedule), weight_decay and updates_per_step are agent
+    settings the workflow takes (checked by the library's TDMPC2Config when it loads) and the
+    schema refuses in one line where it can (a schedule's kind, a negative decay)."""
+    resolve(merged("protocols: {demo: {defaults: {agent: {weight_decay: 0.01, updates_per_step: 0.5, learning_rate: "
+                   "{kind: warmup_cosine, init_value: 0.0, peak_value: 3.0e-4, warmup_steps: 100, "
+                   "decay_steps: 6000}}}}}"))
+    assert _schema_error(merged("protocols: {demo: {defaults: {agent: {learning_rate: {kind: cosine, "
+                                "init_value: 1.0e-3, decay_steps: 10}}}}}")) is None
+    demo = str(ROOT / "config.yaml")
+    line = config_error_line(_schema_error(merged("protocols: {demo: {defaults: {agent: {learning_rate: "
+                                                  "{kind: cosin}}}}}")), SCHEMA, [demo])
+    assert line == ("config: protocols.demo.defaults.agent.learning_rate.kind: 'cosin' is not accepted; "
+                    "did you mean 'cosine'?")
+    line = config_error_line(_schema_error(merged("protocols: {demo: {tasks: {pendulum: {agent: "
+                                                  "{weight_decay: -1}}}}}")), SCHEMA, [demo])
+    assert line == "config: protocols.demo.tasks.pendulum.agent.weight_decay: -1 is less than the minimum of 0"
+    # (a refused value inside a task's settings was "unknown key '?'" before: jsonschema's best
+    # match is the task's unevaluatedProperties error, which config_error_line looks under)
+    line = config_error_line(_schema_error(merged("protocols: {demo: {defaults: {agent: "
+                                                  "{termination_coef: -1}}}}")), SCHEMA, [demo])
+    assert line == "config: protocols.demo.defaults.agent.termination_coef: -1 is less than the minimum of 0"
 
 
 # --------------------------------------------------------------------------- code versions

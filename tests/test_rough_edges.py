@@ -215,8 +215,30 @@ def test_a_misspelled_or_abbreviated_flag_is_named_by_the_stage(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(base + ["--seeds", "0", "--checkpoint-evry", "5"])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and "tdmpc2 train-single: error: unrecognized arguments: --checkpoint-evry 5" in err
-    assert "usage: tdmpc2 train-single" in err and "--checkpoint-every" in err
-    with pytest.raises(SystemExit):
+    assert e.value.code == 2 and ("tdmpc2 train-single: error: unrecognized arguments: --checkpoint-evry "
+                                  "(did you mean --checkpoint-every?)") in err
+    assert "usage: tdmpc2 train-single" in err
+    with pytest.raises(SystemExit):  # not taken as --seeds, and named before the missing --seeds
         cli.main(base + ["--seed", "0"])
-    assert "the following arguments are required: --seeds" in capsys.readouterr().err
+    assert "unrecognized arguments: --seed (did you mean --seeds?)" in capsys.readouterr().err
+    # a misspelt required flag is named as misspelt, not only reported missing
+    with pytest.raises(SystemExit):
+        cli.main(["evaluate-official", "--chekpoint=x.pt"])
+    assert "tdmpc2 evaluate-official: error: unrecognized arguments: --chekpoint=x.pt (did you mean " \
+        "--checkpoint?)" in capsys.readouterr().err
+
+
+def test_an_unset_jax_matmul_precision_is_said_in_words_beside_the_dense_layers_precision():
+    """run.json's matmul_precision and the report's platform table say what an unset
+    jax_default_matmul_precision means, not "None" (a fresh user's finding)."""
+    from tdmpc2core.report.html import fmt_value, matmul_precision_words
+    from tdmpc2core.stages.outputs import matmul_precision_note
+
+    note = matmul_precision_note("highest", {"jax_default_matmul_precision": None})
+    assert note == ("float32 (HIGHEST) in the Dense layers; jax_default_matmul_precision unset (the backend's "
+                    "default) elsewhere")
+    assert "None" not in note and matmul_precision_words(note).startswith("full float32")
+    assert matmul_precision_note("high", {"jax_default_matmul_precision": "high"}) == (
+        "float32 (HIGH) in the Dense layers; jax_default_matmul_precision high elsewhere")
+    assert fmt_value("jax_default_matmul_precision", None).startswith("unset: the backend's default")
+    assert fmt_value("jax_default_matmul_precision", "highest") == "highest"

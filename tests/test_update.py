@@ -403,3 +403,131 @@ def test_same_seed_gives_bitwise_identical_parameters():
     for x, y in zip(_leaves(a), _leaves(b)):
         np.testing.assert_array_equal(x, y)
     assert any(not np.array_equal(x, y) for x, y in zip(_leaves(a.params), _leaves(c.params)))
+
+
+# ------------------------------------------------------------ optimizer settings (spec §5.3)
+SCHED = {"kind": "warmup_cosine", "init_value": 1e-4, "peak_value": 1e-3, "warmup_steps": 2, "decay_steps": 10}
+
+
+def _opt_tree(seed, scale=1.0):
+    """A small parameter-shaped tree: the encoder group and the rest (task embedding included)."""
+    rng = np.random.default_rng(seed)
+    shapes = {"encoder": {"kernel": (3, 4), "bias": (4,)}, "dynamics": {"kernel": (4, 4)}, "task_emb": (2, 3)}
+    return jax.tree_util.tree_map(lambda s: jnp.asarray(scale * rng.normal(size=s), jnp.float32), shapes,
+                                  is_leaf=lambda x: isinstance(x, tuple))
+
+
+def _steps(tx, params, grads):
+    """``len(grads)`` steps of ``tx`` from its initial state, one jitted program."""
+    def run(params, grads):
+        state = tx.init(params)
+        for g in grads:
+            upd, state = tx.update(g, state, params)
+            params = optax.apply_updates(params, upd)
+        return params, state
+
+    return jax.jit(run)(params, grads)
+
+
+def test_schedule_and_weight_decay_are_optax_adamw_per_group():
+    """make_optimizers with a named schedule and weight decay: three world-model steps equal
+    optax.adamw per group (the encoder at the schedule times enc_lr_scale), the policy's with
+    eps pi_eps; the first step is -lr(0) (g / (|g| + eps) + wd p) by hand; the schedule's
+    count, which a checkpoint saves, is the number of updates done."""
+    wd = 0.05
+    cfg = TDMPC2Config(learning_rate=SCHED, weight_decay=wd)
+    wm_tx, pi_tx = make_optimizers(cfg)
+    sched = optax.warmup_cosine_decay_schedule(1e-4, 1e-3, 2, 10)
+    p0 = _opt_tree(0)
+    grads = [_opt_tree(10 + i, 0.1) for i in range(3)]
+    got, state = _steps(wm_tx, p0, grads)
+    counts = [int(s.count) for s in jax.tree_util.tree_leaves(
+        state, is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState)) if isinstance(s, optax.ScaleByScheduleState)]
+    assert counts == [3, 3]  # encoder group, rest group
+    one, _ = _steps(wm_tx, p0, grads[:1])
+    for name, lr in (("encoder", lambda c: 0.3 * sched(c)), ("dynamics", sched), ("task_emb", sched)):
+        ref, _ = _steps(optax.adamw(lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=wd), p0[name], [g[name] for g in grads])
+        for a, b in zip(_leaves(got[name]), _leaves(ref)):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9, err_msg=name)
+        for p, g, a in zip(_leaves(p0[name]), _leaves(grads[0][name]), _leaves(one[name])):
+            p, g = p.astype(np.float64), g.astype(np.float64)
+            np.testing.assert_allclose(a, p - float(lr(0)) * (g / (np.abs(g) + 1e-8) + wd * p), rtol=1e-5, atol=1e-9)
+    pi_got, _ = _steps(pi_tx, p0["dynamics"], [g["dynamics"] for g in grads])
+    pi_ref, _ = _steps(optax.adamw(sched, eps=1e-5, weight_decay=wd), p0["dynamics"], [g["dynamics"] for g in grads])
+    for a, b in zip(_leaves(pi_got), _leaves(pi_ref)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+    # a library callable is taken as it is (the encoder's scaled); decay 0 is plain Adam
+    wm_c, _ = make_optimizers(TDMPC2Config(learning_rate=sched))
+    got_c, _ = _steps(wm_c, p0, grads)
+    ref_c, _ = _steps(optax.adam(lambda c: 0.3 * sched(c)), p0["encoder"], [g["encoder"] for g in grads])
+    for a, b in zip(_leaves(got_c["encoder"]), _leaves(ref_c)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+
+
+def _program(tx, params):
+    """The update's StableHLO without debug info (lowered, not compiled)."""
+    low = jax.jit(lambda g, s, p: tx.update(g, s, p)).lower(params, tx.init(params), params)
+    return low.compiler_ir("stablehlo").operation.get_asm(enable_debug_info=False)
+
+
+def test_default_optimizers_are_the_reference_plain_adam_program():
+    """learning_rate a float and weight_decay 0: the programs of the reference's Adam
+    construction, op for op (no schedule, no decay term)."""
+    def label(tree):
+        return {k: jax.tree_util.tree_map(lambda _: "encoder" if k == "encoder" else "rest", v) for k, v in tree.items()}
+
+    p = _opt_tree(0)
+    wm_tx, pi_tx = make_optimizers(TDMPC2Config())
+    ref_wm = optax.multi_transform({"encoder": optax.flatten(optax.adam(3e-4 * 0.3, b1=0.9, b2=0.999, eps=1e-8)),
+                                    "rest": optax.flatten(optax.adam(3e-4, b1=0.9, b2=0.999, eps=1e-8))}, label)
+    assert _program(wm_tx, p) == _program(ref_wm, p)
+    assert _program(pi_tx, p["dynamics"]) == _program(optax.flatten(optax.adam(3e-4, eps=1e-5)), p["dynamics"])
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"learning_rate": {"kind": "cosin"}}, "learning_rate.kind='cosin' is not a schedule; accepted: ['constant', "),
+    ({"learning_rate": {"kind": "cosine", "init_value": 3e-4}}, "the 'cosine' schedule needs ['decay_steps']"),
+    ({"learning_rate": {"kind": "constant", "value": 3e-4, "warmup": 5}},
+     "unknown parameter(s) ['warmup'] of the 'constant' schedule; accepted: ['value'] (required)"),
+    ({"learning_rate": {"kind": "linear", "init_value": 1e-3, "end_value": 0.0, "transition_steps": 1.5}},
+     "learning_rate.transition_steps=1.5 is not an update count; accepted: an integer >= 0"),
+    ({"learning_rate": {"kind": "cosine", "init_value": "3e-4", "decay_steps": 10}},
+     "learning_rate.init_value='3e-4' is not accepted; accepted: a finite number >= 0 (YAML reads 3e-4"),
+    ({"learning_rate": {**SCHED, "warmup_steps": 10}}, "decay_steps=10 must exceed warmup_steps=10"),
+    ({"learning_rate": -1e-3}, "learning_rate=-0.001 is not accepted; accepted: a finite number > 0, a schedule"),
+    ({"learning_rate": [1e-3]}, "learning_rate=[0.001] is not accepted"),
+    ({"weight_decay": -0.1}, "weight_decay=-0.1 is not accepted; accepted: a finite number >= 0"),
+    ({"updates_per_step": 0}, "updates_per_step=0 is not accepted; accepted: a finite number > 0"),
+    ({"updates_per_step": float("nan")}, "updates_per_step=nan is not accepted"),
+])
+def test_optimizer_settings_are_refused_in_one_line(over, message):
+    with pytest.raises(ValueError) as e:
+        TDMPC2Config(**over)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_optimizer_settings_are_recorded_readably_and_only_when_set():
+    """config_record: the defaults' record is the one runs and checkpoints were made with (no
+    weight_decay, no updates_per_step), so their ids and settings hold; a named schedule is its
+    mapping, a callable its name; the settings' differences are named on a resume."""
+    from tdmpc2core.io.checkpoint import compare_settings
+    from tdmpc2core.model.config import LRSchedule, config_record
+
+    default = config_record(TDMPC2Config())
+    assert set(default) == {f.name for f in dataclasses.fields(TDMPC2Config)} - {"weight_decay", "updates_per_step"}
+    assert default["learning_rate"] == 3e-4
+    cfg = TDMPC2Config(learning_rate=SCHED, weight_decay=0.1, updates_per_step=2.0)
+    assert isinstance(cfg.learning_rate, LRSchedule) and hash(cfg) == hash(TDMPC2Config(**dict(
+        learning_rate=dict(reversed(list(SCHED.items()))), weight_decay=0.1, updates_per_step=2.0)))
+    rec = config_record(cfg)
+    assert rec["learning_rate"] == SCHED and rec["weight_decay"] == 0.1 and rec["updates_per_step"] == 2.0
+    assert TDMPC2Config(learning_rate=rec["learning_rate"]).learning_rate == cfg.learning_rate  # read back
+    sched = optax.cosine_decay_schedule(1e-3, 100)
+    assert config_record(TDMPC2Config(learning_rate=sched))["learning_rate"] == {
+        "kind": "callable", "name": "optax.schedules._schedule.cosine_decay_schedule.<locals>.schedule"}
+    diffs = compare_settings({"agent": default}, {"agent": rec})
+    assert diffs[0] == "agent.learning_rate: checkpoint 0.0003, now (absent)"
+    assert diffs[-2:] == ["agent.updates_per_step: checkpoint (absent), now 2.0",
+                          "agent.weight_decay: checkpoint (absent), now 0.1"]
+    other = config_record(TDMPC2Config(learning_rate=dict(SCHED, decay_steps=20)))
+    assert compare_settings({"agent": other}, {"agent": rec})[0] == "agent.learning_rate.decay_steps: checkpoint 20, now 10"

@@ -49,7 +49,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..model.config import TDMPC2Config, discount_from_episode_length, resolve_config
+from ..model.config import (TDMPC2Config, check_offline_config, config_record, discount_from_episode_length,
+                            resolve_config)
 from ..model.update import AgentState
 from ..model.world_model import WorldModel
 from ..run import driver
@@ -138,14 +139,20 @@ class TDMPC2MultiTask:
         (multi-device runs: issue 28).
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` at its paper
         default (the single-task agent's). ``gamma`` set explicitly applies to every task;
-        ``seed_steps`` and ``buffer_size`` have no role offline.
+        ``seed_steps`` and ``buffer_size`` have no role offline. ``learning_rate`` (a float or
+        a schedule of the update count, :class:`~tdmpc2core.agents.single_task.TDMPC2`'s) and
+        ``weight_decay`` as the single-task agent's: the task embedding is trained by the
+        world-model optimizer at ``learning_rate`` (and decayed with it), the encoder at
+        ``learning_rate * enc_lr_scale``. ``updates_per_step`` is refused unless 1: offline,
+        ``n_timesteps`` counts updates.
 
     Derived: per-task discounts ``gammas`` from each task's T (spec §1.3); planner
     ``iterations`` + 2 when the padded action dim is >= 20.
 
     Raises:
       ValueError: a dataset with terminations (the paper-era agent has no termination
-        head), eval envs that do not match the task table, an unknown model size.
+        head), eval envs that do not match the task table, an unknown model size, an
+        optimizer setting outside what is accepted, ``updates_per_step`` other than 1.
       TypeError: an unknown hyperparameter name.
       NotImplementedError: ``episodic=True``.
     """
@@ -163,6 +170,7 @@ class TDMPC2MultiTask:
         user_cfg = TDMPC2Config(model_size=model_size, batch_size=int(batch_size), **hyperparameters)
         if user_cfg.episodic:
             raise NotImplementedError("episodic=True is not implemented for the multi-task agent")
+        check_offline_config(user_cfg)
         self.tasks = tuple(dataset.tasks)
         self.task_names = [t.name for t in self.tasks]
         self.num_tasks = len(self.tasks)
@@ -253,8 +261,9 @@ class TDMPC2MultiTask:
     # ---- description ----------------------------------------------------------------
     @property
     def config(self) -> dict:
-        """The resolved hyperparameters and the task table, JSON-serialisable."""
-        d = dataclasses.asdict(self.cfg)
+        """The resolved hyperparameters (:func:`~tdmpc2core.model.config.config_record`) and the
+        task table, JSON-serialisable."""
+        d = config_record(self.cfg)
         d.update(task_dim=self.task_dim, obs_dim=self.obs_dim, action_dim=self.action_dim,
                  num_tasks=self.num_tasks, sampleable_episodes=self.num_episodes,
                  dataset_nbytes=self.dataset_nbytes,
@@ -331,10 +340,12 @@ class TDMPC2MultiTask:
         return OfflineProgram(self)
 
     def train(self, seed: Union[None, int, Sequence[int]] = None, n_timesteps: int = 1_000_000, *,
-              eval_every: Optional[int] = None, eval_episodes: int = 10, log_every: Optional[int] = None,
+              eval_every: Optional[int] = None, eval_episodes: Optional[int] = None, log_every: Optional[int] = None,
               callback: Optional[Callable[[dict], None]] = None, state: Optional[MultiTaskState] = None,
               history: Optional[dict] = None, total_timesteps: Optional[int] = None,
-              options: Optional[RunOptions] = None, **run_options):
+              options: Optional[RunOptions] = None, logging_config=None,
+              initial_state: Optional[MultiTaskState] = None, num_episode_test: Optional[int] = None,
+              **run_options):
         """Run ``n_timesteps`` more updates for every seed (vmapped, one jitted program).
 
         A run may be done in one call, continued in several (``state``/``history`` of the
@@ -352,15 +363,22 @@ class TDMPC2MultiTask:
             end); None: the end of this call.
           eval_every: updates between evaluations (absolute counts; also before the first
             update of a fresh run and at the end of the run); None: no evaluation.
-          eval_episodes: episodes per task per evaluation.
+          eval_episodes: episodes per task per evaluation (default 10); ``num_episode_test`` is
+            its alias (the reference API's name).
           log_every: updates between training-metric records (default: eval_every; None and
             no eval_every: one record at the end of the call).
+          logging_config: a :class:`~tdmpc2core.run.loggers.LoggingConfig` (the reference
+            API's): training-metric records every ``log_frequency`` updates and, with eval envs,
+            an evaluation at each (``eval_every``/``log_every`` may be left out); its loggers
+            built, given every record and closed at the end of the call. Unlike the reference,
+            a fresh run is also evaluated before its first update.
           callback: called on the host after every chunk with that chunk's record.
           state, history: a state (and the history) this agent's ``train`` or ``init``
             returned, or :meth:`restore` read: the run continues from it; its buffers are
             donated; the returned history extends ``history``. Updates, RNG and evaluation
             keys derive from the state and the update count, so a run continued in chunks
-            equals the run left whole.
+            equals the run left whole. ``initial_state`` is the alias of ``state`` (the
+            reference API's name).
           options, **run_options: how the run is driven on the host
             (:class:`tdmpc2core.run.driver.RunOptions`, or its fields as keywords), counted in
             updates:
@@ -374,8 +392,9 @@ class TDMPC2MultiTask:
             ``progress`` gets the driver's dict (:func:`tdmpc2core.run.driver.train`: ``updates``,
             ``start_updates``, ``end_updates``, ``total_updates``, ``steps``, ``seconds``,
             ``updates_per_s``, ...) and ``last_normalized_score`` after every call of the program.
-          loggers: as :meth:`tdmpc2core.TDMPC2.train`, the step counted in updates (``Eval/``
-            also gets ``normalized score``).
+          loggers, progress_bar: as :meth:`tdmpc2core.TDMPC2.train`, the step counted in updates
+            (``Eval/`` also gets ``normalized score`` and per task ``<task>/episodic mean reward``
+            and ``<task>/mean episodic length``).
         Returns:
           (state, history): ``history`` holds ``eval_updates`` [n_evals], ``eval_returns`` /
           ``eval_lengths`` [n_evals, S, num_tasks, E], ``eval_return`` [n_evals, S, num_tasks],
@@ -383,22 +402,35 @@ class TDMPC2MultiTask:
           num_tasks], ``normalized_score`` [n_evals, S], ``tasks``, ``chunks`` (per-chunk
           records: ``updates``, ``chunk_updates``, wall-clock ``chunk_seconds``,
           ``wall_time_s`` and ``updates_per_s``, the last update's metrics, the evaluation's
-          means when the chunk ended with one) and ``wall_seconds``.
+          means when the chunk ended with one), ``wall_seconds``, and the loggers' keys of the
+          evaluations (when the run evaluated): ``Eval/episodic mean reward`` (mean over
+          tasks), ``Eval/normalized score``, ``Eval/<task>/episodic mean reward`` and
+          ``Eval/<task>/mean episodic length``, each [n_evals, S] (the reference's are [S,
+          n_logs]).
         Raises:
           ValueError: ``eval_every`` without eval envs; ``seed`` disagreeing with ``state``;
-            a call past ``total_timesteps``; ``resume=False`` with checkpoints in the folder.
+            a call past ``total_timesteps``; ``resume=False`` with checkpoints in the folder;
+            ``eval_every`` or ``log_every`` differing from ``logging_config.log_frequency``.
+          TypeError: an argument and its alias both given (``state`` and ``initial_state``,
+            ``eval_episodes`` and ``num_episode_test``).
           TrainingInterrupted: ``should_stop`` returned True.
           tdmpc2core.io.checkpoint.CheckpointMismatchError / CorruptCheckpointError: the
             folder's newest checkpoint has other settings (named) / none is usable.
         """
+        owner = "TDMPC2MultiTask.train"
+        state, eval_episodes = driver.reference_aliases(owner, state, initial_state, eval_episodes, num_episode_test)
+        log_every = driver.log_cadence(owner, "log_every", log_every, logging_config)
+        if self.eval_envs is not None:
+            eval_every = driver.log_cadence(owner, "eval_every", eval_every, logging_config)
         if eval_every and self.eval_envs is None:
             raise ValueError("eval_every is set but the agent has no eval_envs: nothing to evaluate on "
                              "(pass eval_envs=True or one env per task)")
-        return driver.train(self.program(), None if seed is None else np.atleast_1d(seed), n_timesteps,
-                            eval_every=eval_every, eval_episodes=eval_episodes, callback=callback, state=state,
-                            history=history, total_steps=total_timesteps,
-                            extra={"log_every": int(log_every) if log_every else None},
-                            options=driver.run_options(options, run_options))
+        opts = driver.run_options(options, run_options)
+        with driver.logging_options(opts, logging_config, "multitask", self.config) as opts:
+            return driver.train(self.program(), None if seed is None else np.atleast_1d(seed), n_timesteps,
+                                eval_every=eval_every, eval_episodes=eval_episodes, callback=callback, state=state,
+                                history=history, total_steps=total_timesteps,
+                                extra={"log_every": int(log_every) if log_every else None}, options=opts)
 
     # ---- checkpoints --------------------------------------------------------------------
     @property

@@ -82,9 +82,15 @@ class OfflineProgram(RunProgram):
             list(self.agent.task_names)
 
     def eval_log(self, ev):
-        # the extensions' eval metrics: their means over the evaluated tasks (and the seeds)
-        return {"episodic mean reward": ev["eval_mean_return"], "normalized score": ev["normalized_score"],
-                **{k[len("ext/"):]: np.asarray(ev[k]) for k in self.ext_keys()}}
+        out = {"episodic mean reward": ev["eval_mean_return"], "normalized score": ev["normalized_score"]}
+        lengths = np.mean(np.asarray(ev["eval_lengths"]), axis=-1)  # [S, tasks]
+        for k, name in enumerate(self.agent.eval_task_names):
+            out[f"{name}/episodic mean reward"] = np.asarray(ev["eval_return"])[:, k]
+            out[f"{name}/mean episodic length"] = lengths[:, k]
+        # the extensions' eval metrics [S, tasks]: logged as their means over the evaluated tasks
+        for key in self.ext_keys():
+            out[key[len("ext/"):]] = np.mean(np.asarray(ev[key]), axis=-1)
+        return out
 
     def progress_fields(self, hist):
         evals = hist["evals"]

@@ -10,7 +10,9 @@ A *tick* is one agent step of each of the ``n_envs`` environments in lockstep:
 3. the envs step (action repeat inside the env adapter) and the row (o_{t+1}, a_t, r_t) is
    written;
 4. updates: none before ``seed_steps``; at the first tick with ``agent_steps >= seed_steps``
-   the burst of ``seed_steps`` updates (spec §8, §12.14); afterwards ``n_envs`` per tick.
+   the burst of ``seed_steps`` updates (spec §8, §12.14); afterwards ``n_envs`` per tick, or
+   ``max(1, round(n_envs * updates_per_step))`` with ``cfg.updates_per_step`` other than 1
+   (:func:`~tdmpc2core.model.config.updates_per_tick`; docs/deviations.md O10).
 
 ``agent_steps`` here is the count before the tick (the reference's ``step``).
 
@@ -38,7 +40,7 @@ import jax.numpy as jnp
 
 from . import replay as rp
 from .common import METRIC_KEYS, episodes_of_seed, episodes_with_metrics, eval_episode, extensions_hook, update_loop
-from ..model.config import burst_tick
+from ..model.config import burst_tick, updates_per_tick
 from ..model.planner import act_with_policy, plan
 from ..model.update import AgentState, update
 from ..run.compiled import Compiled, per_seed
@@ -183,10 +185,14 @@ def _updates(agent, rs: RunState, n_updates, key, steps_before, sample=rp.sample
 
 def _scheduled_updates(agent, tick_index):
     """Updates due at a tick (spec §5.5, §8): none before seed_steps, the burst of seed_steps
-    at the first tick with step >= seed_steps, then n_envs per tick."""
+    at the first tick with step >= seed_steps, then n_envs per tick (``max(1, round(n_envs *
+    updates_per_step))``, :func:`~tdmpc2core.model.config.updates_per_tick`; a Python int, so
+    the default's program is the reference schedule's). Both modes step every env at every
+    tick (the episodic mode's restarts happen at the top of the tick), so a tick's count is
+    based on ``n_envs`` in the episodic mode too."""
     n, seed_steps = agent.n_envs, agent.cfg.seed_steps
     b = burst_tick(seed_steps, n)
-    return jnp.where(tick_index < b, 0, jnp.where(tick_index == b, seed_steps, n))
+    return jnp.where(tick_index < b, 0, jnp.where(tick_index == b, seed_steps, updates_per_tick(agent.cfg, n)))
 
 
 def _env_step(agent, rs: RunState, action, prev_mean, key, write_row, steps_before) -> RunState:
@@ -265,8 +271,9 @@ def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
        and resets (envs that have not started yet reset too);
     2. act (random while agent_steps <= seed_steps, else plan), step, stage the row;
     3. updates: the schedule's count (0 before the burst tick, ``seed_steps`` at it,
-       ``n_envs`` after) is added to ``pending_updates``; all pending updates run when the
-       replay holds an episode of at least H + 1 rows, else they keep waiting.
+       :func:`~tdmpc2core.model.config.updates_per_tick` after: ``n_envs`` by default) is
+       added to ``pending_updates``; all pending updates run when the replay holds an
+       episode of at least H + 1 rows, else they keep waiting.
     """
     env, cfg = agent.env, agent.cfg
     n = agent.n_envs

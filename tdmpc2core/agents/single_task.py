@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..envs import Env, make_env
-from ..model.config import TDMPC2Config, burst_tick, resolve_config
+from ..model.config import TDMPC2Config, burst_tick, config_record, resolve_config
 from ..model.planner import act_with_policy, plan
 from ..model.world_model import WorldModel
 from ..run import driver
@@ -84,7 +84,8 @@ class TDMPC2:
         prebuilt :class:`tdmpc2core.envs.Env` (a custom task; its spec fixes T and the action
         repeat, and the other env arguments are ignored).
       n_envs: environments in lockstep; the planner plans for each, and each tick runs
-        ``n_envs`` updates (the reference uses 1; docs/deviations.md O2).
+        ``n_envs`` updates (``updates_per_step`` scales it; the reference uses 1;
+        docs/deviations.md O2).
       episode_length: simulator steps per episode (Brax, Playground); T = episode_length /
         action_repeat agent steps. gymnax uses its params' ``max_steps_in_episode``.
       action_repeat: simulator steps per agent step (rewards summed); None (default): the
@@ -116,7 +117,24 @@ class TDMPC2:
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` (the official
         config.yaml names; ``lr`` is ``learning_rate``), each at its paper default. The
         ``model_size`` preset {1, 5, 19, 48, 317} fills enc_dim, mlp_dim, latent_dim,
-        num_enc_layers and num_q left as None; explicit widths override it.
+        num_enc_layers and num_q left as None; explicit widths override it. The optimizer's
+        (spec §5.3; :func:`tdmpc2core.model.update.make_optimizers`):
+
+        * ``learning_rate`` (default 3e-4): a float, a schedule ``Callable[[int], float]`` of
+          the update count (0 at the first update; the Adam state's count, so a resumed run
+          continues it), or a named optax schedule ``{"kind": "constant" | "linear" | "cosine" |
+          "warmup_cosine", ...}`` (:func:`~tdmpc2core.model.config.learning_rate_schedule`). The
+          encoder trains at ``learning_rate * enc_lr_scale`` (0.3), the schedule's value scaled.
+          Recorded in :attr:`config` as the float, the schedule's mapping or the callable's
+          ``{"kind": "callable", "name": ...}``.
+        * ``weight_decay`` (default 0): decoupled weight decay of the world model's and the
+          policy's Adam (optax.adamw, on every parameter); not a config.yaml hyperparameter,
+          0 keeps the reference's plain Adam (docs/deviations.md O9).
+        * ``updates_per_step`` (default 1): updates per agent step after the seed-phase burst,
+          ``max(1, round(n_envs * updates_per_step))`` per tick (Python's round, halves to
+          even; episodic mode too, where every env steps at every tick); the burst stays
+          ``seed_steps`` updates. Not a config.yaml hyperparameter: 1 is the reference's UTD
+          (docs/deviations.md O10).
 
     Derived (spec §1.3): ``gamma`` = clip((T/5 - 1)/(T/5), 0.95, 0.995), ``seed_steps`` =
     max(1000, 5 T) agent steps, planner ``iterations`` + 2 when the action dim is >= 20.
@@ -129,7 +147,9 @@ class TDMPC2:
 
     Raises:
       ValueError: unknown env id, discrete actions, an episode shorter than horizon + 1
-        (non-episodic), seed_steps shorter than the first episode (non-episodic).
+        (non-episodic), seed_steps shorter than the first episode (non-episodic); a
+        learning_rate, schedule, weight_decay or updates_per_step outside what is accepted
+        (:func:`~tdmpc2core.model.config.check_optimizer_fields`, one line naming the key).
       TypeError: an unknown hyperparameter name.
     """
 
@@ -192,8 +212,10 @@ class TDMPC2:
         env's settings as plain data, :attr:`tdmpc2core.envs.Env.env_params`) is a key only when
         the env was built with settings other than its defaults, so a default agent's config,
         and with it the run ids and checkpoint settings of runs made before it was recorded, is
-        unchanged."""
-        d = dataclasses.asdict(self.cfg)
+        unchanged; so are ``weight_decay`` and ``updates_per_step``, and ``learning_rate`` is a
+        float, a named schedule's mapping or a callable's name
+        (:func:`~tdmpc2core.model.config.config_record`)."""
+        d = config_record(self.cfg)
         d.update(env_id=self.env_id, n_envs=self.n_envs, episode_length_agent_steps=self.episode_length,
                  action_repeat=self.action_repeat, obs_dim=self.spec.obs_dim, action_dim=self.spec.action_dim,
                  suite=self.spec.suite, physics_backend=self.spec.backend,
@@ -297,9 +319,10 @@ class TDMPC2:
         return int(ticks[0])
 
     def train(self, seed: Union[int, Sequence[int]] = 0, n_timesteps: int = 1_000_000, *,
-              eval_every: Optional[int] = None, eval_episodes: int = 10,
+              eval_every: Optional[int] = None, eval_episodes: Optional[int] = None,
               callback: Optional[Callable[[dict], None]] = None, state=None, history: Optional[dict] = None,
-              total_timesteps: Optional[int] = None, options: Optional[RunOptions] = None, **run_options):
+              total_timesteps: Optional[int] = None, options: Optional[RunOptions] = None,
+              logging_config=None, initial_state=None, num_episode_test: Optional[int] = None, **run_options):
         """Train for ``n_timesteps`` agent steps per seed (several seeds vmapped in one program).
 
         A run may be done in one call, continued in several (``state``/``history`` of the
@@ -321,7 +344,9 @@ class TDMPC2:
             None: the end of this call. Give it to every call of a run split into calls.
           eval_every: agent steps between evaluations (also at step 0 and at the end of the
             run); None: no evaluation.
-          eval_episodes: episodes per evaluation.
+          eval_episodes: episodes per evaluation (default 10); alias ``num_episode_test``.
+          logging_config: a :class:`~tdmpc2core.run.loggers.LoggingConfig`: evaluations every
+            ``log_frequency`` agent steps; its loggers built, given every record, closed.
           callback: called on the host after every chunk of the schedule
             (:func:`tdmpc2core.run.driver.schedule`)
             with a dict of numpy values (``phase``, ``agent_steps``, ``env_frames``,
@@ -329,7 +354,8 @@ class TDMPC2:
             with an evaluation, wall-clock ``chunk_seconds``, ``wall_time_s``,
             ``agent_steps_per_s``).
           state, history: the state and history returned by a previous call (the state's
-            buffers are donated to this call); the returned history extends ``history``.
+            buffers are donated to this call; alias ``initial_state``); the returned history
+            extends ``history``.
           options, **run_options: how the run is driven on the host
             (:class:`tdmpc2core.run.driver.RunOptions`, or its fields as keywords; none of
             them changes a number), counted in agent steps:
@@ -358,13 +384,15 @@ class TDMPC2:
             ``make_logger("csv", path=...)``): ``log(agent_steps, {"Train/<name>": ...,
             "Train/env_frames": ...})`` after every chunk and ``log(agent_steps, {"Eval/episodic
             mean reward": ..., "Eval/env_frames": ...})`` after every evaluation (seed means).
-            One that raises is warned about once and dropped; the caller closes them.
+            One that raises is warned about once and dropped; the caller closes them
+            (``log_seeds`` loggers get each seed's values). ``progress_bar``: tqdm on stderr.
         Returns:
           (state, history): the final run state (leading seed axis) and a dict of numpy arrays:
           ``eval_agent_steps`` [n_evals], ``eval_env_frames`` [n_evals], ``eval_returns``
           [n_evals, n_seeds, eval_episodes], ``eval_return`` [n_evals, n_seeds] (mean over
-          episodes), ``eval_lengths``, ``chunks`` (list of per-chunk dicts, as given to
-          ``callback``) and ``wall_seconds`` (training wall time over all sessions).
+          episodes), ``eval_lengths``, the loggers' ``Eval/...`` keys [n_evals, n_seeds] (or
+          [n_evals]; the reference's: [n_seeds, n_logs], None without a logging config),
+          ``chunks`` (per-chunk dicts, as given to ``callback``) and ``wall_seconds``.
         Raises:
           TerminationError: the env terminated (non-episodic agent), at the first chunk
             boundary after it, naming the env and the count.
@@ -379,12 +407,17 @@ class TDMPC2:
             ``checkpoint_dir`` was made with other settings (named).
           tdmpc2core.io.checkpoint.CorruptCheckpointError: checkpoints exist but none is usable.
           ValueError: a state of other seeds, a replay sized for another run length, a call
-            past ``total_timesteps``.
+            past ``total_timesteps``; ``eval_every`` differing from ``logging_config.log_frequency``.
+          TypeError: an argument and its alias both given (naming both).
         """
-        return driver.train(self.program(), [int(s) for s in np.atleast_1d(np.asarray(seed))], n_timesteps,
-                            eval_every=eval_every, eval_episodes=eval_episodes, callback=callback, state=state,
-                            history=history, total_steps=total_timesteps,
-                            options=driver.run_options(options, run_options))
+        state, eval_episodes = driver.reference_aliases("TDMPC2.train", state, initial_state, eval_episodes,
+                                                        num_episode_test)
+        eval_every = driver.log_cadence("TDMPC2.train", "eval_every", eval_every, logging_config)
+        opts = driver.run_options(options, run_options)
+        with driver.logging_options(opts, logging_config, str(self.env_id), self.config) as opts:
+            return driver.train(self.program(), [int(s) for s in np.atleast_1d(np.asarray(seed))], n_timesteps,
+                                eval_every=eval_every, eval_episodes=eval_episodes, callback=callback, state=state,
+                                history=history, total_steps=total_timesteps, options=opts)
 
     # ---- checkpoints (the run driver's, for this agent) ------------------------------
     def save_checkpoint(self, directory, state, history: Optional[dict], *, seeds, total_timesteps: int,
@@ -557,7 +590,8 @@ class OnlineProgram(RunProgram):
         history["eval_return"] = history["eval_returns"].mean(axis=-1)
 
     def eval_log(self, ev):
-        return {"episodic mean reward": np.mean(ev["eval_returns"], axis=-1), "env_frames": ev["eval_env_frames"],
+        return {"episodic mean reward": np.mean(ev["eval_returns"], axis=-1),
+                "mean episodic length": np.mean(ev["eval_lengths"], axis=-1), "env_frames": ev["eval_env_frames"],
                 **{k[len("ext/"):]: ev[k] for k in online.eval_metric_names(self.agent)}}
 
     def progress_fields(self, hist):

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Optional
+import numbers
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 # spec §1.2: preset -> widths (single-task values; latent 768 for size 19 except mt30's 512)
 MODEL_SIZES: dict[int, dict[str, int]] = {
@@ -18,6 +19,17 @@ MODEL_SIZES: dict[int, dict[str, int]] = {
     317: dict(enc_dim=4096, mlp_dim=4096, latent_dim=1376, num_enc_layers=5, num_q=8),
 }
 WIDTH_KEYS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q")
+#: the named learning-rate schedules (:func:`learning_rate_schedule`): kind -> (the optax
+#: schedule built, its required parameters, its optional ones). The parameters are optax's own.
+LR_SCHEDULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "constant": ("constant_schedule", ("value",), ()),
+    "linear": ("linear_schedule", ("init_value", "end_value", "transition_steps"), ("transition_begin",)),
+    "cosine": ("cosine_decay_schedule", ("init_value", "decay_steps"), ("alpha", "exponent")),
+    "warmup_cosine": ("warmup_cosine_decay_schedule", ("init_value", "peak_value", "warmup_steps", "decay_steps"),
+                      ("end_value", "exponent")),
+}
+# the schedule parameters that count updates (integers >= 0); the others are numbers >= 0
+_STEP_PARAMS = ("transition_steps", "transition_begin", "decay_steps", "warmup_steps")
 #: the model's kernel choices (docs/fidelity.md "Kernels"): "auto" resolves per backend
 KERNELS = ("auto", "cpu", "reference")
 #: the Dense layers' matmul precisions (jax.lax.Precision HIGHEST / HIGH / DEFAULT)
@@ -30,6 +42,16 @@ class TDMPC2Config:
 
     Names follow the official config.yaml (``lr`` is ``learning_rate``). Widths left as
     None are filled from the ``model_size`` preset by :func:`resolve_config`.
+
+    ``learning_rate`` is a float, a hashable schedule callable of the update count, or a
+    named schedule (a mapping ``{"kind": ..., ...}`` becomes an :class:`LRSchedule` at
+    construction); ``weight_decay`` (AdamW's decoupled decay, 0: plain Adam) and
+    ``updates_per_step`` (single-task online agent) are additions, not config.yaml
+    hyperparameters, whose defaults keep the reference (docs/deviations.md O9, O10).
+
+    Raises:
+      ValueError: (at construction) an optimizer setting outside what is accepted
+        (:func:`check_optimizer_fields`, :func:`learning_rate_schedule`).
     """
 
     # architecture (spec §1.1, §1.2, §3)
@@ -51,16 +73,24 @@ class TDMPC2Config:
     consistency_coef: float = 20.0
     reward_coef: float = 0.1
     value_coef: float = 0.1
-    learning_rate: float = 3e-4
+    # a float, a schedule Callable[[int], float] of the update count, or a named schedule
+    # (LRSchedule, or its mapping {"kind": ..., ...}: learning_rate_schedule)
+    learning_rate: Union[float, Callable[[Any], Any], "LRSchedule"] = 3e-4
     enc_lr_scale: float = 0.3
     grad_clip_norm: float = 20.0
     pi_eps: float = 1e-5
+    # decoupled weight decay of both Adams (optax.adamw; not a config.yaml hyperparameter, 0 keeps
+    # the reference's plain Adam: docs/deviations.md O9)
+    weight_decay: float = 0.0
     tau: float = 0.01
     entropy_coef: float = 1e-4
     log_std_min: float = -10.0
     log_std_max: float = 2.0
     buffer_size: int = 1_000_000
     seed_steps: Optional[int] = None
+    # updates per agent step after the seed-phase burst, single-task online agent only (not a
+    # config.yaml hyperparameter; 1 is the reference's: docs/deviations.md O10)
+    updates_per_step: float = 1.0
     gamma: Optional[float] = None
     discount_denom: float = 5.0
     discount_min: float = 0.95
@@ -88,10 +118,197 @@ class TDMPC2Config:
     # "default" (on GPUs: TF32 / bf16 passes, faster, not float32 accurate)
     matmul_precision: str = "highest"
 
+    def __post_init__(self):
+        # a named schedule's mapping becomes an LRSchedule (hashable: the config is a static
+        # argument of jit); the optimizer fields are refused here, at construction
+        if isinstance(self.learning_rate, Mapping):
+            object.__setattr__(self, "learning_rate", learning_rate_schedule(self.learning_rate))
+        check_optimizer_fields(self)
+
     # ---- derived helpers (valid after resolve_config) ----
     @property
     def bin_size(self) -> float:
         return (self.vmax - self.vmin) / (self.num_bins - 1)
+
+
+# ------------------------------------------------------------------ the optimizer's settings
+_YAML_HINT = " (YAML reads 3e-4 and 1e5 as strings: write 3.0e-4 and 100000)"
+
+
+def _is_real(x) -> bool:
+    """A real number (Python's or NumPy's), not a bool."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class LRSchedule:
+    """A named learning-rate schedule (:data:`LR_SCHEDULES`): ``kind`` and its parameters, the
+    ``(name, value)`` pairs of optax's schedule of that kind, sorted by name. Build one with
+    :func:`learning_rate_schedule`.
+
+    Called with the update count (0 at a run's first update; the Adam state's count, which a
+    checkpoint holds), it gives the learning rate of that update: ``optax.<schedule>(**params)``
+    (JAX, imported on the first call). Hashable and plain data: :meth:`to_dict` is what
+    ``run.json`` records and what the workflow's configuration writes.
+    """
+
+    kind: str
+    params: tuple = ()
+
+    def to_dict(self) -> dict:
+        """``{"kind": kind, **params}``: the mapping :func:`learning_rate_schedule` reads back."""
+        return {"kind": self.kind, **dict(self.params)}
+
+    def optax_schedule(self):
+        """The optax schedule (a function of the update count) this describes."""
+        import optax
+
+        return getattr(optax, LR_SCHEDULES[self.kind][0])(**dict(self.params))
+
+    def __call__(self, count):
+        return self.optax_schedule()(count)
+
+
+def learning_rate_schedule(spec: Mapping) -> LRSchedule:
+    """The :class:`LRSchedule` of a mapping ``{"kind": kind, <parameter>: value, ...}`` (a YAML
+    ``learning_rate:`` block), checked. Plain Python (the workflow checks at load).
+
+    Kinds (:data:`LR_SCHEDULES`) and their parameters, optax's (``*`` optional):
+
+    * ``constant``: ``value`` (optax.constant_schedule);
+    * ``linear``: ``init_value``, ``end_value``, ``transition_steps`` (>= 1),
+      ``transition_begin``* (default 0) (optax.linear_schedule);
+    * ``cosine``: ``init_value``, ``decay_steps`` (>= 1), ``alpha``* in [0, 1] (default 0),
+      ``exponent``* > 0 (default 1) (optax.cosine_decay_schedule);
+    * ``warmup_cosine``: ``init_value``, ``peak_value``, ``warmup_steps`` (>= 1),
+      ``decay_steps`` (> warmup_steps: the whole schedule's length, warmup included),
+      ``end_value``* (default 0), ``exponent``* (optax.warmup_cosine_decay_schedule).
+
+    Learning rates (``value``, ``*_value``) are finite numbers >= 0; step counts are integers
+    >= 0 and count updates (the world model's and the policy's alike). The encoder trains at
+    the schedule's value times ``enc_lr_scale``.
+
+    Raises:
+      ValueError: (one line, naming the key and what is accepted) a missing or unknown kind,
+        an unknown or missing parameter, a value of the wrong type or range.
+    """
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"learning_rate schedule {spec!r} is not a mapping; accepted: "
+                         f"{{kind: <one of {sorted(LR_SCHEDULES)}>, <its parameters>}}")
+    kind = spec.get("kind")
+    if kind not in LR_SCHEDULES:
+        raise ValueError(f"learning_rate.kind={kind!r} is not a schedule; accepted: {sorted(LR_SCHEDULES)} "
+                         f"(or a plain float)")
+    _, required, optional = LR_SCHEDULES[kind]
+    params = {k: v for k, v in spec.items() if k != "kind"}
+    unknown = sorted(set(params) - set(required) - set(optional), key=str)
+    if unknown:
+        raise ValueError(f"learning_rate: unknown parameter(s) {unknown} of the {kind!r} schedule; accepted: "
+                         f"{list(required)} (required)" + (f", {list(optional)} (optional)" if optional else ""))
+    missing = [k for k in required if k not in params]
+    if missing:
+        raise ValueError(f"learning_rate: the {kind!r} schedule needs {missing}; its parameters: {list(required)} "
+                         f"(required)" + (f", {list(optional)} (optional)" if optional else ""))
+    for k, v in params.items():
+        hint = _YAML_HINT if isinstance(v, str) else ""
+        if k in _STEP_PARAMS:
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+                raise ValueError(f"learning_rate.{k}={v!r} is not an update count; accepted: an integer >= 0{hint}")
+        elif not _is_real(v) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"learning_rate.{k}={v!r} is not accepted; accepted: a finite number >= 0{hint}")
+    for k in ("transition_steps", "decay_steps", "warmup_steps"):
+        if k in params and params[k] < 1:
+            raise ValueError(f"learning_rate.{k}={params[k]!r} must be >= 1 (the {kind!r} schedule's length)")
+    if kind == "warmup_cosine" and params["decay_steps"] <= params["warmup_steps"]:
+        raise ValueError(f"learning_rate.decay_steps={params['decay_steps']} must exceed warmup_steps="
+                         f"{params['warmup_steps']} (decay_steps is the whole schedule, warmup included)")
+    if "alpha" in params and params["alpha"] > 1:
+        raise ValueError(f"learning_rate.alpha={params['alpha']!r} must be in [0, 1] (the final fraction of "
+                         f"init_value)")
+    if "exponent" in params and params["exponent"] <= 0:
+        raise ValueError(f"learning_rate.exponent={params['exponent']!r} must be > 0")
+    # plain Python numbers (a NumPy scalar would not be JSON)
+    params = {k: int(v) if k in _STEP_PARAMS else float(v) for k, v in params.items()}
+    return LRSchedule(kind, tuple(sorted(params.items())))
+
+
+def describe_learning_rate(lr):
+    """``learning_rate`` as plain data, for ``run.json`` and checkpoint settings: a float as
+    itself, a named schedule as its mapping (:meth:`LRSchedule.to_dict`), another callable as
+    ``{"kind": "callable", "name": "<module>.<qualname>"}`` (readable, not rebuildable: two
+    callables of the same name are recorded, and compared on resume, as equal)."""
+    if isinstance(lr, LRSchedule):
+        return lr.to_dict()
+    if callable(lr):
+        fn = getattr(lr, "func", lr)  # a functools.partial: its function's name
+        name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+        return {"kind": "callable", "name": f"{getattr(fn, '__module__', None) or '?'}.{name}"}
+    return lr
+
+
+def check_optimizer_fields(cfg) -> None:
+    """Refuse a ``learning_rate``, ``weight_decay`` or ``updates_per_step`` the agents cannot
+    take, with a one-line ValueError naming the key, the value and what is accepted:
+    ``learning_rate`` a finite number > 0, a hashable callable (a schedule of the update count)
+    or an :class:`LRSchedule`; ``weight_decay`` a finite number >= 0; ``updates_per_step`` a
+    finite number > 0."""
+    lr = cfg.learning_rate
+    if isinstance(lr, LRSchedule):
+        learning_rate_schedule(lr.to_dict())  # one built by hand is checked as well
+    elif callable(lr):
+        try:
+            hash(lr)
+        except TypeError:
+            raise ValueError(f"learning_rate={lr!r} is a callable that cannot be hashed (the configuration is a "
+                             f"static argument of jit); pass a function or functools.partial") from None
+    elif not _is_real(lr) or not math.isfinite(lr) or lr <= 0:
+        hint = _YAML_HINT if isinstance(lr, str) else ""
+        raise ValueError(f"learning_rate={lr!r} is not accepted; accepted: a finite number > 0, a schedule "
+                         f"Callable[[int], float] of the update count, or a named schedule {{kind: one of "
+                         f"{sorted(LR_SCHEDULES)}, ...}}{hint}")
+    wd = cfg.weight_decay
+    if not _is_real(wd) or not math.isfinite(wd) or wd < 0:
+        raise ValueError(f"weight_decay={wd!r} is not accepted; accepted: a finite number >= 0 (decoupled weight "
+                         f"decay of both Adams; 0, the default, is the reference's plain Adam)")
+    ups = cfg.updates_per_step
+    if not _is_real(ups) or not math.isfinite(ups) or ups <= 0:
+        raise ValueError(f"updates_per_step={ups!r} is not accepted; accepted: a finite number > 0 (updates per "
+                         f"agent step after the seed-phase burst; 1, the default, is the reference's)")
+
+
+def updates_per_tick(cfg, n_envs: int) -> int:
+    """Updates of a single-task online tick of ``n_envs`` agent steps after the seed-phase burst:
+    ``max(1, round(n_envs * updates_per_step))`` (Python's round, halves to even), ``n_envs``
+    with the default 1 (spec §8; docs/deviations.md O2, O10)."""
+    return max(1, round(int(n_envs) * float(cfg.updates_per_step)))
+
+
+def check_offline_config(cfg, owner: str = "TDMPC2MultiTask") -> None:
+    """Refuse the settings of the online loop in an offline (multi-task) agent, whose
+    ``n_timesteps`` counts updates: ``updates_per_step`` other than 1 (ValueError, one line)."""
+    if float(cfg.updates_per_step) != 1.0:
+        raise ValueError(f"updates_per_step={cfg.updates_per_step!r} applies to the single-task online agent "
+                         f"only: {owner} trains offline and counts its updates (n_timesteps); leave it at 1")
+
+
+#: fields recorded in a configuration's record only when they differ from these defaults (added
+#: after runs were recorded: a default run's record, run id and checkpoint settings are unchanged)
+_RECORDED_IF_SET = {"weight_decay": 0.0, "updates_per_step": 1.0}
+
+
+def config_record(cfg: "TDMPC2Config") -> dict:
+    """The configuration as plain JSON data (the agents' ``config``, ``run.json``'s
+    ``agent_config``, the checkpoints' settings): every field, ``learning_rate`` as
+    :func:`describe_learning_rate` gives it, and ``weight_decay`` / ``updates_per_step`` only
+    when set to other than their defaults (so runs and checkpoints recorded before these
+    existed keep their ids and still resume)."""
+    d = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if f.name in _RECORDED_IF_SET and v == _RECORDED_IF_SET[f.name]:
+            continue
+        d[f.name] = describe_learning_rate(v) if f.name == "learning_rate" else v
+    return d
 
 
 def discount_from_episode_length(T: int, denom: float = 5.0, lo: float = 0.95, hi: float = 0.995) -> float:
@@ -349,7 +566,9 @@ def config_from_kwargs(**kwargs) -> TDMPC2Config:
 
 
 __all__ = [
-    "MODEL_SIZES", "KERNELS", "MATMUL_PRECISIONS", "TDMPC2Config", "resolve_config", "kernels_for_backend",
+    "MODEL_SIZES", "KERNELS", "MATMUL_PRECISIONS", "TDMPC2Config", "LR_SCHEDULES", "LRSchedule",
+    "learning_rate_schedule", "describe_learning_rate", "check_optimizer_fields", "updates_per_tick",
+    "check_offline_config", "config_record", "resolve_config", "kernels_for_backend",
     "check_kernel_fields", "validate_config", "config_from_kwargs",
     "discount_from_episode_length", "seed_steps_from_episode_length", "slices_in_episodes",
     "capacity_episodes", "burst_tick", "first_update_agent_steps", "first_update_slices", "episodes_held_at_end", "check_batch_size", "check_first_update",

@@ -107,23 +107,54 @@ def wm_subtrees(params: dict) -> dict:
     return {k: v for k, v in params.items() if k in WM_KEYS}
 
 
-def make_optimizers(cfg):
-    """(world-model Adam with the encoder at lr * enc_lr_scale, policy Adam with eps 1e-5).
+def scaled_learning_rate(lr, scale: float):
+    """``lr * scale`` for a float, else the schedule ``count -> lr(count) * scale`` (the encoder's
+    learning rate, spec §5.3: ``enc_lr_scale`` times the world model's, whatever the update)."""
+    if callable(lr):
+        return lambda count: lr(count) * scale
+    return lr * scale
 
-    Gradient clipping is applied before these (:func:`clip_grads`), exactly as PyTorch's
-    clip_grad_norm_ (spec §5.3).
+
+def _adam(lr, eps: float, weight_decay: float):
+    """Adam (b1 0.9, b2 0.999) at ``lr`` (a float or a schedule of the update count); with
+    ``weight_decay`` > 0 optax's adamw: the decoupled decay ``lr * weight_decay * param`` added
+    to every parameter's step (no mask), as PyTorch's AdamW does."""
+    if weight_decay:
+        return optax.adamw(lr, b1=0.9, b2=0.999, eps=eps, weight_decay=weight_decay)
+    return optax.adam(lr, b1=0.9, b2=0.999, eps=eps)
+
+
+def make_optimizers(cfg):
+    """(world-model Adam with the encoder at lr * enc_lr_scale, policy Adam with eps 1e-5)
+    (spec §5.3).
+
+    Gradient clipping is applied before these (:func:`clip_coef` scales the gradients in
+    :func:`update`), exactly as PyTorch's clip_grad_norm_ (spec §5.3).
+
+    ``cfg.learning_rate``: a float (the reference), or a schedule of the update count (a
+    callable or a named :class:`~tdmpc2core.model.config.LRSchedule`), evaluated by optax at
+    the count of updates each optimizer has made (its state's count: 0 at the first update,
+    saved in checkpoints, so a resumed run continues its schedule); the encoder's group runs
+    at the schedule's value times ``enc_lr_scale``, every other world-model parameter (the
+    multi-task task embedding included) and the policy at its value.
+
+    ``cfg.weight_decay`` > 0: decoupled weight decay (optax.adamw, PyTorch's AdamW) in both
+    optimizers, on every parameter, biases and LayerNorm scales included (optax's default, no
+    mask), at the learning rate of the parameter's group (so the encoder's decays at
+    ``enc_lr_scale`` times the rate). 0 (default): plain Adam, the reference's program.
     """
     def label(tree):
         return {k: jax.tree_util.tree_map(lambda _: "encoder" if k == "encoder" else "rest", v)
                 for k, v in tree.items()}
 
+    lr, wd = cfg.learning_rate, float(cfg.weight_decay)
     # optax.flatten runs Adam on one concatenated vector per group: elementwise the same
     # arithmetic as per-leaf Adam, with a handful of ops instead of several per leaf.
     wm = optax.multi_transform(
-        {"encoder": optax.flatten(optax.adam(cfg.learning_rate * cfg.enc_lr_scale, b1=0.9, b2=0.999, eps=1e-8)),
-         "rest": optax.flatten(optax.adam(cfg.learning_rate, b1=0.9, b2=0.999, eps=1e-8))},
+        {"encoder": optax.flatten(_adam(scaled_learning_rate(lr, cfg.enc_lr_scale), 1e-8, wd)),
+         "rest": optax.flatten(_adam(lr, 1e-8, wd))},
         label)
-    pi = optax.flatten(optax.adam(cfg.learning_rate, b1=0.9, b2=0.999, eps=cfg.pi_eps))
+    pi = optax.flatten(_adam(lr, cfg.pi_eps, wd))
     return wm, pi
 
 

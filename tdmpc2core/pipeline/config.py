@@ -51,6 +51,11 @@ SPEC_KEYS = ["env_id", "action_repeat", "episode_length", "agent_steps", "eval_e
 OPTIONAL_SPEC_KEYS = ["n_envs", "backend", "allow_evicted", "env_params", "extensions"]
 # the settings that merge key by key over the protocol's defaults (the others: the task's value wins)
 MERGED_KEYS = ("agent", "resources", "env_params")
+# the logger kinds a training job can build (tdmpc2core.run.loggers' built-in kinds; the
+# pipeline imports no JAX-side layer, so they are named here and a test compares the two)
+LOGGER_KINDS = ("csv", "tensorboard", "wandb")
+LOGGER_KEYS = ("kind", "dir", "project", "entity", "mode")
+WANDB_MODES = ("offline", "online", "disabled")
 AGENT_KEYS = sorted(f.name for f in dataclasses.fields(library_config.TDMPC2Config))
 
 
@@ -119,6 +124,28 @@ class Pipeline:
     rerun_on_code_change: bool
     resolved_yaml: str
     notes: tuple = ()
+    logger: dict | None = None
+
+    def logger_resources(self) -> dict:
+        """The training rules' ``logger`` resource (the stage's flags; no rerun trigger), or
+        none without a logger (the plans of configurations without one stay as they were)."""
+        return {"logger": self.logger_flags()} if self.logger else {}
+
+    def logger_shell(self) -> str:
+        """What the training rules' shell commands add for the logger: `` {resources.logger}``, or ""."""
+        return " {resources.logger}" if self.logger else ""
+
+    def logger_flags(self) -> str:
+        """The training stages' logger flags (``--logger KIND --logger-dir DIR ...``, plain
+        words: the schema allows no character a shell would read), or "" without a logger."""
+        lg = self.logger
+        if not lg:
+            return ""
+        flags = ["--logger", lg["kind"], "--logger-dir", lg["dir"], "--logger-group", self.protocol_name]
+        for key in ("project", "entity", "mode"):
+            if lg.get(key):
+                flags += [f"--logger-{key}", str(lg[key])]
+        return " ".join(shlex.quote(f) for f in flags)
 
     # ---- what the stages receive ----------------------------------------------------
     def task_spec(self, task: str) -> str:
@@ -425,6 +452,28 @@ def _check_official_checkpoints(block: dict | None) -> Official:
     return Official(block, checkpoints, resources)
 
 
+def check_logger(block) -> dict | None:
+    """The top-level ``logger`` block with its defaults (dir ``logs/metrics``, project
+    ``tdmpc2``), or None when absent. Raises :class:`ConfigError` (one line naming the key and
+    what is accepted) for an unknown kind, key or W&B mode."""
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise ConfigError(f"config: logger: {block!r} is not accepted; give a mapping such as "
+                          "{kind: wandb, project: tdmpc2} (or leave it out)")
+    unknown = [k for k in block if k not in LOGGER_KEYS]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), LOGGER_KEYS, n=1)
+        raise ConfigError(f"config: unknown key {unknown[0]!r} in logger"
+                          + (f"; did you mean {close[0]!r}?" if close else f"; accepted: {', '.join(LOGGER_KEYS)}"))
+    if block.get("kind") not in LOGGER_KINDS:
+        raise ConfigError(f"config: logger.kind: {block.get('kind')!r} is not accepted; accepted: "
+                          f"{', '.join(LOGGER_KINDS)}")
+    if block.get("mode") is not None and block["mode"] not in WANDB_MODES:
+        raise ConfigError(f"config: logger.mode: {block['mode']!r} is not accepted; accepted: {', '.join(WANDB_MODES)}")
+    return {"dir": "logs/metrics", "project": "tdmpc2", **block}
+
+
 def _resolved_yaml(p: dict) -> str:
     """The resolved configuration as the YAML text resolve_config writes."""
     return ("# The configuration this run used (protocol selected, task settings merged with the defaults).\n"
@@ -467,6 +516,7 @@ def resolve(config: dict) -> Pipeline:
     max_chunk = float(config["max_chunk_seconds"])
     cluster = cluster_from_config(config, max_chunk_seconds=max_chunk)
     official = _check_official_checkpoints(config.get("official_checkpoints"))
+    logger = check_logger(config.get("logger"))
     resolved = {
         "protocol": name, "label": protocol["label"], "seeds": seeds, "seeds_per_job": per_job,
         "threads_per_job": int(config["threads_per_job"]), "jax_cache_dir": config["jax_cache_dir"],
@@ -489,4 +539,4 @@ def resolve(config: dict) -> Pipeline:
         checkpoints=config["checkpoint_dir"], checkpoint_every=int(config["checkpoint_every"]),
         keep_checkpoints=int(config["keep_checkpoints"]), max_chunk_seconds=max_chunk,
         rerun_on_code_change=bool(config.get("rerun_on_code_change", False)),
-        resolved_yaml=_resolved_yaml(resolved), notes=tuple(notes))
+        resolved_yaml=_resolved_yaml(resolved), notes=tuple(notes), logger=logger)

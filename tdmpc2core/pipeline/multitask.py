@@ -41,9 +41,9 @@ def _mt_config(where: str, agent: dict, size: int, batch_size: int, T: int):
     """The multi-task agent's configuration as TDMPC2MultiTask builds it (the pool's shortest
     episode ``T``), or a ConfigError naming ``where``."""
     try:
-        return library_config.resolve_config(
-            library_config.TDMPC2Config(**agent, model_size=size, batch_size=batch_size),
-            episode_length=T, action_dim=0)
+        cfg = library_config.TDMPC2Config(**agent, model_size=size, batch_size=batch_size)
+        library_config.check_offline_config(cfg)
+        return library_config.resolve_config(cfg, episode_length=T, action_dim=0)
     except (ValueError, TypeError) as e:
         raise C.ConfigError(f"config: {where}: {e}") from None
 

@@ -66,6 +66,24 @@ def _files_setting(path: list, configfiles: list) -> list:
     return found
 
 
+def _inner_error(err: jsonschema.ValidationError, schema: dict):
+    """The error under an unevaluatedProperties error whose keys are all accepted: a value one of
+    the node's allOf schemas refused (e.g. ``agent.weight_decay: -1`` in a task), which left
+    that schema's keys unevaluated. jsonschema's best match is the shallower unevaluatedProperties
+    error; this is the value's, its path made absolute. None when there is none."""
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    found = [e for e in cls(schema).evolve(schema=err.schema).iter_errors(err.instance)
+             if e.path or e.validator not in ("additionalProperties", "unevaluatedProperties")]
+    best = jsonschema.exceptions.best_match(found)
+    if best is None:
+        return None
+    root = best
+    while root.parent is not None:
+        root = root.parent
+    root.path.extendleft(reversed(list(err.absolute_path)))
+    return best
+
+
 def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles: list, overrides=None) -> str:
     """One line for a jsonschema ValidationError of the configuration: an unknown key with the
     file that sets it and the closest accepted key, a value outside an enum with the closest
@@ -77,7 +95,11 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
     cli = bool(path) and _sets(overrides or {}, path)
     if err.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(err.instance, dict):
         accepted = _accepted_keys(err.schema, schema)
-        unknown = [k for k in err.instance if k not in accepted] or ["?"]
+        unknown = [k for k in err.instance if k not in accepted]
+        inner = None if unknown else _inner_error(err, schema)
+        if inner is not None:
+            return config_error_line(inner, schema, configfiles, overrides)
+        unknown = unknown or ["?"]
         key = unknown[0]
         files = _files_setting(path + [key], configfiles)
         src = f" (set in {files[0]})" if files else " (set by --config)"

@@ -80,9 +80,11 @@ def matmul_precision_words(raw) -> str:
 def fmt_value(key: str, v, none_text: str = "unknown") -> str:
     """A recorded value as a reader wants it (plain text, not escaped): seconds to 0.1 s, other
     floats to 4 significant digits, a matmul precision in words."""
+    k = str(key).lower()
+    if "default_matmul" in k and (v is None or str(v) == "None"):  # JAX's global setting, left unset
+        return "unset: the backend's default (the Dense layers set their own precision)"
     if v is None or v is pd.NA:
         return none_text
-    k = str(key).lower()
     if "matmul_precision" in k and "default_matmul" not in k:
         return matmul_precision_words(v)
     if isinstance(v, bool) or not isinstance(v, float):

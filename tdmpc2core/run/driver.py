@@ -26,9 +26,11 @@ counts the run's own unit.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
+import sys
 import time
 import warnings
 from typing import Any, Callable, NamedTuple, Optional, Sequence
@@ -86,6 +88,9 @@ class RunOptions:
       progress: called after every call of the compiled program (:func:`train`).
       loggers: :class:`~tdmpc2core.run.loggers.Logger` objects given every chunk record and
         every evaluation (:mod:`tdmpc2core.run.loggers`); the caller closes them.
+      progress_bar: a tqdm progress bar on stderr (steps of this call, the rate, the last
+        evaluation's mean); None (default): only when stderr is a terminal. The pipeline's
+        jobs pass False (their logs keep their own progress lines).
     """
 
     checkpoint_dir: Any = None
@@ -96,6 +101,7 @@ class RunOptions:
     should_stop: Optional[Callable[[], bool]] = None
     progress: Optional[Callable[[dict], None]] = None
     loggers: tuple = ()
+    progress_bar: Optional[bool] = None
 
     def __post_init__(self):
         object.__setattr__(self, "loggers", tuple(self.loggers or ()))
@@ -118,6 +124,70 @@ def run_options(options: Optional[RunOptions], kwargs: dict) -> RunOptions:
     if unknown:
         raise TypeError(f"train: unknown option(s) {unknown}; accepted: {sorted(names)}")
     return dataclasses.replace(options if options is not None else RunOptions(), **kwargs)
+
+
+def alias(owner: str, name: str, value, alias_name: str, alias_value, default=None):
+    """The value of an argument that has an alias (the reference API's name): ``value`` if
+    given, else ``alias_value`` if given, else ``default`` (``None`` counts as not given).
+
+    Raises:
+      TypeError: both are given (naming both).
+    """
+    if value is not None and alias_value is not None:
+        raise TypeError(f"{owner}: {name}= and {alias_name}= (its alias) are both given; pass one")
+    return value if value is not None else alias_value if alias_value is not None else default
+
+
+def reference_aliases(owner: str, state, initial_state, eval_episodes, num_episode_test):
+    """(state, eval_episodes) of an agent's ``train`` from our names and the reference API's
+    (``initial_state``, ``num_episode_test``); ``eval_episodes`` defaults to 10. Raises
+    TypeError when a name and its alias are both given."""
+    return (alias(owner, "state", state, "initial_state", initial_state),
+            alias(owner, "eval_episodes", eval_episodes, "num_episode_test", num_episode_test, 10))
+
+
+def _check_logging_config(logging_config) -> None:
+    from .loggers import LoggingConfig
+
+    if not isinstance(logging_config, LoggingConfig):
+        raise TypeError(f"logging_config must be a tdmpc2core.LoggingConfig, got {type(logging_config).__name__}")
+
+
+def log_cadence(owner: str, name: str, value, logging_config) -> Optional[int]:
+    """``value`` (e.g. ``eval_every``), or ``logging_config.log_frequency`` when it is not given.
+
+    Raises:
+      ValueError: both are given and differ (naming both).
+      TypeError: ``logging_config`` is not a :class:`~tdmpc2core.run.loggers.LoggingConfig`.
+    """
+    if logging_config is None:
+        return value
+    _check_logging_config(logging_config)
+    freq = int(logging_config.log_frequency)
+    if value is not None and int(value) != freq:
+        raise ValueError(f"{owner}: {name}={value} and logging_config.log_frequency={freq} disagree; give one")
+    return freq
+
+
+@contextlib.contextmanager
+def logging_options(options: RunOptions, logging_config, default_name: str, agent_config: dict):
+    """``options`` with the loggers of ``logging_config`` (a
+    :class:`~tdmpc2core.run.loggers.LoggingConfig`, or None) added after the caller's own; the
+    loggers it built are closed on exit (a failing close is a one-line warning)."""
+    if logging_config is None:
+        yield options
+        return
+    _check_logging_config(logging_config)
+    built = logging_config.make_loggers(default_name, agent_config)
+    try:
+        yield dataclasses.replace(options, loggers=(*options.loggers, *built))
+    finally:
+        for lg in built:
+            try:
+                lg.close()
+            except Exception as e:  # a logger never stops training
+                warnings.warn(f"logger {type(lg).__name__}: close raised " + " ".join(f"{type(e).__name__}: {e}".split()),
+                              RuntimeWarning, stacklevel=3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -355,8 +425,9 @@ def working_history(program: RunProgram, history: Optional[dict]) -> dict:
 def finalize_history(program: RunProgram, hist: dict, n_seeds: int, eval_episodes: int) -> dict:
     """The working history as ``train`` returns it: one array per evaluation field
     ``[n_evals, ...]``, ``chunks`` (the per-chunk records), ``wall_seconds`` (training wall
-    time summed over the sessions of a resumed run), and the program's derived entries
-    (:meth:`RunProgram.finalize`)."""
+    time summed over the sessions of a resumed run), the program's derived entries
+    (:meth:`RunProgram.finalize`) and the loggers' keys of the evaluations (``Eval/<name>``,
+    :func:`logged_evals`)."""
     out = {}
     for f in program.eval_fields(n_seeds, eval_episodes):
         vals = [np.asarray(e[f.key], f.dtype) for e in hist["evals"]]
@@ -364,7 +435,16 @@ def finalize_history(program: RunProgram, hist: dict, n_seeds: int, eval_episode
     out["chunks"] = list(hist["chunks"])
     out["wall_seconds"] = float(hist["wall_seconds"])
     program.finalize(out)
+    out.update(logged_evals(program, hist["evals"]))
     return out
+
+
+def logged_evals(program: RunProgram, evals: list) -> dict:
+    """``{"Eval/<name>": array}`` of what the loggers got of each evaluation
+    (:meth:`RunProgram.eval_log`), per seed: [n_evals, n_seeds] (a value shared by the seeds,
+    such as ``env_frames``: [n_evals]). Empty without an evaluation."""
+    logged = [program.eval_log(e) for e in evals]
+    return {f"Eval/{k}": np.stack([np.asarray(d[k], np.float64) for d in logged]) for k in (logged[0] if logged else {})}
 
 
 def _host_dtype(v):
@@ -422,6 +502,7 @@ def history_from_arrays(program: RunProgram, d: dict) -> dict:
     out["chunks"] = chunks
     out["wall_seconds"] = float(d["wall_seconds"])
     program.finalize(out)
+    out.update(logged_evals(program, evals))
     return out
 
 
@@ -533,8 +614,9 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
         settings.
       options: :class:`RunOptions` (checkpoints, wall-time cap, stop requests, progress,
         loggers: each gets ``log(step, {"Train/<name>": ...})`` after every chunk record and
-        ``log(step, {"Eval/episodic mean reward": ...})`` after every evaluation,
-        :mod:`tdmpc2core.run.loggers`).
+        ``log(step, {"Eval/episodic mean reward": ...})`` after every evaluation, seed means,
+        or ``log_seeds(step, {seed: ...})`` with each seed's values where it has that method,
+        :mod:`tdmpc2core.run.loggers`; ``progress_bar``: a tqdm bar on stderr).
         ``progress`` gets a dict after every call of the compiled program: ``phase``,
         ``step``, ``start``/``end`` of this call and ``total`` (steps), ``ticks``, ``steps``
         and ``seconds`` of the call, ``rate`` (steps/s), ``unit``; the same position under
@@ -553,10 +635,14 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
     call = _start_call(program, seeds, n_steps, eval_every, eval_episodes, state, history, total_steps, extra,
                        options)
     call.program.start(call.state, call.run)
-    if call.eval_at_start:
-        call.evaluate(0)
-    for chunk in call.chunks:
-        call.run_chunk(chunk, callback)
+    call.open_bar()
+    try:
+        if call.eval_at_start:
+            call.evaluate(0)
+        for chunk in call.chunks:
+            call.run_chunk(chunk, callback)
+    finally:
+        call.close_bar()
     if call.ckdir is not None and not call.chunks and call.last_saved != call.end_tick:
         call.save(call.end_tick)  # nothing to run (a finished run resumed): make sure the end is saved
     call.hist["wall_seconds"] = call.wall()
@@ -618,6 +704,22 @@ def _start_call(program: RunProgram, seeds, n_steps, eval_every, eval_episodes, 
                  -(-int(total_steps) // n), chunks, eval_at_start)
 
 
+def _per_seed(values: dict, seeds: Sequence[int]) -> dict:
+    """seed -> {name: that seed's number} of ``values`` (a value with a leading seed axis is
+    split, a scalar is shared, anything else is its NaN-aware mean; non-numbers left out)."""
+    out = {int(s): {} for s in seeds}
+    for k, v in values.items():
+        try:
+            a = np.asarray(v, np.float64)
+        except (TypeError, ValueError):
+            continue
+        for i, s in enumerate(seeds):
+            x = _mean(a[i]) if a.ndim >= 1 and a.shape[0] == len(seeds) else _mean(a)
+            if x is not None:
+                out[int(s)][k] = x
+    return out
+
+
 def _mean(value) -> Optional[float]:
     """A logged number: a scalar, or the NaN-aware mean of per-seed values (None: not a number)."""
     try:
@@ -645,15 +747,40 @@ class _Call:
         self.last_saved, self.saved = start_tick, None
         self.loggers = list(opts.loggers)
         self.wall_before, self.t_start = hist["wall_seconds"], time.perf_counter()
+        self.bar = None
+
+    def open_bar(self) -> None:
+        """The progress bar of this call (:attr:`RunOptions.progress_bar`; None: when stderr is a terminal)."""
+        show = self.opts.progress_bar
+        if show is None:
+            show = bool(getattr(sys.stderr, "isatty", lambda: False)())
+        if show and self.end_tick > self.start_tick:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=(self.end_tick - self.start_tick) * self.n, unit=" " + self.program.unit,
+                            unit_scale=False, dynamic_ncols=True, file=sys.stderr, desc="train")
+
+    def close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def wall(self) -> float:
         return self.wall_before + time.perf_counter() - self.t_start
 
-    def log(self, tick: int, metrics: dict) -> None:
-        """Give ``metrics`` to every logger; a logger that raises is warned about once and dropped."""
+    def log(self, tick: int, values: dict) -> None:
+        """Give ``values`` (name -> a number or per-seed values) to every logger: their seed
+        means through ``log``, each seed's own through ``log_seeds`` where a logger has it; a
+        logger that raises is warned about once and dropped."""
+        means = {k: m for k, m in ((k, _mean(v)) for k, v in values.items()) if m is not None}
+        by_seed = None
         for lg in list(self.loggers):
             try:
-                lg.log(tick * self.n, metrics)
+                if callable(getattr(lg, "log_seeds", None)):
+                    by_seed = _per_seed(values, self.run.seeds) if by_seed is None else by_seed
+                    lg.log_seeds(tick * self.n, by_seed)
+                else:
+                    lg.log(tick * self.n, means)
             except Exception as e:  # a logger never stops training
                 self.loggers.remove(lg)
                 msg = " ".join(f"{type(e).__name__}: {e}".split())
@@ -664,8 +791,10 @@ class _Call:
         ev = self.program.evaluate(self.state, tick, self.run)
         self.hist["evals"].append(ev)
         if self.loggers:
-            vals = {f"Eval/{k}": _mean(v) for k, v in self.program.eval_log(ev).items()}
-            self.log(tick, {k: v for k, v in vals.items() if v is not None})
+            self.log(tick, {f"Eval/{k}": v for k, v in self.program.eval_log(ev).items()})
+        if self.bar is not None:
+            self.bar.set_postfix_str(", ".join(f"{k} {_mean(v):.4g}" for k, v in self.program.eval_log(ev).items()
+                                               if k == "episodic mean reward"))
         return ev
 
     def save(self, tick: int):
@@ -714,6 +843,8 @@ class _Call:
             self.sizer.record(chunk.phase, k, dt)
             seconds += dt
             tick += k
+            if self.bar is not None:
+                self.bar.update(k * n)
             self.program.after_call(self.state, tick * n)
             if self.opts.progress is not None:
                 self.progress(chunk, tick, k, dt)
@@ -734,8 +865,7 @@ class _Call:
         rec.update(chunk_seconds=seconds, wall_time_s=self.wall())
         rec[f"{u}_per_s"] = chunk.ticks * n / max(seconds, 1e-9)
         if self.loggers:
-            vals = {f"Train/{k}": _mean(v) for k, v in rec.items() if k not in ("phase", u)}
-            self.log(b, {k: v for k, v in vals.items() if v is not None})
+            self.log(b, {f"Train/{k}": v for k, v in rec.items() if k not in ("phase", u)})
         if chunk.evaluate_after:
             ev = self.evaluate(b)
             rec["eval_position"] = len(self.hist["evals"]) - 1

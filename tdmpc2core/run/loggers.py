@@ -1,33 +1,46 @@
-"""Loggers: where a run's metrics go besides its history (a CSV file today; wandb or
-tensorboard are one factory each).
+"""Loggers: where a run's metrics go besides its history: a CSV file, TensorBoard event files
+(``tensorboardX``), Weights & Biases runs (``wandb``, offline by default), or a kind of your own.
 
 A logger is any object with ``log(step, metrics)`` and ``close()`` (:class:`Logger`). Give
 them to an agent's ``train(..., loggers=[...])`` (a :class:`~tdmpc2core.run.driver.RunOptions`
-field): the run driver calls ``log`` after each chunk record and after each evaluation:
+field), or describe them with a :class:`LoggingConfig` (``train(..., logging_config=...)``,
+whose loggers ``train`` builds and closes itself). The run driver calls ``log`` after each
+chunk record and after each evaluation:
 
 * ``step``: the run's position in its own unit (agent steps for :class:`~tdmpc2core.TDMPC2`,
   updates for :class:`~tdmpc2core.TDMPC2MultiTask`);
 * ``metrics``: ``{"Train/<name>": value}`` for every number of the chunk record (the update
   metrics, ``updates``, ``train_return``, ``chunk_seconds``...; ``Train/env_frames`` where the
   agent knows them), and ``{"Eval/episodic mean reward": value}`` (and what else the agent
-  reports, e.g. ``Eval/normalized score``, ``Eval/env_frames``) after an evaluation. A
-  per-seed value is logged as its mean over the seeds (NaN-aware).
+  reports: ``Eval/env_frames`` and ``Eval/mean episodic length``; for the multi-task agent
+  ``Eval/normalized score`` and per task ``Eval/<task>/episodic mean reward``) after an
+  evaluation. A per-seed value is logged as its mean over the seeds (NaN-aware).
+
+A logger that also has ``log_seeds(step, {seed: metrics})`` gets each seed's own values
+instead (a value shared by the seeds, such as ``env_frames``, in each): :class:`WandbLogger`
+(one W&B run per seed) and :class:`TensorBoardLogger` (one event folder per seed) do.
 
 A logger that raises is reported once as a one-line warning and dropped for the rest of the
 call; training goes on. The caller owns its loggers and closes them (the driver never does,
 so one logger may serve several ``train`` calls of a run).
 
-New kinds: :func:`register_logger` ``(kind, factory)``, then :func:`make_logger` ``(kind,
-**options)``; the built-in kind is ``"csv"`` (:class:`CSVLogger`).
+Kinds: :func:`register_logger` ``(kind, factory)``, then :func:`make_logger` ``(kind,
+**options)``; built in: ``"csv"`` (:class:`CSVLogger`), ``"tensorboard"``
+(:class:`TensorBoardLogger`, needs ``pip install -e '.[tensorboard]'``) and ``"wandb"``
+(:class:`WandbLogger`, needs ``pip install -e '.[wandb]'``).
 """
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
+import json
+import logging
 import math
 import os
+import warnings
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, runtime_checkable
+from typing import Callable, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
 
 from ..io.atomic import write_text
 
@@ -137,6 +150,242 @@ class CSVLogger:
         """Nothing to release (each row is written and closed as it comes)."""
 
 
-register_logger("csv", CSVLogger)
+class MissingExtraError(ImportError):
+    """A logger kind whose package is not installed; the message names the extra to install."""
 
-__all__ = ["Logger", "CSVLogger", "register_logger", "make_logger", "logger_kinds"]
+
+def _import_extra(module: str, kind: str, extra: str):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MissingExtraError(f"logger kind {kind!r} needs the package {module.split('.')[0]!r} "
+                                f"({type(e).__name__}: {e}); install it with pip install -e '.[{extra}]' "
+                                f"(or pip install 'tdmpc2core[{extra}]')") from None
+
+
+def _json_safe(config: Optional[Mapping]) -> dict:
+    """``config`` as plain JSON data (numpy values and tuples converted; other objects as text)."""
+    return json.loads(json.dumps(dict(config or {}), default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
+
+
+class TensorBoardLogger:
+    """TensorBoard event files (``tensorboardX``): one scalar per metric and step.
+
+    ``log`` writes to ``logdir``; ``log_seeds`` (what the run driver calls) to ``logdir/seed{S}``
+    per seed, so TensorBoard shows the seeds as runs side by side. ``config`` (JSON-serialisable)
+    is attached to each event folder as the text summary ``config`` (a JSON code block). Each
+    call is flushed, so the files are complete after every record. TensorBoard's tags have no
+    spaces: ``Eval/episodic mean reward`` is shown as ``Eval/episodic_mean_reward``.
+
+    Args:
+      logdir: the folder of the event files (created).
+      config: the settings attached to the run (None: nothing).
+    Raises:
+      MissingExtraError: tensorboardX is not installed (``pip install -e '.[tensorboard]'``).
+    """
+
+    def __init__(self, logdir="runs", *, config: Optional[Mapping] = None):
+        self._tbx = _import_extra("tensorboardX", "tensorboard", "tensorboard")
+        # a NaN (e.g. train_return before any episode ended) is written as NaN, without a log line each
+        logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
+        self.logdir = Path(os.fspath(logdir))
+        self.config = _json_safe(config)
+        self.writers: dict = {}
+
+    def _writer(self, seed):
+        w = self.writers.get(seed)
+        if w is None:
+            path = self.logdir if seed is None else self.logdir / f"seed{seed}"
+            path.mkdir(parents=True, exist_ok=True)
+            w = self.writers[seed] = self._tbx.SummaryWriter(logdir=str(path))
+            if self.config:
+                cfg = {**self.config, **({} if seed is None else {"seed": int(seed)})}
+                w.add_text("config", "```json\n" + json.dumps(cfg, indent=1, sort_keys=True) + "\n```", 0)
+        return w
+
+    def _write(self, seed, step: int, metrics: Mapping[str, float]) -> None:
+        w = self._writer(seed)
+        for k, v in metrics.items():
+            w.add_scalar(k, float(v), int(step))
+        w.flush()
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Write ``metrics`` at ``step`` into ``logdir``."""
+        self._write(None, step, metrics)
+
+    def log_seeds(self, step: int, by_seed: Mapping[int, Mapping[str, float]]) -> None:
+        """Write each seed's ``metrics`` at ``step`` into ``logdir/seed{S}``."""
+        for seed, metrics in by_seed.items():
+            self._write(int(seed), step, metrics)
+
+    def close(self) -> None:
+        """Close the event files (a later ``log`` opens new ones)."""
+        for w in self.writers.values():
+            w.close()
+        self.writers.clear()
+
+
+class WandbLogger:
+    """Weights & Biases runs, written offline unless asked otherwise (no network, no account).
+
+    ``log_seeds`` (what the run driver calls) logs each seed into its own run, named
+    ``{name}-seed{S}`` and grouped under ``group`` (so W&B shows the seeds of a task together);
+    ``log`` (direct use) into one run named ``name``. A run is created at its first record;
+    ``config`` (the resolved settings, plus ``seed``) is attached to it. The W&B step is the
+    logger's ``step`` (agent steps or updates); ``Train/env_frames`` / ``Eval/env_frames``
+    carry env frames.
+
+    Offline runs are folders ``{dir}/wandb/offline-run-*`` (a ``.wandb`` file each); upload
+    them later with ``wandb sync {dir}/wandb/offline-run-*`` (``wandb sync --sync-all`` from
+    ``dir``). A run resumed from a checkpoint by a new process starts new W&B runs at the
+    resumed step, in the same group.
+
+    Args:
+      project: the W&B project.
+      group, name: the runs' group and name (None: W&B's defaults; name None and seeds: ``seed{S}``).
+      config: the settings attached to every run (JSON-serialisable).
+      dir: the folder under which W&B writes ``wandb/`` (created; None: the working directory).
+      mode: ``"offline"``, ``"online"`` or ``"disabled"``; None: the ``WANDB_MODE`` environment
+        variable if set, else ``"offline"``.
+      entity, tags, job_type: as ``wandb.init``'s.
+      settings: more ``wandb.Settings`` fields (default: W&B's console capture off).
+    Raises:
+      MissingExtraError: wandb is not installed (``pip install -e '.[wandb]'``).
+      ValueError: an unknown ``mode``.
+    """
+
+    MODES = ("offline", "online", "disabled")
+
+    def __init__(self, project: str = "tdmpc2", *, group: Optional[str] = None, name: Optional[str] = None,
+                 config: Optional[Mapping] = None, dir=None, mode: Optional[str] = None,
+                 entity: Optional[str] = None, tags: Optional[Sequence[str]] = None, job_type: Optional[str] = None,
+                 settings: Optional[Mapping] = None):
+        self._wandb = _import_extra("wandb", "wandb", "wandb")
+        self.mode = mode or os.environ.get("WANDB_MODE") or "offline"
+        if self.mode not in self.MODES:
+            raise ValueError(f"WandbLogger: mode={self.mode!r} is not accepted; accepted: {list(self.MODES)}")
+        self.project, self.group, self.name, self.entity = project, group, name, entity
+        self.config, self.tags, self.job_type = _json_safe(config), list(tags or []) or None, job_type
+        self.dir = None if dir is None else Path(os.fspath(dir))
+        self.settings = {"console": "off", **dict(settings or {})}
+        self.runs: dict = {}
+        #: seed (None: the ``log`` run) -> the folder of its W&B run (``offline-run-*`` offline)
+        self.run_dirs: dict = {}
+
+    def _run(self, seed):
+        run = self.runs.get(seed)
+        if run is None:
+            if seed is None:
+                name, config = self.name, self.config
+            else:
+                name = f"{self.name}-seed{seed}" if self.name else f"seed{seed}"
+                config = {**self.config, "seed": int(seed)}
+            if self.dir is not None:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            run = self.runs[seed] = self._wandb.init(
+                project=self.project, entity=self.entity, group=self.group, name=name, config=config,
+                dir=None if self.dir is None else str(self.dir), mode=self.mode, tags=self.tags,
+                job_type=self.job_type, reinit="create_new", settings=self._wandb.Settings(**self.settings))
+            self.run_dirs[seed] = Path(run.dir).parent
+        return run
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Log ``metrics`` at ``step`` into the run named ``name``."""
+        self._run(None).log(dict(metrics), step=int(step))
+
+    def log_seeds(self, step: int, by_seed: Mapping[int, Mapping[str, float]]) -> None:
+        """Log each seed's ``metrics`` at ``step`` into that seed's run."""
+        for seed, metrics in by_seed.items():
+            self._run(int(seed)).log(dict(metrics), step=int(step))
+
+    def close(self) -> None:
+        """Finish every run (an offline run's files are then complete)."""
+        runs, self.runs = list(self.runs.values()), {}
+        for run in runs:
+            run.finish()
+
+
+register_logger("csv", CSVLogger)
+register_logger("tensorboard", TensorBoardLogger)
+register_logger("wandb", WandbLogger)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggingConfig:
+    """What an agent's ``train(..., logging_config=...)`` logs, how often, and where (the
+    reference API's argument; docs/architecture.md, "A logger").
+
+    With a logging config, ``train`` evaluates every ``log_frequency`` steps of the run's unit
+    (agent steps for :class:`~tdmpc2core.TDMPC2`, updates for
+    :class:`~tdmpc2core.TDMPC2MultiTask`, which also records its training metrics at that
+    cadence), builds the loggers below, gives them every record and closes them at the end.
+
+    Attributes:
+      config: settings attached to each logger's run (W&B config, a TensorBoard text
+        summary), JSON-serialisable; the agent's resolved configuration is added under
+        ``agent`` unless given.
+      log_frequency: steps (the run's unit) between evaluations and records (>= 1).
+      use_wandb: log to W&B (kind ``"wandb"``; offline unless ``WANDB_MODE`` or
+        ``options["wandb"]["mode"]`` says otherwise).
+      kind: further logger kinds (a registered name or several): ``"tensorboard"``, ``"csv"``...
+      project: the W&B project.
+      group, name: W&B group and run name (None: the env id, or ``multitask``); each seed's run
+        is ``{name}-seed{S}``.
+      dir: where the files go (None: ``runs``): W&B under ``{dir}/wandb``, TensorBoard in
+        ``{dir}/{name}/seed{S}``, CSV in ``{dir}/{name}.csv`` (seed means).
+      options: kind -> more keyword options of that kind's factory (e.g. ``{"wandb": {"entity":
+        "me", "mode": "online"}}``).
+    Raises:
+      ValueError: ``log_frequency`` < 1, or an unknown kind (the registered ones named).
+    """
+
+    config: Mapping = dataclasses.field(default_factory=dict)
+    log_frequency: int = 1000
+    use_wandb: bool = False
+    kind: Union[None, str, Sequence[str]] = None
+    project: str = "tdmpc2"
+    group: Optional[str] = None
+    name: Optional[str] = None
+    dir: Optional[str] = None
+    options: Mapping = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if int(self.log_frequency) < 1:
+            raise ValueError(f"LoggingConfig: log_frequency={self.log_frequency!r} must be >= 1")
+        unknown = [k for k in self.kinds() if k not in _KINDS]
+        if unknown:
+            raise ValueError(f"LoggingConfig: unknown logger kind {unknown[0]!r}; registered: {logger_kinds()}")
+
+    def kinds(self) -> list:
+        """The logger kinds, in order (``wandb`` first with ``use_wandb``), each once."""
+        more = [self.kind] if isinstance(self.kind, str) else list(self.kind or ())
+        return list(dict.fromkeys((["wandb"] if self.use_wandb else []) + more))
+
+    def make_loggers(self, default_name: str, agent_config: Optional[Mapping] = None) -> list:
+        """The loggers of :meth:`kinds` (``default_name``: the name and group when not set). A
+        kind that cannot be built (e.g. its package missing) is left out with a one-line
+        warning naming the extra to install: logging never stops training."""
+        name = self.name or default_name
+        group = self.group or default_name
+        root = Path(self.dir or "runs")
+        config = dict(self.config)
+        if agent_config is not None:
+            config.setdefault("agent", dict(agent_config))
+        base = {"wandb": dict(project=self.project, group=group, name=name, config=config, dir=root),
+                "tensorboard": dict(logdir=root / name, config=config),
+                "csv": dict(path=root / f"{name}.csv")}
+        out = []
+        for kind in self.kinds():
+            try:
+                out.append(make_logger(kind, **{**base.get(kind, {}), **dict(self.options.get(kind) or {})}))
+            except Exception as e:  # a logger never stops training
+                msg = " ".join(f"{type(e).__name__}: {e}".split())
+                warnings.warn(f"logger {kind!r} not built ({msg}); training goes on without it", RuntimeWarning,
+                              stacklevel=3)
+        return out
+
+
+__all__ = ["Logger", "CSVLogger", "TensorBoardLogger", "WandbLogger", "LoggingConfig", "MissingExtraError",
+           "register_logger", "make_logger", "logger_kinds"]

@@ -174,3 +174,14 @@ def multi_metrics_columns(pool: str, model_size: int, seeds: Sequence[int], reco
 
 __all__ = ["SCHEMAS", "TRAINING_METRICS", "EPISODIC_METRICS", "EXT_PREFIX", "ext_keys", "write_table", "single_eval_columns",
            "single_metrics_columns", "multi_eval_columns", "multi_metrics_columns"]
+
+
+def matmul_precision_note(dense_precision: str, platform: Mapping) -> str:
+    """run.json's ``matmul_precision``: the Dense layers' precision (the model's configuration,
+    e.g. ``"highest"``: full float32) and JAX's global ``jax_default_matmul_precision`` from the
+    provenance's ``platform`` record, which only the products outside those layers follow;
+    ``None`` there is said as "unset" (the backend's default)."""
+    default = platform.get("jax_default_matmul_precision")
+    rest = "unset (the backend's default)" if default is None else str(default)
+    return (f"float32 ({str(dense_precision).upper()}) in the Dense layers; "
+            f"jax_default_matmul_precision {rest} elsewhere")

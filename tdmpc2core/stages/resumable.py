@@ -157,6 +157,63 @@ def add_checkpoint_arguments(p, unit: str, every_default_help: str) -> None:
                    help="at most this many seconds between progress lines (default 60)")
 
 
+def add_logger_arguments(p) -> None:
+    """The logger options of a training stage (the workflow's top-level ``logger`` block,
+    tdmpc2core.pipeline.config.Pipeline.logger_flags)."""
+    p.add_argument("--logger", default=None, choices=["csv", "tensorboard", "wandb"],
+                   help="also log the metrics there (tdmpc2core.run.loggers; default: nothing): one W&B run or "
+                        "TensorBoard folder per seed, or one CSV file of seed means")
+    p.add_argument("--logger-dir", default="logs/metrics", help="folder of the log files (default logs/metrics)")
+    p.add_argument("--logger-group", default=None,
+                   help="the protocol: W&B runs are grouped as {group}/{task} (default: the task alone)")
+    p.add_argument("--logger-project", default="tdmpc2", help="W&B project (default tdmpc2)")
+    p.add_argument("--logger-entity", default=None, help="W&B entity (default: W&B's)")
+    p.add_argument("--logger-mode", default=None, choices=["offline", "online", "disabled"],
+                   help="W&B mode (default: WANDB_MODE if set, else offline; upload with `wandb sync`)")
+
+
+def job_loggers(args, log: Callable[[str], None], where: str, name: str, seeds: list,
+                config: Callable[[], dict]) -> list:
+    """The loggers of ``--logger`` for one job (none without it), each seed's files under
+    ``{--logger-dir}/{where}`` (``where``: ``single/{task}`` or ``multi/{pool}/size{n}``;
+    ``name``: the W&B run name, each seed's run ``{name}-seed{S}``; ``config()``: the settings
+    attached to each run, asked for only when there is a logger). A logger that cannot be
+    built (its package missing, its folder not writable) is one warning line in the job's
+    log, and the job trains without it."""
+    kind = getattr(args, "logger", None)
+    if not kind:
+        return []
+    from ..run.loggers import make_logger
+
+    root = Path(args.logger_dir)
+    config = config()
+    group = f"{args.logger_group}/{where}" if args.logger_group else where
+    options = {
+        "wandb": dict(project=args.logger_project, entity=args.logger_entity, mode=args.logger_mode, group=group,
+                      name=name, config=config, dir=root, job_type=where.split("/")[0]),
+        "tensorboard": dict(logdir=root / where, config=config),
+        "csv": dict(path=root / where / ("seeds_" + "_".join(str(s) for s in seeds) + ".csv")),
+    }[kind]
+    try:
+        logger = make_logger(kind, **options)
+    except Exception as e:  # logging never stops training
+        log(f"warning: logger {kind!r} not built (" + " ".join(f"{type(e).__name__}: {e}".split())
+            + "); training goes on without it")
+        return []
+    log(f"logging to {kind} under {root}" + (f" (W&B mode {logger.mode}; upload offline runs with "
+                                              f"`wandb sync {root}/wandb/offline-run-*`)" if kind == "wandb" else ""))
+    return [logger]
+
+
+def close_loggers(loggers: list, log: Callable[[str], None]) -> None:
+    """Close the job's loggers; one that fails is a warning line (the outputs are written)."""
+    for lg in loggers:
+        try:
+            lg.close()
+        except Exception as e:
+            log(f"warning: closing logger {type(lg).__name__} failed: " + " ".join(f"{type(e).__name__}: {e}".split()))
+
+
 class SessionSteps(Protocol):
     """What :func:`train_session` reads of a stage's progress tracker."""
 

@@ -33,8 +33,8 @@ from typing import Optional
 
 from .spec import parse_spec as _parse_spec
 
-from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, close_checkpoint_dir, hms, library_log,
-                        open_checkpoint_dir, train_session)
+from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, add_logger_arguments, close_checkpoint_dir,
+                        close_loggers, hms, job_loggers, library_log, open_checkpoint_dir, train_session)
 
 SPEC_KEYS = {"updates", "batch_size", "eval_every", "eval_episodes", "log_every", "agent", "return_ranges",
              "backend", "eval_tasks", "device_budget_bytes", "extensions"}
@@ -50,6 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", required=True, type=int, nargs="+", help="seeds, run vmapped in one program")
     p.add_argument("--outdir", required=True, help="results/multi/{pool}/size{model_size}")
     add_checkpoint_arguments(p, "updates", "only when stopped by a signal and at the end")
+    add_logger_arguments(p)
 
 
 def parse_spec(text: str) -> dict:
@@ -190,14 +191,21 @@ def _run(args, spec: dict, log) -> int:
 
     prog = _Progress(log, agent.eval_task_names, updates, args.progress_seconds)
     eval_episodes = int(spec.get("eval_episodes", 10))
+    where = f"multi/{args.pool}/size{args.model_size}"
+    loggers = job_loggers(args, log, where, f"{args.pool}-size{args.model_size}", seeds, lambda:
+                          {"pool": args.pool, "model_size": args.model_size, "protocol": args.logger_group,
+                           "spec": spec, "agent": agent.config})
     train = functools.partial(
         agent.train, seed=seeds, n_timesteps=updates, total_timesteps=updates,
         eval_every=int(spec.get("eval_every", 0)) or None, eval_episodes=eval_episodes,
         log_every=int(spec.get("log_every", 0)) or None, callback=prog.on_chunk, progress=prog.on_progress,
         max_chunk_seconds=args.max_chunk_seconds, checkpoint_dir=ckdir, checkpoint_every=args.checkpoint_every,
-        keep_checkpoints=args.keep_checkpoints)
-    result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=updates, steps=prog,
-                           compile_seconds=lambda: per_program(agent.compile_seconds))
+        keep_checkpoints=args.keep_checkpoints, loggers=loggers, progress_bar=False)
+    try:
+        result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=updates, steps=prog,
+                               compile_seconds=lambda: per_program(agent.compile_seconds))
+    finally:
+        close_loggers(loggers, log)
     if isinstance(result, int):
         return result
     state, hist = result
@@ -248,6 +256,7 @@ def _run_json(args, spec: dict, seeds: list, dataset, agent, state, hist: dict, 
     from ..model.networks import count_params
     from ..pipeline.codeversion import code_version
     from ..run.compiled import per_program
+    from . import outputs
 
     names = agent.eval_task_names
     records = hist["chunks"]
@@ -271,8 +280,7 @@ def _run_json(args, spec: dict, seeds: list, dataset, agent, state, hist: dict, 
         "eval_tasks": names, "data_placement": agent.data_placement, "pool_nbytes": agent.pool_nbytes,
         "device_budget_bytes": agent.device_budget_bytes, "host_sampling": dict(agent.host_timing),
         "updates_per_s_median": float(np.median(speeds)) if speeds else None,
-        "matmul_precision": f"float32 ({agent.config['matmul_precision'].upper()}); jax_default_matmul_precision="
-                            f"{prov['platform'].get('jax_default_matmul_precision')}",
+        "matmul_precision": outputs.matmul_precision_note(agent.config["matmul_precision"], prov["platform"]),
         "code_version": code_version("train_multi"),  # the rerun_on_code_change check (pipeline/codeversion.py)
         "compile_seconds": per_program(agent.compile_seconds), "compile_detail": agent.compile_seconds,
         **session,

@@ -35,8 +35,8 @@ from pathlib import Path
 
 from .spec import parse_spec as _parse_spec
 
-from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, close_checkpoint_dir, hms, library_log,
-                        open_checkpoint_dir, train_session)
+from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, add_logger_arguments, close_checkpoint_dir,
+                        close_loggers, hms, job_loggers, library_log, open_checkpoint_dir, train_session)
 
 SPEC_KEYS = {"env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes",
              "agent", "n_envs", "backend", "allow_evicted", "env_params", "extensions"}
@@ -50,6 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", required=True, type=int, nargs="+", help="seeds, run vmapped in one program")
     p.add_argument("--outdir", required=True, help="results/single/{task}")
     add_checkpoint_arguments(p, "agent steps", "only when stopped by a signal and at the end")
+    add_logger_arguments(p)
 
 
 def parse_spec(text: str) -> dict:
@@ -173,13 +174,19 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     t_start = time.perf_counter()
     prog = _Progress(log, agent, n_timesteps, args.progress_seconds)
     eval_episodes = int(spec.get("eval_episodes", 10))
+    loggers = job_loggers(args, log, f"single/{args.task}", args.task, seeds, lambda:
+                          {"task": args.task, "protocol": args.logger_group, "spec": spec, "agent": agent.config})
     train = functools.partial(
         agent.train, seed=seeds, n_timesteps=n_timesteps, total_timesteps=n_timesteps,
         eval_every=int(spec.get("eval_every", 0)) or None, eval_episodes=eval_episodes, callback=prog.on_chunk,
         progress=prog.on_progress, max_chunk_seconds=args.max_chunk_seconds, checkpoint_dir=ckdir,
-        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints)
-    result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=n_timesteps, steps=prog,
-                           compile_seconds=lambda: per_program(agent.compile_seconds))
+        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, loggers=loggers,
+        progress_bar=False)
+    try:
+        result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=n_timesteps, steps=prog,
+                               compile_seconds=lambda: per_program(agent.compile_seconds))
+    finally:
+        close_loggers(loggers, log)
     if isinstance(result, int):
         return result
     state, hist = result
@@ -239,6 +246,7 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
     """Seed ``seed``'s run.json (docs/artifacts.md, "Single-task run")."""
     from ..pipeline.codeversion import code_version
     from ..run.compiled import per_program
+    from . import outputs
 
     n_timesteps, prov, ckdir = session["n_timesteps"], session["provenance"], session["ckdir"]
     return {
@@ -250,8 +258,7 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
         "agent_steps": n_timesteps, "env_frames": n_timesteps * agent.action_repeat,
         "final_eval_return": hist["eval_return"][-1, i] if len(hist["eval_agent_steps"]) else None,
         "dataset_episodes": episodes.num_episodes, "dataset_agent_steps": episodes.num_transitions,
-        "matmul_precision": f"float32 ({agent.config['matmul_precision'].upper()}); jax_default_matmul_precision="
-                            f"{prov['platform'].get('jax_default_matmul_precision')}",
+        "matmul_precision": outputs.matmul_precision_note(agent.config["matmul_precision"], prov["platform"]),
         "code_version": code_version("train_single"),  # the rerun_on_code_change check (pipeline/codeversion.py)
         "compile_seconds": per_program(agent.compile_seconds),
         "compile_detail": agent.compile_seconds, "wall_seconds": session["wall"],

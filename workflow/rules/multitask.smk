@@ -27,7 +27,9 @@ if MULTITASK:
         # as the single-task training rule (train.smk): what a scheduler is asked for, then
         # the shell's settings that are no rerun trigger. A runtime above
         # cluster.max_job_minutes (the paper's 7 days) runs as several resubmitted jobs.
+        # The top-level `logger` block: the stage's --logger flags as one more resource (none without it).
         resources:
+            **P.logger_resources(),
             gpu=P.multitask.resources["gpu"],
             runtime=P.cluster.job_runtime(P.multitask.resources["runtime"]),
             mem_mb=P.multitask.resources["mem_mb"],
@@ -58,7 +60,9 @@ if MULTITASK:
             "--outdir {params.outdir:q} "
             "--checkpoint-dir {resources.checkpoints:q}/multi/{wildcards.pool:q}/size{wildcards.size} "
             "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
-            "--max-chunk-seconds {resources.max_chunk_seconds} >> {log:q} 2>&1"
+            "--max-chunk-seconds {resources.max_chunk_seconds}"
+            + P.logger_shell()
+            + " >> {log:q} 2>&1"
 
     rule scaling:
         """The multi-task scaling table, the per-task table (beside the single-task returns) and their figure."""

@@ -24,7 +24,9 @@ for _group in SEED_GROUPS:
         # what the job asks a scheduler for, from the task's `resources` and `cluster`; the
         # rest are the shell's settings that are no rerun trigger (resources, not params:
         # moving the virtualenv, the cache or the checkpoints retrains nothing)
+        # The top-level `logger` block: the stage's --logger flags as one more resource (none without it).
         resources:
+            **P.logger_resources(),
             gpu=lambda wc: TASKS[wc.task]["resources"]["gpu"],
             runtime=lambda wc: P.cluster.job_runtime(
                 TASKS[wc.task]["resources"]["runtime"]
@@ -67,4 +69,6 @@ for _group in SEED_GROUPS:
             "--seeds {params.seeds} --outdir {params.outdir:q} "
             "--checkpoint-dir {resources.checkpoints:q}/single/{wildcards.task:q}/{params.seed_tag} "
             "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
-            "--max-chunk-seconds {resources.max_chunk_seconds} >> {log:q} 2>&1"
+            "--max-chunk-seconds {resources.max_chunk_seconds}"
+            + P.logger_shell()
+            + " >> {log:q} 2>&1"
