@@ -37,6 +37,7 @@ HEAVY = {
     "tests/test_workflow.py::test_real_dmcontrol_run_of_two_seeds_produces_report": 105,
     "tests/test_workflow.py::test_pipeline_with_stand_in_trainer": 140,
     "tests/test_benchmarks.py::test_gpu_benchmark_reduced_form_runs_on_cpu_and_writes_its_tables": 120,
+    "tests/test_seed_api.py::test_the_reference_example_runs_with_only_its_imports_changed": 200,
 }
 
 # HEAVY units that run as one unit, on one worker, in this order: the real tiny pipeline

@@ -7,7 +7,6 @@ out with one warning line when they cannot be built)."""
 from __future__ import annotations
 
 import argparse
-import os
 import types
 import warnings
 
@@ -20,11 +19,11 @@ from tdmpc2core.run import loggers as lg
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("TDMPC2_REFERENCE_EXAMPLE") != "1",
-                    reason="the reference example trains the model_size=1 agent for 1,200 agent steps: about 3 min on "
-                           "a quiet 2-core CPU, 10 min under load, past the suite's budget; TDMPC2_REFERENCE_EXAMPLE=1 "
-                           "runs it (the same names on a tiny agent: tests/test_multitask_extensions.py's logging run)")
 def test_the_reference_example_runs_with_only_its_imports_changed(capsys):
+    """The reference's "Example" as its documentation gives it (model_size 1, its small planner,
+    1,200 agent steps of Pendulum, evaluations every 600): about 3 min of one worker on CI's
+    2-core CPU, most of it compiling the model_size 1 programs; a HEAVY unit of its own
+    (tests/conftest.py)."""
     # --- the reference's "Example", its two import lines changed (from ajax ... -> from tdmpc2core ...)
     from tdmpc2core import TDMPC2
     from tdmpc2core import LoggingConfig
