@@ -197,37 +197,9 @@ def test_updates_per_tick_after_the_burst():
         assert got == [0, 0, 400, per_tick], (n, ups)
 
 
-@pytest.mark.slow
-def test_updates_per_step_schedule_and_decay_in_a_run_resumed_from_a_checkpoint(tmp_path):
-    """updates_per_step=2: the chunk records' update counts are the burst then 2 per tick; with
-    a cosine schedule and weight decay, a run restored from a checkpoint continues the
-    schedule (its count is the Adam state's) and ends as the uninterrupted run, bit for bit.
-    One compiled program (mpc=False: no planner)."""
-    import optax
-
-    from tdmpc2core.model.config import LRSchedule
-
-    agent = TDMPC2("Pendulum-v1", seed_steps=200, updates_per_step=2, weight_decay=0.1, mpc=False,
-                   learning_rate={"kind": "cosine", "init_value": 1e-3, "decay_steps": 300},
-                   **dict(TINY, horizon=1))  # horizon 1: a smaller program to compile
-    assert isinstance(agent.cfg.learning_rate, LRSchedule)
-    assert agent.config["learning_rate"] == {"kind": "cosine", "init_value": 1e-3, "decay_steps": 300}
-    recs = []
-    state, _ = agent.train(seed=[0], n_timesteps=210, callback=recs.append, checkpoint_dir=tmp_path / "ck",
-                           checkpoint_every=206)
-    # ticks 0..199 random, the burst of 200 at tick 200, then 2 per tick for ticks 201..209
-    assert [(r["phase"], r["agent_steps"], int(r["updates"][0])) for r in recs] == [
-        ("seed", 200, 0), ("burst", 201, 200), ("train", 210, 218)]
-    kinds = (optax.ScaleByAdamState, optax.ScaleByScheduleState)  # the schedule's count is the Adam's
-    counts = [int(np.asarray(s.count)[0]) for s in jax.tree_util.tree_leaves(
-        (state.agent.wm_opt_state, state.agent.pi_opt_state), is_leaf=lambda x: isinstance(x, kinds))
-        if isinstance(s, kinds)]
-    assert counts == [218] * 6  # encoder, rest, policy
-    restored, hist, _ = agent.restore(tmp_path / "ck" / "step_000000000206")
-    assert int(np.asarray(restored.agent.updates)[0]) == 210
-    resumed, _ = agent.train(seed=[0], n_timesteps=4, state=restored, history=hist, total_timesteps=210)
-    for x, y in zip(leaves(resumed.agent), leaves(state.agent)):
-        np.testing.assert_array_equal(x, y)
+# a run with updates_per_step=2, a cosine schedule and weight decay, resumed from a checkpoint
+# to the uninterrupted run's numbers: tests/test_extensions.py (the same compiled program as
+# the extensions' run)
 
 
 # ------------------------------------------- non-episodic numbers pinned bit for bit

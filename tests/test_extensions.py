@@ -15,11 +15,13 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pyarrow.parquet as pq
 import pytest
 
 from tdmpc2core.extensions import (EvalEpisodes, ExtensionSet, GradNorms, ModelError, UnknownPhaseError,
                                    make_extensions)
+from tdmpc2core.model.config import LRSchedule
 from tdmpc2core.report import analysis as A
 from tdmpc2core.report import html as R
 from tdmpc2core.stages import outputs as O
@@ -164,7 +166,13 @@ def test_model_error_is_zero_for_a_perfect_model_and_skips_steps_after_a_termina
 def test_single_task_extensions_run_every_phase_and_resume_exactly_through_a_checkpoint(tmp_path):
     from tdmpc2core import TDMPC2
 
-    agent = TDMPC2("Pendulum-v1", extensions=[GradNorms(), ModelError(), Stat()], **SINGLE)
+    # the optimizer settings of issue 26 ride along (one compiled program for both): two updates
+    # per tick after the burst, a cosine schedule of the update count and decoupled weight decay
+    agent = TDMPC2("Pendulum-v1", extensions=[GradNorms(), ModelError(), Stat()], updates_per_step=2,
+                   weight_decay=0.1, learning_rate={"kind": "cosine", "init_value": 1e-3, "decay_steps": 300},
+                   **SINGLE)
+    assert isinstance(agent.cfg.learning_rate, LRSchedule)
+    assert agent.config["learning_rate"] == {"kind": "cosine", "init_value": 1e-3, "decay_steps": 300}
     run = dict(eval_every=200, eval_episodes=2, total_timesteps=210)
 
     # pretrain: once, inside the init program, on the initialised parameters
@@ -173,8 +181,16 @@ def test_single_task_extensions_run_every_phase_and_resume_exactly_through_a_che
     np.testing.assert_allclose(pi_norm, 0.5 * np.asarray(init.ext["stat"]["pi_norm_before"]), rtol=1e-5)
     assert np.asarray(init.ext["stat"]["pretrained"]).tolist() == [1, 1] and min(pi_norm) > 0
 
-    logged = Recorder()
-    whole, hw = agent.train(seed=[0, 1], n_timesteps=210, loggers=[logged], **run)
+    logged, recs = Recorder(), []
+    whole, hw = agent.train(seed=[0, 1], n_timesteps=210, loggers=[logged], callback=recs.append, **run)
+    # ticks 0..199 random, the burst of 200 at tick 200, then 2 updates per tick for ticks 201..209
+    assert [int(r["updates"][0]) for r in recs][-1] == 218 and ("burst", 201, 200) in [
+        (r["phase"], r["agent_steps"], int(r["updates"][0])) for r in recs]
+    kinds = (optax.ScaleByAdamState, optax.ScaleByScheduleState)  # the schedule's count is the Adam's
+    counts = [int(np.asarray(s.count)[0]) for s in jax.tree_util.tree_leaves(
+        (whole.agent.wm_opt_state, whole.agent.pi_opt_state), is_leaf=lambda x: isinstance(x, kinds))
+        if isinstance(s, kinds)]
+    assert counts == [218] * 6  # encoder, rest, policy: so a resumed run continues the schedule
     first, h1 = agent.train(seed=[0, 1], n_timesteps=205, **run)
     info = agent.save_checkpoint(tmp_path, first, h1, seeds=[0, 1], total_timesteps=210, eval_every=200,
                                  eval_episodes=2)
@@ -182,11 +198,13 @@ def test_single_task_extensions_run_every_phase_and_resume_exactly_through_a_che
     assert manifest["settings"]["extensions"] == ["grad_norms", "model_error", "stat"]
     split, hs = agent.train(seed=[0, 1], state=restored, history=h2, n_timesteps=5, **run)
 
-    for a, b in zip(leaves(whole), leaves(split)):  # parameters, replay, keys and every extension state
+    # parameters (the schedule and decay continued from the checkpoint's Adam count), replay,
+    # keys and every extension state
+    for a, b in zip(leaves(whole), leaves(split)):
         np.testing.assert_array_equal(a, b)
     stat = {k: np.asarray(v) for k, v in whole.ext["stat"].items()}
     updates = np.asarray(whole.agent.updates)
-    assert stat["count"].tolist() == updates.tolist() == [209, 209]  # the burst of 200 at tick 200, then 9
+    assert stat["count"].tolist() == updates.tolist() == [218, 218]  # the burst of 200 at tick 200, then 2 x 9
     assert stat["last_step"].tolist() == [210, 210]  # agent steps done when the last update ran
     assert stat["total"].tolist() == [210, 210] and stat["pretrained"].tolist() == [1, 1]  # not again on resume
 
@@ -199,7 +217,7 @@ def test_single_task_extensions_run_every_phase_and_resume_exactly_through_a_che
     np.testing.assert_allclose(hw["ext/stat/mean_consistency"][-1], stat["cons_sum"] / stat["count"], rtol=1e-6)
     evals = [m for _, m in logged.records if "Eval/episodic mean reward" in m]  # loggers: the seeds' mean
     assert [m["Eval/stat/mean_consistency"] for m in evals] == pytest.approx(hw["ext/stat/mean_consistency"].mean(1))
-    assert hw["ext/grad_norms/updates"][:, 0].tolist() == [0, 0, 209]
+    assert hw["ext/grad_norms/updates"][:, 0].tolist() == [0, 0, 218]
     assert np.isnan(hw["ext/grad_norms/grad_norm_last"][0]).all()  # no update before the first evaluation
     pi_norm = [seed_norm(whole.agent.params["pi"], s) for s in (0, 1)]
     np.testing.assert_allclose(hw["ext/grad_norms/param_norm_pi"][-1], pi_norm, rtol=1e-5)
