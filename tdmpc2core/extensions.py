@@ -198,10 +198,13 @@ class ExtensionSet:
     With only the ``post_update=`` hook, the run state's ``ext`` is the hook's value itself (as
     before extensions existed: docs/artifacts.md); otherwise a dict {name: state}.
 
+    An entry may be a registered extension's name (:data:`REGISTRY`: ``"grad_norms"``,
+    ``"model_error"``), which stands for its instance with default settings.
+
     Raises:
       UnknownPhaseError: an extension with an unknown phase or none (:func:`check_extension`).
-      ValueError: two extensions of one name, a name that is not an identifier, or
-        ``extensions`` not a sequence.
+      ValueError: two extensions of one name, a name that is not an identifier, an unknown
+        registered name (with the closest one), or ``extensions`` not a sequence.
     """
 
     def __init__(self, extensions: Sequence = (), hook=None):
@@ -210,7 +213,9 @@ class ExtensionSet:
         if isinstance(extensions, (str, bytes)) or not isinstance(extensions, (list, tuple)):
             raise ValueError(f"extensions: expected a list or tuple of extension objects, got "
                              f"{type(extensions).__name__}")
-        exts = list(extensions) + ([_HookExtension(hook)] if hook is not None else [])
+        # a registered name (the pipeline's spelling, e.g. "grad_norms") stands for its default instance
+        exts = [make_extensions([e])[0] if isinstance(e, str) else e for e in extensions]
+        exts += [_HookExtension(hook)] if hook is not None else []
         self.phases = [check_extension(e) for e in exts]
         self.names = [extension_name(e) for e in exts]
         bad = [n for n in self.names if not _NAME.match(n)]

@@ -114,6 +114,11 @@ def test_unknown_phases_and_objects_without_phases_are_refused():
     with pytest.raises(ValueError, match=r"unknown extension 'grad_norm' \(did you mean 'grad_norms'\?\); "
                                          r"registered: \['grad_norms', 'model_error'\]"):
         make_extensions(["grad_norm"])
+    # a registered name stands for its default instance (the pipeline's spelling); a misspelt one
+    # is named with the closest
+    assert ExtensionSet(["grad_norms", ModelError()]).names == ["grad_norms", "model_error"]
+    with pytest.raises(ValueError, match=r"unknown extension 'grad_norm' \(did you mean 'grad_norms'\?\)"):
+        ExtensionSet(["grad_norm"])
     # the agents refuse at construction (UnknownPhaseError is a ValueError: one line in the stages)
     from tdmpc2core import TDMPC2
     from tdmpc2core.agents.multitask import TDMPC2MultiTask

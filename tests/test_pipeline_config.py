@@ -281,6 +281,11 @@ def test_optimizer_settings_in_the_configuration():
     line = config_error_line(_schema_error(merged("protocols: {demo: {defaults: {agent: "
                                                   "{termination_coef: -1}}}}")), SCHEMA, [demo])
     assert line == "config: protocols.demo.defaults.agent.termination_coef: -1 is less than the minimum of 0"
+    # YAML 1.1 reads 3e-4 as a string: the schema's refusal says so
+    line = config_error_line(_schema_error(merged("protocols: {demo: {defaults: {agent: "
+                                                  "{weight_decay: 1e-4}}}}")), SCHEMA, [demo])
+    assert line.endswith("'1e-4' is not of type 'number' (YAML reads 1e-4 as a string: write it with a decimal "
+                         "point and a signed exponent, e.g. 3.0e-4)"), line
 
 
 # --------------------------------------------------------------------------- code versions

@@ -494,6 +494,8 @@ def test_default_optimizers_are_the_reference_plain_adam_program():
     ({"learning_rate": {"kind": "cosine", "init_value": "3e-4", "decay_steps": 10}},
      "learning_rate.init_value='3e-4' is not accepted; accepted: a finite number >= 0 (YAML reads 3e-4"),
     ({"learning_rate": {**SCHED, "warmup_steps": 10}}, "decay_steps=10 must exceed warmup_steps=10"),
+    ({"learning_rate": {"kind": "constant", "value": 0.0}},
+     "the 'constant' schedule is 0 throughout ({'value': 0.0}); accepted: a schedule whose largest rate is > 0"),
     ({"learning_rate": -1e-3}, "learning_rate=-0.001 is not accepted; accepted: a finite number > 0, a schedule"),
     ({"learning_rate": [1e-3]}, "learning_rate=[0.001] is not accepted"),
     ({"weight_decay": -0.1}, "weight_decay=-0.1 is not accepted; accepted: a finite number >= 0"),

@@ -184,8 +184,8 @@ def learning_rate_schedule(spec: Mapping) -> LRSchedule:
       ``decay_steps`` (> warmup_steps: the whole schedule's length, warmup included),
       ``end_value``* (default 0), ``exponent``* (optax.warmup_cosine_decay_schedule).
 
-    Learning rates (``value``, ``*_value``) are finite numbers >= 0; step counts are integers
-    >= 0 and count updates (the world model's and the policy's alike). The encoder trains at
+    Learning rates (``value``, ``*_value``) are finite numbers >= 0, the largest > 0; step counts
+    are integers >= 0 and count updates (the world model's and the policy's alike). The encoder trains at
     the schedule's value times ``enc_lr_scale``.
 
     Raises:
@@ -227,6 +227,10 @@ def learning_rate_schedule(spec: Mapping) -> LRSchedule:
                          f"init_value)")
     if "exponent" in params and params["exponent"] <= 0:
         raise ValueError(f"learning_rate.exponent={params['exponent']!r} must be > 0")
+    rates = {k: v for k, v in params.items() if k == "value" or k.endswith("_value")}
+    if max(rates.values()) <= 0:  # as a plain learning_rate of 0 is refused: the model would never learn
+        raise ValueError(f"learning_rate: the {kind!r} schedule is 0 throughout ({rates}); accepted: a schedule "
+                         f"whose largest rate is > 0")
     # plain Python numbers (a NumPy scalar would not be JSON)
     params = {k: int(v) if k in _STEP_PARAMS else float(v) for k, v in params.items()}
     return LRSchedule(kind, tuple(sorted(params.items())))

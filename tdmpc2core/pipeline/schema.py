@@ -116,7 +116,19 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
     hint = ""
     if cli and err.validator == "type" and isinstance(err.instance, str) and path[-1].isdigit():
         hint = "; --config passes list items as strings: set this list in a file given with --configfile"
+    elif err.validator == "type" and isinstance(err.instance, str) and _is_number_text(err.instance):
+        hint = (f" (YAML reads {err.instance} as a string: write it with a decimal point and a signed "
+                f"exponent, e.g. 3.0e-4)")
     return f"config: {where}{src}: {err.message}{hint}"
+
+
+def _is_number_text(text: str) -> bool:
+    """A string that Python reads as a number (YAML 1.1 takes ``3e-4`` as a string)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def schema_refusal(exc: BaseException, schema_file: str, configfiles: list, overrides=None) -> str | None:
