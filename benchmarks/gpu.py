@@ -80,15 +80,18 @@ def measure_one(size: int, env: str, seeds, *, updates: int, ticks: int, repeats
     kw = {"batch_size": 256, "kernels": kernels, "matmul_precision": matmul_precision, **agent_kwargs}
     agent = TDMPC2(env, model_size=size, **kw)
     cfg, O, A = agent.cfg, agent.spec.obs_dim, agent.spec.action_dim
-    dt_upd, upd_compile = speed.bench_updates(agent, n_updates=updates, repeats=repeats)
-    dt_plan, plan_compile = speed.bench_plan(agent, repeats=repeats)
     f_upd, f_plan = flops.update_flops(cfg, O, A), flops.plan_flops(cfg, O, A)
+    dt_upd, upd_compile = speed.bench_updates(agent, n_updates=updates, repeats=repeats)
+    partial(size, updates_per_s=1.0 / dt_upd, update_tflop_per_s=f_upd / dt_upd / 1e12, update_compile_s=upd_compile)
+    dt_plan, plan_compile = speed.bench_plan(agent, repeats=repeats)
+    partial(size, plan_ms=dt_plan * 1e3, plan_compile_s=plan_compile)
     train = {}
     for n in seeds:
         steps_per_s, chunk_compile = speed.bench_train(agent, seeds=range(n), n_ticks=ticks)
         train[str(n)] = {"agent_steps_per_s": steps_per_s, "env_frames_per_s": steps_per_s * agent.action_repeat,
                          "tflop_per_s": (f_upd + f_plan) * steps_per_s / 1e12,
                          "compile_s": chunk_compile}
+        partial(size, seeds=n, **train[str(n)])
     dev = jax.devices()[0]
     stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
     peak = None if not stats else stats.get("peak_bytes_in_use")
@@ -111,6 +114,12 @@ def measure_one(size: int, env: str, seeds, *, updates: int, ticks: int, repeats
         "compile_s": {"updates": upd_compile, "plan": plan_compile},
         "peak_device_bytes": peak,
     }
+
+
+def partial(size: int, **figures) -> None:
+    """One figure as soon as it is measured (a ``PARTIAL`` line on stdout), so a case cut short
+    by a time limit still reports what it reached."""
+    print("PARTIAL " + json.dumps({"model_size": size, **figures}), flush=True)
 
 
 def init_params(agent):

@@ -186,13 +186,16 @@ def test_symlog_symexp(modules):
 
 def test_bin_centres_differ_from_torch_linspace_by_at_most_two_ulps_of_vmax(modules):
     # deviation N7: jnp.linspace and torch.linspace round differently (torch counts the upper
-    # half of the bins down from vmax); the middle bin is about -3.0e-7 here and -1.5e-7 in
-    # the official code on the CPU; no bin differs by more than 2 ulps of vmax (1.9e-6)
+    # half of the bins down from vmax); the middle bin is about -3.0e-7 here on the CPU,
+    # -4.8e-7 (half an ulp of vmax) on an H200, and -1.5e-7 in the official code on the CPU;
+    # no bin differs by more than 2 ulps of vmax (1.9e-6) and the middle one is within one ulp
+    # of vmax of zero on either backend
     d, _ = modules
     ours = np.asarray(tm.bin_centers(101, -10.0, 10.0))
     ref = d["math/dreg_bins"]
     close("bins", "bin_centres", ours, ref)
-    assert abs(float(ours[50])) < 4e-7 and abs(float(ref[50])) < 4e-7
+    ulp = float(np.spacing(np.float32(10.0)))
+    assert abs(float(ours[50])) <= ulp and abs(float(ref[50])) < 4e-7
     assert np.max(np.abs(ours - ref) / np.spacing(np.float32(10.0))) <= 2.0
     assert not np.array_equal(ours, ref)  # the deviation is real: if this fails, update docs/deviations.md
 
