@@ -411,3 +411,41 @@ def test_placeholder_env_state_has_the_resets_structure_and_no_reset_in_its_prog
     real_hlo = jax.jit(lambda k: jax.vmap(pendulum.reset)(jax.random.split(k, 3))).lower(
         jax.random.PRNGKey(0)).as_text()
     assert "cosine" not in hlo and "cosine" in real_hlo  # Pendulum's reset computes cos(theta)
+
+
+class _Counter:
+    """A toy suite env for StepOut.success: x counts simulator steps; success while x is odd
+    (a fifth item from _raw_step); terminates when x reaches ``end``."""
+
+    @staticmethod
+    def make(repeat: int, end: int):
+        from tdmpc2core.envs.base import Env, EnvSpec
+
+        class CounterEnv(Env):
+            def __init__(self):
+                self.spec = EnvSpec.from_bounds("counter", "gymnax", 1, [-1.0], [1.0], action_repeat=repeat,
+                                                episode_length=10, can_terminate=True, has_success=True)
+
+            def _raw_reset(self, key):
+                return jnp.zeros((), jnp.int32), jnp.zeros((1,))
+
+            def _raw_step(self, x, env_action, key):
+                x = x + 1
+                return x, x[None].astype(jnp.float32), 1.0, x >= end, (x % 2) == 1
+
+        return CounterEnv()
+
+
+@pytest.mark.parametrize("repeat,end,expect", [(1, 99, [True, False, True]), (2, 99, [False, False, False]),
+                                               (3, 99, [True, False, True]), (2, 3, [False, True, False])])
+def test_step_success_is_that_of_the_last_simulator_step_taken(repeat, end, expect):
+    # StepOut.success: the flag after the last simulator step of the action repeat (the official
+    # Meta-World wrapper returns the last step's info); sub-steps after a termination are not taken
+    env = _Counter.make(repeat, end)
+    state, _ = env.reset(jax.random.PRNGKey(0))
+    got = []
+    for _ in range(3):
+        state, out = env.step(state, jnp.zeros(1), jax.random.PRNGKey(1))
+        got.append(bool(out.success))
+    assert got == expect
+    assert env.spec.has_success and not make_env("Pendulum-v1").spec.has_success

@@ -49,6 +49,8 @@ class EnvSpec:
         backend: Playground physics implementation (``"jax"`` = MJX, ``"warp"``);
             ``None`` for the other suites.
         can_terminate: whether the env can end an episode before the time limit.
+        has_success: whether the suite reports a success flag (``StepOut.success``); the
+            report then scores its tasks by success rate, not return.
     """
 
     env_id: str
@@ -62,10 +64,12 @@ class EnvSpec:
     sim_episode_length: int
     backend: str | None
     can_terminate: bool
+    has_success: bool = False
 
     @classmethod
     def from_bounds(cls, env_id: str, suite: str, obs_dim: int, low, high, *, action_repeat: int,
-                    episode_length: int, backend: str | None = None, can_terminate: bool = False):
+                    episode_length: int, backend: str | None = None, can_terminate: bool = False,
+                    has_success: bool = False):
         """A spec whose action_dim, bounds and sim_episode_length follow from ``low``/``high``
         (array-likes of the env's bounds) and T = ``episode_length`` agent steps."""
         low, high = bounds_tuple(low), bounds_tuple(high)
@@ -73,7 +77,7 @@ class EnvSpec:
                    action_low=low, action_high=high, action_repeat=int(action_repeat),
                    episode_length=int(episode_length),
                    sim_episode_length=int(episode_length) * int(action_repeat),
-                   backend=backend, can_terminate=bool(can_terminate))
+                   backend=backend, can_terminate=bool(can_terminate), has_success=bool(has_success))
 
 
 class StepOut(NamedTuple):
@@ -84,12 +88,17 @@ class StepOut(NamedTuple):
         reward: f32[], sum of the simulator rewards over the action repeat.
         terminated: bool[], a true terminal state was reached (never the time limit).
         truncated: bool[], the agent-step counter reached T (the time limit).
+        success: bool[], the suite's success flag after this agent step (Meta-World's and
+            MyoSuite's ``info['success']`` of the last simulator step taken, as the official
+            wrappers report it); always False for a suite without one
+            (``EnvSpec.has_success`` False).
     """
 
     obs: jax.Array
     reward: jax.Array
     terminated: jax.Array
     truncated: jax.Array
+    success: jax.Array
 
 
 class EnvState(NamedTuple):
@@ -216,7 +225,15 @@ class Env:
         raise NotImplementedError
 
     def _raw_step(self, inner, env_action, key):  # pragma: no cover - abstract
+        """One simulator step: ``(inner, obs, reward, terminated)``, or with a fifth item, the
+        suite's success flag after the step (suites with ``spec.has_success``)."""
         raise NotImplementedError
+
+    def _raw_step5(self, inner, env_action, key):
+        out = self._raw_step(inner, env_action, key)
+        if len(out) == 5:
+            return out
+        return (*out, jnp.zeros((), bool))
 
     # ------------------------------------------------------------------ public
     def reset(self, key: jax.Array) -> tuple[EnvState, jax.Array]:
@@ -249,44 +266,48 @@ class Env:
             key: a PRNG key (split over the simulator steps; suites whose step is
                 deterministic ignore it).
         Returns:
-            ``(env_state, StepOut(obs, reward, terminated, truncated))``. The reward is the
-            sum over the simulator steps taken; once a sub-step terminates, the remaining
-            sub-steps change neither the state, the observation nor the reward.
+            ``(env_state, StepOut(obs, reward, terminated, truncated, success))``. The reward
+            is the sum over the simulator steps taken; once a sub-step terminates, the remaining
+            sub-steps change neither the state, the observation, the reward nor the success
+            flag (that of the last simulator step taken).
             ``truncated`` is True when the agent-step counter reaches T. There is no
             auto-reset: the caller resets when ``terminated | truncated``.
         """
         env_action = self.scale_action(action)
         repeat = self.spec.action_repeat
         if repeat == 1:
-            inner, obs, reward, term = self._raw_step(env_state.inner, env_action, key)
+            inner, obs, reward, term, succ = self._raw_step5(env_state.inner, env_action, key)
             inner = cast_like(inner, env_state.inner)
             obs = self._flat_obs(obs)
             reward = jnp.asarray(reward, jnp.float32).reshape(())
             term = jnp.asarray(term).astype(bool).reshape(())
+            succ = jnp.asarray(succ).astype(bool).reshape(())
         else:
 
             def body(carry, k):
-                inner, obs, rsum, done = carry
-                n_inner, n_obs, r, term = self._raw_step(inner, env_action, k)
+                inner, obs, rsum, done, succ = carry
+                n_inner, n_obs, r, term, n_succ = self._raw_step5(inner, env_action, k)
                 n_inner = cast_like(n_inner, inner)
                 inner = jax.tree.map(lambda n, o: jnp.where(done, o, n), n_inner, inner)
                 obs = jnp.where(done, obs, self._flat_obs(n_obs))
                 rsum = rsum + jnp.where(done, 0.0, jnp.asarray(r, jnp.float32).reshape(()))
+                succ = jnp.where(done, succ, jnp.asarray(n_succ).astype(bool).reshape(()))
                 done = done | jnp.asarray(term).astype(bool).reshape(())
-                return (inner, obs, rsum, done), None
+                return (inner, obs, rsum, done, succ), None
 
             init = (
                 env_state.inner,
                 jnp.zeros((self.spec.obs_dim,), jnp.float32),  # replaced at sub-step 0
                 jnp.zeros((), jnp.float32),
                 jnp.zeros((), bool),
+                jnp.zeros((), bool),
             )
-            (inner, obs, reward, term), _ = jax.lax.scan(
+            (inner, obs, reward, term, succ), _ = jax.lax.scan(
                 body, init, jax.random.split(key, repeat)
             )
         t = env_state.t + 1
         truncated = t >= self.spec.episode_length
-        return EnvState(inner=inner, t=t), StepOut(obs, reward, term, truncated)
+        return EnvState(inner=inner, t=t), StepOut(obs, reward, term, truncated, succ)
 
     # ----------------------------------------------------------------- helpers
     def _flat_obs(self, obs) -> jax.Array:

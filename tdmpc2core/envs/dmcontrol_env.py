@@ -352,13 +352,14 @@ class DMControlEnv(Env):
     def step(self, env_state: EnvState, action: jax.Array, key: jax.Array) -> tuple[EnvState, StepOut]:
         """One agent step: ``action_repeat`` control steps in one host call (see the module
         docstring). ``key`` is unused (dm_control steps are deterministic). Returns
-        ``(env_state, StepOut(obs, reward, terminated=False, truncated=t >= T))``."""
+        ``(env_state, StepOut(obs, reward, terminated=False, truncated=t >= T, success=False))``."""
         del key
         a = jnp.clip(jnp.asarray(action, jnp.float32).reshape(self.spec.action_dim), -1.0, 1.0)
         phys, obs, reward = self._host_step(env_state.inner, a, self.spec.action_repeat, True)
         t = env_state.t + 1
         inner = DMCState(phys, env_state.inner.model)
-        return EnvState(inner=inner, t=t), StepOut(obs, reward, jnp.zeros((), bool), t >= self.spec.episode_length)
+        return EnvState(inner=inner, t=t), StepOut(obs, reward, jnp.zeros((), bool), t >= self.spec.episode_length,
+                                                   jnp.zeros((), bool))
 
 
 def _suite_name() -> str:
