@@ -73,15 +73,21 @@ def eval_episode(env, act, T: int, H: int, A: int, key, record: bool = False):
     start, zeros at the start). An episode that terminates stops accumulating reward: its
     return sums the rewards up to and including the terminal step, and its length counts the
     agent steps up to and including it (T when it never terminates).
-    Returns (return, length) scalars; with ``record``, also the episode itself for the
-    extensions' eval_metrics: (obs [T+1, o], action [T, a] (the env actions ``act`` gave),
-    reward [T], valid [T] bool: the step was taken before a termination). Shared by the
-    single- and multi-task agents."""
+    Returns (return, length, success): return f32[], length i32[], and ``success`` None for a
+    suite without a success flag (``env.spec.has_success`` False: the compiled program is then
+    the one without success), else a pair of bool[] (success at the last step taken, success at
+    any step taken): the official rule scores an episode by ``info['success']`` at its last
+    step (the step that ended it: the time limit, or a termination); Meta-World's maintainers
+    count it solved when any step succeeded. Steps after a termination count for neither.
+    With ``record``, a fourth item, the episode itself for the extensions' eval_metrics: (obs
+    [T+1, o], action [T, a] (the env actions ``act`` gave), reward [T], valid [T] bool: the
+    step was taken before a termination). Shared by the single- and multi-task agents."""
     k_reset, k_loop = jax.random.split(key)
     state, obs = env.reset(k_reset)
+    with_success = bool(getattr(env.spec, "has_success", False))
 
     def body(carry, inp):
-        state, obs, mean, ret, length, alive = carry
+        state, obs, mean, ret, length, alive, succ = carry
         t, k = inp
         k_act, k_step = jax.random.split(k)
         a, mean = act(obs, mean, t == 0, k_act)
@@ -89,23 +95,30 @@ def eval_episode(env, act, T: int, H: int, A: int, key, record: bool = False):
         # where, not alive * reward: an env stepped past its terminal state may return NaN
         ret = ret + jnp.where(alive > 0, out.reward, 0.0)
         length = length + alive.astype(jnp.int32)
+        if with_success:  # (last, any): frozen once the episode has ended
+            last, anyv = succ
+            taken = alive > 0
+            succ = (jnp.where(taken, out.success, last), anyv | (taken & out.success))
         seen = (obs, a, out.reward, alive > 0) if record else None
         alive = alive * (1.0 - out.terminated.astype(jnp.float32))
-        return (state, out.obs, mean, ret, length, alive), seen
+        return (state, out.obs, mean, ret, length, alive, succ), seen
 
+    succ0 = (jnp.zeros((), bool), jnp.zeros((), bool)) if with_success else None
     init = (state, obs, jnp.zeros((H, A), jnp.float32), jnp.zeros((), jnp.float32),
-            jnp.zeros((), jnp.int32), jnp.ones((), jnp.float32))
-    (_, last_obs, _, ret, length, _), seen = jax.lax.scan(body, init, (jnp.arange(T), jax.random.split(k_loop, T)))
+            jnp.zeros((), jnp.int32), jnp.ones((), jnp.float32), succ0)
+    (_, last_obs, _, ret, length, _, succ), seen = jax.lax.scan(
+        body, init, (jnp.arange(T), jax.random.split(k_loop, T)))
     if not record:
-        return ret, length
+        return ret, length, succ
     obs_seq, actions, rewards, valid = seen
-    return ret, length, (jnp.concatenate([obs_seq, last_obs[None]]), actions, rewards, valid)
+    return ret, length, succ, (jnp.concatenate([obs_seq, last_obs[None]]), actions, rewards, valid)
 
 
 def episodes_of_seed(one_episode: Callable, num_episodes: int) -> Callable:
-    """``(params, key) -> (returns [E], lengths [E])``: ``one_episode(params, k)`` for each of
-    the ``num_episodes`` keys ``split(key, E)`` (one seed's evaluation; vmapped over seeds by
-    :func:`tdmpc2core.run.compiled.per_seed`)."""
+    """``(params, key) -> (returns [E], lengths [E], success)``: ``one_episode(params, k)``
+    (:func:`eval_episode`) for each of the ``num_episodes`` keys ``split(key, E)`` (one seed's
+    evaluation; vmapped over seeds by :func:`tdmpc2core.run.compiled.per_seed`); ``success``
+    None, or (last, any) bool [E] for a suite with a success flag."""
     def per_seed(params, key):
         return jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))
 
@@ -113,13 +126,13 @@ def episodes_of_seed(one_episode: Callable, num_episodes: int) -> Callable:
 
 
 def episodes_with_metrics(one_episode: Callable, num_episodes: int, metrics: Callable) -> Callable:
-    """``(params, key, ext) -> (returns [E], lengths [E], {name: scalar})``: the episodes of
-    :func:`episodes_of_seed`, ``one_episode(params, k)`` returning (return, length, episode)
-    (:func:`eval_episode` with ``record``), then ``metrics(ext, params, episodes)`` of the
-    episodes stacked [E, ...] (the extensions' eval_metrics, one seed)."""
+    """``(params, key, ext) -> (returns [E], lengths [E], success, {name: scalar})``: the
+    episodes of :func:`episodes_of_seed`, ``one_episode(params, k)`` returning (return, length,
+    success, episode) (:func:`eval_episode` with ``record``), then ``metrics(ext, params,
+    episodes)`` of the episodes stacked [E, ...] (the extensions' eval_metrics, one seed)."""
     def per_seed(params, key, ext):
-        ret, length, episodes = jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))
-        return ret, length, metrics(ext, params, episodes)
+        ret, length, succ, episodes = jax.vmap(lambda k: one_episode(params, k))(jax.random.split(key, num_episodes))
+        return ret, length, succ, metrics(ext, params, episodes)
 
     return per_seed
 
@@ -177,5 +190,17 @@ def update_loop(n_updates, step: Callable, agent_state: AgentState, metrics: dic
     return jax.lax.fori_loop(0, n_updates, body_hooked, (agent_state, metrics, ext))
 
 
+def success_dict(succ) -> dict:
+    """The evaluation's success arrays as numpy: ``{}`` for None (a suite without a success
+    flag), else ``{"success": bool [..., E], "success_any": bool [..., E]}`` from the (last,
+    any) pair that :func:`episodes_of_seed` returns."""
+    import numpy as np
+
+    if succ is None:
+        return {}
+    last, anyv = succ
+    return {"success": np.asarray(last, bool), "success_any": np.asarray(anyv, bool)}
+
+
 __all__ = ["EVAL_KEY_OFFSET", "METRIC_KEYS", "eval_key", "check_hyperparameters", "init_one", "eval_episode",
-           "episodes_of_seed", "episodes_with_metrics", "UpdateHook", "extensions_hook", "update_loop"]
+           "episodes_of_seed", "episodes_with_metrics", "success_dict", "UpdateHook", "extensions_hook", "update_loop"]

@@ -36,7 +36,9 @@ score of a task is ``100 (return - low) / (high - low)`` for the task's declared
 ``(0, 1000)`` in the paper's protocol, which is the paper's ``return / 10`` (dm_control tasks,
 ``dmc:`` ids, the same). Other tasks need
 a declared range (``return_ranges``); without one their normalized score is NaN, and so is
-the mean over tasks (never a silent mix of normalised and raw returns).
+the mean over tasks (never a silent mix of normalised and raw returns). A task whose env has
+a success flag (Meta-World, MyoSuite) is scored by 100 x its success rate (the official rule:
+success at the episode's last step), as the paper scores Meta-World in mt80.
 """
 from __future__ import annotations
 
@@ -516,7 +518,12 @@ class TDMPC2MultiTask:
         Returns a dict of numpy arrays: ``tasks`` (names), ``returns`` / ``lengths`` [S,
         num_tasks, E], ``return`` [S, num_tasks] (mean over episodes), ``mean_return`` [S]
         (mean over tasks), ``normalized_score_per_task`` [S, num_tasks], ``normalized_score``
-        [S] (mean over tasks; NaN when a task has no declared range), ``updates`` (int).
+        [S] (mean over tasks; NaN when a task has no declared range), ``updates`` (int). When an
+        evaluated task's env has a success flag (``EnvSpec.has_success``): ``success`` and
+        ``success_any`` float64 [S, num_tasks, E] (1.0/0.0: success at the episode's last step,
+        the official rule, and at any step; NaN for a task without a flag), ``success_rate``
+        [S, num_tasks] (mean of ``success``), and such a task's normalized score is 100 x its
+        success rate (the paper's rule for Meta-World).
         Raises:
           ValueError: the agent was built without eval_envs.
         """

@@ -20,7 +20,7 @@ from ..envs.registry import get_suite
 from ..model.planner import act_with_policy, plan
 from ..model.update import embed
 from ..run.compiled import Compiled, per_seed
-from .common import episodes_of_seed, episodes_with_metrics, eval_episode, eval_key
+from .common import episodes_of_seed, episodes_with_metrics, eval_episode, eval_key, success_dict
 
 
 def _takes_backend(env_id: str) -> bool:
@@ -107,9 +107,16 @@ def resolve_ranges(agent, return_ranges):
     unknown = sorted(set(given) - set(agent.task_names))
     if unknown:
         raise ValueError(f"return_ranges names unknown task(s) {unknown}; tasks: {agent.task_names}")
+    success = [t.name for i, t in enumerate(agent.tasks) if t.name in given and _has_success(agent, i)]
+    if success:
+        raise ValueError(f"return_ranges names task(s) {success} whose env has a success flag: their normalized "
+                         "score is 100 x the success rate (the paper's rule for Meta-World), not a return range; "
+                         "drop them from return_ranges")
     out = {}
     for i, t in enumerate(agent.tasks):
-        if t.name in given:
+        if agent.eval_envs is not None and _has_success(agent, i):
+            out[t.name] = None  # scored by success (normalized_score_of)
+        elif t.name in given:
             lo, hi = (float(x) for x in given[t.name])
             if not hi > lo:
                 raise ValueError(f"return_ranges[{t.name!r}] = {given[t.name]!r}: need low < high")
@@ -122,11 +129,18 @@ def resolve_ranges(agent, return_ranges):
         else:
             out[t.name] = None
     if agent.eval_envs is not None:
-        missing = [n for i, (n, r) in enumerate(out.items()) if r is None and agent.eval_envs[i] is not None]
+        missing = [n for i, (n, r) in enumerate(out.items())
+                   if r is None and agent.eval_envs[i] is not None and not _has_success(agent, i)]
         if missing:
             warnings.warn(f"no declared return range for task(s) {missing}: their normalized score, and the "
                           "mean normalized score over tasks, are NaN (pass return_ranges)", stacklevel=3)
     return out
+
+
+def _has_success(agent, i: int) -> bool:
+    """Whether task ``i``'s evaluation env has a success flag (``EnvSpec.has_success``)."""
+    envs = agent.eval_envs
+    return envs is not None and envs[i] is not None and bool(getattr(envs[i].spec, "has_success", False))
 
 
 def act_program(agent, task: int, eval_mode: bool) -> Compiled:
@@ -147,8 +161,10 @@ def act_program(agent, task: int, eval_mode: bool) -> Compiled:
 
 
 def eval_program(agent, task: int, num_episodes: int) -> Compiled:
-    """(params [S, ...], keys [S, 2]) -> (returns, lengths) [S, E] of task ``task``; with
-    extensions that have eval_metrics, (params, keys, ext [S, ...]) -> (returns, lengths,
+    """(params [S, ...], keys [S, 2]) -> (returns, lengths, success) of task ``task``: returns,
+    lengths [S, E], success None or, for an env with a success flag, (success at the last step,
+    at any step) bool [S, E] (:func:`~tdmpc2core.agents.common.eval_episode`); with extensions
+    that have eval_metrics, (params, keys, ext [S, ...]) -> (returns, lengths, success,
     {``ext/<extension>/<metric>``: [S]}) on the same episodes (recorded, zero-padded to the
     model's widths, the task's embedding in :class:`~tdmpc2core.extensions.EvalModel`)."""
     env, cfg, wm = agent.eval_envs[task], agent.cfg, agent.wm
@@ -219,7 +235,8 @@ def eval_keys(seeds, updates: int, task: int):
 
 def normalized_score(agent, returns, task_ids=None) -> np.ndarray:
     """100 (return - low) / (high - low) per task on the last axis ([..., num_tasks], or
-    [..., len(task_ids)] for the tasks ``task_ids``); NaN for a task without a declared range."""
+    [..., len(task_ids)] for the tasks ``task_ids``); NaN for a task without a declared range
+    (a task scored by success among them: :func:`evaluate` puts 100 x its success rate there)."""
     r = np.asarray(returns, np.float64)
     out = np.full(r.shape, np.nan)
     names = agent.task_names if task_ids is None else [agent.task_names[i] for i in task_ids]
@@ -237,7 +254,7 @@ def evaluate(agent, state, num_episodes: int) -> dict:
                          "pass eval_envs=True (the task table's env ids) or one env per task")
     seeds = [int(s) for s in np.asarray(state.seed)]
     updates = int(np.asarray(state.agent.updates)[0])
-    rets, lens, ext = [], [], []
+    rets, lens, ext, succ, succ_any = [], [], [], [], []
     ids = agent.eval_task_ids
     metrics = agent.extensions is not None and agent.extensions.has("eval_metrics")
     for i in ids:
@@ -245,16 +262,32 @@ def evaluate(agent, state, num_episodes: int) -> dict:
         out = agent._eval_fn(i, int(num_episodes))(*args)
         rets.append(np.asarray(out[0]))
         lens.append(np.asarray(out[1]))
+        flags = success_dict(out[2])
+        nan = np.full(rets[-1].shape, np.nan)
+        succ.append(flags["success"].astype(np.float64) if flags else nan)
+        succ_any.append(flags["success_any"].astype(np.float64) if flags else nan)
         if metrics:
-            ext.append({k: np.asarray(v, np.float64) for k, v in out[2].items()})
+            ext.append({k: np.asarray(v, np.float64) for k, v in out[3].items()})
     returns = np.stack(rets, axis=1).astype(np.float64)  # [S, K, E]
     per_task = returns.mean(axis=-1)
     norm = normalized_score(agent, per_task, ids)
-    return {"tasks": agent.eval_task_names, "updates": updates, "returns": returns,
-            "lengths": np.stack(lens, axis=1), "return": per_task, "mean_return": per_task.mean(axis=-1),
-            "normalized_score_per_task": norm, "normalized_score": norm.mean(axis=-1),
-            "ext": {k: np.stack([e[k] for e in ext], axis=1) for k in (ext[0] if ext else {})}}  # [S, K]
+    res = {"tasks": agent.eval_task_names, "updates": updates, "returns": returns,
+           "lengths": np.stack(lens, axis=1), "return": per_task, "mean_return": per_task.mean(axis=-1)}
+    if has_success(agent):
+        res["success"], res["success_any"] = np.stack(succ, axis=1), np.stack(succ_any, axis=1)  # [S, K, E]
+        res["success_rate"] = res["success"].mean(axis=-1)  # [S, K], NaN for a task without
+        scored = [_has_success(agent, i) for i in ids]
+        norm = np.where(scored, 100.0 * res["success_rate"], norm)  # the paper's Meta-World score
+    res.update({"normalized_score_per_task": norm, "normalized_score": norm.mean(axis=-1),
+                "ext": {k: np.stack([e[k] for e in ext], axis=1) for k in (ext[0] if ext else {})}})  # [S, K]
+    return res
+
+
+def has_success(agent) -> bool:
+    """Whether any evaluated task's env has a success flag (the evaluation then records
+    success for every evaluated task, NaN for those without)."""
+    return any(_has_success(agent, i) for i in agent.eval_task_ids)
 
 
 __all__ = ["task_env", "build_eval_envs", "resolve_ranges", "act_program", "eval_program", "eval_metrics_of",
-           "eval_metric_names", "eval_keys", "normalized_score", "evaluate"]
+           "eval_metric_names", "eval_keys", "normalized_score", "evaluate", "has_success"]

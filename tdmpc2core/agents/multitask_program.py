@@ -13,6 +13,9 @@ from .common import METRIC_KEYS
 _EVAL_FIELDS = (("eval_returns", "returns"), ("eval_lengths", "lengths"), ("eval_return", "return"),
                 ("eval_mean_return", "mean_return"), ("normalized_score_per_task", "normalized_score_per_task"),
                 ("normalized_score", "normalized_score"))
+#: with a task whose env has a success flag (float64, NaN for the tasks without)
+_SUCCESS_FIELDS = (("eval_success", "success"), ("eval_success_any", "success_any"),
+                   ("eval_success_rate", "success_rate"))
 
 
 class OfflineProgram(RunProgram):
@@ -56,15 +59,28 @@ class OfflineProgram(RunProgram):
     def evaluate(self, state, tick, run) -> dict:
         res = self.agent.evaluate(state, run.eval_episodes)
         return {"eval_updates": int(np.asarray(state.agent.updates)[0]),
-                **{key: res[src] for key, src in _EVAL_FIELDS}, **res["ext"]}
+                **{key: res[src] for key, src in self._eval_fields()}, **res["ext"]}
+
+    def _eval_fields(self):
+        return _EVAL_FIELDS + (_SUCCESS_FIELDS if self.has_success else ())
+
+    @property
+    def has_success(self) -> bool:
+        """Whether an evaluated task's env has a success flag (the history then keeps
+        ``eval_success``, ``eval_success_any`` [S, K, E] and ``eval_success_rate`` [S, K],
+        float64, NaN for a task without one)."""
+        from .multitask_eval import has_success
+
+        return self.agent.eval_envs is not None and has_success(self.agent)
 
     def eval_fields(self, n_seeds, eval_episodes):
         S, K, E = n_seeds, len(self.agent.eval_task_ids), eval_episodes
         shapes = {"eval_returns": (S, K, E), "eval_lengths": (S, K, E), "eval_return": (S, K),
-                  "eval_mean_return": (S,), "normalized_score_per_task": (S, K), "normalized_score": (S,)}
+                  "eval_mean_return": (S,), "normalized_score_per_task": (S, K), "normalized_score": (S,),
+                  "eval_success": (S, K, E), "eval_success_any": (S, K, E), "eval_success_rate": (S, K)}
         return [EvalField("eval_updates", "eval_updates", np.int64)] + [
             EvalField(key, key, np.int32 if key == "eval_lengths" else np.float64, shapes[key])
-            for key, _ in _EVAL_FIELDS] + [EvalField(k, k, np.float64, (S, K)) for k in self.ext_keys()]
+            for key, _ in self._eval_fields()] + [EvalField(k, k, np.float64, (S, K)) for k in self.ext_keys()]
 
     def ext_keys(self) -> list:
         """The history keys of the extensions' eval_metrics (``ext/<extension>/<metric>``)."""
@@ -84,9 +100,13 @@ class OfflineProgram(RunProgram):
     def eval_log(self, ev):
         out = {"episodic mean reward": ev["eval_mean_return"], "normalized score": ev["normalized_score"]}
         lengths = np.mean(np.asarray(ev["eval_lengths"]), axis=-1)  # [S, tasks]
-        for k, name in enumerate(self.agent.eval_task_names):
+        from .multitask_eval import _has_success
+
+        for k, (i, name) in enumerate(zip(self.agent.eval_task_ids, self.agent.eval_task_names)):
             out[f"{name}/episodic mean reward"] = np.asarray(ev["eval_return"])[:, k]
             out[f"{name}/mean episodic length"] = lengths[:, k]
+            if _has_success(self.agent, i):
+                out[f"{name}/success rate"] = np.asarray(ev["eval_success_rate"])[:, k]
         # the extensions' eval metrics [S, tasks]: logged as their means over the evaluated tasks
         for key in self.ext_keys():
             out[key[len("ext/"):]] = np.mean(np.asarray(ev[key]), axis=-1)

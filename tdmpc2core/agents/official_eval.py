@@ -230,7 +230,9 @@ class OfficialEvaluation:
     """What :func:`evaluate_official` returns.
 
     rows: one dict per episode (``task``, ``env_id``, ``task_index`` (-1 single-task),
-    ``episode``, ``return``, ``length`` (agent steps), ``env_frames``, ``seed``);
+    ``episode``, ``return``, ``length`` (agent steps), ``env_frames``, ``seed``, ``success`` and
+    ``success_any``: the env's success flag at the episode's last step (the official rule) and at
+    any step, None for an env without one);
     skipped: {task: reason} of the tasks of a multi-task set not evaluated (``"all"`` only);
     checkpoint: the :class:`OfficialCheckpoint`; settings: the protocol (episodes, seed,
     episode length, the planner's settings, gamma per task); compile_seconds: per program.
@@ -385,11 +387,15 @@ class _Protocol:
 
         return None if self.emit is None else EvalProgress(tasks, self.episodes, self.emit)
 
-    def add_rows(self, name, index, env, ret, length):
+    def add_rows(self, name, index, env, ret, length, success=None):
+        """One row per episode; ``success``: None, or (last, any) bool [E] for an env with a
+        success flag (:func:`_host_episodes`)."""
         for ep in range(self.episodes):
             self.rows.append({"task": name, "env_id": PREFIX + name, "task_index": -1 if index is None else int(index),
                               "episode": ep, "return": float(ret[ep]), "length": int(length[ep]),
-                              "env_frames": int(length[ep]) * int(env.spec.action_repeat), "seed": self.seed})
+                              "env_frames": int(length[ep]) * int(env.spec.action_repeat), "seed": self.seed,
+                              "success": None if success is None else bool(success[0][ep]),
+                              "success_any": None if success is None else bool(success[1][ep])})
 
 
 def _check_dims(ckpt: OfficialCheckpoint, env, name) -> None:
@@ -429,9 +435,9 @@ def _evaluate_single(ckpt: OfficialCheckpoint, selected, proto: _Protocol):
     plan_fn = per_seed(_plan_batch(agent.wm), name="plan", compile_seconds=proto.compile_seconds, batched=False)
     keys = jax.random.split(eval_key(proto.seed, 0), proto.episodes)  # as TDMPC2.evaluate's episodes_of_seed
     progress = proto.tracker([(name, env.spec.episode_length)])
-    ret, length = _host_episodes(env, plan_fn, params, None, None, jnp.float32(agent.gamma), env.spec.obs_dim,
+    ret, length, success = _host_episodes(env, plan_fn, params, None, None, jnp.float32(agent.gamma), env.spec.obs_dim,
                                  agent.cfg.horizon, env.spec.action_dim, keys, proto.compile_seconds, progress, name)
-    proto.add_rows(name, None, env, ret, length)
+    proto.add_rows(name, None, env, ret, length, success)
     proto.gammas[name] = float(agent.gamma)
     proto.repeats[name] = int(agent.action_repeat)
     return agent.cfg
@@ -481,9 +487,9 @@ def _evaluate_multi(ckpt: OfficialCheckpoint, selected, proto: _Protocol):
         mask = jnp.zeros((A,), jnp.float32).at[:a_dim].set(1.0)
         e = embed(params["task_emb"], index)  # renormalised at look-up, not written back (K3)
         key = eval_key(proto.seed, 0, index)
-        ret, length = _host_episodes(env, plan_fn, params, e, mask, jnp.float32(gamma), arch.obs_dim, H, A,
+        ret, length, success = _host_episodes(env, plan_fn, params, e, mask, jnp.float32(gamma), arch.obs_dim, H, A,
                                      jax.random.split(key, proto.episodes), proto.compile_seconds, progress, name)
-        proto.add_rows(name, index, env, ret, length)
+        proto.add_rows(name, index, env, ret, length, success)
     return cfg
 
 
@@ -507,7 +513,9 @@ def _host_episodes(env, plan_fn, params, e, mask, gamma, obs_dim: int, H: int, A
     agent steps, ``t0`` on the first), observations zero-padded to ``obs_dim``, the env given
     its own action dims (``e``, ``mask``: None for a single-task model). ``progress``: an
     :class:`~tdmpc2core.run.progress.EvalProgress` told of task ``name``'s start, each agent
-    step and its end, or None. Returns (returns float64 [E], lengths int64 [E])."""
+    step and its end, or None. Returns (returns float64 [E], lengths int64 [E], success): success
+    None for an env without a success flag, else (at the last step taken, at any step taken)
+    bool [E], as :func:`~tdmpc2core.agents.common.eval_episode` counts them."""
     import jax
     import jax.numpy as jnp
 
@@ -527,6 +535,8 @@ def _host_episodes(env, plan_fn, params, e, mask, gamma, obs_dim: int, H: int, A
     mean = jnp.zeros((E, H, A), jnp.float32)
     ret, length = np.zeros(E, np.float64), np.zeros(E, np.int64)
     alive = np.ones(E, bool)
+    with_success = bool(getattr(env.spec, "has_success", False))
+    last, anyv = np.zeros(E, bool), np.zeros(E, bool)
     for t in range(T):
         k_act, k_step = jnp.moveaxis(split(step_keys[:, t]), 1, 0)
         a, mean = plan_fn(params, jnp.pad(obs, ((0, 0), (0, pad))), mean, jnp.asarray(t == 0), k_act, e, mask, gamma)
@@ -534,13 +544,17 @@ def _host_episodes(env, plan_fn, params, e, mask, gamma, obs_dim: int, H: int, A
         r, term = np.asarray(out.reward, np.float64), np.asarray(out.terminated, bool)
         ret += np.where(alive, r, 0.0)
         length += alive
+        if with_success:
+            flag = np.asarray(out.success, bool)
+            last = np.where(alive, flag, last)
+            anyv |= alive & flag
         alive &= ~term
         obs = out.obs
         if progress is not None:
             progress.step_done(t)
     if progress is not None:
         progress.end_task(float(np.mean(ret)))
-    return ret, length
+    return ret, length, ((last, anyv) if with_success else None)
 
 
 __all__ = ["CheckpointMismatchError", "OfficialCheckpoint", "OfficialEvaluation", "PLANNER_KEYS",

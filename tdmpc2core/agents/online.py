@@ -328,9 +328,11 @@ def make_chunk_fn(agent, compile_seconds: Optional[dict] = None, devices=None) -
 
 
 def make_eval_fn(agent, num_episodes: int, compile_seconds: Optional[dict] = None, devices=None) -> Compiled:
-    """A compiled program (params [seeds, ...], keys [seeds, 2]) -> (returns, lengths) [seeds, E]
-    (:func:`tdmpc2core.run.compiled.per_seed`; ``compile_seconds``: the timings dict of its
-    ``"eval"`` entry).
+    """A compiled program (params [seeds, ...], keys [seeds, 2]) -> (returns, lengths, success):
+    returns and lengths [seeds, E]; success None, or for an env with a success flag
+    (``env.spec.has_success``) the pair (success at the last step, at any step) bool [seeds, E]
+    (:func:`eval_episode`) (:func:`tdmpc2core.run.compiled.per_seed`; ``compile_seconds``: the
+    timings dict of its ``"eval"`` entry).
 
     Each of ``num_episodes`` episodes (:func:`eval_episode`) starts from a fresh initial
     state of its own key and runs T agent steps with the planner in eval mode (no
@@ -338,7 +340,7 @@ def make_eval_fn(agent, num_episodes: int, compile_seconds: Optional[dict] = Non
     (spec §7).
 
     With extensions that have eval_metrics (``agent.extensions``), the program is (params,
-    keys, ext [seeds, ...]) -> (returns, lengths, {``ext/<extension>/<metric>``: [seeds]}): the
+    keys, ext [seeds, ...]) -> (returns, lengths, success, {``ext/<extension>/<metric>``: [seeds]}): the
     same episodes, recorded, then the extensions' eval_metrics on them (the same returns).
     """
     env, cfg = agent.env, agent.cfg

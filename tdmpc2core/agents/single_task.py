@@ -35,7 +35,7 @@ from ..run.driver import Chunk, EvalField, Run, RunOptions, RunProgram
 from . import online
 from . import replay as rp
 from ..extensions import make_extension_set
-from .common import UpdateHook, check_hyperparameters, eval_key, init_one
+from .common import UpdateHook, check_hyperparameters, eval_key, init_one, success_dict
 
 _log = logging.getLogger("tdmpc2core")
 
@@ -271,14 +271,19 @@ class TDMPC2:
     def evaluate(self, state, num_episodes: int = 10, eval_index: int = 0, seeds=None):
         """Evaluate every seed: ``num_episodes`` episodes of the planner in eval mode from fresh
         initial states (keys from the seed and ``eval_index``: the same states when a seed is
-        rerun). Returns (returns, lengths), numpy [n_seeds, num_episodes]."""
-        ret, length, _ = self.evaluate_all(state, num_episodes, eval_index, seeds)
+        rerun). Returns (returns, lengths), numpy [n_seeds, num_episodes]; the success flags of
+        an env that has them: :meth:`evaluate_all`."""
+        ret, length, _, _ = self.evaluate_all(state, num_episodes, eval_index, seeds)
         return ret, length
 
     def evaluate_all(self, state, num_episodes: int = 10, eval_index: int = 0, seeds=None):
-        """:meth:`evaluate` and the extensions' eval_metrics on the same episodes: (returns,
-        lengths, {``ext/<extension>/<metric>``: numpy float64 [n_seeds]}) ({} without
-        extensions that have eval_metrics; one compiled program either way)."""
+        """:meth:`evaluate` with the success flags and the extensions' eval_metrics of the same
+        episodes: (returns, lengths, success, ext). ``success``: ``{}`` for an env without a
+        success flag (``env.spec.has_success`` False), else ``{"success": bool [n_seeds,
+        num_episodes] (the flag at the episode's last step, the official rule), "success_any":
+        the same shape (at any step)}``; ``ext``: {``ext/<extension>/<metric>``: numpy float64
+        [n_seeds]} ({} without extensions that have eval_metrics; one compiled program either
+        way)."""
         fn = self._eval_fns.get(num_episodes)
         if fn is None:
             fn = self._eval_fns[num_episodes] = online.make_eval_fn(self, num_episodes, self.compile_seconds,
@@ -287,10 +292,11 @@ class TDMPC2:
         seeds = list(range(n_seeds)) if seeds is None else list(seeds)
         keys = jnp.stack([eval_key(s, eval_index) for s in seeds])
         if self.extensions is None or not self.extensions.has("eval_metrics"):
-            ret, length = fn(state.agent.params, keys)
-            return np.asarray(ret), np.asarray(length), {}
-        ret, length, ext = fn(state.agent.params, keys, state.ext)
-        return np.asarray(ret), np.asarray(length), {k: np.asarray(v, np.float64) for k, v in ext.items()}
+            ret, length, succ = fn(state.agent.params, keys)
+            return np.asarray(ret), np.asarray(length), success_dict(succ), {}
+        ret, length, succ, ext = fn(state.agent.params, keys, state.ext)
+        return (np.asarray(ret), np.asarray(length), success_dict(succ),
+                {k: np.asarray(v, np.float64) for k, v in ext.items()})
 
     # ---- training (the run driver, :mod:`tdmpc2core.run.driver`, does the host side) ------
     def _chunk(self):
@@ -390,7 +396,11 @@ class TDMPC2:
           (state, history): the final run state (leading seed axis) and a dict of numpy arrays:
           ``eval_agent_steps`` [n_evals], ``eval_env_frames`` [n_evals], ``eval_returns``
           [n_evals, n_seeds, eval_episodes], ``eval_return`` [n_evals, n_seeds] (mean over
-          episodes), ``eval_lengths``, the loggers' ``Eval/...`` keys [n_evals, n_seeds] (or
+          episodes), ``eval_lengths``; for an env with a success flag (``env.spec.has_success``)
+          ``eval_success`` and ``eval_success_any`` bool [n_evals, n_seeds, eval_episodes]
+          (success at the episode's last step, the official rule, and at any step; the loggers
+          get ``Eval/success rate`` and ``Eval/success rate (any step)``, means in [0, 1]);
+          the loggers' ``Eval/...`` keys [n_evals, n_seeds] (or
           [n_evals]; the reference's: [n_seeds, n_logs], None without a logging config),
           ``chunks`` (per-chunk dicts, as given to ``callback``) and ``wall_seconds``.
         Raises:
@@ -568,17 +578,24 @@ class OnlineProgram(RunProgram):
     def evaluate(self, state, tick, run: Run) -> dict:
         agent = self.agent
         agent_steps = tick * agent.n_envs
-        rets, lens, ext = agent.evaluate_all(state, run.eval_episodes,
-                                             eval_index=agent.eval_index(tick, run.eval_every), seeds=run.seeds)
+        rets, lens, succ, ext = agent.evaluate_all(state, run.eval_episodes,
+                                                   eval_index=agent.eval_index(tick, run.eval_every), seeds=run.seeds)
         return {"eval_agent_steps": agent_steps, "eval_env_frames": agent_steps * agent.action_repeat,
-                "eval_returns": rets, "eval_lengths": lens, **ext}
+                "eval_returns": rets, "eval_lengths": lens, **{f"eval_{k}": v for k, v in succ.items()}, **ext}
 
     def eval_fields(self, n_seeds, eval_episodes):
         S, E = n_seeds, eval_episodes
+        success = [EvalField("eval_success", "success", np.bool_, (S, E)),
+                   EvalField("eval_success_any", "success_any", np.bool_, (S, E))] if self.has_success else []
         return [EvalField("eval_agent_steps", "agent_steps", np.int64), EvalField("eval_env_frames", "env_frames", np.int64),
                 EvalField("eval_returns", "returns", np.float32, (S, E)),
-                EvalField("eval_lengths", "lengths", np.int32, (S, E))] + [
+                EvalField("eval_lengths", "lengths", np.int32, (S, E))] + success + [
                 EvalField(k, k, np.float64, (S,)) for k in online.eval_metric_names(self.agent)]
+
+    @property
+    def has_success(self) -> bool:
+        """Whether the agent's env has a success flag (its evaluations record success)."""
+        return bool(getattr(self.agent.env.spec, "has_success", False))
 
     attached_keys = ("eval_returns", "eval_return")
 
@@ -590,8 +607,12 @@ class OnlineProgram(RunProgram):
         history["eval_return"] = history["eval_returns"].mean(axis=-1)
 
     def eval_log(self, ev):
+        success = {"success rate": np.mean(ev["eval_success"], axis=-1, dtype=np.float64),
+                   "success rate (any step)": np.mean(ev["eval_success_any"], axis=-1, dtype=np.float64)
+                   } if self.has_success else {}
         return {"episodic mean reward": np.mean(ev["eval_returns"], axis=-1),
-                "mean episodic length": np.mean(ev["eval_lengths"], axis=-1), "env_frames": ev["eval_env_frames"],
+                "mean episodic length": np.mean(ev["eval_lengths"], axis=-1), **success,
+                "env_frames": ev["eval_env_frames"],
                 **{k[len("ext/"):]: ev[k] for k in online.eval_metric_names(self.agent)}}
 
     def progress_fields(self, hist):

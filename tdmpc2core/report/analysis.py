@@ -6,7 +6,12 @@ calls them on hand-made evaluation files.
 
 Conventions (docs/pipeline.md, "What the tables mean"):
 
-* A seed's score at an evaluation is the mean return over that evaluation's episodes.
+* A seed's score at an evaluation is the mean return over that evaluation's episodes; for a
+  task whose suite has a success flag (Meta-World, MyoSuite: ``success`` in eval.parquet) it
+  is the success rate in percent, 100 x the mean of ``success`` (the official rule: the flag at
+  the episode's last step), the unit of the published success curves; ``success_any`` (the
+  flag at any step, Meta-World's maintainers' rule) is reported beside it, never compared.
+  ``score`` is that value and ``score_kind`` says which (``return`` / ``success``).
 * Over seeds we give the mean, the population standard deviation (``ddof=0``, as the
   published file's ``sd_return``) and the min / max.
 * Table steps are agent steps (the paper's tables use agent steps; the published curves
@@ -15,9 +20,10 @@ Conventions (docs/pipeline.md, "What the tables mean"):
 * "Inside the band" means the mean over our seeds lies in the published TD-MPC2 mean
   plus or minus one published sd, bounds included.
 * The normalized score of a DMControl return is return / 10 (DMC returns lie in
-  [0, 1000], so scores lie in [0, 100]); aggregates (mean and IQM over runs x tasks) use
-  it, with stratified-bootstrap 95% confidence intervals from rliable (runs resampled
-  within each task).
+  [0, 1000], so scores lie in [0, 100]); of a success task, its success rate in percent.
+  Aggregates (mean and IQM over runs x tasks) use it per domain (DMControl, Meta-World,
+  MyoSuite apart, as the paper shows them), with stratified-bootstrap 95% confidence
+  intervals from rliable (runs resampled within each task).
 """
 from __future__ import annotations
 
@@ -40,6 +46,9 @@ EVAL_COLUMNS = {
     "task": "O", "seed": "i", "eval_index": "i", "agent_steps": "i", "env_frames": "i",
     "episode": "i", "return": "f", "length": "i",
 }
+#: Optional eval.parquet columns (the success flags, bool with nulls on disk): read as float64
+#: (1.0 / 0.0, NaN where null or where a file predates them)
+SUCCESS_COLUMNS = ("success", "success_any")
 BASELINES = ("tdmpc", "sac", "dreamerv3")
 
 
@@ -62,10 +71,15 @@ def read_evals(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
         if missing:
             raise ValueError(f"{path}: not an eval.parquet of docs/artifacts.md; missing columns "
                              f"{missing} (has {list(df.columns)})")
-        frames.append(df[list(EVAL_COLUMNS)])
+        df = df[list(EVAL_COLUMNS) + [c for c in SUCCESS_COLUMNS if c in df.columns]].copy()
+        for c in SUCCESS_COLUMNS:
+            df[c] = (pd.to_numeric(df[c].astype(object).where(df[c].notna(), np.nan), errors="coerce")
+                     .astype("float64") if c in df.columns else np.nan)
+        frames.append(df)
     if not frames:
-        return pd.DataFrame({c: pd.Series(dtype="object" if k == "O" else ("int64" if k == "i" else "float64"))
-                             for c, k in EVAL_COLUMNS.items()})
+        return pd.DataFrame({**{c: pd.Series(dtype="object" if k == "O" else ("int64" if k == "i" else "float64"))
+                                for c, k in EVAL_COLUMNS.items()},
+                             **{c: pd.Series(dtype="float64") for c in SUCCESS_COLUMNS}})
     out = pd.concat(frames, ignore_index=True)
     for c, kind in EVAL_COLUMNS.items():
         if kind == "i":
@@ -119,19 +133,50 @@ def read_metrics(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def seed_scores(evals: pd.DataFrame) -> pd.DataFrame:
-    """One row per (task, seed, evaluation): the mean return and the mean episode length
-    (agent steps) over its episodes.
+SEED_SCORE_COLUMNS = ["task", "seed", "eval_index", "agent_steps", "env_frames", "return", "episodes", "length",
+                      "success", "success_any", "score", "score_kind"]
 
-    Columns: task, seed, eval_index, agent_steps, env_frames, return, episodes, length.
+
+def seed_scores(evals: pd.DataFrame) -> pd.DataFrame:
+    """One row per (task, seed, evaluation): the mean return, the mean episode length (agent
+    steps), the success rates (fractions in [0, 1]: ``success``, the official last-step rule,
+    and ``success_any``; NaN for a task without a success flag) over its episodes, and the
+    row's ``score``: the success rate in percent (0-100) where the task has a success flag
+    (``score_kind`` ``"success"``), else the return (``"return"``).
+
+    Columns: :data:`SEED_SCORE_COLUMNS`.
     """
     keys = ["task", "seed", "eval_index", "agent_steps", "env_frames"]
     if evals.empty:
-        return pd.DataFrame(columns=keys + ["return", "episodes", "length"])
+        return pd.DataFrame(columns=SEED_SCORE_COLUMNS)
+    evals = evals.copy()
+    for c in SUCCESS_COLUMNS:
+        if c not in evals.columns:
+            evals[c] = np.nan
     g = evals.groupby(keys, sort=True)
     out = g["return"].agg(["mean", "size"]).reset_index().rename(columns={"mean": "return", "size": "episodes"})
     out["length"] = g["length"].mean().to_numpy(np.float64)
-    return out
+    for c in SUCCESS_COLUMNS:  # NaN for a task without the flag (mean of all-NaN)
+        out[c] = g[c].mean().to_numpy(np.float64)
+    has = np.isfinite(out["success"].to_numpy(np.float64))
+    out["score"] = np.where(has, 100.0 * out["success"].to_numpy(np.float64), out["return"].to_numpy(np.float64))
+    out["score_kind"] = np.where(has, "success", "return")
+    return out[SEED_SCORE_COLUMNS]
+
+
+def task_score_kind(scores: pd.DataFrame, task: str, published_task: Optional[str] = None) -> str:
+    """``"success"`` or ``"return"``: how ``task`` is scored: by success when its evaluations
+    recorded a success flag, else (no evaluation yet) as its published curve is, else return."""
+    kinds = scores.loc[scores["task"] == task, "score_kind"] if "score_kind" in scores else pd.Series([], dtype=object)
+    if len(kinds):
+        return "success" if (kinds == "success").any() else "return"
+    if published_task:
+        return pub.score_kind(published_task)
+    return "return"
+
+
+def _score_col(scores: pd.DataFrame) -> str:
+    return "score" if "score" in scores.columns else "return"  # frames made before the success columns
 
 
 def is_episodic(settings: Mapping) -> bool:
@@ -139,15 +184,17 @@ def is_episodic(settings: Mapping) -> bool:
     return bool((settings.get("agent") or {}).get("episodic", False))
 
 
-def over_seeds(scores: pd.DataFrame) -> pd.DataFrame:
-    """Mean, population sd (ddof=0), min and max over seeds at each evaluation step.
+def over_seeds(scores: pd.DataFrame, column: Optional[str] = None) -> pd.DataFrame:
+    """Mean, population sd (ddof=0), min and max over seeds at each evaluation step of the
+    seeds' ``column`` (default ``score``: the return, or the success rate in percent of a
+    success task; ``return`` for a frame without it).
 
     Columns: task, agent_steps, env_frames, n_seeds, mean, sd, min, max.
     """
     cols = ["task", "agent_steps", "env_frames", "n_seeds", "mean", "sd", "min", "max"]
     if scores.empty:
         return pd.DataFrame(columns=cols)
-    g = scores.groupby(["task", "agent_steps", "env_frames"], sort=True)["return"]
+    g = scores.groupby(["task", "agent_steps", "env_frames"], sort=True)[column or _score_col(scores)]
     out = g.agg(n_seeds="size", mean="mean", sd=lambda x: float(np.std(x, ddof=0)),
                 min="min", max="max").reset_index()
     return out[cols]
@@ -159,16 +206,18 @@ def _fmt_int(n) -> str:
 
 
 def _pub_at(curves: pd.DataFrame, step: int) -> tuple[float, float]:
+    """(mean, sd) of a :func:`~tdmpc2core.report.published.score_curve` at ``step`` agent steps."""
     row = curves[curves["agent_steps"] == step]
     if row.empty:
         return (math.nan, math.nan)
-    return float(row["mean_return"].iloc[0]), float(row["sd_return"].iloc[0])
+    return float(row["mean"].iloc[0]), float(row["sd"].iloc[0])
 
 
 def table_steps_for(published_task: str, steps: Sequence[int] = TABLE_STEPS) -> list[int]:
     """The table steps of a task: ``steps`` where the published TD-MPC2 curve has a point,
-    plus the curve's last point (7,000,000 agent steps for the humanoid and dog tasks)."""
-    curve = pub.curve(published_task, "tdmpc2")
+    plus the curve's last point (7,000,000 agent steps for the humanoid and dog tasks,
+    1,000,000 for Meta-World, 2,000,000 for MyoSuite)."""
+    curve = pub.score_curve(published_task, "tdmpc2")
     have = set(int(s) for s in curve["agent_steps"])
     out = sorted({int(s) for s in steps if int(s) in have} | {int(curve["agent_steps"].max())})
     return out
@@ -178,6 +227,7 @@ SINGLE_TASK_COLUMNS = [
     "task", "published_task", "agent_steps", "env_frames", "n_seeds", "mean", "sd", "min", "max",
     "tdmpc2_mean", "tdmpc2_sd", "band_low", "band_high", "band",
     "tdmpc_mean", "tdmpc_sd", "sac_mean", "sac_sd", "dreamerv3_mean", "dreamerv3_sd", "note",
+    "score", "success_any_mean",
 ]
 
 
@@ -194,18 +244,31 @@ def single_task_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
 
     Returns:
       One row per (task, table step the run reaches), columns
-      :data:`SINGLE_TASK_COLUMNS`. ``band`` is ``inside`` / ``outside`` (our mean against
+      :data:`SINGLE_TASK_COLUMNS`. ``score`` says what ``mean`` ... ``dreamerv3_sd`` are:
+      ``return`` (the episode return) or ``success`` (the success rate in percent, 0-100, the
+      official last-step rule, beside the published success curves at the same agent steps);
+      ``success_any_mean``: our mean over seeds of the any-step success rate (percent; NaN
+      for a return task). ``band`` is ``inside`` / ``outside`` (our mean against
       the published TD-MPC2 mean +- 1 sd) or empty where nothing is compared, and ``note``
       says why: ``no published curve``, ``no step in common with the published curve``
       (the run ends before the first table step), ``no evaluation at exactly N agent
       steps``, or ``no evaluations found``.
     """
     summary = over_seeds(scores)
+    if "success_any" in scores.columns and not scores.empty:
+        anyv = scores.assign(success_any=100.0 * scores["success_any"].astype(float))
+        any_summary = over_seeds(anyv, "success_any")
+    else:
+        any_summary = pd.DataFrame(columns=["task", "agent_steps", "mean"])
     rows = []
 
     def row(task, published_task, **kw):
         r = {c: math.nan for c in SINGLE_TASK_COLUMNS}
-        r.update(task=task, published_task=published_task or "", band="", note="")
+        r.update(task=task, published_task=published_task or "", band="", note="",
+                 score=task_score_kind(scores, task, published_task))
+        a = any_summary[(any_summary["task"] == task) & (any_summary["agent_steps"] == kw.get("agent_steps"))]
+        if len(a):
+            r["success_any_mean"] = float(a["mean"].iloc[0])
         r.update(kw)
         rows.append(r)
 
@@ -218,7 +281,12 @@ def single_task_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
         if not published_task:
             row(task, published_task, note="no published curve")
             continue
-        curves = {m: pub.curve(published_task, m) for m in pub.METHODS}
+        kind, pub_kind = task_score_kind(scores, task), pub.score_kind(published_task)
+        if kind != pub_kind:
+            row(task, published_task, note=(f"scored by {kind}, but the published curve of {published_task} reports "
+                                            f"{pub_kind}: not compared"))
+            continue
+        curves = {m: pub.score_curve(published_task, m) for m in pub.METHODS}
         candidates = table_steps_for(published_task, steps)
         run_last = int(ours["agent_steps"].max())
         reached = [s for s in candidates if s <= run_last]
@@ -230,8 +298,9 @@ def single_task_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
             continue
         ar = settings.get("action_repeat")
         ar_note = ""
-        if ar is not None and int(ar) != pub.PUBLISHED_ACTION_REPEAT:
-            ar_note = (f"action repeat {ar} differs from the published {pub.PUBLISHED_ACTION_REPEAT}; "
+        pub_ar = pub.published_action_repeat(published_task)
+        if ar is not None and int(ar) != pub_ar:
+            ar_note = (f"action repeat {ar} differs from the published {pub_ar}; "
                        f"compared at equal agent steps")
         for step in reached:
             at = ours[ours["agent_steps"] == step]
@@ -324,33 +393,66 @@ MIN_CI_SCORES = 5
 MIN_CI_SEEDS = 2
 
 AGGREGATE_COLUMNS = [
-    "step", "agent_steps", "n_tasks", "n_seeds", "mean_score", "mean_score_ci_low", "mean_score_ci_high",
-    "iqm_score", "iqm_score_ci_low", "iqm_score_ci_high", "mean_return",
+    "domain", "score", "step", "agent_steps", "n_tasks", "n_seeds", "mean_score", "mean_score_ci_low",
+    "mean_score_ci_high", "iqm_score", "iqm_score_ci_low", "iqm_score_ci_high", "mean_return",
     "published_mean_score", "published_mean_return", "tasks", "method", "note",
 ]
+#: what an aggregate's normalized score is, per score kind
+SCORE_TEXT = {"return": "return / 10", "success": "success rate (%)"}
 
 
 def aggregate_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
                     steps: Sequence[int] = TABLE_STEPS, reps: int = 2_000, seed: int = 0) -> pd.DataFrame:
-    """Aggregates over the tasks with a published curve, at each table step and at the end.
+    """Aggregates over the tasks with a published curve, per domain, at each table step and at
+    the end.
 
-    A step of ``steps`` gets a row when at least one run reaches it. At that step, the tasks included are those with a published curve having
+    The domains (:data:`tdmpc2core.report.published.DOMAINS`: DMControl, Meta-World,
+    MyoSuite) are aggregated apart, as the paper shows them: a domain gets rows when a task
+    of the configuration has a published curve of that domain (and is scored as that curve
+    is: a success task by success, a return task by return). Within a domain: a step of
+    ``steps`` gets a row when at least one run reaches it. At that step, the tasks included are those with a published curve having
     a point at that step and with our evaluation at exactly that step; the runs are the
     seeds every included task has there. The ``final`` row takes each task's last
     evaluation, with the published value at the same agent step where the curve has one.
 
-    Columns :data:`AGGREGATE_COLUMNS`; scores are normalized (return / 10), ``mean_return``
-    and ``published_mean_return`` are raw returns averaged over the included tasks (as the
-    paper reports them); ``published_*`` is the published TD-MPC2 mean over the same tasks.
+    Columns :data:`AGGREGATE_COLUMNS`; ``domain`` (``dmcontrol``, ``metaworld``,
+    ``myosuite``) and ``score`` (:data:`SCORE_TEXT`: ``return / 10`` or ``success rate (%)``)
+    say what the scores are. DMControl scores are normalized returns (return / 10), and
+    ``mean_return`` and ``published_mean_return`` are raw returns averaged over the included
+    tasks (as the paper reports them); Meta-World and MyoSuite scores are success rates in
+    percent (the official last-step rule) and their return columns are NaN.
+    ``published_*`` is the published TD-MPC2 mean over the same tasks.
     """
     rows = []
-    with_pub = {t: s["published"] for t, s in tasks.items() if s.get("published")}
+    by_domain: dict = {}
+    for t, s in tasks.items():
+        if s.get("published"):
+            dom = pub.domain_of(s["published"])
+            if task_score_kind(scores, t, s["published"]) == pub.DOMAIN_SCORES[dom]:
+                by_domain.setdefault(dom, {})[t] = s["published"]
+    for dom in pub.DOMAINS:
+        if dom in by_domain:
+            rows += _aggregate_domain(scores, dom, by_domain[dom], steps, reps, seed)
+    out = pd.DataFrame(rows, columns=AGGREGATE_COLUMNS)
+    out["agent_steps"] = out["agent_steps"].astype("Int64")
+    out["n_tasks"] = out["n_tasks"].astype("Int64")
+    out["n_seeds"] = out["n_seeds"].astype("Int64")
+    return out
+
+
+def _aggregate_domain(scores: pd.DataFrame, domain: str, with_pub: Mapping[str, str], steps, reps, seed) -> list:
+    """The aggregate rows of one domain (:func:`aggregate_table`); ``with_pub``: our task ->
+    its published name, every one of ``domain``."""
+    rows = []
+    kind = pub.DOMAIN_SCORES[domain]
+    divisor = SCORE_DIVISOR if kind == "return" else 1.0  # success: already a percentage
+    col = _score_col(scores)
 
     def add(label, agent_steps, per_task: dict, pub_vals: dict, note=""):
         # per_task: task -> Series indexed by seed
         r = {c: math.nan for c in AGGREGATE_COLUMNS}
-        r.update(step=label, agent_steps=agent_steps, n_tasks=len(per_task), tasks=", ".join(per_task),
-                 method="", note=note)
+        r.update(domain=domain, score=SCORE_TEXT[kind], step=label, agent_steps=agent_steps, n_tasks=len(per_task),
+                 tasks=", ".join(per_task), method="", note=note)
         if not per_task:
             r.update(n_seeds=0, note=note or "no task has an evaluation at exactly this step")
             rows.append(r)
@@ -363,21 +465,21 @@ def aggregate_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
         dropped = sorted(set().union(*(set(s.index) for s in per_task.values())) - set(common))
         matrix = np.array([[per_task[t][s] for t in per_task] for s in common], dtype=float)
         if matrix.size >= MIN_CI_SCORES and len(common) >= MIN_CI_SEEDS:
-            points, ci, method = interval_estimates(matrix / SCORE_DIVISOR, reps=reps, seed=seed)
+            points, ci, method = interval_estimates(matrix / divisor, reps=reps, seed=seed)
             r.update(mean_score_ci_low=ci[0, 0], mean_score_ci_high=ci[1, 0],
                      iqm_score_ci_low=ci[0, 1], iqm_score_ci_high=ci[1, 1], method=method)
         else:  # a bootstrap of so few numbers only restates them
-            points = _agg(matrix / SCORE_DIVISOR)
+            points = _agg(matrix / divisor)
             r["note"] = (r["note"] + "; " if r["note"] else "") + (
                 f"no confidence interval from {matrix.size} score(s) ({len(per_task)} task(s) x {len(common)} "
                 f"seed(s)): a bootstrap needs at least {MIN_CI_SEEDS} seeds and {MIN_CI_SCORES} scores")
         if len(per_task) == 1:
             r["note"] = (r["note"] + "; " if r["note"] else "") + "one task: not an aggregate over tasks"
         r.update(n_seeds=len(common), mean_score=points[0], iqm_score=points[1],
-                 mean_return=float(matrix.mean(axis=0).mean()))
+                 mean_return=float(matrix.mean(axis=0).mean()) if kind == "return" else math.nan)
         if pub_vals and len(pub_vals) == len(per_task) and all(np.isfinite(v) for v in pub_vals.values()):
             pm = float(np.mean(list(pub_vals.values())))
-            r.update(published_mean_return=pm, published_mean_score=pm / SCORE_DIVISOR)
+            r.update(published_mean_return=pm if kind == "return" else math.nan, published_mean_score=pm / divisor)
         elif note == "":
             lacking = [t for t in per_task if not np.isfinite(pub_vals.get(t, math.nan))]
             r["note"] = ("published curve has no point at this step for: " + ", ".join(lacking)
@@ -393,13 +495,13 @@ def aggregate_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
             continue  # beyond every run: not a row ("as far as our runs go")
         per_task, pub_vals = {}, {}
         for task, ptask in with_pub.items():
-            curve = pub.curve(ptask, "tdmpc2")
+            curve = pub.score_curve(ptask, "tdmpc2")
             if step not in set(curve["agent_steps"]):
                 continue
             at = scores[(scores["task"] == task) & (scores["agent_steps"] == step)]
             if at.empty:
                 continue
-            per_task[task] = at.set_index("seed")["return"]
+            per_task[task] = at.set_index("seed")[col]
             pub_vals[task] = _pub_at(curve, step)[0]
         add(str(step), step, per_task, pub_vals)
 
@@ -409,15 +511,11 @@ def aggregate_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
         if s.empty:
             continue
         last = s.sort_values("eval_index").groupby("seed").tail(1)
-        per_task[task] = last.set_index("seed")["return"]
+        per_task[task] = last.set_index("seed")[col]
         final_step = int(last["agent_steps"].max())
-        pub_vals[task] = _pub_at(pub.curve(ptask, "tdmpc2"), final_step)[0]
+        pub_vals[task] = _pub_at(pub.score_curve(ptask, "tdmpc2"), final_step)[0]
     add("final", pd.NA, per_task, pub_vals)
-    out = pd.DataFrame(rows, columns=AGGREGATE_COLUMNS)
-    out["agent_steps"] = out["agent_steps"].astype("Int64")
-    out["n_tasks"] = out["n_tasks"].astype("Int64")
-    out["n_seeds"] = out["n_seeds"].astype("Int64")
-    return out
+    return rows
 
 
 # --------------------------------------------------------------------------- episode lengths
@@ -466,7 +564,8 @@ def final_score_check(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
                       seeds: Optional[Sequence[int]] = None) -> pd.DataFrame:
     """Each task's final evaluation against its ``expected`` range: pass / fail.
 
-    A seed's final score is the mean return of its last evaluation. The task passes when
+    A seed's final score is the mean return of its last evaluation (its success rate in percent
+    for a task with a success flag: ``expected`` is then in percent too). The task passes when
     the mean over seeds is >= ``mean_min`` and <= ``mean_max`` and every seed is >=
     ``seed_min`` (absent keys are not checked), and every seed in ``seeds`` has a run.
     A task without ``expected`` gets ``no expectation``. ``mean_length`` / ``seed_lengths``:
@@ -489,7 +588,7 @@ def final_score_check(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
             rows.append(r)
             continue
         last = s.sort_values("eval_index").groupby("seed").tail(1).sort_values("seed")
-        vals = last.set_index("seed")["return"]
+        vals = last.set_index("seed")[_score_col(last)]
         lens = last.set_index("seed")["length"] if "length" in last else None
         final_step = int(last["agent_steps"].max())
         short = last[last["agent_steps"] < final_step]
@@ -718,7 +817,8 @@ def mean_sd_text(mean, sd, digits: int = 1) -> str:
 
 
 __all__ = [
-    "EXTENSION_COLUMNS", "extension_table", "TABLE_STEPS", "SCORE_DIVISOR", "EVAL_COLUMNS", "read_evals", "read_metrics", "seed_scores",
+    "EXTENSION_COLUMNS", "extension_table", "TABLE_STEPS", "SCORE_DIVISOR", "EVAL_COLUMNS", "SUCCESS_COLUMNS",
+    "SEED_SCORE_COLUMNS", "task_score_kind", "SCORE_TEXT", "read_evals", "read_metrics", "seed_scores",
     "over_seeds", "table_steps_for", "single_task_table", "iqm", "interval_estimates",
     "aggregate_table", "final_score_check", "expected_range_text", "read_benchmarks", "flatten",
     "find_value", "read_run_info", "markdown_table", "mean_sd_text", "is_episodic", "episode_length_table",

@@ -50,12 +50,13 @@ def read_eval(path) -> tuple[pd.DataFrame, dict]:
 
 def official_table(paths: Iterable) -> pd.DataFrame:
     """One row per (checkpoint, task): episodes, mean and population sd of the return, the
-    normalized score (return / 10, the official evaluate.py's for DMC), the published TD-MPC2
+    normalized score (return / 10, the official evaluate.py's for DMC; 100 x the success rate for a
+    task with a success flag, its Meta-World rule), the published TD-MPC2
     final score where the task has a published curve (else NaN, with a note), our mean minus
     it, and one row per skipped task (return NaN, the reason in ``note``); on every row the
     checkpoint file's name, size and SHA-256 (:data:`FILE_COLUMNS`; None where an older
     ``eval.parquet`` did not record the size)."""
-    published = set(P.published_tasks())
+    published = set(P.dmc_tasks())  # return curves; a success task's row gives its success rate instead
     rows = []
     for path in paths:
         df, prov = read_eval(path)
@@ -71,6 +72,9 @@ def official_table(paths: Iterable) -> pd.DataFrame:
             row = dict(checkpoint=name, model_size=size, task_set=tset, task=task, episodes=len(r),
                        return_mean=float(r.mean()), return_sd=float(r.std()), normalized_score=float(r.mean()) / 10,
                        **file)
+            succ = pd.to_numeric(g["success"], errors="coerce") if "success" in g else None
+            if succ is not None and succ.notna().any():  # the paper's score of a success task (Meta-World)
+                row["normalized_score"] = 100.0 * float(succ.astype(float).mean())
             if task in published:
                 fp = P.final_point(task)
                 row.update(published_return=fp["mean_return"], published_sd=fp["sd_return"],

@@ -10,6 +10,20 @@ name, e.g. ``cartpole-balance``), ``env_steps`` (simulator steps = env frames, t
 x axis), ``agent_steps`` (env_steps / 2: the paper's action repeat of 2), ``mean_return``,
 ``sd_return`` (population sd over seeds) and ``n_seeds``.
 
+The published success curves of the Meta-World (``mw-*``, 50 tasks) and MyoSuite
+(``myo-hand-*``, 10 tasks) domains: ``tdmpc2core/resources/published_success_curves.csv``,
+derived by ``tools/derive_published_success.py`` from the same ``results/`` folder (at e9f5932):
+columns ``method``, ``task`` (the published name), ``domain`` (``metaworld``/``myosuite``),
+``env_steps`` (simulator steps, the files' ``step``), ``agent_steps`` (env_steps / the official
+wrapper's action repeat: 2 for Meta-World, 1 for MyoSuite), ``mean_success`` and
+``sd_success`` (a fraction in [0, 1]: the mean and population sd over seeds of each seed's
+evaluation success rate, the official rule: ``info['success']`` at each episode's last step)
+and ``n_seeds``.
+
+The report reads both through :func:`score_curve`: one method's curve of one task in the
+report's score unit, the return for DMControl and the success rate in percent (0-100) for a
+success task (:func:`score_kind`).
+
 Only pandas is needed; nothing here imports JAX.
 """
 from __future__ import annotations
@@ -32,6 +46,15 @@ PUBLISHED_ACTION_REPEAT = 2
 DMC_TO_PLAYGROUND: dict[str, str] = {v: k for k, v in PLAYGROUND_TO_DMC.items()}
 
 _COLUMNS = ("method", "task", "env_steps", "agent_steps", "mean_return", "sd_return", "n_seeds")
+_SUCCESS_COLUMNS = ("method", "task", "domain", "env_steps", "agent_steps", "mean_success", "sd_success", "n_seeds")
+
+#: the domains of the published curves, in the order the report shows them, and what their
+#: score is: DMControl by return, Meta-World and MyoSuite by success rate (the paper's)
+DOMAINS = ("dmcontrol", "metaworld", "myosuite")
+DOMAIN_LABELS = {"dmcontrol": "DMControl", "metaworld": "Meta-World", "myosuite": "MyoSuite"}
+DOMAIN_SCORES = {"dmcontrol": "return", "metaworld": "success", "myosuite": "success"}
+#: the official wrappers' action repeat per domain (agent_steps = env_steps / repeat)
+DOMAIN_ACTION_REPEAT = {"dmcontrol": 2, "metaworld": 2, "myosuite": 1}
 
 
 def dmc_name(playground_name: str) -> Optional[str]:
@@ -51,6 +74,89 @@ def _load():
     return df
 
 
+@functools.lru_cache(maxsize=1)
+def _load_success():
+    import pandas as pd
+
+    with resources.files("tdmpc2core").joinpath("resources/published_success_curves.csv").open("r") as fh:
+        df = pd.read_csv(fh)
+    missing = [c for c in _SUCCESS_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"published_success_curves.csv lacks columns {missing}; has {list(df.columns)}")
+    return df
+
+
+@functools.lru_cache(maxsize=1)
+def _success_tasks() -> dict:
+    df = _load_success()
+    return dict(zip(df["task"], df["domain"]))
+
+
+def domain_of(task: str) -> str:
+    """The domain of a published task name (``"dmcontrol"``, ``"metaworld"``, ``"myosuite"``).
+
+    Raises:
+      KeyError: no published curve of that name (naming the accepted ones).
+    """
+    dom = _success_tasks().get(task)
+    if dom is not None:
+        return dom
+    if task in set(_load()["task"]):
+        return "dmcontrol"
+    raise KeyError(f"no published curve for task {task!r}; accepted: {published_tasks()}")
+
+
+def score_kind(task: str) -> str:
+    """``"return"`` or ``"success"``: what the published curves of ``task`` report."""
+    return DOMAIN_SCORES[domain_of(task)]
+
+
+def published_action_repeat(task: str) -> int:
+    """The official wrapper's action repeat of the published task (2: DMControl, Meta-World;
+    1: MyoSuite), the factor between its ``env_steps`` and ``agent_steps``."""
+    return DOMAIN_ACTION_REPEAT[domain_of(task)]
+
+
+def load_success(method: Optional[str] = None, task: Optional[str] = None):
+    """The published success curves as a DataFrame (a copy; columns of the resource),
+    optionally one method and/or one task.
+
+    Raises:
+      KeyError: an unknown method, or a task without a published success curve.
+    """
+    df = _load_success()
+    if method is not None:
+        if method not in METHODS:
+            raise KeyError(f"unknown published method {method!r}; accepted: {list(METHODS)}")
+        df = df[df["method"] == method]
+    if task is not None:
+        if task not in _success_tasks():
+            raise KeyError(f"no published success curve for task {task!r}; accepted: {sorted(_success_tasks())}")
+        df = df[df["task"] == task]
+    return df.sort_values(["method", "task", "agent_steps"]).reset_index(drop=True)
+
+
+def score_curve(task: str, method: str = "tdmpc2"):
+    """One method's published curve of ``task`` in the report's score unit: columns
+    ``agent_steps``, ``env_steps``, ``mean``, ``sd``, ``n_seeds``; ``mean``/``sd`` the return
+    (DMControl) or the success rate in percent, 0-100 (Meta-World, MyoSuite). An empty frame
+    when ``method`` has no curve of the task.
+
+    Raises:
+      KeyError: an unknown method or task.
+    """
+    if score_kind(task) == "success":
+        c = load_success(method, task)
+        out = c[["agent_steps", "env_steps"]].copy()
+        out["mean"], out["sd"] = 100.0 * c["mean_success"], 100.0 * c["sd_success"]
+    else:
+        c = load_published(method, task)
+        out = c[["agent_steps", "env_steps"]].copy()
+        out["mean"], out["sd"] = c["mean_return"], c["sd_return"]
+    out["n_seeds"] = c["n_seeds"]
+    return out.reset_index(drop=True)
+
+
 def load_published(method: Optional[str] = None, task: Optional[str] = None):
     """The published curves as a DataFrame (a copy), optionally one method and/or one task.
 
@@ -63,19 +169,26 @@ def load_published(method: Optional[str] = None, task: Optional[str] = None):
             raise KeyError(f"unknown published method {method!r}; accepted: {list(METHODS)}")
         df = df[df["method"] == method]
     if task is not None:
-        if task not in published_tasks():
-            raise KeyError(f"no published curve for task {task!r}; accepted: {published_tasks()}")
+        if task not in set(_load()["task"]):
+            raise KeyError(f"no published return curve for task {task!r}; accepted: {dmc_tasks()}")
         df = df[df["task"] == task]
     return df.sort_values(["method", "task", "agent_steps"]).reset_index(drop=True)
 
 
-def published_tasks() -> list[str]:
-    """The dm_control names that have a published curve (sorted)."""
+def dmc_tasks() -> list[str]:
+    """The dm_control names that have a published return curve (sorted)."""
     return sorted(_load()["task"].unique().tolist())
 
 
+def published_tasks() -> list[str]:
+    """Every published task name (sorted): the dm_control names (return curves) and the
+    Meta-World / MyoSuite names (``mw-*``, ``myo-hand-*``: success curves)."""
+    return sorted(set(_load()["task"]) | set(_success_tasks()))
+
+
 def curve(task: str, method: str = "tdmpc2"):
-    """One method's curve on one task: agent_steps, env_steps, mean_return, sd_return, n_seeds."""
+    """One method's curve on one DMControl task: agent_steps, env_steps, mean_return,
+    sd_return, n_seeds (a success task's: :func:`score_curve` or :func:`load_success`)."""
     return load_published(method, task)[["agent_steps", "env_steps", "mean_return", "sd_return", "n_seeds"]]
 
 
@@ -92,5 +205,7 @@ def final_point(task: str, method: str = "tdmpc2") -> dict:
 
 __all__ = [
     "METHODS", "METHOD_LABELS", "PUBLISHED_ACTION_REPEAT", "PLAYGROUND_TO_DMC", "DMC_TO_PLAYGROUND",
-    "dmc_name", "load_published", "published_tasks", "curve", "final_point",
+    "dmc_name", "load_published", "published_tasks", "curve", "final_point", "DOMAINS", "DOMAIN_LABELS",
+    "DOMAIN_SCORES", "DOMAIN_ACTION_REPEAT", "domain_of", "score_kind", "published_action_repeat", "load_success",
+    "score_curve", "dmc_tasks",
 ]

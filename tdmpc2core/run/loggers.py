@@ -13,8 +13,10 @@ chunk record and after each evaluation:
   metrics, ``updates``, ``train_return``, ``chunk_seconds``...; ``Train/env_frames`` where the
   agent knows them), and ``{"Eval/episodic mean reward": value}`` (and what else the agent
   reports: ``Eval/env_frames`` and ``Eval/mean episodic length``; for the multi-task agent
-  ``Eval/normalized score`` and per task ``Eval/<task>/episodic mean reward``) after an
-  evaluation. A per-seed value is logged as its mean over the seeds (NaN-aware).
+  ``Eval/normalized score`` and per task ``Eval/<task>/episodic mean reward``; for an env with a
+  success flag, ``Eval/success rate`` (the official rule: success at the episode's last step)
+  and ``Eval/success rate (any step)``, in [0, 1], per task ``Eval/<task>/success rate`` for
+  the multi-task agent) after an evaluation. A per-seed value is logged as its mean over the seeds (NaN-aware).
 
 A logger that also has ``log_seeds(step, {seed: metrics})`` gets each seed's own values
 instead (a value shared by the seeds, such as ``env_frames``, in each): :class:`WandbLogger`

@@ -14,7 +14,10 @@ one that does not fit ``--model-size``, the task or the task set, is refused bef
 is written.
 
 Writes ``{out}/eval.parquet`` (one row per episode: checkpoint, its SHA-256 and size, task,
-episode, return, length, env frames, normalized score = return / 10; the provenance in the
+episode, return, length, env frames, normalized score = return / 10 (100 x the episode's success
+for a task with a success flag, the paper's Meta-World score), success and success_any (the
+success flag at the episode's last step, the official rule, and at any step; null for a task
+without one); the provenance in the
 file's metadata, key ``tdmpc2.provenance``), then ``{out}/run.json`` (settings, skipped tasks
 and why, ``source_files`` (the checkpoint's path, size, SHA-256, members checked), provenance;
 written last: the marker of a complete evaluation). Needs PyTorch
@@ -121,7 +124,9 @@ def run(args) -> int:
         "seed": np.asarray(col("seed"), np.int64), "episode": np.asarray(col("episode"), np.int64),
         "return": np.asarray(col("return"), np.float64), "length": np.asarray(col("length"), np.int64),
         "env_frames": np.asarray(col("env_frames"), np.int64),
-        "normalized_score": np.asarray(col("return"), np.float64) / 10.0,
+        "normalized_score": np.where([x is None for x in col("success")], np.asarray(col("return"), np.float64) / 10.0,
+                                     [100.0 * bool(x) for x in col("success")]),
+        "success": pa.array(col("success"), pa.bool_()), "success_any": pa.array(col("success_any"), pa.bool_()),
     })
     meta = json.dumps({**info, "provenance": prov}, sort_keys=True, default=atomic._json_default)
     table = table.replace_schema_metadata({b"tdmpc2.provenance": meta.encode()})

@@ -13,6 +13,11 @@ float64 column in ``eval.parquet`` per extension metric, named as in the history
 (``ext/<extension>/<metric>``, sorted, after the schema's columns): the value of the row's
 evaluation and seed (and task, multi-task), the same on every episode row of it.
 
+``success`` and ``success_any`` (both agents' eval tables, Arrow bool): the env's success flag
+at the episode's last step (the official rule: ``info['success']`` at the last step) and at any
+step of the episode (Meta-World's maintainers' rule); null where the task's suite has no
+success flag (``EnvSpec.has_success`` False: DMControl, Playground, Brax, gymnax).
+
 Not a stage itself (``tdmpc2core/cli.py`` lists the stages).
 """
 from __future__ import annotations
@@ -32,14 +37,16 @@ _F = "float64"
 #: output name -> ((column, Arrow type name), ...) in the file's order
 SCHEMAS: dict[str, tuple[tuple[str, str], ...]] = {
     "single_eval": (("task", "string"), ("seed", "int64"), ("eval_index", "int64"), ("agent_steps", "int64"),
-                    ("env_frames", "int64"), ("episode", "int64"), ("return", _F), ("length", "int64")),
+                    ("env_frames", "int64"), ("episode", "int64"), ("return", _F), ("length", "int64"),
+                    ("success", "bool"), ("success_any", "bool")),
     "single_metrics": (("task", "string"), ("seed", "int64"), ("agent_steps", "int64"), ("env_frames", "int64"),
                        ("updates", "int64"), ("wall_time_s", _F), ("agent_steps_per_s", _F),
                        *((k, _F) for k in TRAINING_METRICS), ("train_return", _F)),
     "single_metrics_episodic": (),  # filled below: single_metrics + EPISODIC_METRICS
     "multi_eval": (("pool", "string"), ("model_size", "int64"), ("task", "string"), ("seed", "int64"),
                    ("eval_index", "int64"), ("updates", "int64"), ("episode", "int64"), ("return", _F),
-                   ("length", "int64"), ("normalized_score", _F), ("return_low", _F), ("return_high", _F)),
+                   ("length", "int64"), ("normalized_score", _F), ("return_low", _F), ("return_high", _F),
+                   ("success", "bool"), ("success_any", "bool")),
     "multi_metrics": (("pool", "string"), ("model_size", "int64"), ("seed", "int64"), ("updates", "int64"),
                       ("wall_time_s", _F), ("updates_per_s", _F), *((k, _F) for k in TRAINING_METRICS),
                       ("eval_mean_return", _F), ("normalized_score", _F)),
@@ -91,11 +98,14 @@ def write_table(path, output: str, columns: Mapping[str, object]) -> None:
 def single_eval_columns(task: str, seed: int, index: int, hist: Mapping, eval_episodes: int) -> dict:
     """eval.parquet of seed ``seed`` (position ``index`` in the job's seeds): one row per
     evaluation and episode, from ``hist`` (``eval_agent_steps``, ``eval_env_frames``,
-    ``eval_returns``/``eval_lengths`` of shape [n_eval, seeds, episodes]; the extensions'
-    ``ext/...`` [n_eval, seeds], repeated over the episodes)."""
+    ``eval_returns``/``eval_lengths`` of shape [n_eval, seeds, episodes]; ``eval_success`` /
+    ``eval_success_any`` of that shape when the env has a success flag, else the columns are
+    null; the extensions' ``ext/...`` [n_eval, seeds], repeated over the episodes)."""
     import numpy as np
 
     n_eval, E = len(hist["eval_agent_steps"]), eval_episodes
+    flags = {k: ([bool(x) for x in np.asarray(hist[f"eval_{k}"])[:, index, :].reshape(-1)]
+                 if f"eval_{k}" in hist and n_eval else [None] * (n_eval * E)) for k in ("success", "success_any")}
     ext = {k: np.repeat(np.asarray(hist[k], np.float64).reshape(n_eval, -1)[:, index], E) for k in ext_keys(hist)}
     return {**ext,
         "task": [task] * (n_eval * E),
@@ -108,6 +118,7 @@ def single_eval_columns(task: str, seed: int, index: int, hist: Mapping, eval_ep
                    if n_eval else np.zeros(0)),
         "length": (np.asarray(hist["eval_lengths"])[:, index, :].reshape(-1).astype(np.int64)
                    if n_eval else np.zeros(0, np.int64)),
+        **flags,
     }
 
 
@@ -133,7 +144,10 @@ def multi_eval_columns(pool: str, model_size: int, names: Sequence[str], seeds: 
     """eval.parquet of a multi-task job: one row per evaluation x seed x task x episode (that
     order), from ``hist["eval_returns"]``/``eval_lengths`` [n_eval, seeds, tasks, episodes];
     ``normalized_score`` = 100 (return - low) / (high - low) with the task's return range
-    (NaN where ``ranges`` has None); the extensions' ``ext/...`` [n_eval, seeds, tasks],
+    (NaN where ``ranges`` has None), or for a task with a success flag 100 x the episode's
+    success (the paper's Meta-World score; ``hist["eval_success"]`` [n_eval, seeds, tasks,
+    episodes], float64, NaN for a task without, as ``success``/``success_any``: null there and
+    everywhere when the history has none); the extensions' ``ext/...`` [n_eval, seeds, tasks],
     repeated over the episodes."""
     import numpy as np
 
@@ -146,12 +160,19 @@ def multi_eval_columns(pool: str, model_size: int, names: Sequence[str], seeds: 
     ext = {k: np.asarray(hist[k], np.float64).reshape(n_eval, S, K)[i_ev, i_s, i_k] for k in ext_keys(hist)}
     lo = np.array([np.nan if rg is None else rg[0] for rg in ranges])[i_k]
     hi = np.array([np.nan if rg is None else rg[1] for rg in ranges])[i_k]
+    flags = {}
+    for k in ("success", "success_any"):
+        v = np.asarray(hist[f"eval_{k}"], np.float64).reshape(-1) if f"eval_{k}" in hist else np.full(r.size, np.nan)
+        flags[k] = [None if np.isnan(x) else bool(x) for x in v]
+    succ = np.asarray([np.nan if x is None else float(x) for x in flags["success"]])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        norm = np.where(np.isnan(succ), 100.0 * (r - lo) / (hi - lo), 100.0 * succ)
     return {"pool": [pool] * r.size, "model_size": np.full(r.size, model_size, np.int64),
             "task": [names[k] for k in i_k], "seed": np.asarray(seeds, np.int64)[i_s],
             "eval_index": i_ev.astype(np.int64), "updates": np.asarray(hist["eval_updates"], np.int64)[i_ev],
             "episode": i_e.astype(np.int64), "return": r.astype(np.float64),
             "length": np.asarray(hist["eval_lengths"]).reshape(-1).astype(np.int64),
-            "normalized_score": 100.0 * (r - lo) / (hi - lo), "return_low": lo, "return_high": hi, **ext}
+            "normalized_score": norm, "return_low": lo, "return_high": hi, **flags, **ext}
 
 
 def multi_metrics_columns(pool: str, model_size: int, seeds: Sequence[int], records: Sequence[Mapping]) -> dict:
