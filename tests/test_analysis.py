@@ -461,8 +461,9 @@ def test_stage_outputs_have_one_schema_which_the_report_reads(tmp_path):
     from tdmpc2core.agents.online import METRIC_KEYS
     from tdmpc2core.stages import outputs as O
 
-    kinds = {"string": "O", "int64": "i", "float64": "f"}
-    assert A.EVAL_COLUMNS == {n: kinds[t] for n, t in O.SCHEMAS["single_eval"]}
+    kinds = {"string": "O", "int64": "i", "float64": "f", "bool": "b"}
+    assert {**A.EVAL_COLUMNS, **{c: "b" for c in A.SUCCESS_COLUMNS}} == {
+        n: kinds[t] for n, t in O.SCHEMAS["single_eval"]}
     assert O.TRAINING_METRICS == tuple(METRIC_KEYS)
     for name in ("single_metrics", "multi_metrics"):
         assert set(O.TRAINING_METRICS) <= {n for n, _ in O.SCHEMAS[name]}
@@ -474,6 +475,7 @@ def test_stage_outputs_have_one_schema_which_the_report_reads(tmp_path):
     assert [(f.name, f.type) for f in table.schema] == [(n, pa.type_for_alias(t)) for n, t in O.SCHEMAS["single_eval"]]
     df = table.to_pandas()
     assert df["return"].tolist() == [3.0, 4.0, 5.0, 9.0, 10.0, 11.0] and (df["seed"] == 7).all()
+    assert df["success"].isna().all() and df["success_any"].isna().all()  # a return suite: null
     # no evaluation: the same columns and types, no rows
     empty = {"eval_updates": [], "eval_returns": np.zeros((0, 1, 1, 1)), "eval_lengths": np.zeros((0, 1, 1, 1))}
     O.write_table(tmp_path / "m.parquet", "multi_eval", O.multi_eval_columns("p", 1, ["a"], [0], empty, 1, [None]))

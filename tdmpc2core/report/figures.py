@@ -1,9 +1,12 @@
 """Learning-curve figures (matplotlib, Agg backend): ours beside the published TD-MPC2 curve.
 
 Every figure plots env frames on the x axis (simulator steps = agent steps x action
-repeat), as the paper's figures do. Ours: the mean over seeds of each seed's mean
-evaluation return, shaded between the lowest and the highest seed (min-max). Published
-TD-MPC2: its mean, shaded +- 1 population sd over its seeds.
+repeat), as the paper's figures do. Ours: the mean over seeds of each seed's score, shaded
+between the lowest and the highest seed (min-max): the mean evaluation return, or for a task
+with a success flag (Meta-World, MyoSuite) the success rate in percent (the official rule:
+success at the episode's last step), as the paper plots those domains. Published TD-MPC2:
+its mean, shaded +- 1 population sd over its seeds, in the same unit
+(:func:`tdmpc2core.report.published.score_curve`).
 
 Files are written atomically (:mod:`tdmpc2core.io.atomic`).
 """
@@ -18,6 +21,8 @@ import pandas as pd
 from ..io import atomic
 
 OURS_COLOR = "#1f77b4"
+#: the y axis of a task's score (:func:`tdmpc2core.report.analysis.task_score_kind`)
+_YLABEL = {"return": "evaluation return", "success": "success rate (%)"}
 PUB_COLOR = "#d62728"
 
 
@@ -67,12 +72,12 @@ def _draw_published(ax, curve: pd.DataFrame, xmax: Optional[float] = None):
     if c.empty:
         return
     if len(c) == 1:
-        ax.errorbar(c["env_steps"], c["mean_return"], yerr=c["sd_return"], color=PUB_COLOR, marker="x",
+        ax.errorbar(c["env_steps"], c["mean"], yerr=c["sd"], color=PUB_COLOR, marker="x",
                     markersize=4, capsize=3, linestyle="none",
                     label=f"TD-MPC2 published: mean of {int(c['n_seeds'].max())} seeds (±1 sd)")
         return
     x = c["env_steps"].to_numpy(float)
-    m, sd = c["mean_return"].to_numpy(float), c["sd_return"].to_numpy(float)
+    m, sd = c["mean"].to_numpy(float), c["sd"].to_numpy(float)
     ax.fill_between(x, m - sd, m + sd, color=PUB_COLOR, alpha=0.15, linewidth=0)
     n = int(c["n_seeds"].max())
     ax.plot(x, m, color=PUB_COLOR, linestyle="--", marker="x", markersize=3,
@@ -81,13 +86,14 @@ def _draw_published(ax, curve: pd.DataFrame, xmax: Optional[float] = None):
 
 def plot_eval(task: str, scores: pd.DataFrame, path: str | os.PathLike,
               published_task: Optional[str] = None, subtitle: str = "") -> None:
-    """Evaluation return vs env frames of one task, beside the published curve if any.
+    """Evaluation score vs env frames of one task, beside the published curve if any (the
+    return; the success rate in percent for a task with a success flag).
 
     Args:
       task: our task name (title).
       scores: :func:`tdmpc2core.report.analysis.seed_scores` rows of this task.
       path: output file (``.png`` or ``.svg``).
-      published_task: dm_control name of the published curve, or None.
+      published_task: the published curve's name (dm_control name, ``mw-*``, ``myo-hand-*``), or None.
       subtitle: a second title line (e.g. the env id).
 
     When our run is shorter than the published curve, a second panel shows the
@@ -101,7 +107,10 @@ def plot_eval(task: str, scores: pd.DataFrame, path: str | os.PathLike,
 
     summary = analysis.over_seeds(scores).sort_values("env_frames")
     n_seeds = int(scores["seed"].nunique()) if not scores.empty else 0
-    curve = pub.curve(published_task, "tdmpc2") if published_task else None
+    kind = analysis.task_score_kind(scores, task, published_task)
+    curve = pub.score_curve(published_task, "tdmpc2") if published_task else None
+    if curve is not None and pub.score_kind(published_task) != kind:
+        curve = None  # another unit: not drawn (the table says so)
     ours_end = float(summary["env_frames"].max()) if not summary.empty else 0.0
     two = curve is not None and not summary.empty and ours_end < 0.9 * float(curve["env_steps"].max())
     fig, axes = plt.subplots(1, 2 if two else 1, figsize=(10.5 if two else 6, 3.8), squeeze=False)
@@ -113,7 +122,7 @@ def plot_eval(task: str, scores: pd.DataFrame, path: str | os.PathLike,
         _draw_published(ax, curve, xmax=ours_end * 1.03 if two else None)
         if two:
             ax.set_xlim(left=-0.03 * ours_end)
-    ax.set_title("our run's range" if two else "evaluation return")
+    ax.set_title("our run's range" if two else _YLABEL[kind])
     if two:
         ax2 = axes[1]
         _draw_published(ax2, curve)
@@ -121,7 +130,7 @@ def plot_eval(task: str, scores: pd.DataFrame, path: str | os.PathLike,
         ax2.set_title("the published curve's range")
     for a in axes:
         a.set_xlabel("env frames")
-        a.set_ylabel("episode return")
+        a.set_ylabel(_YLABEL[kind])
         a.xaxis.set_major_formatter(FuncFormatter(_fmt_frames))
         a.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
@@ -182,7 +191,8 @@ def plot_train(task: str, metrics: pd.DataFrame, path: str | os.PathLike) -> Non
 def plot_overview(scores: pd.DataFrame, published: Mapping[str, Optional[str]],
                   path: str | os.PathLike) -> None:
     """A grid of every task's evaluation curve over our run's range of env frames, with the
-    published TD-MPC2 curve over the same range (the whole curve where we have no run)."""
+    published TD-MPC2 curve over the same range (the whole curve where we have no run); a
+    success task's panel plots its success rate (%) and says so on its y axis."""
     from . import analysis
     from . import published as pub
 
@@ -199,14 +209,15 @@ def plot_overview(scores: pd.DataFrame, published: Mapping[str, Optional[str]],
         s = scores[scores["task"] == task]
         summary = analysis.over_seeds(s).sort_values("env_frames")
         xmax = float(summary["env_frames"].max()) * 1.03 if not summary.empty else None
-        if published[task]:
-            _draw_published(ax, pub.curve(published[task], "tdmpc2"), xmax=xmax)
+        kind = analysis.task_score_kind(scores, task, published[task])
+        if published[task] and pub.score_kind(published[task]) == kind:
+            _draw_published(ax, pub.score_curve(published[task], "tdmpc2"), xmax=xmax)
         if not summary.empty:
             _draw_ours(ax, summary, int(s["seed"].nunique()))
         if i // ncols == nrows - 1 or i + ncols >= len(tasks):
             ax.set_xlabel("env frames", fontsize=8)
-        if i % ncols == 0:
-            ax.set_ylabel("evaluation return", fontsize=8)
+        if i % ncols == 0 or kind == "success":
+            ax.set_ylabel(_YLABEL[kind], fontsize=8)
         ax.set_title(task, fontsize=9)
         ax.xaxis.set_major_formatter(FuncFormatter(_fmt_frames))
         ax.tick_params(labelsize=7)

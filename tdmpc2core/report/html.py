@@ -188,22 +188,37 @@ def single_task_section(single: pd.DataFrame) -> str:
                 "Control tasks with a published curve, 2,000,000 agent steps) fills it. The tables "
                 "(<code>results/tables/single_task.csv</code>) keep one row per task with this note.</p>")
     rows, cells = [], []
-    for r in single.itertuples(index=False):
+    kinds = single["score"] if "score" in single.columns else pd.Series(["return"] * len(single))
+    success = bool((kinds == "success").any())
+    for r, kind in zip(single.itertuples(index=False), kinds):
         ours = "" if pd.isna(r.mean) else f"{_mean_sd(r.mean, r.sd)} (n={int(r.n_seeds)})"
         rng = "" if pd.isna(r.min) else f"{num(r.min)} – {num(r.max)}"
-        rows.append([esc(r.task), esc(r.published_task), num(r.agent_steps, 0), num(r.env_frames, 0), ours, rng,
-                     _mean_sd(r.tdmpc2_mean, r.tdmpc2_sd), esc(r.band),
-                     _mean_sd(r.tdmpc_mean, r.tdmpc_sd), _mean_sd(r.sac_mean, r.sac_sd),
-                     _mean_sd(r.dreamerv3_mean, r.dreamerv3_sd), esc(r.note)])
-        cells.append(["", "", "num", "num", "num", "num", "num", esc(r.band), "num", "num", "num", ""])
+        row = [esc(r.task), esc(r.published_task), "success rate (%)" if kind == "success" else "return",
+               num(r.agent_steps, 0), num(r.env_frames, 0), ours, rng,
+               _mean_sd(r.tdmpc2_mean, r.tdmpc2_sd), esc(r.band),
+               _mean_sd(r.tdmpc_mean, r.tdmpc_sd), _mean_sd(r.sac_mean, r.sac_sd),
+               _mean_sd(r.dreamerv3_mean, r.dreamerv3_sd), esc(r.note)]
+        cell = ["", "", "", "num", "num", "num", "num", "num", esc(r.band), "num", "num", "num", ""]
+        if success:
+            row.insert(7, num(getattr(r, "success_any_mean", float("nan"))))
+            cell.insert(7, "num")
+        rows.append(row)
+        cells.append(cell)
+    heads = ["Task", "Published task", "Score", "Agent steps", "Our env frames", "Ours: mean ± sd",
+             "Ours: min – max", "TD-MPC2 published", "Band (±1 sd)", "TD-MPC", "SAC", "DreamerV3", "Note"]
+    if success:
+        heads.insert(7, "Ours: success at any step (%)")
     return ("<p>At exactly these agent steps (the paper's tables use agent steps; the published curves "
             "have a point every 50,000). Ours: mean ± population sd over seeds, and the lowest – highest "
             "seed. Published: mean ± population sd over the paper's seeds. Band: our mean inside or "
             "outside the published TD-MPC2 mean ± 1 sd. A task without an evaluation at a published "
-            "step is not compared; the note says so.</p>"
-            + html_table(["Task", "Published task", "Agent steps", "Our env frames", "Ours: mean ± sd",
-                          "Ours: min – max", "TD-MPC2 published", "Band (±1 sd)", "TD-MPC", "SAC",
-                          "DreamerV3", "Note"], rows, cell_classes=cells))
+            "step is not compared; the note says so. "
+            + ("Score: the episode return, or for a task with a success flag (Meta-World, MyoSuite) the "
+               "success rate in percent, an episode counting as a success when the flag is set at its last "
+               "step (the official rule), beside the published success rates; the any-step rate (Meta-World's "
+               "maintainers' rule) is shown for reference and not compared." if success else
+               "Score: the episode return.")
+            + "</p>" + html_table(heads, rows, cell_classes=cells))
 
 
 def aggregate_section(agg: pd.DataFrame) -> str:
@@ -230,19 +245,22 @@ def aggregate_section(agg: pd.DataFrame) -> str:
                    + (", and no confidence interval is given: a bootstrap of so few numbers only restates them"
                       if no_ci else "") + ".</p>")
     rows, cells = [], []
+    from .published import DOMAIN_LABELS
+
     for r in scored.itertuples(index=False):
         def ci(p, lo, hi):
             if pd.isna(p):
                 return ""
             return num(p) if pd.isna(lo) else f"{num(p)} [{num(lo)}, {num(hi)}]"
         step = num(r.step, 0) if str(r.step).isdigit() else esc(r.step)
-        rows.append([step, num(r.n_tasks, 0), num(r.n_seeds, 0),
+        rows.append([esc(DOMAIN_LABELS.get(getattr(r, "domain", "dmcontrol"), getattr(r, "domain", ""))),
+                     esc(getattr(r, "score", "return / 10")), step, num(r.n_tasks, 0), num(r.n_seeds, 0),
                      ci(r.mean_score, r.mean_score_ci_low, r.mean_score_ci_high),
                      ci(r.iqm_score, r.iqm_score_ci_low, r.iqm_score_ci_high),
                      num(r.published_mean_score), num(r.mean_return), num(r.published_mean_return),
                      esc(r.note)])
-        cells.append(["", "num", "num", "num", "num", "num", "num", "num", ""])
-    out.append(html_table(["Agent steps", "Tasks", "Seeds", "Mean score [95% CI]", "IQM score [95% CI]",
+        cells.append(["", "", "", "num", "num", "num", "num", "num", "num", "num", ""])
+    out.append(html_table(["Domain", "Score", "Agent steps", "Tasks", "Seeds", "Mean score [95% CI]", "IQM score [95% CI]",
                            "TD-MPC2 published mean score", "Ours: mean return", "TD-MPC2 published mean return",
                            "Note"], rows, cell_classes=cells))
     method = next((m for m in scored["method"] if isinstance(m, str) and m), None)
@@ -453,10 +471,11 @@ def _results(ctx: Mapping) -> list[str]:
     parts += ['<h2 id="single">Single-task results beside the published curves</h2>',
               single_task_section(ctx["single"])]
     parts += ['<h2 id="aggregate">Aggregate scores</h2>',
-              "<p>Over the tasks with a published curve. Normalized score = DMControl return / 10 "
-              "(0–100); mean over tasks of the mean over seeds, and the interquartile mean (IQM) over "
-              "all seed × task scores. The paper reports raw returns averaged over tasks: the return "
-              "columns.</p>",
+              "<p>Over the tasks with a published curve, per domain as the paper shows them. Normalized "
+              "score = DMControl return / 10 (0–100); Meta-World and MyoSuite: the success rate in percent "
+              "(success at the episode's last step, the official rule); mean over tasks of the mean over "
+              "seeds, and the interquartile mean (IQM) over all seed × task scores. The paper reports "
+              "DMControl's raw returns averaged over tasks: the return columns.</p>",
               aggregate_section(ctx["aggregate"])]
     return parts
 

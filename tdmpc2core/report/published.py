@@ -131,7 +131,7 @@ def load_success(method: Optional[str] = None, task: Optional[str] = None):
         df = df[df["method"] == method]
     if task is not None:
         if task not in _success_tasks():
-            raise KeyError(f"no published success curve for task {task!r}; accepted: {sorted(_success_tasks())}")
+            raise KeyError(f"no published curve for task {task!r} among the success curves; accepted: {sorted(_success_tasks())}")
         df = df[df["task"] == task]
     return df.sort_values(["method", "task", "agent_steps"]).reset_index(drop=True)
 
@@ -170,7 +170,7 @@ def load_published(method: Optional[str] = None, task: Optional[str] = None):
         df = df[df["method"] == method]
     if task is not None:
         if task not in set(_load()["task"]):
-            raise KeyError(f"no published return curve for task {task!r}; accepted: {dmc_tasks()}")
+            raise KeyError(f"no published curve for task {task!r} among the DMControl return curves; accepted: {dmc_tasks()}")
         df = df[df["task"] == task]
     return df.sort_values(["method", "task", "agent_steps"]).reset_index(drop=True)
 

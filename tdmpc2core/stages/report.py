@@ -228,7 +228,8 @@ def run(args) -> int:
     figures = []
     for task, settings in tasks.items():
         images = []
-        for suffix, alt in (("eval", "evaluation return"), ("train", "training curves")):
+        for suffix, alt in (("eval", "evaluation score (return, or success rate for a success task)"),
+                           ("train", "training curves")):
             for ext in ("png", "svg"):
                 p = os.path.join(args.figures, f"{task}_{suffix}.{ext}")
                 if os.path.exists(p):

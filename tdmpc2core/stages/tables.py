@@ -5,10 +5,12 @@ configuration and writes, under ``--outdir`` (CSV and Markdown each):
 
 * ``single_task``: per task, ours (mean, population sd, min, max over seeds) at the table
   agent steps beside the published TD-MPC2 mean and sd (inside / outside mean +- 1 sd)
-  and the published TD-MPC, SAC and DreamerV3 means and sds where published;
-* ``aggregate``: mean and IQM of the normalized score (return / 10) over the tasks with a
-  published curve, with stratified-bootstrap 95% CIs (rliable), and the published
-  TD-MPC2 mean over the same tasks;
+  and the published TD-MPC, SAC and DreamerV3 means and sds where published: returns, or
+  success rates in percent for the tasks with a success flag (Meta-World, MyoSuite);
+* ``aggregate``: per domain (DMControl, Meta-World, MyoSuite), mean and IQM of the normalized
+  score (DMControl return / 10; Meta-World and MyoSuite success rate in percent) over the
+  tasks with a published curve, with stratified-bootstrap 95% CIs (rliable), and the
+  published TD-MPC2 mean over the same tasks;
 * ``final_scores``: each task's final evaluation against its ``expected`` range (with
   the final mean episode length);
 * ``episode_lengths``: for the episodic tasks (``agent: {episodic: true}``), every
@@ -50,12 +52,24 @@ def _single_task_md(df, label: str, simulator_note: str = "") -> str:
                           for lo, hi in zip(view["min"], view["max"])]
     for m in ("tdmpc2", "tdmpc", "sac", "dreamerv3"):
         view[m] = [A.mean_sd_text(a, b) for a, b in zip(view[f"{m}_mean"], view[f"{m}_sd"])]
-    cols = ["task", "agent_steps", "ours", "ours_range", "tdmpc2", "band", "tdmpc", "sac", "dreamerv3", "note"]
-    heads = ["Task", "Agent steps", "Ours: mean ± sd", "Ours: min – max", "TD-MPC2 (published)",
+    view["score_text"] = ["success rate (%)" if k == "success" else "return" for k in view["score"]]
+    cols = ["task", "score_text", "agent_steps", "ours", "ours_range", "tdmpc2", "band", "tdmpc", "sac", "dreamerv3",
+            "note"]
+    heads = ["Task", "Score", "Agent steps", "Ours: mean ± sd", "Ours: min – max", "TD-MPC2 (published)",
              "Band", "TD-MPC", "SAC", "DreamerV3", "Note"]
+    success = bool((view["score"] == "success").any())
+    if success:  # Meta-World's maintainers' rule beside the official one
+        view["any_text"] = ["" if pd.isna(v) else f"{v:,.1f}" for v in view["success_any_mean"]]
+        cols.insert(5, "any_text")
+        heads.insert(5, "Ours: success at any step (%)")
     return (f"# Single-task results beside the published curves\n\n{label}\n\n"
-            "Returns at exactly the listed agent steps. Ours: mean over seeds of each seed's mean "
-            "evaluation return, ± the population sd over seeds, and the lowest – highest seed. "
+            "Scores at exactly the listed agent steps: the evaluation return, or for a task with a "
+            "success flag (Meta-World, MyoSuite) the success rate in percent, an episode counting as a "
+            "success when the flag is set at its last step (the official rule), beside the published "
+            "success rates at the same agent steps. Ours: mean over seeds of each seed's mean "
+            "evaluation score, ± the population sd over seeds, and the lowest – highest seed. "
+            + ("The any-step success rate (an episode succeeds when any step does, Meta-World's own rule) "
+               "is shown beside it and not compared. " if success else "")
             "Published: mean ± population sd over the paper's seeds. Band: our mean inside or "
             "outside the published TD-MPC2 mean ± 1 sd (bounds included). "
             + (simulator_note or "Playground's physics differ from dm_control's: the comparison is approximate.")
@@ -74,13 +88,18 @@ def _aggregate_md(df, label: str) -> str:
                        zip(view["mean_score"], view["mean_score_ci_low"], view["mean_score_ci_high"])]
     view["iqm_ci"] = [ci(a, b, c) for a, b, c in
                       zip(view["iqm_score"], view["iqm_score_ci_low"], view["iqm_score_ci_high"])]
-    cols = ["step", "n_tasks", "n_seeds", "mean_ci", "iqm_ci", "published_mean_score", "mean_return",
-            "published_mean_return", "note"]
-    heads = ["Agent steps", "Tasks", "Seeds", "Mean score [95% CI]", "IQM score [95% CI]",
+    from ..report import published as P
+
+    view["domain_text"] = [P.DOMAIN_LABELS.get(d, d) for d in view["domain"]]
+    cols = ["domain_text", "score", "step", "n_tasks", "n_seeds", "mean_ci", "iqm_ci", "published_mean_score",
+            "mean_return", "published_mean_return", "note"]
+    heads = ["Domain", "Score", "Agent steps", "Tasks", "Seeds", "Mean score [95% CI]", "IQM score [95% CI]",
              "TD-MPC2 published mean score", "Ours: mean return", "TD-MPC2 published mean return", "Note"]
-    method = next((m for m in df["method"] if m), "")
+    method = next((m for m in df["method"] if isinstance(m, str) and m), "")
     return (f"# Aggregate scores over the tasks with a published curve\n\n{label}\n\n"
-            "Normalized score = DMControl return / 10 (0–100). Mean: mean over tasks of the mean "
+            "Per domain, as the paper shows them. Normalized score = DMControl return / 10 (0–100); "
+            "Meta-World and MyoSuite: the success rate in percent (the official rule: success at the "
+            "episode's last step; their return columns are empty). Mean: mean over tasks of the mean "
             "over seeds; IQM: interquartile mean over all seed x task scores. 95% confidence "
             + (f"intervals: {method} (seeds resampled within each task), given from at least "
                  f"{A.MIN_CI_SEEDS} seeds and {A.MIN_CI_SCORES} scores. " if method else
