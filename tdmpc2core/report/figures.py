@@ -200,6 +200,8 @@ def plot_overview(scores: pd.DataFrame, published: Mapping[str, Optional[str]],
     from matplotlib.ticker import FuncFormatter
 
     tasks = list(published)
+    kinds = {t: analysis.task_score_kind(scores, t, published[t]) for t in tasks}
+    mixed = len(set(kinds.values())) > 1  # then every panel names its unit
     n = max(len(tasks), 1)
     ncols = min(4, n)
     nrows = math.ceil(n / ncols)
@@ -209,14 +211,14 @@ def plot_overview(scores: pd.DataFrame, published: Mapping[str, Optional[str]],
         s = scores[scores["task"] == task]
         summary = analysis.over_seeds(s).sort_values("env_frames")
         xmax = float(summary["env_frames"].max()) * 1.03 if not summary.empty else None
-        kind = analysis.task_score_kind(scores, task, published[task])
+        kind = kinds[task]
         if published[task] and pub.score_kind(published[task]) == kind:
             _draw_published(ax, pub.score_curve(published[task], "tdmpc2"), xmax=xmax)
         if not summary.empty:
             _draw_ours(ax, summary, int(s["seed"].nunique()))
         if i // ncols == nrows - 1 or i + ncols >= len(tasks):
             ax.set_xlabel("env frames", fontsize=8)
-        if i % ncols == 0 or kind == "success":
+        if i % ncols == 0 or mixed:
             ax.set_ylabel(_YLABEL[kind], fontsize=8)
         ax.set_title(task, fontsize=9)
         ax.xaxis.set_major_formatter(FuncFormatter(_fmt_frames))

@@ -52,6 +52,8 @@ def _single_task_md(df, label: str, simulator_note: str = "") -> str:
                           for lo, hi in zip(view["min"], view["max"])]
     for m in ("tdmpc2", "tdmpc", "sac", "dreamerv3"):
         view[m] = [A.mean_sd_text(a, b) for a, b in zip(view[f"{m}_mean"], view[f"{m}_sd"])]
+    if "score" not in view.columns:  # a table written before the success columns
+        view["score"], view["success_any_mean"] = "return", float("nan")
     view["score_text"] = ["success rate (%)" if k == "success" else "return" for k in view["score"]]
     cols = ["task", "score_text", "agent_steps", "ours", "ours_range", "tdmpc2", "band", "tdmpc", "sac", "dreamerv3",
             "note"]
@@ -70,7 +72,7 @@ def _single_task_md(df, label: str, simulator_note: str = "") -> str:
             "evaluation score, ± the population sd over seeds, and the lowest – highest seed. "
             + ("The any-step success rate (an episode succeeds when any step does, Meta-World's own rule) "
                "is shown beside it and not compared. " if success else "")
-            "Published: mean ± population sd over the paper's seeds. Band: our mean inside or "
+            + "Published: mean ± population sd over the paper's seeds. Band: our mean inside or "
             "outside the published TD-MPC2 mean ± 1 sd (bounds included). "
             + (simulator_note or "Playground's physics differ from dm_control's: the comparison is approximate.")
             + "\n\n"
