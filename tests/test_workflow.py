@@ -132,7 +132,37 @@ def multi_specs(out: str) -> dict[tuple[str, int], tuple[dict, str]]:
 
 # --------------------------------------------------------------------------- dry runs
 DRYRUN_FIXTURES = ROOT / "tests" / "fixtures" / "dryrun"
-DRYRUN_CONFIGS = ["config.yaml", *sorted(f"workflow/configs/{p.name}" for p in (ROOT / "workflow" / "configs").glob("*.yaml"))]
+
+
+def unregistered_env_ids(configfile: str) -> list[str]:
+    """The env ids of ``configfile``'s tasks that no registered suite accepts (the schema check
+    of the workflow refuses such a file): the Meta-World / MyoSuite configurations of issue 27
+    (paper-metaworld, paper-myosuite, paper-all, metaworld-smoke, myosuite-smoke) until the
+    suites that own the ``mw-*`` / ``myo-*`` ids are registered."""
+    from tdmpc2core.envs import suite_for
+
+    cfg = yaml.safe_load((ROOT / configfile).read_text()) or {}
+    out = []
+    for proto in (cfg.get("protocols") or {}).values():
+        for task in ((proto or {}).get("tasks") or {}).values():
+            try:
+                suite_for(task["env_id"])
+            except ValueError:
+                out.append(task["env_id"])
+    return out
+
+
+def needs_suites(configfile: str):
+    """A skip mark for a configuration whose env ids are not registered yet, naming them; it
+    lifts itself once the suites are (then record its dry-run plan: TDMPC2_RECORD_DRYRUN=1)."""
+    missing = unregistered_env_ids(configfile)
+    return pytest.mark.skipif(bool(missing), reason=(
+        f"{configfile}: env ids {missing[:3]}{' ...' if len(missing) > 3 else ''} ({len(missing)}) are not "
+        "registered: the Meta-World / MyoSuite suites (mw-*, myo-*) of issue 27 are not in this checkout"))
+
+
+DRYRUN_CONFIGS = [pytest.param(c, marks=needs_suites(c)) for c in (
+    "config.yaml", *sorted(f"workflow/configs/{p.name}" for p in (ROOT / "workflow" / "configs").glob("*.yaml")))]
 
 
 def dry_run_plan(wf: Path, configfile: str) -> str:
