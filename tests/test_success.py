@@ -152,8 +152,8 @@ def test_published_success_curves_units_and_names():
     mw = [t for t in P.published_tasks() if t.startswith("mw-")]
     myo = [t for t in P.published_tasks() if t.startswith("myo-hand-")]
     assert len(mw) == 50 and len(myo) == 10
-    assert P.domain_of("mw-assembly") == "metaworld" and P.score_kind("myo-hand-reach") == "success"
-    assert P.domain_of("walker-walk") == "dmcontrol" and P.score_kind("walker-walk") == "return"
+    assert P.domain_of("mw-assembly") == "Meta-World" and P.score_kind("myo-hand-reach") == "success"
+    assert P.domain_of("walker-walk") == "DMControl" and P.score_kind("walker-walk") == "return"
     c = P.score_curve("mw-assembly")
     assert (c["env_steps"] == 2 * c["agent_steps"]).all() and c["agent_steps"].max() == 1_000_000
     assert c.loc[c["agent_steps"] == 50_000, "mean"].item() == pytest.approx(3.33)  # 0.0333 over 3 seeds
@@ -246,11 +246,11 @@ def test_aggregates_are_per_domain_and_markdown_html_say_success(mixed_runs):
 
     scores, tasks = mixed_runs
     agg = A.aggregate_table(scores, tasks, steps=(50_000,), reps=50)
-    assert list(agg["domain"]) == ["dmcontrol", "dmcontrol", "metaworld", "metaworld"]
-    mw = agg[(agg["domain"] == "metaworld") & (agg["step"] == "50000")].iloc[0]
+    assert list(agg["domain"]) == ["DMControl", "DMControl", "Meta-World", "Meta-World"]
+    mw = agg[(agg["domain"] == "Meta-World") & (agg["step"] == "50000")].iloc[0]
     assert mw["score"] == "success rate (%)" and mw["mean_score"] == 75.0 and math.isnan(mw["mean_return"])
     assert mw["published_mean_score"] == pytest.approx(3.33) and math.isnan(mw["published_mean_return"])
-    dmc = agg[(agg["domain"] == "dmcontrol") & (agg["step"] == "50000")].iloc[0]
+    dmc = agg[(agg["domain"] == "DMControl") & (agg["step"] == "50000")].iloc[0]
     assert dmc["score"] == "return / 10" and dmc["mean_score"] == 92.5 and dmc["mean_return"] == 925.0
     assert dmc["tasks"] == "walker" and mw["tasks"] == "mw-assembly"
 

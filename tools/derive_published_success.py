@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tdmpc2core" / "resources" / "published_success_curves.csv"
 METHODS = {"tdmpc2": "tdmpc2", "tdmpc": "baselines/tdmpc", "sac": "baselines/sac", "dreamerv3": "baselines/dreamerv3"}
 #: published name prefix -> (domain, action repeat of the official wrapper)
-DOMAINS = (("mw-", "metaworld", 2), ("myo-hand-", "myosuite", 1))
+DOMAINS = (("mw-", "Meta-World", 2), ("myo-hand-", "MyoSuite", 1))
 COLUMNS = ("method", "task", "domain", "env_steps", "agent_steps", "mean_success", "sd_success", "n_seeds")
 
 

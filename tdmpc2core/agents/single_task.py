@@ -348,8 +348,7 @@ class TDMPC2:
           total_timesteps: the whole run's length in agent steps: it sizes the replay
             (``min(buffer_size, total_timesteps)``, spec §9) and places the final evaluation.
             None: the end of this call. Give it to every call of a run split into calls.
-          eval_every: agent steps between evaluations (also at step 0 and at the end of the
-            run); None: no evaluation.
+          eval_every: agent steps between evaluations (also at step 0 and at the run's end); None: none.
           eval_episodes: episodes per evaluation (default 10); alias ``num_episode_test``.
           logging_config: a :class:`~tdmpc2core.run.loggers.LoggingConfig`: evaluations every
             ``log_frequency`` agent steps; its loggers built, given every record, closed.
@@ -396,11 +395,8 @@ class TDMPC2:
           (state, history): the final run state (leading seed axis) and a dict of numpy arrays:
           ``eval_agent_steps`` [n_evals], ``eval_env_frames`` [n_evals], ``eval_returns``
           [n_evals, n_seeds, eval_episodes], ``eval_return`` [n_evals, n_seeds] (mean over
-          episodes), ``eval_lengths``; for an env with a success flag (``env.spec.has_success``)
-          ``eval_success`` and ``eval_success_any`` bool [n_evals, n_seeds, eval_episodes]
-          (success at the episode's last step, the official rule, and at any step; the loggers
-          get ``Eval/success rate`` and ``Eval/success rate (any step)``, means in [0, 1]);
-          the loggers' ``Eval/...`` keys [n_evals, n_seeds] (or
+          episodes), ``eval_lengths``, ``eval_success``/``eval_success_any`` (bool, as ``eval_returns``,
+          for an env with a success flag: :meth:`evaluate_all`), the loggers' ``Eval/...`` keys [n_evals, n_seeds] (or
           [n_evals]; the reference's: [n_seeds, n_logs], None without a logging config),
           ``chunks`` (per-chunk dicts, as given to ``callback``) and ``wall_seconds``.
         Raises:

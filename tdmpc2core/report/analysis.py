@@ -415,8 +415,8 @@ def aggregate_table(scores: pd.DataFrame, tasks: Mapping[str, Mapping],
     seeds every included task has there. The ``final`` row takes each task's last
     evaluation, with the published value at the same agent step where the curve has one.
 
-    Columns :data:`AGGREGATE_COLUMNS`; ``domain`` (``dmcontrol``, ``metaworld``,
-    ``myosuite``) and ``score`` (:data:`SCORE_TEXT`: ``return / 10`` or ``success rate (%)``)
+    Columns :data:`AGGREGATE_COLUMNS`; ``domain`` (``DMControl``, ``Meta-World``,
+    ``MyoSuite``) and ``score`` (:data:`SCORE_TEXT`: ``return / 10`` or ``success rate (%)``)
     say what the scores are. DMControl scores are normalized returns (return / 10), and
     ``mean_return`` and ``published_mean_return`` are raw returns averaged over the included
     tasks (as the paper reports them); Meta-World and MyoSuite scores are success rates in

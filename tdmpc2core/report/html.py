@@ -253,7 +253,8 @@ def aggregate_section(agg: pd.DataFrame) -> str:
                 return ""
             return num(p) if pd.isna(lo) else f"{num(p)} [{num(lo)}, {num(hi)}]"
         step = num(r.step, 0) if str(r.step).isdigit() else esc(r.step)
-        rows.append([esc(DOMAIN_LABELS.get(getattr(r, "domain", "dmcontrol"), getattr(r, "domain", ""))),
+        dom = getattr(r, "domain", "") or "DMControl"  # a table written before the domains: DMControl's
+        rows.append([esc(DOMAIN_LABELS.get(dom, dom)),
                      esc(getattr(r, "score", "return / 10")), step, num(r.n_tasks, 0), num(r.n_seeds, 0),
                      ci(r.mean_score, r.mean_score_ci_low, r.mean_score_ci_high),
                      ci(r.iqm_score, r.iqm_score_ci_low, r.iqm_score_ci_high),

@@ -13,7 +13,7 @@ x axis), ``agent_steps`` (env_steps / 2: the paper's action repeat of 2), ``mean
 The published success curves of the Meta-World (``mw-*``, 50 tasks) and MyoSuite
 (``myo-hand-*``, 10 tasks) domains: ``tdmpc2core/resources/published_success_curves.csv``,
 derived by ``tools/derive_published_success.py`` from the same ``results/`` folder (at e9f5932):
-columns ``method``, ``task`` (the published name), ``domain`` (``metaworld``/``myosuite``),
+columns ``method``, ``task`` (the published name), ``domain`` (``Meta-World``/``MyoSuite``),
 ``env_steps`` (simulator steps, the files' ``step``), ``agent_steps`` (env_steps / the official
 wrapper's action repeat: 2 for Meta-World, 1 for MyoSuite), ``mean_success`` and
 ``sd_success`` (a fraction in [0, 1]: the mean and population sd over seeds of each seed's
@@ -49,12 +49,14 @@ _COLUMNS = ("method", "task", "env_steps", "agent_steps", "mean_return", "sd_ret
 _SUCCESS_COLUMNS = ("method", "task", "domain", "env_steps", "agent_steps", "mean_success", "sd_success", "n_seeds")
 
 #: the domains of the published curves, in the order the report shows them, and what their
-#: score is: DMControl by return, Meta-World and MyoSuite by success rate (the paper's)
-DOMAINS = ("dmcontrol", "metaworld", "myosuite")
-DOMAIN_LABELS = {"dmcontrol": "DMControl", "metaworld": "Meta-World", "myosuite": "MyoSuite"}
-DOMAIN_SCORES = {"dmcontrol": "return", "metaworld": "success", "myosuite": "success"}
+#: score is: DMControl by return, Meta-World and MyoSuite by success rate (the paper's). The
+#: domains are named as the paper names them (not suite names: a domain is the published
+#: curves' grouping, whichever suite runs its tasks)
+DOMAINS = ("DMControl", "Meta-World", "MyoSuite")
+DOMAIN_LABELS = {d: d for d in DOMAINS}
+DOMAIN_SCORES = dict(zip(DOMAINS, ("return", "success", "success")))
 #: the official wrappers' action repeat per domain (agent_steps = env_steps / repeat)
-DOMAIN_ACTION_REPEAT = {"dmcontrol": 2, "metaworld": 2, "myosuite": 1}
+DOMAIN_ACTION_REPEAT = dict(zip(DOMAINS, (2, 2, 1)))
 
 
 def dmc_name(playground_name: str) -> Optional[str]:
@@ -93,7 +95,7 @@ def _success_tasks() -> dict:
 
 
 def domain_of(task: str) -> str:
-    """The domain of a published task name (``"dmcontrol"``, ``"metaworld"``, ``"myosuite"``).
+    """The domain of a published task name (``"DMControl"``, ``"Meta-World"``, ``"MyoSuite"``).
 
     Raises:
       KeyError: no published curve of that name (naming the accepted ones).
@@ -102,7 +104,7 @@ def domain_of(task: str) -> str:
     if dom is not None:
         return dom
     if task in set(_load()["task"]):
-        return "dmcontrol"
+        return DOMAINS[0]
     raise KeyError(f"no published curve for task {task!r}; accepted: {published_tasks()}")
 
 
