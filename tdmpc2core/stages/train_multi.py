@@ -267,6 +267,9 @@ def _run_json(args, spec: dict, seeds: list, dataset, agent, state, hist: dict, 
                  "return": {n: [float(x) for x in hist["eval_return"][-1][:, k]] for k, n in enumerate(names)},
                  "mean_return": [float(x) for x in hist["eval_mean_return"][-1]],
                  "normalized_score": [None if math.isnan(x) else float(x) for x in hist["normalized_score"][-1]]}
+        if "eval_success_rate" in hist:  # tasks with a success flag: their rate in [0, 1] (last-step rule)
+            final["success_rate"] = {n: [float(x) for x in hist["eval_success_rate"][-1][:, k]]
+                                     for k, n in enumerate(names) if not np.isnan(hist["eval_success_rate"][-1][:, k]).all()}
     speeds = [r["updates_per_s"] for r in records[1:]] or [r["updates_per_s"] for r in records]
     prov = session["provenance"]
     return {

@@ -244,6 +244,8 @@ def _write_seed(args, spec: dict, seeds: list, outdir: Path, log, agent, state, 
 
 def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: int, episodes, session: dict) -> dict:
     """Seed ``seed``'s run.json (docs/artifacts.md, "Single-task run")."""
+    import numpy as np
+
     from ..pipeline.codeversion import code_version
     from ..run.compiled import per_program
     from . import outputs
@@ -257,6 +259,9 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
         "agent_config": agent.config, "gamma": agent.gamma, "seed_steps": agent.seed_steps,
         "agent_steps": n_timesteps, "env_frames": n_timesteps * agent.action_repeat,
         "final_eval_return": hist["eval_return"][-1, i] if len(hist["eval_agent_steps"]) else None,
+        # an env with a success flag: the last evaluation's success rate in [0, 1] (the last-step rule)
+        "final_eval_success": (float(np.mean(hist["eval_success"][-1, i]))
+                               if "eval_success" in hist and len(hist["eval_agent_steps"]) else None),
         "dataset_episodes": episodes.num_episodes, "dataset_agent_steps": episodes.num_transitions,
         "matmul_precision": outputs.matmul_precision_note(agent.config["matmul_precision"], prov["platform"]),
         "code_version": code_version("train_single"),  # the rerun_on_code_change check (pipeline/codeversion.py)
