@@ -9,7 +9,6 @@ naming the missing ids, until the suites are registered, and run by themselves o
 """
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import yaml
 
 from tdmpc2core.report import published as P
 from tdmpc2core.resources import official_task_sets
-from test_workflow import copy_workflow, job_resources, job_stats, needs_suites, no_jax_env, ok, shell_specs, snakemake
+from test_workflow import copy_workflow, job_resources, needs_suites, no_jax_env, ok, shell_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 MW, MYO, ALL = ("workflow/configs/paper-metaworld.yaml", "workflow/configs/paper-myosuite.yaml",
@@ -127,27 +126,38 @@ def test_domain_configs_resolve(path):
     assert set(resolved["tasks"]) == set(load(path)["protocols"][load(path)["protocol"]]["tasks"])
 
 
-@pytest.mark.parametrize("path,n_tasks", [pytest.param(p, n, marks=needs_suites(p))
-                                           for p, n in ((MW, 50), (MYO, 10), (ALL, 97))])
-def test_domain_paper_dry_runs_plan_every_task(tmp_path, path, n_tasks):
-    """`snakemake -n -p` plans one training job of 3 vmapped seeds per task, each with its
-    domain's protocol."""
-    out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "4", "--configfile", path))
-    assert job_stats(out)["train_single_seeds_0_1_2"] == n_tasks
-    specs = shell_specs(out)
+def recorded_plan(path: str) -> str:
+    """The recorded dry-run plan of ``path`` (tests/fixtures/dryrun/<name>.txt), which
+    tests/test_workflow.py::test_dry_run_plans_are_recorded compares with a real `snakemake -n
+    -p` of the file: read here instead of planning again (each plan costs a Snakemake start)."""
+    record = ROOT / "tests" / "fixtures" / "dryrun" / (Path(path).stem + ".txt")
+    if not record.exists():
+        pytest.skip(f"no recorded plan {record.relative_to(ROOT)} yet: once the suites are registered, record it "
+                    "with TDMPC2_RECORD_DRYRUN=1 pytest tests/test_workflow.py -k test_dry_run_plans_are_recorded")
+    return record.read_text()
+
+
+@pytest.mark.parametrize("path,n_tasks,seeds", [pytest.param(p, n, s, marks=needs_suites(p)) for p, n, s in (
+    (MW, 50, "0 1 2"), (MYO, 10, "0 1 2"), (ALL, 97, "0 1 2"), (SMOKE[0], 1, "0 1"), (SMOKE[1], 1, "0 1"))])
+def test_domain_dry_runs_plan_every_task(path, n_tasks, seeds):
+    """The plan has one training job per task (the seeds vmapped in it), each with its domain's
+    protocol, and the tables, figures and report after them."""
+    plan = recorded_plan(path)
+    rule = "train_single_seeds_" + seeds.replace(" ", "_")
+    assert len(re.findall(rf"^rule {rule}:", plan, re.M)) == n_tasks
+    assert re.search(r"^(local)?rule report:", plan, re.M) and re.search(r"^(local)?rule tables:", plan, re.M)
+    specs = shell_specs(plan)
     assert len(specs) == n_tasks
-    for task, (spec, seeds) in specs.items():
-        assert seeds == "0 1 2" and spec["agent"] == {"model_size": 5}, task
+    for task, (spec, job_seeds) in specs.items():
+        assert job_seeds == seeds, task
+        if path in (MW, MYO, ALL):
+            assert spec["agent"] == {"model_size": 5}, task
         if task.startswith("mw-"):
-            assert (spec["action_repeat"], spec["episode_length"], spec["agent_steps"]) == (2, 200, 1_000_000)
+            assert (spec["action_repeat"], spec["episode_length"]) == (2, 200), task
+            assert spec["agent_steps"] == (1_000_000 if path != SMOKE[0] else 2000), task
         elif task.startswith("myo-"):
-            assert (spec["action_repeat"], spec["episode_length"], spec["agent_steps"]) == (1, 100, 2_000_000)
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=needs_suites(p)) for p in SMOKE])
-def test_domain_smoke_dry_runs(tmp_path, path):
-    out = ok(snakemake(copy_workflow(tmp_path), "-n", "-p", "--cores", "2", "--configfile", path))
-    assert job_stats(out)["train_single_seeds_0_1"] == 1 and "report" in job_stats(out)
+            assert (spec["action_repeat"], spec["episode_length"]) == (1, 100), task
+            assert spec["agent_steps"] == (2_000_000 if path != SMOKE[1] else 2000), task
 
 
 @pytest.mark.parametrize("path", [pytest.param(ALL, marks=needs_suites(ALL))])
@@ -166,4 +176,4 @@ def test_paper_all_passes_the_slurm_profile_without_jax(tmp_path, path):
     assert "ImportError" not in out
     single = job_resources(out)["train_single_seeds_0_1_2"]
     assert len(single) == 97 and all(r["gpu"] == "1" and int(r["runtime"]) <= 1440 for r in single)
-    assert not re.search(r"\bmaniskill|lift-cube\b", out, re.I) and not math.isnan(len(single))
+    assert not re.search(r"\bmaniskill|lift-cube\b", out, re.I)
