@@ -99,7 +99,8 @@ def test_builtin_suites_and_their_ids():
     assert R.suite_for("Pendulum-v1").own_time_limit is not None and not R.suite_for("Pendulum-v1").keeps_episode_length
     assert R.suite_for("CartpoleBalance").takes_backend and R.suite_for("dmc:cup-catch").default_action_repeat == 2
     assert suite_of("inverted_pendulum") == "brax"
-    assert ids.PAPER_ACTION_REPEAT == {"gymnax": 1, "brax": 1, "playground": 2, "dmcontrol": 2}
+    assert ids.PAPER_ACTION_REPEAT == {"gymnax": 1, "brax": 1, "playground": 2, "dmcontrol": 2, "metaworld": 2,
+                                       "myosuite": 1}  # the last two: tests/test_domains.py
     assert R.suite_for("CartpoleBalance").return_range(1000) == (0.0, 1000.0)
     assert R.suite_for("Pendulum-v1").return_range(200) is None
 
