@@ -10,6 +10,9 @@ simulator step, and also of any step, Meta-World's own rule). Two stacks:
   (metaworld 3.0.0 on mujoco 3.17 with the weld-reset compatibility layer), through its jitted
   ``reset``/``step``; episode ``k`` resets with ``jax.random.key(k)``, whose goal seed is
   ``MetaWorldEnv.reset_seed(key)``, recorded in the output.
+* ``--stack raw`` (the project's venv): the control: Meta-World's env on our stack (metaworld
+  3.0.0, mujoco 3.17, the weld-reset layer) driven as the reference is, without our adapter; equal
+  to ``ours`` episode for episode when the adapter adds nothing of its own.
 * ``--stack reference`` (a scratch venv with ``metaworld==3.1.1``, which pins ``mujoco==3.3.0``;
   imports nothing of tdmpc2core): Meta-World's env driven directly, each episode's goal drawn as
   ours is (the env's ``np_random`` seeded with the same seed, ``seeded_rand_vec``), so both stacks
@@ -84,8 +87,10 @@ def run_ours(ids, episodes: int) -> dict:
     return out
 
 
-def run_reference(ids, seeds_by_task: dict) -> dict:
-    """Meta-World's own env on its pinned stack, the official wrapper's semantics, the given seeds."""
+def run_reference(ids, seeds_by_task: dict, raw: bool = False) -> dict:
+    """Meta-World's own env driven with the official wrapper's semantics, the given seeds: on its
+    pinned stack, or (``raw``) on ours, built by ``make_metaworld_env`` (the weld-reset layer) but
+    stepped without our adapter: the control that separates the adapter from the MuJoCo version."""
     from gymnasium.utils import seeding
     from metaworld.env_dict import ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE
 
@@ -93,7 +98,12 @@ def run_reference(ids, seeds_by_task: dict) -> dict:
     for env_id in ids:
         t0 = time.time()
         name = env_id[3:]
-        env = ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE[name + "-v3-goal-observable"](seed=0)
+        if raw:
+            from tdmpc2core.envs.metaworld_env import make_metaworld_env
+
+            env = make_metaworld_env(env_id, seed=0)
+        else:
+            env = ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE[name + "-v3-goal-observable"](seed=0)
         env._freeze_rand_vec = False
         env.seeded_rand_vec = True
         policy = _policy(name)
@@ -127,6 +137,22 @@ def run_reference(ids, seeds_by_task: dict) -> dict:
     return out
 
 
+def same_episodes(ours: dict, raw: dict) -> tuple[int, int]:
+    """(episodes whose success flags, return and reset observation are identical, episodes) of
+    ours vs the raw control, over the tasks both have."""
+    same = total = 0
+    for env_id, o in ours["tasks"].items():
+        r = raw["tasks"].get(env_id)
+        if r is None:
+            continue
+        for k in range(len(o["seeds"])):
+            total += 1
+            same += (o["seeds"][k] == r["seeds"][k] and o["success_last"][k] == r["success_last"][k]
+                     and o["success_any"][k] == r["success_any"][k] and o["reset_obs"][k] == r["reset_obs"][k]
+                     and abs(o["returns"][k] - r["returns"][k]) <= 1e-3 * max(1.0, abs(r["returns"][k])))
+    return same, total
+
+
 def table(ours: dict, ref: dict) -> str:
     """The per-task markdown table: success rates (last step, any step) on both stacks, the mean
     return, and the largest difference of the reset observations (same seeds)."""
@@ -156,12 +182,14 @@ def table(ours: dict, ref: dict) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--stack", choices=["ours", "reference"])
+    ap.add_argument("--stack", choices=["ours", "reference", "raw"],
+                    help="raw: Meta-World's env on our stack without our adapter (the control)")
     ap.add_argument("--episodes", type=int, default=5)
     ap.add_argument("--tasks", default="", help="comma-separated mw-* ids (default: all 50)")
     ap.add_argument("--seeds-from", default=None, help="(reference) the ours JSON whose seeds to replay")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--table", nargs=2, metavar=("OURS_JSON", "REFERENCE_JSON"))
+    ap.add_argument("--table", nargs="+", metavar="JSON",
+                    help="OURS_JSON REFERENCE_JSON [RAW_JSON]: print the table (and ours vs the raw control)")
     args = ap.parse_args(argv)
     if args.table:
         with open(args.table[0]) as f:
@@ -169,6 +197,11 @@ def main(argv=None):
         with open(args.table[1]) as f:
             ref = json.load(f)
         print(table(ours, ref))
+        if len(args.table) > 2:
+            with open(args.table[2]) as f:
+                same, total = same_episodes(ours, json.load(f))
+            print(f"\nours vs the raw control (Meta-World's env on our stack without the adapter): {same} of "
+                  f"{total} episodes identical (success flags, reset observation; returns within 1e-3 relative)")
         return 0
     if args.stack is None:
         ap.error("--stack or --table is required")
@@ -182,14 +215,14 @@ def main(argv=None):
         tasks = run_ours(ids, args.episodes)
     else:
         if not args.seeds_from:
-            ap.error("--stack reference needs --seeds-from OURS_JSON (the same goals on both stacks)")
+            ap.error(f"--stack {args.stack} needs --seeds-from OURS_JSON (the same goals on both stacks)")
         with open(args.seeds_from) as f:
             seeds = {k: v["seeds"] for k, v in json.load(f)["tasks"].items()}
         ids = [t for t in args.tasks.split(",") if t] or list(seeds)
         missing = [t for t in ids if t not in seeds]
         if missing:
             ap.error(f"--tasks: {missing} not in {args.seeds_from}")
-        tasks = run_reference(ids, seeds)
+        tasks = run_reference(ids, seeds, raw=args.stack == "raw")
     result = {"stack": args.stack, "versions": _versions(), "episodes": args.episodes, "tasks": tasks}
     if args.out:
         with open(args.out, "w") as f:
