@@ -261,3 +261,25 @@ def test_metaworld_tasks_are_v3_not_the_papers_v2():
         text = f.read()
     entry = re.search(r"\*\*E10\..*?(?=\n\*\*E11\.|\n## )", text, re.S).group(0)
     assert "v3" in entry and "test_metaworld_tasks_are_v3_not_the_papers_v2" in entry
+
+
+def test_expert_table_in_the_docs_is_the_recorded_results():
+    """docs/metaworld.md's expert-policy table is the one benchmarks/metaworld_experts.py makes from
+    the recorded results, and our adapter equals Meta-World's env on our stack in every episode."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("mw_experts", os.path.join(ROOT, "benchmarks", "metaworld_experts.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = {}
+    for which in ("ours", "reference", "raw"):
+        with open(os.path.join(ROOT, "benchmarks", "results", f"metaworld_experts_{which}.json")) as f:
+            res[which] = json.load(f)
+    assert set(res["ours"]["tasks"]) == set(METAWORLD_ENVS) == set(res["reference"]["tasks"])
+    assert res["ours"]["versions"]["mujoco"] == "3.17.0" and res["reference"]["versions"]["mujoco"] == "3.3.0"
+    assert res["reference"]["versions"]["metaworld"] == "3.1.1"
+    with open(os.path.join(ROOT, "docs", "metaworld.md")) as f:
+        doc = f.read()
+    assert mod.table(res["ours"], res["reference"]) in doc
+    assert mod.same_episodes(res["ours"], res["raw"]) == (500, 500)
