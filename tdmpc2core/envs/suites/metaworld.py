@@ -16,7 +16,7 @@ from tdmpc2core.envs.domain_ids import DOMAIN_EPISODE_STEPS, METAWORLD_ENVS
 from tdmpc2core.envs.registry import Suite, SuiteReport
 
 #: the distributions the suite needs beyond the core ones (the [metaworld] extra pins them)
-REQUIRES = ("metaworld", "imageio")
+REQUIRES = ("metaworld",)
 ACTION_REPEAT = 2
 
 

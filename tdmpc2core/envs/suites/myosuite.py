@@ -15,7 +15,7 @@ from tdmpc2core.envs.domain_ids import DOMAIN_EPISODE_STEPS, MYOSUITE_ENVS, MYOS
 from tdmpc2core.envs.registry import Suite, SuiteReport
 
 #: the distributions the suite needs beyond the core ones (the [myosuite] extra pins them)
-REQUIRES = ("myosuite", "myo-sim", "termcolor", "colorednoise", "imageio")
+REQUIRES = ("myosuite", "myo-sim")
 
 
 def _check_params(env_id: str, env_params: Mapping) -> dict:
