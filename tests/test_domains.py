@@ -7,7 +7,7 @@ compatibility layer and the v3 deviation (docs/deviations.md E10).
 Needs the ``[metaworld]`` and ``[myosuite]`` extras (``.ci/run`` installs them)."""
 from __future__ import annotations
 
-import functools
+import gc
 import os
 import re
 import subprocess
@@ -26,8 +26,9 @@ ALL = METAWORLD_ENVS + MYOSUITE_ENVS
 OBS_DIM = {"myo-reach": 115, "myo-pose": 108, "myo-obj-hold": 91, "myo-key-turn": 93, "myo-pen-twirl": 83}
 
 
-@functools.lru_cache(maxsize=None)
 def env_of(env_id):
+    """A fresh env of ``env_id`` (not cached: a MyoSuite env holds about 100 MB, a Meta-World one
+    about 30 MB, so the tests build one at a time and drop it)."""
     from tdmpc2core.envs import make_env
 
     with warnings.catch_warnings():
@@ -166,6 +167,8 @@ def test_every_task_steps_exactly_as_the_official_wrapper(suite):
         np.testing.assert_array_equal(again[0], obs[0], err_msg=env_id)
         if suite == "metaworld" or env_id.endswith("-hard"):
             assert not np.array_equal(obs[0], obs[1]), f"{env_id}: two seeds, one initial state"
+        del env, host
+        gc.collect()
 
 
 def test_reset_redraws_only_what_the_state_carries():
@@ -184,6 +187,8 @@ def test_reset_redraws_only_what_the_state_carries():
                 a, b = snaps[0][f], other[f]
                 rows = set(np.flatnonzero(np.any((a != b).reshape(len(a), -1), axis=1)).tolist())
                 assert rows <= carried.get(f, set()), (env_id, f, rows - carried.get(f, set()))
+        del host
+        gc.collect()
 
 
 # --------------------------------------------------------------- jitted episodes (one per suite)
