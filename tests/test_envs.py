@@ -70,7 +70,8 @@ def test_list_env_ids_matches_installed_gymnax_and_brax():
     from brax import envs as brax_envs
 
     ids = list_env_ids()
-    assert set(ids) == {"gymnax", "brax", "playground", "dmcontrol"}  # dmcontrol: tests/test_dmcontrol.py
+    # dmcontrol: tests/test_dmcontrol.py; metaworld, myosuite: tests/test_domains.py
+    assert set(ids) == {"gymnax", "brax", "playground", "dmcontrol", "metaworld", "myosuite"}
     assert {"Pendulum-v1", "MountainCarContinuous-v0", "Reacher-misc", "PointRobot-misc"} <= set(
         ids["gymnax"]
     )

@@ -118,7 +118,8 @@ def test_convert_dict_layout_and_mt80(tmp_path):
     assert len(ds.tasks) == 80 and ds.obs_dim == 39 and ds.action_dim == 6
     assert np.all(ds.episode_rows == 101)
     mw = ds.tasks[30]
-    assert (mw.name, mw.obs_dim, mw.action_dim, mw.episode_length, mw.env_id) == ("mw-assembly", 39, 4, 100, None)
+    assert (mw.name, mw.obs_dim, mw.action_dim, mw.episode_length, mw.env_id) == ("mw-assembly", 39, 4, 100,
+                                                                                  "mw-assembly")
     assert ds.tasks[3].episode_length == 500  # dm_control's own length (its discount), data in 100-step pieces
 
 
@@ -196,6 +197,7 @@ def test_task_sets_match_the_official_lists_and_our_envs():
     assert tuple(t["name"] for t in MT30) == MT30_TASKS
     assert [t["name"] for t in mt80[:30]] == list(MT30_TASKS) and len(mt80) == 80
     assert all(t["name"].startswith("mw-") and (t["obs_dim"], t["action_dim"]) == (39, 4) for t in mt80[30:])
+    assert all(t["env_id"] == t["name"] and (t["episode_length"], t["action_repeat"]) == (100, 2) for t in mt80[30:])
     # the Hugging Face dataset card's largest dims: MT30 obs 24 / action 6, MT80 39 / 6
     assert (max(t["obs_dim"] for t in MT30), max(t["action_dim"] for t in MT30)) == (24, 6)
     assert (max(t["obs_dim"] for t in mt80), max(t["action_dim"] for t in mt80)) == (39, 6)

@@ -99,7 +99,8 @@ def test_builtin_suites_and_their_ids():
     assert R.suite_for("Pendulum-v1").own_time_limit is not None and not R.suite_for("Pendulum-v1").keeps_episode_length
     assert R.suite_for("CartpoleBalance").takes_backend and R.suite_for("dmc:cup-catch").default_action_repeat == 2
     assert suite_of("inverted_pendulum") == "brax"
-    assert ids.PAPER_ACTION_REPEAT == {"gymnax": 1, "brax": 1, "playground": 2, "dmcontrol": 2}
+    assert ids.PAPER_ACTION_REPEAT == {"gymnax": 1, "brax": 1, "playground": 2, "dmcontrol": 2, "metaworld": 2,
+                                       "myosuite": 1}  # the last two: tests/test_domains.py
     assert R.suite_for("CartpoleBalance").return_range(1000) == (0.0, 1000.0)
     assert R.suite_for("Pendulum-v1").return_range(200) is None
 
@@ -162,7 +163,7 @@ def test_provenance_packages_and_published_names_follow_the_registry():
     from tdmpc2core.io import provenance as PV
     from tdmpc2core.report import published as P
 
-    builtin = tuple(dict.fromkeys(d for s in R.suites()[:4] for d in s.requires))
+    builtin = tuple(dict.fromkeys(d for s in R.suites()[:6] for d in s.requires))  # the built-in six
     assert PV.PACKAGES == PV.packages(builtin)
     assert playground.PUBLISHED == P.PLAYGROUND_TO_DMC
     assert R.suite_for("dmc:cup-catch").published["dmc:cup-catch"] == "cup-catch"

@@ -49,7 +49,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ..envs.dmcontrol_ids import PREFIX
-from ..envs.official_tasks import resolve_task_list, task_set_names, task_set_source, unavailable_reason
+from ..envs.official_tasks import env_id_of, resolve_task_list, task_set_names, task_set_source, unavailable_reason
 from ..io.integrity import FileCheck
 from ..model.config import MODEL_SIZES, TDMPC2Config, discount_from_episode_length, resolve_config
 from ..model.official import (REFERENCE_COMMIT, OfficialArchitecture, OfficialWeights, OfficialWeightsError,
@@ -267,6 +267,8 @@ def _select_tasks(ckpt: OfficialCheckpoint, tasks) -> tuple[list, dict]:
                 f"dm_control task, e.g. dmc:dog-run (got {tasks})")
         name = _official_name(tasks[0])
         if unavailable_reason(name) is not None:
+            if env_id_of(name) is not None:  # a task of ours whose suite is not installed
+                raise ImportError(unavailable_reason(name))
             from ..envs.dmcontrol_ids import unknown_id_error
             raise unknown_id_error(PREFIX + name)
         return [(name, None)], {}
@@ -283,11 +285,11 @@ def _select_tasks(ckpt: OfficialCheckpoint, tasks) -> tuple[list, dict]:
         if name not in ckpt.task_names:
             raise CheckpointMismatchError(
                 f"task {t!r} is not one of the {len(ckpt.task_names)} tasks of {ckpt.path} (task set "
-                f"{ckpt.task_set}); its tasks available here: {[PREFIX + n for n in available]}, or 'all'")
+                f"{ckpt.task_set}); its tasks available here: {[env_id_of(n) for n in available]}, or 'all'")
         why = unavailable_reason(name)
         if why is not None:
             raise ValueError(f"task {t!r} of {ckpt.task_set} cannot be evaluated here: {why}. Tasks of this "
-                             f"checkpoint available here: {[PREFIX + n for n in available]} (or 'all', which "
+                             f"checkpoint available here: {[env_id_of(n) for n in available]} (or 'all', which "
                              "skips the others and records why)")
         out.append((name, ckpt.task_names.index(name)))
     return out, {}
@@ -409,7 +411,7 @@ def _check_dims(ckpt: OfficialCheckpoint, env, name) -> None:
         want = f"obs_dim {arch.obs_dim} and action_dim {arch.action_dim}"
     if bad:
         raise CheckpointMismatchError(
-            f"{ckpt.path} does not fit task {PREFIX}{name}: the task has obs_dim {s.obs_dim} and action_dim "
+            f"{ckpt.path} does not fit task {env_id_of(name)}: the task has obs_dim {s.obs_dim} and action_dim "
             f"{s.action_dim}, the weights take {want}")
 
 
@@ -427,7 +429,7 @@ def _evaluate_single(ckpt: OfficialCheckpoint, selected, proto: _Protocol):
 
     widths = ckpt.architecture.config_kwargs()
     (name, _), = selected
-    agent = TDMPC2(PREFIX + name, model_size=widths.pop("model_size"), episode_length=proto.episode_length,
+    agent = TDMPC2(env_id_of(name), model_size=widths.pop("model_size"), episode_length=proto.episode_length,
                    **widths, **proto.planner)
     env = agent.env
     _check_dims(ckpt, env, name)
@@ -458,7 +460,7 @@ def _evaluate_multi(ckpt: OfficialCheckpoint, selected, proto: _Protocol):
     from .common import eval_key
 
     arch = ckpt.architecture
-    envs = {name: make_env(PREFIX + name, episode_length=proto.episode_length) for name, _ in selected}
+    envs = {name: make_env(env_id_of(name), episode_length=proto.episode_length) for name, _ in selected}
     masks = ckpt.weights.buffers.get("_action_masks")  # the later (nested) layout stores them
     for name, index in selected:
         _check_dims(ckpt, envs[name], name)

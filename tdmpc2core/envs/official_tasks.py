@@ -8,8 +8,9 @@ the ``TASK_SET`` table of the official repository's ``tdmpc2/common/__init__.py`
 Plain Python (no JAX, no dm_control), so the workflow can check a configuration that names
 these tasks on a machine without them. Whether a task runs here is decided by the
 dm_control ids (:mod:`tdmpc2core.envs.dmcontrol_ids`): 28 of mt30's 30 tasks (the two
-three-link reacher tasks are refused) and the same 28 of mt80's 80 (its 50 Meta-World tasks,
-``mw-*``, are not available: tdmpc2core has no Meta-World suite).
+three-link reacher tasks are refused) and 78 of mt80's 80: the same 28 and its 50 Meta-World
+tasks (``mw-*``, the ``metaworld`` suite, which needs the ``[metaworld]`` extra: without it they are
+unavailable, with that reason). :func:`env_id_of` gives a task's env id.
 """
 from __future__ import annotations
 
@@ -48,14 +49,32 @@ def task_set_source() -> dict:
     return dict(_load()["source"])
 
 
-def unavailable_reason(task: str) -> Optional[str]:
-    """Why an official task name (``cup-spin``, ``mw-reach``) cannot run here, or None if
-    ``dmc:<task>`` is an accepted dm_control id."""
+def env_id_of(task: str) -> Optional[str]:
+    """Our env id of an official task name: ``dmc:<name>`` for a dm_control task (``cup-spin``
+    or ``dmc:cup-spin``), the name itself for a Meta-World task (``mw-reach``), else None."""
+    from tdmpc2core.envs.domain_ids import METAWORLD_ENVS
+
     name = task[len(PREFIX):] if task.startswith(PREFIX) else task
     if PREFIX + name in DMCONTROL_ENVS:
-        return None
+        return PREFIX + name
+    if name in METAWORLD_ENVS and not task.startswith(PREFIX):
+        return name
+    return None
+
+
+def unavailable_reason(task: str) -> Optional[str]:
+    """Why an official task name (``cup-spin``, ``mw-reach``) cannot run here, or None if it has an
+    env id (:func:`env_id_of`) whose suite's packages are installed (a Meta-World task without the
+    ``[metaworld]`` extra: the install line)."""
+    env_id = env_id_of(task)
+    name = task[len(PREFIX):] if task.startswith(PREFIX) else task
+    if env_id is not None:
+        from tdmpc2core.envs.registry import suite_for
+
+        err = suite_for(env_id).install_error()
+        return None if err is None else str(err)
     if name.startswith("mw-"):
-        return "a Meta-World task: tdmpc2core has no Meta-World suite"
+        return "not a Meta-World task known to tdmpc2core"
     if name in REFUSED_TASKS:
         return REFUSED_TASKS[name]
     return "not a dm_control task known to tdmpc2core"
@@ -99,4 +118,4 @@ def resolve_task_list(task_set_or_names: Union[str, Sequence[str], None], num_ta
     return label, names
 
 
-__all__ = ["task_set_names", "task_set", "task_set_source", "unavailable_reason", "resolve_task_list"]
+__all__ = ["task_set_names", "task_set", "task_set_source", "env_id_of", "unavailable_reason", "resolve_task_list"]

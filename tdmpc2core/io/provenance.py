@@ -30,7 +30,8 @@ def packages(suite_packages: Iterable[str]) -> tuple[str, ...]:
 
 #: The distributions the report shows by default: :func:`packages` of the built-in suites'
 #: packages (``tests/test_suites.py`` checks this equals ``packages(registry.packages())``).
-PACKAGES = packages(("gymnax", "brax", "mujoco", "mujoco-mjx", "playground", "dm-control"))
+PACKAGES = packages(("gymnax", "brax", "mujoco", "mujoco-mjx", "playground", "dm-control", "metaworld", "myosuite",
+                     "myo-sim"))
 
 
 def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, Optional[str]]:

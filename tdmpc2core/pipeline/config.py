@@ -443,12 +443,13 @@ def _check_official_checkpoints(block: dict | None) -> Official:
                     "checkpoint there, or correct the path")
             for t in ck["tasks"]:
                 why = None if t in sets else official_tasks.unavailable_reason(t)
-                if t not in sets and (not t.startswith("dmc:") or why is not None):
+                ours = official_tasks.env_id_of(t) == t  # a dm_control (dmc:<name>) or Meta-World (mw-<name>) id
+                if t not in sets and (not ours or why is not None):
                     raise ConfigError(
                         f"config: official_checkpoints.checkpoints.{name}.tasks: {t!r} "
-                        + (f"cannot be evaluated here ({why}); " if t.startswith("dmc:") else "is not accepted; ")
-                        + f"accepted: {sets} or a dm_control id (dmc:<official name>, "
-                        "`tdmpc2core.envs.list_env_ids()`)")
+                        + (f"cannot be evaluated here ({why}); " if ours else "is not accepted; ")
+                        + f"accepted: {sets}, a dm_control id (dmc:<official name>) or a Meta-World id "
+                        "(mw-<name>) (`tdmpc2core.envs.list_env_ids()`)")
     return Official(block, checkpoints, resources)
 
 

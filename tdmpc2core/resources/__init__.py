@@ -54,7 +54,7 @@ OFFICIAL_TASK_SETS = "official_task_sets.csv"
 def official_task_sets() -> dict:
     """``{task set: [row, ...]}`` from ``official_task_sets.csv``, rows in task-id order, each
     a dict: ``task_id``, ``name``, ``domain``, ``obs_dim``, ``action_dim``, ``episode_length``
-    (agent steps), ``action_repeat``, ``env_id`` (our ``dmc:`` id, or None).
+    (agent steps), ``action_repeat``, ``env_id`` (our ``dmc:`` or ``mw-`` id, or None).
 
     Raises:
       ValueError: a set whose task ids are not 0..K-1 (a damaged table).

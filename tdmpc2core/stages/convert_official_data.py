@@ -10,8 +10,8 @@ Reads every ``*.pt`` file of ``--src`` (sorted by name, as the official offline 
 one at a time, and writes one episode dataset (docs/artifacts.md, "Episode datasets") with the
 official task list as its task table, in the official order (task id i of the files is task i
 of the table): each task's true obs and action dims, its own episode length (500 agent steps
-for dm_control, 100 for Meta-World) and discount, action repeat 2, our ``dmc:`` env id where we
-have the task (docs/dmcontrol.md). Every official episode becomes one episode of ours (501 rows
+for dm_control, 100 for Meta-World) and discount, action repeat 2, our env id where we have the
+task (``dmc:<name>``, docs/dmcontrol.md; ``mw-<name>``, docs/metaworld.md). Every official episode becomes one episode of ours (501 rows
 for mt30, 101 for mt80), truncated at its last row. Every file's integrity is checked before
 any is converted (each zip member's CRC-32, with the file's size and SHA-256 in the same read:
 :mod:`tdmpc2core.io.integrity`): a damaged file is refused in one line naming it and the damaged

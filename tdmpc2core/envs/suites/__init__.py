@@ -7,13 +7,15 @@ and one line below.
 """
 from __future__ import annotations
 
-from tdmpc2core.envs.suites import brax, dmcontrol, gymnax, playground
+from tdmpc2core.envs.suites import brax, dmcontrol, gymnax, metaworld, myosuite, playground
 
 BUILTIN = (
     gymnax.SUITE,
     brax.SUITE,
     playground.SUITE,
     dmcontrol.SUITE,
+    metaworld.SUITE,
+    myosuite.SUITE,
 )
 
 __all__ = ["BUILTIN"]
