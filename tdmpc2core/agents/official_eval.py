@@ -393,7 +393,7 @@ class _Protocol:
         """One row per episode; ``success``: None, or (last, any) bool [E] for an env with a
         success flag (:func:`_host_episodes`)."""
         for ep in range(self.episodes):
-            self.rows.append({"task": name, "env_id": PREFIX + name, "task_index": -1 if index is None else int(index),
+            self.rows.append({"task": name, "env_id": env_id_of(name), "task_index": -1 if index is None else int(index),
                               "episode": ep, "return": float(ret[ep]), "length": int(length[ep]),
                               "env_frames": int(length[ep]) * int(env.spec.action_repeat), "seed": self.seed,
                               "success": None if success is None else bool(success[0][ep]),
