@@ -205,8 +205,11 @@ def test_logger_block_turns_on_a_logger_for_every_training_job_and_unknown_kinds
     assert set(LOGGER_KINDS) <= set(logger_kinds())  # the library builds every kind the config accepts
     demo = resolve(merged())
     # the demo logs nothing new, and its training rules keep their resources and commands
-    assert demo.logger is None and demo.logger_flags() == "" and demo.logger_resources() == {}
-    assert demo.logger_shell() == ""
+    # the shell text is the same with and without a logger block (adding or removing it reruns
+    # nothing: a fresh user found the earlier "" retrained every job); the flags are a resource
+    assert demo.logger is None and demo.logger_flags() == "--logger none"
+    assert demo.logger_resources() == {"logger": "--logger none"}
+    assert demo.logger_shell() == " {resources.logger}"
     p = resolve(merged("logger: {kind: wandb, project: my-proj}"))
     assert p.logger == {"kind": "wandb", "project": "my-proj", "dir": "logs/metrics"}
     assert p.logger_shell() == " {resources.logger}" and p.logger_resources() == {"logger": p.logger_flags()}
@@ -286,6 +289,11 @@ def test_optimizer_settings_in_the_configuration():
                                                   "{weight_decay: 1e-4}}}}")), SCHEMA, [demo])
     assert line.endswith("'1e-4' is not of type 'number' (YAML reads 1e-4 as a string: write it with a decimal "
                          "point and a signed exponent, e.g. 3.0e-4)"), line
+    # a number the user quoted is told so (a fresh user's "0.01" got the hint above)
+    line = config_error_line(_schema_error(merged("protocols: {demo: {defaults: {agent: "
+                                                  "{weight_decay: '0.01'}}}}")), SCHEMA, [demo])
+    assert line.endswith("'0.01' is not of type 'number' (a quoted number is a string: write 0.01 without "
+                         "quotes)"), line
 
 
 # --------------------------------------------------------------------------- code versions

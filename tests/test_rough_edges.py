@@ -242,3 +242,20 @@ def test_an_unset_jax_matmul_precision_is_said_in_words_beside_the_dense_layers_
         "float32 (HIGH) in the Dense layers; jax_default_matmul_precision high elsewhere")
     assert fmt_value("jax_default_matmul_precision", None).startswith("unset: the backend's default")
     assert fmt_value("jax_default_matmul_precision", "highest") == "highest"
+
+
+def test_train_refuses_an_unknown_keyword_with_the_closest_and_every_accepted_one():
+    # a fresh user's `eval_evry=` was answered with RunOptions' fields alone (no eval_every in the
+    # list), and `extensions=` given to train was not pointed to the constructor
+    from tdmpc2core import TDMPC2
+
+    agent = TDMPC2("Pendulum-v1", model_size=1)
+    with pytest.raises(TypeError) as e:
+        agent.train(0, 10, eval_evry=1000)
+    msg = str(e.value)
+    assert "unknown option(s) ['eval_evry'] (did you mean 'eval_every'?)" in msg
+    assert all(f"'{n}'" in msg for n in ("eval_every", "eval_episodes", "state", "logging_config", "checkpoint_dir"))
+    for name in ("extensions", "learning_rate"):
+        with pytest.raises(TypeError, match=f"'{name}' is a setting of the agent, not of train: pass it to the "
+                                            f"agent's constructor"):
+            agent.train(0, 10, **{name: None})

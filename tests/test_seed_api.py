@@ -101,9 +101,11 @@ def test_multitask_evaluations_are_logged_per_task():
 
 def test_logging_config_checks_exports_and_a_kind_that_cannot_be_built(tmp_path, monkeypatch):
     assert tdmpc2core.LoggingConfig is lg.LoggingConfig and "LoggingConfig" in tdmpc2core.__all__
-    with pytest.raises(ValueError, match="log_frequency=0 must be >= 1"):
+    with pytest.raises(ValueError, match="log_frequency='abc' is not accepted; accepted: an integer >= 1"):
+        lg.LoggingConfig(log_frequency="abc")
+    with pytest.raises(ValueError, match="log_frequency=0 is not accepted; accepted: an integer >= 1"):
         lg.LoggingConfig(log_frequency=0)
-    with pytest.raises(ValueError, match="unknown logger kind 'tensorbord'; registered: .*tensorboard"):
+    with pytest.raises(ValueError, match="unknown logger kind 'tensorbord' \\(did you mean 'tensorboard'\\?\\); registered: .*tensorboard"):
         lg.LoggingConfig(kind="tensorbord")
     cfg = lg.LoggingConfig(use_wandb=True, kind=["csv", "wandb"], dir=str(tmp_path))
     assert cfg.kinds() == ["wandb", "csv"]
@@ -135,6 +137,9 @@ def test_training_stages_build_the_workflows_logger_or_warn_and_go_on(tmp_path, 
     lines = []
     none = resumable.job_loggers(parser.parse_args(base), lines.append, "single/pendulum", "pendulum", [0, 1], dict)
     assert none == []
+    # the workflow's flags without a logger block (its shell text is the same with one)
+    assert resumable.job_loggers(parser.parse_args(base + ["--logger", "none"]), lines.append, "single/pendulum",
+                                 "pendulum", [0, 1], dict) == [] and lines == []
     args = parser.parse_args(base + ["--logger", "csv", "--logger-dir", str(tmp_path / "logs"),
                                      "--logger-group", "demo"])
     (csv_logger,) = resumable.job_loggers(args, lines.append, "single/pendulum", "pendulum", [0, 1], dict)
@@ -152,6 +157,7 @@ def test_training_stages_build_the_workflows_logger_or_warn_and_go_on(tmp_path, 
     monkeypatch.setattr(lg, "make_logger", lambda kind, **o: (_ for _ in ()).throw(
         lg.MissingExtraError("logger kind 'wandb' needs the package 'wandb'; pip install -e '.[wandb]'")))
     lines.clear()
+    args.logger = "wandb"  # whichever optional packages are installed (a fresh user had tensorboardX alone)
     assert resumable.job_loggers(args, lines.append, "single/pendulum", "pendulum", [0, 1], dict) == []
     assert len(lines) == 1 and lines[0].startswith("warning: logger 'wandb' not built (MissingExtraError")
     assert lines[0].endswith("training goes on without it")

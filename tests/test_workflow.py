@@ -474,6 +474,7 @@ def add_arguments(p):
     p.add_argument("--checkpoint-every", type=int, required=True)
     p.add_argument("--keep-checkpoints", type=int, required=True)
     p.add_argument("--max-chunk-seconds", type=float, required=True)
+    p.add_argument("--logger", choices=["none"], required=True)  # the workflow's flags without a logger block
 
 
 def run(args):
@@ -536,6 +537,7 @@ def add_arguments(p):
     p.add_argument("--checkpoint-every", type=int, required=True)
     p.add_argument("--keep-checkpoints", type=int, required=True)
     p.add_argument("--max-chunk-seconds", type=float, required=True)
+    p.add_argument("--logger", choices=["none"], required=True)  # the workflow's flags without a logger block
 
 
 def run(args):
@@ -610,6 +612,9 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     assert final.count(",pass,") == 2  # pendulum -147.5 >= -400; cartpole-balance 907.5 >= 700
 
     assert "Nothing to be done" in ok(snakemake(wf, "-n", "--configfile", "small.yaml"))
+    # a logger block added to finished work reruns nothing (docs/pipeline.md, "Loggers")
+    (wf / "logged.yaml").write_text("logger:\n  kind: csv\n")
+    assert "Nothing to be done" in ok(snakemake(wf, "-n", "--configfile", "small.yaml", "logged.yaml"))
 
     # a deleted run folder: a plain rerun rebuilds exactly that seed's job and what depends on it
     report = wf / "results/report.html"
@@ -768,6 +773,7 @@ def add_arguments(p):
     p.add_argument("--checkpoint-every", type=int, required=True)
     p.add_argument("--keep-checkpoints", type=int, required=True)
     p.add_argument("--max-chunk-seconds", type=float, required=True)
+    p.add_argument("--logger", choices=["none"], required=True)  # the workflow's flags without a logger block
 
 
 def run(args):

@@ -127,20 +127,23 @@ class Pipeline:
     logger: dict | None = None
 
     def logger_resources(self) -> dict:
-        """The training rules' ``logger`` resource (the stage's flags; no rerun trigger), or
-        none without a logger (the plans of configurations without one stay as they were)."""
-        return {"logger": self.logger_flags()} if self.logger else {}
+        """The training rules' ``logger`` resource: the stage's logger flags (``--logger none``
+        without a logger). A resource, present either way, so the shell command's text is the
+        same with and without a logger block: adding, changing or removing it reruns nothing."""
+        return {"logger": self.logger_flags()}
 
     def logger_shell(self) -> str:
-        """What the training rules' shell commands add for the logger: `` {resources.logger}``, or ""."""
-        return " {resources.logger}" if self.logger else ""
+        """What the training rules' shell commands add for the logger: `` {resources.logger}``
+        (the same text with or without a logger block; see :meth:`logger_resources`)."""
+        return " {resources.logger}"
 
     def logger_flags(self) -> str:
         """The training stages' logger flags (``--logger KIND --logger-dir DIR ...``, plain
-        words: the schema allows no character a shell would read), or "" without a logger."""
+        words: the schema allows no character a shell would read), or ``--logger none``
+        without a logger."""
         lg = self.logger
         if not lg:
-            return ""
+            return "--logger none"
         flags = ["--logger", lg["kind"], "--logger-dir", lg["dir"], "--logger-group", self.protocol_name]
         for key in ("project", "entity", "mode"):
             if lg.get(key):

@@ -117,8 +117,11 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
     if cli and err.validator == "type" and isinstance(err.instance, str) and path[-1].isdigit():
         hint = "; --config passes list items as strings: set this list in a file given with --configfile"
     elif err.validator == "type" and isinstance(err.instance, str) and _is_number_text(err.instance):
-        hint = (f" (YAML reads {err.instance} as a string: write it with a decimal point and a signed "
-                f"exponent, e.g. 3.0e-4)")
+        if isinstance(yaml.safe_load(err.instance), (int, float)):  # a number the user quoted
+            hint = f" (a quoted number is a string: write {err.instance} without quotes)"
+        else:
+            hint = (f" (YAML reads {err.instance} as a string: write it with a decimal point and a signed "
+                    f"exponent, e.g. 3.0e-4)")
     return f"config: {where}{src}: {err.message}{hint}"
 
 

@@ -116,13 +116,37 @@ class RunOptions:
             raise ValueError(f"max_chunk_seconds must be > 0 (or None: no cap), got {self.max_chunk_seconds!r}")
 
 
-def run_options(options: Optional[RunOptions], kwargs: dict) -> RunOptions:
+def constructor_settings(agent_class, cfg) -> set:
+    """The names an agent's constructor takes: its parameters and its configuration's fields
+    (``cfg``, a dataclass), for :func:`run_options`' pointer to the constructor."""
+    import inspect
+
+    names = {n for n in inspect.signature(agent_class.__init__).parameters if n != "self"}
+    return names | ({f.name for f in dataclasses.fields(cfg)} if dataclasses.is_dataclass(cfg) else set())
+
+
+def run_options(options: Optional[RunOptions], kwargs: dict, train=None, constructor=None) -> RunOptions:
     """``options`` with the fields given as keywords replaced (the agents' ``train`` accepts
-    both). Raises TypeError naming an unknown field."""
+    both). Raises TypeError naming an unknown keyword, the closest accepted one, and every
+    keyword ``train`` takes (its own parameters, from the function ``train``, and the
+    RunOptions fields); a setting of the agent's constructor (``constructor``: its parameters'
+    names, e.g. ``extensions``) is pointed there."""
+    import difflib
+    import inspect
+
     names = {f.name for f in dataclasses.fields(RunOptions)}
     unknown = sorted(set(kwargs) - names)
     if unknown:
-        raise TypeError(f"train: unknown option(s) {unknown}; accepted: {sorted(names)}")
+        own = [n for n, prm in inspect.signature(train).parameters.items()
+               if n != "self" and prm.kind is not prm.VAR_KEYWORD] if train is not None else []
+        accepted = sorted(set(own) | names)
+        bad = unknown[0]
+        if constructor is not None and bad in constructor:
+            raise TypeError(f"train: {bad!r} is a setting of the agent, not of train: pass it to the agent's "
+                            f"constructor ({bad}=...)")
+        close = difflib.get_close_matches(bad, accepted, n=1)
+        raise TypeError(f"train: unknown option(s) {unknown}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                        + f"; accepted: {accepted}")
     return dataclasses.replace(options if options is not None else RunOptions(), **kwargs)
 
 

@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import difflib
 import io
 import json
 import logging
 import math
+import numbers
 import os
 import warnings
 from pathlib import Path
@@ -89,7 +91,9 @@ def make_logger(kind: str, **options) -> Logger:
     """
     factory = _KINDS.get(kind)
     if factory is None:
-        raise ValueError(f"unknown logger kind {kind!r}; registered: {logger_kinds()}")
+        close = difflib.get_close_matches(str(kind), logger_kinds(), n=1)
+        raise ValueError(f"unknown logger kind {kind!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                         + f"; registered: {logger_kinds()}")
     return factory(**options)
 
 
@@ -354,11 +358,15 @@ class LoggingConfig:
     options: Mapping = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        if int(self.log_frequency) < 1:
-            raise ValueError(f"LoggingConfig: log_frequency={self.log_frequency!r} must be >= 1")
+        freq = self.log_frequency
+        if isinstance(freq, bool) or not isinstance(freq, numbers.Integral) or int(freq) < 1:
+            raise ValueError(f"LoggingConfig: log_frequency={freq!r} is not accepted; accepted: an integer >= 1 "
+                             "(steps of the run's unit between evaluations)")
         unknown = [k for k in self.kinds() if k not in _KINDS]
         if unknown:
-            raise ValueError(f"LoggingConfig: unknown logger kind {unknown[0]!r}; registered: {logger_kinds()}")
+            close = difflib.get_close_matches(str(unknown[0]), logger_kinds(), n=1)
+            raise ValueError(f"LoggingConfig: unknown logger kind {unknown[0]!r}"
+                             + (f" (did you mean {close[0]!r}?)" if close else "") + f"; registered: {logger_kinds()}")
 
     def kinds(self) -> list:
         """The logger kinds, in order (``wandb`` first with ``use_wandb``), each once."""

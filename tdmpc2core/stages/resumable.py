@@ -160,9 +160,9 @@ def add_checkpoint_arguments(p, unit: str, every_default_help: str) -> None:
 def add_logger_arguments(p) -> None:
     """The logger options of a training stage (the workflow's top-level ``logger`` block,
     tdmpc2core.pipeline.config.Pipeline.logger_flags)."""
-    p.add_argument("--logger", default=None, choices=["csv", "tensorboard", "wandb"],
-                   help="also log the metrics there (tdmpc2core.run.loggers; default: nothing): one W&B run or "
-                        "TensorBoard folder per seed, or one CSV file of seed means")
+    p.add_argument("--logger", default=None, choices=["none", "csv", "tensorboard", "wandb"],
+                   help="also log the metrics there (tdmpc2core.run.loggers; default or none: nothing): one W&B "
+                        "run or TensorBoard folder per seed, or one CSV file of seed means")
     p.add_argument("--logger-dir", default="logs/metrics", help="folder of the log files (default logs/metrics)")
     p.add_argument("--logger-group", default=None,
                    help="the protocol: W&B runs are grouped as {group}/{task} (default: the task alone)")
@@ -181,7 +181,7 @@ def job_loggers(args, log: Callable[[str], None], where: str, name: str, seeds: 
     built (its package missing, its folder not writable) is one warning line in the job's
     log, and the job trains without it."""
     kind = getattr(args, "logger", None)
-    if not kind:
+    if not kind or kind == "none":
         return []
     from ..run.loggers import make_logger
 
