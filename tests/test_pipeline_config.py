@@ -486,3 +486,21 @@ def test_pipeline_imports_no_jax_and_no_snakemake():
             "assert not bad, bad")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
+
+
+def test_schema_error_lines_for_a_fresh_users_shape_mistakes():
+    # each was a bare jsonschema message to a fresh user (issue 26's review)
+    demo = str(ROOT / "config.yaml")
+
+    def line(text):
+        return config_error_line(_schema_error(merged(text)), SCHEMA, [demo])
+
+    got = line("protocols: {demo: {defaults: {agent: {extensions: [grad_norms]}}}}")
+    assert got.endswith("extensions is a setting of the task (or of defaults or the multitask block), beside agent, "
+                        "not in it"), got
+    got = line("logger: wandb")
+    assert got.endswith("write it as a block: logger: {kind: wandb}"), got
+    got = line("logger: {kind: [wandb, tensorboard]}")
+    assert "logger.kind" in got and "takes one value, not a list" in got and "'csv'" in got, got
+    got = line("protocols: {demo: {defaults: {extensions: grad_norms}}}")
+    assert got.endswith("write a list: [grad_norms]"), got

@@ -109,6 +109,9 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
         return f"config: unknown key {key!r} in {where}{src}{hint}{more}"
     files = _files_setting(path, configfiles) if path and not cli else []
     src = " (set by --config)" if cli else f" (set in {files[0]})" if files else ""
+    if err.validator == "enum" and isinstance(err.instance, list):
+        return (f"config: {where}{src}: takes one value, not a list ({err.instance!r}); accepted: "
+                f"{err.validator_value}")
     if err.validator == "enum":
         close = difflib.get_close_matches(str(err.instance), [str(v) for v in err.validator_value], n=1)
         return f"config: {where}{src}: {err.instance!r} is not accepted" + (
@@ -116,6 +119,13 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
     hint = ""
     if cli and err.validator == "type" and isinstance(err.instance, str) and path[-1].isdigit():
         hint = "; --config passes list items as strings: set this list in a file given with --configfile"
+    elif err.validator == "type" and len(path) >= 2 and path[-2] == "agent" and path[-1] == "extensions":
+        hint = "; extensions is a setting of the task (or of defaults or the multitask block), beside agent, not in it"
+    elif err.validator == "type" and path and path[-1] == "logger" and isinstance(err.instance, str):
+        hint = f"; write it as a block: logger: {{kind: {err.instance}}}"
+    elif (err.validator == "type" and "array" in _as_list(err.validator_value) and isinstance(err.instance, str)
+          and not _is_number_text(err.instance)):
+        hint = f"; write a list: [{err.instance}]"
     elif err.validator == "type" and isinstance(err.instance, str) and _is_number_text(err.instance):
         if isinstance(yaml.safe_load(err.instance), (int, float)):  # a number the user quoted
             hint = f" (a quoted number is a string: write {err.instance} without quotes)"
@@ -123,6 +133,10 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
             hint = (f" (YAML reads {err.instance} as a string: write it with a decimal point and a signed "
                     f"exponent, e.g. 3.0e-4)")
     return f"config: {where}{src}: {err.message}{hint}"
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _is_number_text(text: str) -> bool:
