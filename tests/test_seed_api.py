@@ -82,7 +82,8 @@ def test_multitask_train_takes_the_aliases_too():
 def test_multitask_evaluations_are_logged_per_task():
     from tdmpc2core.agents.multitask_program import OfflineProgram
 
-    program = OfflineProgram(types.SimpleNamespace(eval_task_names=["a", "b"], extensions=None))
+    program = OfflineProgram(types.SimpleNamespace(eval_task_names=["a", "b"], eval_task_ids=[0, 1], eval_envs=None,
+                                                   extensions=None))
     ev = {"eval_mean_return": np.array([1.0, 2.0]), "normalized_score": np.array([10.0, 20.0]),
           "eval_return": np.array([[1.0, 1.0], [3.0, 1.0]]), "eval_lengths": np.array([[[4, 6], [5, 5]],
                                                                                       [[2, 2], [5, 5]]])}

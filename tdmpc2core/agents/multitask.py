@@ -427,8 +427,7 @@ class TDMPC2MultiTask:
         if eval_every and self.eval_envs is None:
             raise ValueError("eval_every is set but the agent has no eval_envs: nothing to evaluate on "
                              "(pass eval_envs=True or one env per task)")
-        opts = driver.run_options(options, run_options, train=type(self).train,
-                                  constructor=driver.constructor_settings(type(self), self.cfg))
+        opts = driver.agent_run_options(self, options, run_options)
         with driver.logging_options(opts, logging_config, "multitask", self.config) as opts:
             return driver.train(self.program(), None if seed is None else np.atleast_1d(seed), n_timesteps,
                                 eval_every=eval_every, eval_episodes=eval_episodes, callback=callback, state=state,

@@ -419,8 +419,7 @@ class TDMPC2:
         state, eval_episodes = driver.reference_aliases("TDMPC2.train", state, initial_state, eval_episodes,
                                                         num_episode_test)
         eval_every = driver.log_cadence("TDMPC2.train", "eval_every", eval_every, logging_config)
-        opts = driver.run_options(options, run_options, train=type(self).train,
-                                  constructor=driver.constructor_settings(type(self), self.cfg))
+        opts = driver.agent_run_options(self, options, run_options)
         with driver.logging_options(opts, logging_config, str(self.env_id), self.config) as opts:
             return driver.train(self.program(), [int(s) for s in np.atleast_1d(np.asarray(seed))], n_timesteps,
                                 eval_every=eval_every, eval_episodes=eval_episodes, callback=callback, state=state,

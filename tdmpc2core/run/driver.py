@@ -125,6 +125,12 @@ def constructor_settings(agent_class, cfg) -> set:
     return names | ({f.name for f in dataclasses.fields(cfg)} if dataclasses.is_dataclass(cfg) else set())
 
 
+def agent_run_options(agent, options: Optional[RunOptions], kwargs: dict) -> RunOptions:
+    """:func:`run_options` for ``agent.train``: its keywords and its constructor's settings
+    (``agent.cfg``) named in the refusal of an unknown keyword."""
+    return run_options(options, kwargs, train=type(agent).train, constructor=constructor_settings(type(agent), agent.cfg))
+
+
 def run_options(options: Optional[RunOptions], kwargs: dict, train=None, constructor=None) -> RunOptions:
     """``options`` with the fields given as keywords replaced (the agents' ``train`` accepts
     both). Raises TypeError naming an unknown keyword, the closest accepted one, and every
