@@ -24,6 +24,7 @@ run; :class:`HostMujocoEnv` is the :class:`~tdmpc2core.envs.base.Env` adapter.
 """
 from __future__ import annotations
 
+import abc
 import threading
 import time
 from typing import Any, NamedTuple
@@ -32,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tdmpc2core.envs.base import Env, EnvSpec, EnvState, StepOut
+from tdmpc2core.envs.base import Env, EnvSpec, EnvState, StepOut, check_repeat_and_length
 
 
 class HostState(NamedTuple):
@@ -226,7 +227,7 @@ class AttrCodec:
                 setattr(env, name, self._decode_one(k, words[off + 1: off + n]))
 
 
-class MujocoHost:
+class MujocoHost(abc.ABC):
     """The host side of a :class:`HostMujocoEnv`: one suite env used as a scratch simulator.
 
     Every call restores the complete state it is given (MuJoCo integration state, the model
@@ -240,13 +241,13 @@ class MujocoHost:
     model_fields: tuple[str, ...] = ()
     attr_skip: set[str] = set()
 
-    def _reset_episode(self, seed: int) -> np.ndarray:  # pragma: no cover - abstract
+    @abc.abstractmethod
+    def _reset_episode(self, seed: int) -> np.ndarray:
         """Start an episode from uint32 ``seed``; return the first observation (float32)."""
-        raise NotImplementedError
 
-    def _sim_step(self, action: np.ndarray):  # pragma: no cover - abstract
+    @abc.abstractmethod
+    def _sim_step(self, action: np.ndarray):
         """One simulator step with an action in the env's units: (obs, reward, success)."""
-        raise NotImplementedError
 
     def _finish_init(self, low, high, warmup_action):
         import mujoco
@@ -374,10 +375,17 @@ class HostMujocoEnv(Env):
 
     _host: MujocoHost
 
-    def _make_spec(self, env_id, suite, host, action_repeat, episode_length):
-        return EnvSpec.from_bounds(env_id, suite, host.obs_dim, host.low, host.high, action_repeat=action_repeat,
-                                   episode_length=episode_length, backend=None, can_terminate=False,
-                                   has_success=True)
+    def _build(self, env_id: str, make_host, suite: str, action_repeat: int, episode_length: int) -> None:
+        """The adapters' construction: check the repeat and the length (``episode_length`` in
+        simulator steps, a multiple of ``action_repeat``) before building the host
+        (``make_host(env_id)``), then the spec (T = ``episode_length // action_repeat`` agent
+        steps, ``has_success``, never terminating). Raises ValueError for a bad repeat or length."""
+        check_repeat_and_length(action_repeat, episode_length, check_length=True)
+        self._host = host = make_host(env_id)
+        self._token = None
+        self.spec = EnvSpec.from_bounds(env_id, suite, host.obs_dim, host.low, host.high, action_repeat=action_repeat,
+                                        episode_length=episode_length // action_repeat, backend=None,
+                                        can_terminate=False, has_success=True)
 
     def host_stats(self, reset: bool = False) -> dict:
         """Host work since the env was built (or the last ``reset=True``): ``calls``,

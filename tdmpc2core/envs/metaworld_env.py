@@ -33,7 +33,6 @@ import warnings
 
 import numpy as np
 
-from tdmpc2core.envs.base import check_repeat_and_length
 from tdmpc2core.envs.domain_ids import METAWORLD_ENVS, metaworld_env_name
 from tdmpc2core.envs.host_mujoco import HostMujocoEnv, MujocoHost
 
@@ -148,11 +147,7 @@ class MetaWorldEnv(HostMujocoEnv):
     """
 
     def __init__(self, env_id: str, *, action_repeat: int = 2, episode_length: int = 200):
-        check_repeat_and_length(action_repeat, episode_length, check_length=True)
-        self._host = _Host(env_id)
-        self._token = None
-        self.spec = self._make_spec(env_id, _suite_name(), self._host, action_repeat,
-                                    episode_length // action_repeat)
+        self._build(env_id, _Host, _suite_name(), action_repeat, episode_length)
 
 
 def _suite_name() -> str:

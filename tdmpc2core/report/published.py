@@ -64,28 +64,27 @@ def dmc_name(playground_name: str) -> Optional[str]:
     return PLAYGROUND_TO_DMC.get(playground_name)
 
 
-@functools.lru_cache(maxsize=1)
-def _load():
+def _read_resource(name: str, columns) -> "pd.DataFrame":
+    """One of the package's published-curve resources (``resources/<name>``), its columns
+    checked. Raises ValueError naming the file and the missing columns."""
     import pandas as pd
 
-    with resources.files("tdmpc2core").joinpath("resources/published_dmc_curves.csv").open("r") as fh:
+    with resources.files("tdmpc2core").joinpath(f"resources/{name}").open("r") as fh:
         df = pd.read_csv(fh)
-    missing = [c for c in _COLUMNS if c not in df.columns]
+    missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise ValueError(f"published_dmc_curves.csv lacks columns {missing}; has {list(df.columns)}")
+        raise ValueError(f"{name} lacks columns {missing}; has {list(df.columns)}")
     return df
+
+
+@functools.lru_cache(maxsize=1)
+def _load():
+    return _read_resource("published_dmc_curves.csv", _COLUMNS)
 
 
 @functools.lru_cache(maxsize=1)
 def _load_success():
-    import pandas as pd
-
-    with resources.files("tdmpc2core").joinpath("resources/published_success_curves.csv").open("r") as fh:
-        df = pd.read_csv(fh)
-    missing = [c for c in _SUCCESS_COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"published_success_curves.csv lacks columns {missing}; has {list(df.columns)}")
-    return df
+    return _read_resource("published_success_curves.csv", _SUCCESS_COLUMNS)
 
 
 @functools.lru_cache(maxsize=1)
