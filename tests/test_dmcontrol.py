@@ -27,6 +27,11 @@ def flat(obs_dict):
     return np.concatenate([np.asarray(v).ravel() for v in obs_dict.values()]).astype(np.float32)
 
 
+def flat64(obs_dict):
+    """The dict's values in order, each flattened, in float64 (as dm_control computes them)."""
+    return np.concatenate([np.asarray(v, np.float64).ravel() for v in obs_dict.values()])
+
+
 def native(name, seed):
     """dm_control itself with the official action wrapper (actions in [-1, 1])."""
     from dm_control.suite.wrappers import action_scale
@@ -41,9 +46,10 @@ def test_ids_are_dm_controls_suite_without_lqr_plus_the_custom_tasks():
 
     assert set(D._SUITE_TASKS) == set(suite.ALL_TASKS) - {("lqr", "lqr_2_1"), ("lqr", "lqr_6_2")}
     ids = list_env_ids()["dmcontrol"]
-    assert len(ids) == len(set(ids)) == 49 + 9
+    assert len(ids) == len(set(ids)) == 49 + 11
     assert {"dmc:cheetah-run", "dmc:cup-catch", "dmc:pointmass-easy", "dmc:cartpole-balance-sparse",
-            "dmc:humanoid_CMU-stand", "dmc:walker-walk-backwards", "dmc:cup-spin"} <= set(ids)
+            "dmc:humanoid_CMU-stand", "dmc:walker-walk-backwards", "dmc:cup-spin",
+            "dmc:reacher-three-easy", "dmc:reacher-three-hard"} <= set(ids)
     assert all(suite_of(i) == "dmcontrol" for i in ids)
     # the official parse of a task name (tdmpc2/envs/dmcontrol.py) finds the same (domain, task)
     for name, (domain, task) in D.SUITE_TASKS.items():
@@ -63,7 +69,7 @@ def test_importing_envs_imports_no_simulator():
 @pytest.mark.parametrize("env_id, needles", [
     ("dmc:cheetah-runn", ["unknown dm_control task 'dmc:cheetah-runn'", "Did you mean", "'dmc:cheetah-run'"]),
     ("dmc:ball_in_cup-catch", ["'dmc:cup-catch'"]),
-    ("dmc:reacher-three-easy", ["not available", "three-link reacher", "dm_control does not ship"]),
+    ("dmc:reacher-four-easy", ["not available", "four-link reacher", "dm_control does not ship"]),
     ("dmc:fish-obstacles", ["not available", "walls"]),
     ("dmc:lqr-lqr-2-1", ["not available", "drawn at random"]),
 ])
@@ -75,7 +81,7 @@ def test_unknown_and_refused_tasks_name_the_reason_and_the_accepted_ids(env_id, 
         for n in needles:
             assert n in msg, (n, msg[:300])
         # the accepted ids closest first, at most 10, and the command that lists them all
-        assert "dm_control ids (58, closest first): dmc:" in msg and "more; `tdmpc2 envs` lists" in msg, msg
+        assert "dm_control ids (60, closest first): dmc:" in msg and "more; `tdmpc2 envs` lists" in msg, msg
         assert len(msg) <= 400 and "\n" not in msg
 
 
@@ -86,8 +92,8 @@ def test_bad_arguments():
         make_env("dmc:cartpole-balance", env_params={"time_limit": 5})
     with pytest.raises(ValueError, match="divisible"):
         make_env("dmc:cartpole-balance", action_repeat=3)
-    with pytest.raises(ValueError, match="custom DMControl task 'reacher-three-easy' is not defined"):
-        C.load_custom("reacher-three-easy")
+    with pytest.raises(ValueError, match="custom DMControl task 'reacher-four-easy' is not defined .*four-link"):
+        C.load_custom("reacher-four-easy")
 
 
 # ------------------------------------------------------------ conventions vs native
@@ -300,7 +306,9 @@ def _expected_reward(name, p):
     raise AssertionError(name)
 
 
-@pytest.mark.parametrize("name", C.CUSTOM_TASKS)
+# the three-link reachers' reward is dm_control's reacher reward, checked against the official
+# task's recorded rewards below (test_three_link_reacher_replays_the_official_episodes...)
+@pytest.mark.parametrize("name", [n for n in C.CUSTOM_TASKS if not n.startswith("reacher-three")])
 def test_custom_task_rewards_follow_their_definitions(name):
     env = D.load_environment(name, seed=5)
     env.reset()
@@ -359,13 +367,115 @@ def test_widened_floor_is_the_only_model_change_and_leaves_dynamics_unchanged():
         assert ref.physics.named.data.xpos["torso", "z"] > 0.0
 
 
+# ------------------------------------------------------------ the three-link reachers
+REACHER3 = {"easy": "reacher-three-easy", "hard": "reacher-three-hard"}
+
+
+@pytest.fixture(scope="module")
+def reacher3():
+    """(the official tasks' recorded numbers, the recorder module) (tools/record_reacher_three.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("record_reacher_three", ROOT / "tools" / "record_reacher_three.py")
+    rec = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rec)
+    with np.load(ROOT / "tests" / "fixtures" / "reacher_three.npz") as z:
+        return {k: z[k] for k in z.files}, rec
+
+
+@pytest.mark.parametrize("short", REACHER3)
+def test_three_link_reacher_model_equals_the_official_one(short, reacher3):
+    """The model generated from dm_control's reacher.xml compiles to the official
+    reacher_three_links.xml's model: the key arrays equal, and a digest of every numeric
+    MjModel array (482 fields with MuJoCo 3.17.0) equal."""
+    rec, tool = reacher3
+    model = D.load_environment(REACHER3[short], seed=0).physics.model
+    ours = tool.model_arrays(model)
+    want = {k.split("/")[-1]: v for k, v in rec.items() if k.startswith(f"{short}/model/")}
+    assert set(ours) == set(want) and len(want) == len(tool.MODEL_FIELDS) + 1
+    for f, v in want.items():
+        np.testing.assert_array_equal(ours[f], v, err_msg=f)
+    assert (model.nq, model.nv, model.nu, model.nbody) == (3, 3, 3, 5)
+    digest, fields = tool.model_digest(model.ptr)
+    meta = __import__("json").loads(str(rec["meta"]))
+    assert fields == meta["digest_fields"], "this MuJoCo's model fields differ from the recording's"
+    assert digest == str(rec[f"{short}/model_digest"])
+
+
+@pytest.mark.parametrize("short", REACHER3)
+def test_three_link_reacher_replays_the_official_episodes_bit_for_bit(short, reacher3):
+    """The official tasks' recorded seeded episodes (2 x 120 control steps, tools/
+    record_reacher_three.py): dm_control stepped natively on our task gives the same float64
+    observations and rewards at every control step, and our env at action repeat 2 gives the
+    official wrapper's float32 observations and summed rewards at every agent step."""
+    rec, _ = reacher3
+    name = REACHER3[short]
+    seeds, acts, obs, rew = (rec[f"{short}/{k}"] for k in ("seeds", "actions", "obs", "reward"))
+    assert set(np.unique(rew)) == {0.0, 1.0}   # the reward was exercised
+    for seed, a_ep, o_ep, r_ep in zip(seeds, acts, obs, rew):
+        ref = native(name, int(seed))
+        ts = ref.reset()
+        np.testing.assert_array_equal(flat64(ts.observation), o_ep[0])
+        for t, a in enumerate(a_ep):
+            ts = ref.step(a.astype(np.float64))
+            np.testing.assert_array_equal(flat64(ts.observation), o_ep[t + 1], err_msg=f"seed {seed} step {t}")
+            assert ts.reward == r_ep[t], (seed, t)
+
+    env = make_env("dmc:" + name, action_repeat=2)
+    assert (env.spec.obs_dim, env.spec.action_dim) == (8, 3)
+    step = jax.jit(env.step)
+    for seed, a_ep, o_ep, r_ep in zip(seeds, acts, obs, rew):
+        np.testing.assert_array_equal(a_ep[0::2], a_ep[1::2])   # held: one agent action per pair
+        env.reset_seed = lambda key, s=int(seed): jnp.uint32(s)  # the recorded task seed
+        state, o = env.reset(KEY)
+        np.testing.assert_array_equal(np.asarray(o), o_ep[0].astype(np.float32))
+        for i in range(len(a_ep) // 2):
+            state, out = step(state, jnp.asarray(a_ep[2 * i]), KEY)
+            np.testing.assert_array_equal(np.asarray(out.obs), o_ep[2 * i + 2].astype(np.float32),
+                                          err_msg=f"seed {seed} agent step {i}")
+            assert np.asarray(out.reward) == np.float32(r_ep[2 * i] + r_ep[2 * i + 1]), (seed, i)
+
+
+def test_three_link_reacher_spec_episode_and_determinism():
+    env = make_env("dmc:reacher-three-easy", action_repeat=2)
+    s = env.spec
+    assert (s.obs_dim, s.action_dim, s.episode_length, s.sim_episode_length) == (8, 3, 500, 1000)
+    assert env.obs_layout == (("position", 3), ("to_target", 2), ("velocity", 3)) and env.n_sub_steps == 1
+    ka, kb = jax.random.split(KEY)
+    (sa, oa), (sa2, oa2), (sb, ob) = env.reset(ka), env.reset(ka), env.reset(kb)
+    np.testing.assert_array_equal(np.asarray(oa), np.asarray(oa2))
+    assert not np.array_equal(np.asarray(oa), np.asarray(ob))
+    a = jnp.asarray([0.3, -0.7, 1.0])
+    (_, x), (_, y) = env.step(sa, a, KEY), env.step(sa2, a, KEY)
+    np.testing.assert_array_equal(np.asarray(x.obs), np.asarray(y.obs))
+    # dm_control's own episode: 20 s of 0.02 s control steps, as dm_control's reacher
+    ref = D.load_environment("reacher-three-hard", seed=0)
+    ref.reset()
+    steps = 1
+    while not ref.step(np.zeros(3)).last():
+        steps += 1
+    assert steps == 1000 and ref.physics.named.model.geom_size["target", 0] == 0.015
+
+
+def test_three_link_model_refuses_another_reacher_file():
+    from tdmpc2core.envs.dmcontrol_reacher import three_link_model
+
+    from dm_control.suite import common
+
+    xml = common.read_model("reacher.xml").decode()
+    with pytest.raises(ValueError, match="expected one <body name='arm'>"):
+        three_link_model(xml.replace('name="arm"', 'name="upper_arm"'))
+    with pytest.raises(ValueError, match="two motors"):
+        three_link_model(xml.replace('<motor name="wrist" joint="wrist"/>', ""))
+
+
 def test_mt30_table_in_the_docs_matches_the_code():
     table = (ROOT / "docs" / "dmcontrol.md").read_text()
     rows = dict(re.findall(r"^\| `([a-z-]+)` \| (yes|no)\b", table, flags=re.M))
     assert list(rows) == list(D.MT30_TASKS)
     for name, avail in rows.items():
         assert (avail == "yes") == (D.PREFIX + name in D.DMCONTROL_ENVS), name
-    assert sum(v == "yes" for v in rows.values()) == 28
+    assert sum(v == "yes" for v in rows.values()) == 30
 
 
 # ----------------------------------------------------------------- training through TDMPC2

@@ -1,5 +1,6 @@
-"""The recording tools (tools/record_parity.py, tools/record_official_checkpoints.py) refuse
-anything but a checkout of the official code at 5f6fade, in one line, before importing torch.
+"""The recording tools (tools/record_parity.py, tools/record_official_checkpoints.py,
+tools/record_reacher_three.py) refuse anything but a checkout of the official code at 5f6fade,
+in one line, before importing torch or the official code.
 (Recording itself needs that checkout, which CI does not have: docs/fidelity.md.)"""
 import subprocess
 import sys
@@ -35,3 +36,17 @@ def test_recording_tools_refuse_what_is_not_the_reference_checkout(tool, tmp_pat
     res = run(tool, "--official", co, "--commit", "abcdef0", "--out", tmp_path / "out")
     assert res.returncode != 0 and "the checkout is at abcdef0; the fixtures are recorded from 5f6fade" in res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_reacher_recorder_refuses_what_is_not_the_reference_checkout(tmp_path):
+    tool, out = "record_reacher_three.py", tmp_path / "out" / "r.npz"
+    res = run(tool, "--official", tmp_path, "--out", out)
+    assert res.returncode != 0 and "missing tdmpc2/envs/tasks/reacher.py" in res.stderr
+    for name in ("reacher.py", "reacher_three_links.xml"):
+        (tmp_path / "co" / "tdmpc2" / "envs" / "tasks").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "co" / "tdmpc2" / "envs" / "tasks" / name).write_text("raise SystemExit('imported')\n")
+    res = run(tool, "--official", tmp_path / "co", "--out", out)
+    assert res.returncode != 0 and "the checkout's commit is unknown (not a git work tree): pass --commit" in res.stderr
+    res = run(tool, "--official", tmp_path / "co", "--commit", "abcdef0", "--out", out)
+    assert res.returncode != 0 and "the checkout is at abcdef0; the fixture is recorded from 5f6fade" in res.stderr
+    assert not out.parent.exists()

@@ -1,12 +1,14 @@
 """The official TD-MPC2 task set's custom DMControl tasks, defined over dm_control's models.
 
 The paper's multi-task set mt30 (official repository, ``tdmpc2/common/__init__.py``,
-``TASK_SET['mt30']``) has 19 dm_control suite tasks and 11 tasks of its own. This module
-defines the 9 of those 11 that need no model of their own: each is a dm_control suite
+``TASK_SET['mt30']``) has 19 dm_control suite tasks and 11 tasks of its own, all defined
+here (:data:`CUSTOM_TASKS`). Nine need no model of their own: each is a dm_control suite
 domain (its model, physics helpers, initial-state distribution and observation) with the
 official reward function, written here from its definition. The two three-link reacher
-tasks need a model that dm_control does not ship and are refused
-(:data:`REFUSED`).
+tasks (``reacher-three-easy``, ``reacher-three-hard``) are dm_control's reacher task on a
+three-link arm generated from dm_control's reacher model
+(:mod:`tdmpc2core.envs.dmcontrol_reacher`). Official custom tasks outside mt30 that need
+models of their own are refused (:data:`REFUSED`).
 
 Definitions (constants are those of the official task files at the paper's commit 5f6fade;
 ``tol`` is :func:`dm_control.utils.rewards.tolerance`, whose default sigmoid is gaussian
@@ -47,7 +49,8 @@ infinite for collisions, so the change is visual, and ``tests/test_dmcontrol.py`
 that it leaves the dynamics unchanged bit for bit.
 
 Time steps follow the official construction: control steps of 0.025 s (walker), 0.02 s
-(hopper, cup) and dm_control's default for cheetah and pendulum (one physics step).
+(hopper, cup) and dm_control's default for cheetah, pendulum and the three-link reacher
+(one physics step).
 """
 
 from __future__ import annotations
@@ -231,6 +234,10 @@ def load_custom(name: str, random=None):
         why = f" ({REFUSED[name]})" if name in REFUSED else ""
         raise ValueError(f"custom DMControl task {name!r} is not defined{why}; defined: {list(CUSTOM_TASKS)}")
     domain = name.split("-", 1)[0]
+    if domain == "reacher":
+        from tdmpc2core.envs.dmcontrol_reacher import load_reacher_three
+
+        return load_reacher_three(name, random=random)
     module, cls = _classes()[domain]
     if domain == "walker":
         speed = module._WALK_SPEED if name == "walker-walk-backwards" else module._RUN_SPEED
