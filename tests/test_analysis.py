@@ -304,15 +304,17 @@ def test_tables_figures_report_stages(tmp_path, monkeypatch):
     file = ["mt30-48M.pt", 123456789, "ab" * 32]  # what the checkpoint file was: name, size, SHA-256
     pd.DataFrame([["mt30-48M", 48, "mt30", "walker-run", 10, 801.5, 12.25, 80.15, 820.0, 9.0, 2000000, -18.5, "",
                    *file],
-                  ["mt30-48M", 48, "mt30", "reacher-three-easy", 0, nan, nan, nan, nan, nan, nan, nan,
-                   "skipped: needs the official three-link reacher model", *file]],
+                  ["mt80-48M", 48, "mt80", "mw-assembly", 0, nan, nan, nan, nan, nan, nan, nan,
+                   "skipped: the metaworld suite needs metaworld, which is not installed: "
+                   "pip install 'tdmpc2core[metaworld]'", "mt80-48M.pt", 223456789, "cd" * 32]],
                  columns=list(COLUMNS)).to_csv("results/tables/official_checkpoints.csv", index=False)
     assert cli.main(["report", "--config", "results/resolved_config.yaml", "--no-jax", "--official-tables",
                      "results/tables/official_checkpoints.csv", "--out", "results/report_official.html"]) == 0
     html = open("results/report_official.html", encoding="utf-8").read()
     assert '<h2 id="official">Released checkpoints, our planner</h2>' in html and 'href="#official"' in html
-    assert "801.5 ± 12.2" in html and "820.0 ± 9.0" in html and "skipped: needs the official three-link" in html
-    assert html.count(f"<code>{'ab' * 32}</code>") == 1 and "123,456,789" in html  # the file, listed once
+    assert "801.5 ± 12.2" in html and "820.0 ± 9.0" in html and "skipped: the metaworld suite needs metaworld" in html
+    assert html.count(f"<code>{'ab' * 32}</code>") == 1 and "123,456,789" in html  # each file, listed once
+    assert html.count(f"<code>{'cd' * 32}</code>") == 1 and "223,456,789" in html
 
 
 # --------------------------------------------------------------------------- episodic tasks

@@ -290,16 +290,16 @@ def test_expert_table_in_the_docs_is_the_recorded_results():
     assert mod.same_episodes(res["ours"], res["raw"]) == (500, 500)
 
 
-def test_mt80_resolves_to_78_runnable_tasks_and_names_the_extra_when_missing(monkeypatch):
-    """mt80's 50 Meta-World tasks have env ids (docs/deviations.md M8): with the three-link reachers
-    refused, 78 of 80 run; each row rebuilds as its data was collected (T 100, action repeat 2);
+def test_mt80_resolves_to_80_runnable_tasks_and_names_the_extra_when_missing(monkeypatch):
+    """mt80's 50 Meta-World tasks have env ids (docs/deviations.md M8): with mt30's 30 dm_control
+    tasks, 80 of 80 run; each row rebuilds as its data was collected (T 100, action repeat 2);
     without the [metaworld] extra the reason is the install line."""
     from tdmpc2core.agents.multitask_eval import task_env
     from tdmpc2core.envs import official_tasks as OT
     from tdmpc2core.resources import official_task_sets
 
     mt80 = OT.task_set("mt80")
-    assert [t for t in mt80 if OT.unavailable_reason(t) is not None] == ["reacher-three-easy", "reacher-three-hard"]
+    assert [t for t in mt80 if OT.unavailable_reason(t) is not None] == []
     assert all(OT.env_id_of(t) == t for t in mt80 if t.startswith("mw-"))
     row = next(r for r in official_task_sets()["mt80"] if r["name"] == "mw-assembly")
 

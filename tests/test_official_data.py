@@ -82,7 +82,7 @@ def test_convert_two_tensordict_chunks(tmp_path):
     t = {x.name: x for x in ds.tasks}
     assert (t["cartpole-balance"].obs_dim, t["cartpole-balance"].action_dim) == (5, 1)
     assert (t["reacher-three-easy"].obs_dim, t["reacher-three-easy"].action_dim, t["reacher-three-easy"].env_id) \
-        == (8, 3, None)
+        == (8, 3, "dmc:reacher-three-easy")
     assert t["walker-stand"].env_id == "dmc:walker-stand" and t["walker-stand"].episode_length == 500
     assert t["walker-stand"].action_repeat == 2 and t["walker-stand"].discount == pytest.approx(0.99)
     # row for row: obs all rows, action / reward rows 1.., row 0 a reset row
@@ -201,11 +201,9 @@ def test_task_sets_match_the_official_lists_and_our_envs():
     # the Hugging Face dataset card's largest dims: MT30 obs 24 / action 6, MT80 39 / 6
     assert (max(t["obs_dim"] for t in MT30), max(t["action_dim"] for t in MT30)) == (24, 6)
     assert (max(t["obs_dim"] for t in mt80), max(t["action_dim"] for t in mt80)) == (39, 6)
-    for t in MT30:
-        if t["env_id"] is None:
-            assert t["name"] in REFUSED_TASKS
-        else:
-            assert t["env_id"] == "dmc:" + t["name"] and t["env_id"] in DMCONTROL_ENVS
+    for t in MT30:   # every mt30 task has our environment (the three-link reachers too)
+        assert t["env_id"] == "dmc:" + t["name"] and t["env_id"] in DMCONTROL_ENVS, t["name"]
+        assert t["name"] not in REFUSED_TASKS
 
 
 def test_task_set_dims_are_our_dm_control_envs_dims():
@@ -215,9 +213,7 @@ def test_task_set_dims_are_our_dm_control_envs_dims():
 
     seen = {}
     for t in MT30:
-        if t["env_id"] is None:
-            continue
         env = make_env(t["env_id"], action_repeat=2, episode_length=1000)
         seen[t["name"]] = (env.spec.obs_dim, env.spec.action_dim, env.spec.episode_length)
-    want = {t["name"]: (t["obs_dim"], t["action_dim"], t["episode_length"]) for t in MT30 if t["env_id"]}
-    assert seen == want
+    want = {t["name"]: (t["obs_dim"], t["action_dim"], t["episode_length"]) for t in MT30}
+    assert seen == want and len(seen) == 30

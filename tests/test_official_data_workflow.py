@@ -25,17 +25,18 @@ def test_paper_mt30_dry_run(tmp_path):
     assert set(multi) == {("mt30", s) for s in (1, 5, 19, 48, 317)}
     for (_, size), (spec, seeds) in multi.items():
         assert spec["updates"] == 10_000_000 and spec["batch_size"] == 1024 and seeds == "0", size
-        assert spec["eval_tasks"] == MT30_EVALUABLE and len(MT30_EVALUABLE) == 28
+        assert spec["eval_tasks"] == MT30_EVALUABLE and len(MT30_EVALUABLE) == 30
         assert spec["device_budget_bytes"] == 16_000_000_000
 
 
 def test_official_pool_config_errors(tmp_path):
-    """An eval task of an official pool that cannot be evaluated here is refused at load (the
-    workflow loaded in this process: test_workflow.load_workflow)."""
+    """An eval task of an official pool that cannot be evaluated here (reacher-four-easy: an
+    official task file outside the pool's set, with no environment of ours) is refused at load
+    (the workflow loaded in this process: test_workflow.load_workflow)."""
     wf = copy_workflow(tmp_path)
-    (wf / "bad.yaml").write_text(TINY.format(src="chunks", eval_tasks="[reacher-three-easy]", budget=1000))
+    (wf / "bad.yaml").write_text(TINY.format(src="chunks", eval_tasks="[reacher-four-easy]", budget=1000))
     msg = refusal(wf, "bad.yaml")
-    assert "reacher-three-easy" in msg and "evaluable" in msg
+    assert "reacher-four-easy" in msg and "evaluable" in msg
 
 
 TINY = """\

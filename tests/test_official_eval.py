@@ -59,9 +59,10 @@ def test_official_task_sets_are_data_with_their_source():
     assert src["repository"] == "nicklashansen/tdmpc2" and src["commit"].startswith("5f6fade")
     assert src["path"] == "tdmpc2/common/__init__.py" and len(src["file_sha256"]) == 64
     avail = [t for t in mt80 if OT.unavailable_reason(t) is None]
-    # mt30's 28 dm_control tasks and mt80's 50 Meta-World tasks (tests/test_domains.py: the extra missing)
-    assert len(avail) == 78 and set(avail) - set(MT30_TASKS) == {t for t in mt80 if t.startswith("mw-")}
-    assert "three-link" in OT.unavailable_reason("reacher-three-easy")
+    # mt30's 30 dm_control tasks and mt80's 50 Meta-World tasks (tests/test_domains.py: the extra missing)
+    assert len(avail) == 80 and set(avail) - set(MT30_TASKS) == {t for t in mt80 if t.startswith("mw-")}
+    assert OT.env_id_of("reacher-three-easy") == "dmc:reacher-three-easy"
+    assert "four-link" in OT.unavailable_reason("reacher-four-easy")   # an official task file not defined here
     assert OT.env_id_of("mw-reach") == "mw-reach" and OT.env_id_of("cup-spin") == "dmc:cup-spin"
     assert "not a Meta-World task" in OT.unavailable_reason("mw-nope")
     assert OT.resolve_task_list(None, 30) == ("mt30", MT30_TASKS)
@@ -195,18 +196,18 @@ def test_a_refused_evaluation_leaves_an_earlier_complete_one_as_it_was(single_ev
 
 def test_multi_task_checkpoint_pads_masks_and_skips_what_is_not_available():
     """Task 0 (cartpole-balance: obs 5 of 6, action 1 of 2) with its embedding; task 1 named
-    reacher-three-easy (not on dm_control here): skipped with the reason under 'all'."""
+    reacher-four-easy (an official task not defined here): skipped with the reason under 'all'."""
     _torch()
     from tdmpc2core.agents.official_eval import evaluate_official
-    ev = evaluate_official(MULTI, "all", task_set="cartpole-balance,reacher-three-easy", episodes=1,
+    ev = evaluate_official(MULTI, "all", task_set="cartpole-balance,reacher-four-easy", episodes=1,
                            episode_length=EPISODE_LENGTH, planner=PLANNER)
     assert [(r["task"], r["task_index"], r["length"]) for r in ev.rows] == [("cartpole-balance", 0, 20)]
     assert np.isfinite(ev.rows[0]["return"])
-    assert set(ev.skipped) == {"reacher-three-easy"} and "three-link" in ev.skipped["reacher-three-easy"]
+    assert set(ev.skipped) == {"reacher-four-easy"} and "four-link" in ev.skipped["reacher-four-easy"]
     assert ev.checkpoint.task_set == "custom" and ev.checkpoint.architecture.num_tasks == 2
     # asked for by name, the unavailable task is an error listing what is available
     with pytest.raises(ValueError, match=r"cannot be evaluated here.*\['dmc:cartpole-balance'\]"):
-        evaluate_official(MULTI, ["dmc:reacher-three-easy"], task_set="cartpole-balance,reacher-three-easy",
+        evaluate_official(MULTI, ["dmc:reacher-four-easy"], task_set="cartpole-balance,reacher-four-easy",
                           episodes=1, planner=PLANNER)
 
 

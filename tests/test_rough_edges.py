@@ -84,7 +84,7 @@ def test_unknown_env_id_suggests_ignoring_case(env_id, suggestion):
 
 
 @pytest.mark.parametrize("env_id", ["CARTPOLEBALANCE", "dmc:Cartpole-Balance", "Pendulum-v2", "dmc:cheetah-rn",
-                                    "dmc:reacher-three-easy", "nothing-like-it", "x" * 1000, "a\nb"])
+                                    "dmc:reacher-four-easy", "nothing-like-it", "x" * 1000, "a\nb"])
 def test_unknown_env_id_message_is_one_short_line_naming_the_listing_command(env_id):
     from tdmpc2core.envs import suite_of
 
@@ -119,7 +119,7 @@ def test_tdmpc2_envs_prints_every_id_and_is_in_the_help(capsys):
     assert cli.main(["envs"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [ln.strip() for ln in out if ln.startswith("  ")] == every
-    assert "dmcontrol (58 ids" in "\n".join(out)
+    assert "dmcontrol (60 ids" in "\n".join(out)
     assert cli.main(["envs", "--suite", "gymnax", "--ids-only"]) == 0
     assert capsys.readouterr().out.split() == list_env_ids()["gymnax"]
     assert cli.main(["envs", "--suite", "nope"]) == 1  # one error line naming the registered suites

@@ -86,15 +86,15 @@ def test_domain_configs_are_the_papers_protocols():
 
 
 def test_paper_all_is_the_three_domains_with_their_own_protocols():
-    """97 tasks: paper-dmc-dmcontrol.yaml's settings for its 22, the other 15 DMControl tasks
-    dm_control has (not the three-link reachers), and the Meta-World and MyoSuite tasks with
-    their configurations' settings; no ManiSkill2 task."""
+    """99 tasks: paper-dmc-dmcontrol.yaml's settings for its 22, the other 17 DMControl tasks
+    with a published curve (the three-link reachers too), and the Meta-World and MyoSuite tasks
+    with their configurations' settings; no ManiSkill2 task."""
     cfg = load(ALL)
     block = cfg["protocols"]["paper"]
     dmc = [t for t in block["tasks"] if block["tasks"][t]["env_id"].startswith("dmc:")]
-    assert len(block["tasks"]) == 97 and len(dmc) == 37
-    assert set(dmc) == {t for t in P.dmc_tasks() if not t.startswith("reacher-three")}
-    assert list(block["tasks"])[37:] == MW_TASKS + MYO_TASKS
+    assert len(block["tasks"]) == 99 and len(dmc) == 39
+    assert set(dmc) == set(P.dmc_tasks()) and {"reacher-three-easy", "reacher-three-hard"} <= set(dmc)
+    assert list(block["tasks"])[39:] == MW_TASKS + MYO_TASKS
     assert not {"lift-cube", "pick-cube", "pick-ycb", "stack-cube", "turn-faucet"} & set(block["tasks"])
     assert "ManiSkill2" in (ROOT / ALL).read_text() and "ManiSkill2" in block["label"]
     ref = {p: load(p)["protocols"]["paper"] for p in (DMC, MW, MYO)}
@@ -138,7 +138,7 @@ def recorded_plan(path: str) -> str:
 
 
 @pytest.mark.parametrize("path,n_tasks,seeds", [pytest.param(p, n, s, marks=needs_suites(p)) for p, n, s in (
-    (MW, 50, "0 1 2"), (MYO, 10, "0 1 2"), (ALL, 97, "0 1 2"), (SMOKE[0], 1, "0 1"), (SMOKE[1], 1, "0 1"))])
+    (MW, 50, "0 1 2"), (MYO, 10, "0 1 2"), (ALL, 99, "0 1 2"), (SMOKE[0], 1, "0 1"), (SMOKE[1], 1, "0 1"))])
 def test_domain_dry_runs_plan_every_task(path, n_tasks, seeds):
     """The plan has one training job per task (the seeds vmapped in it), each with its domain's
     protocol, and the tables, figures and report after them."""
@@ -175,6 +175,6 @@ def test_paper_all_passes_the_slurm_profile_without_jax(tmp_path, path):
     out = ok(res)
     assert "ImportError" not in out
     single = job_resources(out)["train_single_seeds_0_1_2"]
-    assert len(single) == 97 and all(r["gpu"] == "1" and int(r["runtime"]) <= 1440 for r in single)
+    assert len(single) == 99 and all(r["gpu"] == "1" and int(r["runtime"]) <= 1440 for r in single)
     # no job of a ManiSkill2 task (the label names ManiSkill2 as left out, so look for its tasks)
     assert not re.search(r"\b(lift-cube|pick-cube|pick-ycb|stack-cube|turn-faucet)\b", out)
