@@ -7,10 +7,10 @@ the ``TASK_SET`` table of the official repository's ``tdmpc2/common/__init__.py`
 
 Plain Python (no JAX, no dm_control), so the workflow can check a configuration that names
 these tasks on a machine without them. Whether a task runs here is decided by the
-dm_control ids (:mod:`tdmpc2core.envs.dmcontrol_ids`): 28 of mt30's 30 tasks (the two
-three-link reacher tasks are refused) and 78 of mt80's 80: the same 28 and its 50 Meta-World
-tasks (``mw-*``, the ``metaworld`` suite, which needs the ``[metaworld]`` extra: without it they are
-unavailable, with that reason). :func:`env_id_of` gives a task's env id.
+dm_control ids (:mod:`tdmpc2core.envs.dmcontrol_ids`): all 30 of mt30's tasks (the two
+three-link reachers on the model of :mod:`tdmpc2core.envs.dmcontrol_reacher`) and all 80 of
+mt80's: the same 30 and its 50 Meta-World tasks (``mw-*``, the ``metaworld`` suite, which needs
+the ``[metaworld]`` extra: without it they are unavailable, with that reason). :func:`env_id_of` gives a task's env id.
 """
 from __future__ import annotations
 
