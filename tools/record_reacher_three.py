@@ -44,9 +44,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import record_parity as rp  # noqa: E402 (the sibling tool's helpers: commit, SHA-256, reference)
-
 FIXTURE_VERSION = 1
 TASKS = {"easy": "three_easy", "hard": "three_hard"}
 SEEDS = (2, 7)          # task seeds of the episodes (random episodes that reach the target)
@@ -88,9 +85,9 @@ def model_digest(model) -> tuple[str, list]:
 
 
 def episode(env, seed: int):
-    """(actions f32[STEPS, A], obs f64[STEPS + 1, O], reward f64[STEPS]) of one seeded episode
-    of the wrapped official environment ``env`` (its task seeded with ``seed``)."""
-    env.task.random.seed(seed)   # the fresh environment's own seed, set again for clarity
+    """(actions f32[STEPS, A], obs f64[STEPS + 1, O], reward f64[STEPS]) of the first episode of
+    the wrapped official environment ``env``, freshly built with task seed ``seed``; the
+    actions are drawn from ``numpy.random.default_rng(seed)``."""
     rng = np.random.default_rng(seed)
     n_act = env.action_spec().shape[0]
     ts = env.reset()
@@ -113,6 +110,8 @@ def main(argv=None):
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"
                                          / "reacher_three.npz"))
     args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import record_parity as rp  # the sibling tool's helpers: commit, SHA-256, reference
 
     root = Path(args.official).resolve()
     absent = [f for f in OFFICIAL_TASK_FILES if not (root / f).is_file()]
