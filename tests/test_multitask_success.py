@@ -131,3 +131,45 @@ def test_success_reaches_history_eval_parquet_run_json_and_the_scaling_report(mi
     # the scaling report: the Meta-World task's score is 100 x its success rate
     scores = scaling.final_task_scores(scaling.task_scores(scaling.read_multi_evals([tmp_path / "eval.parquet"])))
     assert scores.set_index(["seed", "task"])["normalized_score"].xs(MW, level="task").tolist() == [100.0] * S
+
+
+# ------------------------------------------------------------------ an official multi-task checkpoint
+PLANNER = dict(iterations=1, num_samples=16, num_elites=4, num_pi_trajs=2, horizon=1)
+
+
+def test_official_multi_task_checkpoint_records_success_per_task(mixed, tmp_path, monkeypatch):
+    """A tiny multi-task checkpoint in the official layout (the untrained model's parameters of
+    seed 0, written as the official code saves them) of the custom task list [mw-reach, cartpole-balance], through
+    ``tdmpc2 evaluate-official``: the Meta-World task's rows have success at the last step (the
+    official rule) and at any step, and a normalized score of 100 x success; the dm_control
+    task's are null (its score return / 10). Then the library call with the flag at the last step."""
+    pytest.importorskip("torch", reason="PyTorch is not installed: pip install -e '.[official]' (writing and "
+                                        "reading .pt checkpoints needs it)")
+    import jax
+
+    from tdmpc2core import cli as C
+    from tdmpc2core.agents.official_eval import evaluate_official
+    from tdmpc2core.io.official import save_official
+    from tdmpc2core.model import official as O
+
+    _, state, _ = mixed
+    ckpt = tmp_path / "mix.pt"
+    save_official(ckpt, O.to_official(jax.tree_util.tree_map(lambda x: np.asarray(x[0]), state.agent.params)))
+    tasks = "mw-reach,cartpole-balance"
+
+    force_success(monkeypatch, {2})  # success after agent step 2 only: at the last step False, at some step True
+    out = tmp_path / "eval"
+    args = ["--checkpoint", ckpt, "--task", "all", "--task-set", tasks, "--episodes", E, "--episode-length",
+            2 * T_DMC, "--out", out] + [a for k, v in PLANNER.items() for a in ("--planner", f"{k}={v}")]
+    assert C.main(["evaluate-official", *map(str, args)]) == 0
+    df = pd.read_parquet(out / "eval.parquet")
+    mw, dmc = df[df["task"] == "mw-reach"], df[df["task"] == "cartpole-balance"]
+    assert mw["length"].tolist() == [T] * E and dmc["length"].tolist() == [T_DMC] * E  # Meta-World keeps its 100
+    assert mw["success"].tolist() == [False] * E and mw["success_any"].tolist() == [True] * E
+    assert mw["normalized_score"].tolist() == [0.0] * E
+    assert dmc["success"].isna().all() and dmc["success_any"].isna().all()
+    np.testing.assert_allclose(dmc["normalized_score"], dmc["return"] / 10.0)
+
+    force_success(monkeypatch, {T})  # at the last step: success by both rules
+    ev = evaluate_official(ckpt, ["mw-reach"], task_set=tasks, episodes=E, episode_length=2 * T_DMC, planner=PLANNER)
+    assert [(r["task"], r["success"], r["success_any"]) for r in ev.rows] == [("mw-reach", True, True)] * E
