@@ -3,7 +3,8 @@ Meta-World task (a success flag, host-stepped) with a dm_control task (none) rec
 the episode's success at its last step (the official rule) and at any step, NaN / null for the
 dm_control task, and carries them into the history, the loggers' keys, eval.parquet, run.json
 and the scaling report's normalized score (100 x success for a success task, the paper's
-Meta-World score).
+Meta-World score); an official-layout multi-task checkpoint of the same two tasks, through
+``tdmpc2 evaluate-official``, writes them into its eval.parquet.
 
 Meta-World's own flag is False for an untrained agent on every step, which would not tell a
 dropped flag from a real one; so the host's per-simulator-step flag is also replaced here
@@ -11,9 +12,9 @@ dropped flag from a real one; so the host's per-simulator-step flag is also repl
 real ones) by one that is True only after chosen agent steps, giving known outcomes: True
 after a middle step only (last-step success 0, any-step 1) and after the last step (1, 1).
 
-Needs the ``[metaworld]`` extra (``.ci/run`` installs it). One tiny untrained agent (no
-training program), Meta-World's 100 agent steps per episode: one evaluation program per task, compiled once
-and run with each flag.
+Needs the ``[metaworld]`` extra (``.ci/run`` installs it; the checkpoint test also PyTorch). One
+tiny untrained agent (no training program, the policy prior acting), episodes of Meta-World's
+100 agent steps: one evaluation program per task, compiled once and run with each flag.
 """
 from __future__ import annotations
 
