@@ -56,7 +56,8 @@ from ..model.config import (TDMPC2Config, check_offline_config, config_record, d
 from ..model.update import AgentState
 from ..model.world_model import WorldModel
 from ..run import driver
-from ..run.compiled import Compiled, check_devices, per_seed
+from ..run.compiled import Compiled, per_seed
+from ..run.devices import DataParallel, local, to_host
 from ..run.driver import Run, RunOptions
 from . import multitask_eval as mt_eval
 from . import multitask_sampling as sampling
@@ -137,8 +138,14 @@ class TDMPC2MultiTask:
         episodes; in the history as ``ext/<extension>/<metric>`` [n_evals, S, num evaluated
         tasks]). () (default): the programs without extensions. An unknown phase raises
         :class:`~tdmpc2core.extensions.UnknownPhaseError`.
-      devices: None (JAX's default device) or a list of one device; more raise ValueError
-        (multi-device runs: issue 28).
+      devices: where the updates run (:class:`tdmpc2core.run.devices.DataParallel`): None
+        (default: every device, of every process of a ``jax.distributed`` job, when
+        ``batch_size`` divides evenly over them, else one), a device count, ``"all"``, a list of
+        ``jax.Device`` or a ``jax.sharding.Mesh``. With more than one device each update's
+        global batch is split over them, the parameters, optimizer states and pool replicated,
+        the gradient reductions inserted by XLA: the same sampled rows as one device, the
+        numbers equal to float rounding (tests/test_devices.py). Evaluation runs on each
+        process's first device (the same episodes in every process; process 0 writes them).
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` at its paper
         default (the single-task agent's). ``gamma`` set explicitly applies to every task;
         ``seed_steps`` and ``buffer_size`` have no role offline. ``learning_rate`` (a float or
@@ -165,7 +172,9 @@ class TDMPC2MultiTask:
                  host_block_updates: Optional[int] = None, post_update: Optional[UpdateHook] = None,
                  extensions: Sequence = (), devices=None, **hyperparameters):
         check_hyperparameters("TDMPC2MultiTask", hyperparameters, TDMPC2Config)
-        check_devices(devices)
+        #: where the updates run (:class:`~tdmpc2core.run.devices.DataParallel`): the global batch
+        #: split over its mesh (None: one device)
+        self.placement = DataParallel.build(devices, int(batch_size))
         self.devices, self.post_update = devices, post_update
         #: the extensions composed (:class:`tdmpc2core.extensions.ExtensionSet`), None without
         self.extensions = make_extension_set(extensions, post_update)
@@ -228,12 +237,12 @@ class TDMPC2MultiTask:
         self.data_placement = ("device" if self.device_budget_bytes is None
                                or self.pool_nbytes <= self.device_budget_bytes else "host")
         self._host_data = host
-        if self.data_placement == "device":
-            self.data = jax.device_put(host)
+        put = self.placement.replicate if self.placement.mesh is not None else jax.device_put
+        if self.data_placement == "device":  # on every device of the mesh (each process its own)
+            self.data = put(host)
         else:  # only the episode table, discounts and masks on the device; the rows stay here
             empty = lambda a: np.zeros((0,) + a.shape[1:], a.dtype)
-            self.data = jax.device_put(host._replace(obs=empty(host.obs), action=empty(host.action),
-                                                     reward=empty(host.reward)))
+            self.data = put(host._replace(obs=empty(host.obs), action=empty(host.action), reward=empty(host.reward)))
         #: updates per host block (bounded by HOST_BLOCK_BYTES of batches per transfer)
         self.host_block_updates = int(host_block_updates) if host_block_updates else None
 
@@ -300,10 +309,16 @@ class TDMPC2MultiTask:
         if exts is not None and exts.has("pretrain"):
             if "pretrain" not in self._fns:
                 self._fns["pretrain"] = per_seed(exts.pretrain, name="pretrain", compile_seconds=self.compile_seconds,
-                                                 devices=self.devices)
+                                                 devices=self.placement)
             agent, ext = self._fns["pretrain"](agent, ext, jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
-        return MultiTaskState(agent=agent, key=run_keys, seed=jnp.asarray(seeds, jnp.int32), metrics=metrics,
-                              ext=ext)
+        state = MultiTaskState(agent=agent, key=run_keys, seed=jnp.asarray(seeds, jnp.int32), metrics=metrics,
+                               ext=ext)
+        return self.place(state)
+
+    def place(self, state: MultiTaskState) -> MultiTaskState:
+        """``state`` replicated on every device of the placement's mesh (unchanged on one device;
+        a restored checkpoint's host arrays, whatever device count wrote it, go through here)."""
+        return self.placement.replicate(state) if self.placement.mesh is not None else state
 
     # ---- training (programs in :mod:`.multitask_sampling`) ------------------------------
     def _chunk(self) -> Compiled:
@@ -316,8 +331,9 @@ class TDMPC2MultiTask:
         """``n_updates`` more updates of every seed: one call of the compiled program (device
         path), or blocks of ``host_block_updates`` updates fed with batches gathered on the host
         (host path; the same numbers)."""
+        state = self.place(state)
         if self.data_placement == "device":
-            return self._chunk()(state, self.data, jnp.int32(n_updates))
+            return self._chunk()(state, self.data, self.placement.replicate(jnp.int32(n_updates)))
         return sampling.run_updates_host(self, state, int(n_updates))
 
     # ---- the host path (:mod:`.multitask_sampling`) -----------------------------------
@@ -458,7 +474,7 @@ class TDMPC2MultiTask:
         target Qs, both Adam states, the running scale, the update counter, the seeds' keys,
         the last metrics, and the history. The dataset is not saved (its SHA-256 is compared
         instead). Returns the :class:`~tdmpc2core.io.checkpoint.CheckpointInfo`."""
-        run = Run(tuple(int(s) for s in np.asarray(state.seed)), int(total_timesteps),
+        run = Run(tuple(int(s) for s in to_host(state.seed)), int(total_timesteps),
                   int(eval_every) if eval_every else None, int(eval_episodes),
                   (("log_every", int(log_every) if log_every else None),))
         return driver.save_checkpoint(self.program(), directory, state, history, run, keep=keep)
@@ -527,7 +543,7 @@ class TDMPC2MultiTask:
         Raises:
           ValueError: the agent was built without eval_envs.
         """
-        return mt_eval.evaluate(self, state, num_episodes)
+        return mt_eval.evaluate(self, local(state), num_episodes)
 
 
 @functools.lru_cache(maxsize=None)

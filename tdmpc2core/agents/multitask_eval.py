@@ -157,7 +157,7 @@ def act_program(agent, task: int, eval_mode: bool) -> Compiled:
         a, mean = plan(wm, params, obs, prev_mean, t0, eval_mode, gamma, key, e, mask)
         return a[:a_dim], mean
 
-    return per_seed(one, name="act", batched=False, devices=agent.devices)
+    return per_seed(one, name="act", batched=False, devices=agent.placement)
 
 
 def eval_program(agent, task: int, num_episodes: int) -> Compiled:
@@ -192,7 +192,7 @@ def eval_program(agent, task: int, num_episodes: int) -> Compiled:
         fn = episodes_of_seed(one_episode, num_episodes)
     else:
         fn = episodes_with_metrics(one_episode, num_episodes, functools.partial(eval_metrics_of, agent, task))
-    return per_seed(fn, name="eval", compile_seconds=agent.compile_seconds, devices=agent.devices)
+    return per_seed(fn, name="eval", compile_seconds=agent.compile_seconds, devices=agent.placement)
 
 
 def eval_metrics_of(agent, task: int, ext, params, episodes) -> dict:

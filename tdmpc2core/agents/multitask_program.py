@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from ..run.devices import to_host
 from ..run.driver import EvalField, RunProgram
 from .common import METRIC_KEYS
 
@@ -35,10 +36,10 @@ class OfflineProgram(RunProgram):
         return self.agent.init(seeds, total_steps)
 
     def state_tick(self, state) -> int:
-        return int(np.asarray(state.agent.updates)[0])
+        return int(to_host(state.agent.updates)[0])
 
     def state_seeds(self, state):
-        return [int(s) for s in np.asarray(state.seed)]
+        return [int(s) for s in to_host(state.seed)]
 
     def cuts(self, start_tick, end_tick, run):
         every = dict(run.extra).get("log_every")
@@ -50,7 +51,7 @@ class OfflineProgram(RunProgram):
     def chunk_record(self, state, rec, chunk, run):
         rec["chunk_updates"] = chunk.ticks
         for k in METRIC_KEYS:
-            rec[k] = np.asarray(state.metrics[k])
+            rec[k] = to_host(state.metrics[k])
         bad = [k for k in METRIC_KEYS if not np.all(np.isfinite(rec[k]))]
         if bad:
             raise FloatingPointError(f"non-finite training metrics {bad} after {rec['updates']} updates")
@@ -58,7 +59,7 @@ class OfflineProgram(RunProgram):
 
     def evaluate(self, state, tick, run) -> dict:
         res = self.agent.evaluate(state, run.eval_episodes)
-        return {"eval_updates": int(np.asarray(state.agent.updates)[0]),
+        return {"eval_updates": self.state_tick(state),
                 **{key: res[src] for key, src in self._eval_fields()}, **res["ext"]}
 
     def _eval_fields(self):

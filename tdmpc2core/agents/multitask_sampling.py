@@ -100,11 +100,13 @@ def device_chunk(agent) -> Compiled:
     ``n_updates`` updates of every seed, each sampling the device copy of the pool with the
     keys ``split(fold_in(state.key, updates))`` (sample, update)."""
     wm, B, H, hook = agent.wm, agent.cfg.batch_size, agent.cfg.horizon, update_hook(agent)
+    placement = agent.placement
 
     def single(st, data: DeviceData, n_updates):
         def step(_, agent_state):
             k_sample, k_update = jax.random.split(jax.random.fold_in(st.key, agent_state.updates))
-            batch = sample_slices(data, k_sample, B, H)
+            # every device draws the same rows; the batch is then split over the mesh
+            batch = placement.constrain(sample_slices(data, k_sample, B, H))
             return update(wm, agent_state, batch, data.gamma, k_update, data.masks)
 
         agent_state, metrics, ext = update_loop(n_updates, step, st.agent, st.metrics, hook, st.ext)
@@ -112,7 +114,7 @@ def device_chunk(agent) -> Compiled:
 
     # state batched over seeds (donated); the dataset and the update count unbatched
     return per_seed(single, name="chunk", compile_seconds=agent.compile_seconds, in_axes=(0, None, None),
-                    donate_argnums=(0,), devices=agent.devices)
+                    donate_argnums=(0,), devices=agent.placement)
 
 
 def block_updates(agent, n_seeds: int) -> int:
@@ -138,19 +140,19 @@ def index_program(agent) -> Compiled:
         us = u0 + jnp.arange(K, dtype=jnp.int32)
         return jax.vmap(lambda u: jax.vmap(lambda k: one(k, u, data))(keys))(us)
 
-    return per_seed(block, name="index", batched=False, static_argnums=(3,), devices=agent.devices)
+    return per_seed(block, name="index", batched=False, static_argnums=(3,), devices=agent.placement)
 
 
 def host_chunk(agent) -> Compiled:
     """The host path's training program (states [S, ...] donated, batches [K, S, ...], data,
     n_updates) -> states: the first ``n_updates`` of the block's updates, with the update keys
     of the device path."""
-    wm, hook = agent.wm, update_hook(agent)
+    wm, hook, placement = agent.wm, update_hook(agent), agent.placement
 
     def single(st, batches: Batch, data: DeviceData, n_updates):
         def step(j, agent_state):
             _, k_update = jax.random.split(jax.random.fold_in(st.key, agent_state.updates))
-            batch = jax.tree_util.tree_map(lambda x: x[j], batches)
+            batch = placement.constrain(jax.tree_util.tree_map(lambda x: x[j], batches))
             return update(wm, agent_state, batch, data.gamma, k_update, data.masks)
 
         agent_state, metrics, ext = update_loop(n_updates, step, st.agent, st.metrics, hook, st.ext)
@@ -158,13 +160,15 @@ def host_chunk(agent) -> Compiled:
 
     # batches [K, S, ...] -> per seed [K, ...]
     return per_seed(single, name="chunk", compile_seconds=agent.compile_seconds, in_axes=(0, 1, None, None),
-                    donate_argnums=(0,), devices=agent.devices)
+                    donate_argnums=(0,), devices=agent.placement)
 
 
 def host_batches(agent, keys, u0: int, K: int, n: int) -> Batch:
     """The batches of updates u0 .. u0+n-1, gathered on the host, zero-padded to K updates
     (one program shape; the padding is never read): Batch leaves [K, S, ...], numpy."""
-    idx, task = jax.device_get(agent._index_fn()(keys, jnp.int32(u0), agent.data, K))
+    from ..run.devices import local
+
+    idx, task = jax.device_get(agent._index_fn()(keys, jnp.int32(u0), local(agent.data), K))
     h = agent._host_data
     batch = gather_slices(np, h.obs, h.action, h.reward, idx[:n], task[:n])
     if n < K:
@@ -181,19 +185,22 @@ def run_updates_host(agent, state, n_updates: int):
 
     if n_updates <= 0:
         return state
-    u0 = int(np.asarray(state.agent.updates)[0])
-    S = int(np.asarray(state.seed).shape[0])
+    from ..run.devices import to_host
+
+    u0 = int(to_host(state.agent.updates)[0])
+    S = int(state.seed.shape[0])
     K = agent._block_updates(S)
-    keys = np.asarray(jax.device_get(state.key))  # a host copy: the state is donated to each block
+    keys = to_host(state.key)  # a host copy: the state is donated to each block
     blocks = [(u0 + b, min(K, n_updates - b)) for b in range(0, n_updates, K)]
     chunk = agent._chunk_host()
     box = [state]
 
     def prepare(u, n):  # in a background thread, while the previous block trains
-        return jax.block_until_ready(jax.device_put(agent._host_batches(keys, u, K, n)))
+        # time-major leaves [K, S, T, B, ...]: the batch axis (3) split over the mesh
+        return jax.block_until_ready(agent.placement.put_batches(agent._host_batches(keys, u, K, n), 3))
 
     def consume(block, batch):
-        box[0] = chunk(box[0], batch, agent.data, jnp.int32(block[1]))
+        box[0] = chunk(box[0], batch, agent.data, agent.placement.replicate(jnp.int32(block[1])))
         agent.host_timing["updates"] += block[1]
 
     feed(blocks, prepare, consume, agent.host_timing)

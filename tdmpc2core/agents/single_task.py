@@ -30,7 +30,8 @@ from ..model.config import TDMPC2Config, burst_tick, config_record, resolve_conf
 from ..model.planner import act_with_policy, plan
 from ..model.world_model import WorldModel
 from ..run import driver
-from ..run.compiled import check_devices, per_seed
+from ..run.compiled import per_seed
+from ..run.devices import SeedSharding
 from ..run.driver import Chunk, EvalField, Run, RunOptions, RunProgram
 from . import online
 from . import replay as rp
@@ -112,8 +113,13 @@ class TDMPC2:
         ``eval_metrics`` (at every evaluation, on the evaluation's episodes; in the history as
         ``ext/<extension>/<metric>`` [n_evals, n_seeds]). () (default): the programs without
         extensions. An unknown phase raises :class:`~tdmpc2core.extensions.UnknownPhaseError`.
-      devices: None (JAX's default device) or a list of one device; more raise ValueError
-        (multi-device runs: issue 28).
+      devices: where the seeds run (:class:`tdmpc2core.run.devices.SeedSharding`): None
+        (default: every visible device of this process when the number of seeds divides
+        evenly over them, else one), a device count, ``"all"``, a list of ``jax.Device`` or a
+        ``jax.sharding.Mesh``. With more than one device the seed axis is split over them
+        (``jax.shard_map``, no communication); each seed's numbers are the one-device run's
+        (tests/test_devices.py). A suite stepped on the host (dm_control, Meta-World,
+        MyoSuite) runs on one device: more than one raises ValueError.
       **hyperparameters: any field of :class:`~tdmpc2core.model.config.TDMPC2Config` (the official
         config.yaml names; ``lr`` is ``learning_rate``), each at its paper default. The
         ``model_size`` preset {1, 5, 19, 48, 317} fills enc_dim, mlp_dim, latent_dim,
@@ -158,7 +164,10 @@ class TDMPC2:
                  backend: Optional[str] = None, max_nonfinite: int = 10, post_update: Optional[UpdateHook] = None,
                  extensions: Sequence = (), devices=None, **hyperparameters):
         check_hyperparameters("TDMPC2", hyperparameters, TDMPC2Config)
-        check_devices(devices)
+        from ..run.devices import device_list
+
+        device_list(devices)  # a bad value raises before the env is built
+        #: the ``devices`` argument as given (:func:`tdmpc2core.run.devices.device_list`)
         self.devices = devices
         self.post_update = post_update
         #: the extensions composed (:class:`tdmpc2core.extensions.ExtensionSet`), None without
@@ -177,6 +186,8 @@ class TDMPC2:
             self.env = make_env(env_id, action_repeat=action_repeat, episode_length=episode_length,
                                 env_params=env_params, backend=backend)
         self.spec = self.env.spec
+        #: where the seeds run (:class:`~tdmpc2core.run.devices.SeedSharding`)
+        self.placement = SeedSharding(devices, host_stepped=bool(getattr(self.env, "steps_on_host", False)))
         self.episode_length = int(self.spec.episode_length)  # T, agent steps
         self.action_repeat = int(self.spec.action_repeat)
         user_cfg = TDMPC2Config(model_size=model_size, **hyperparameters)
@@ -246,7 +257,7 @@ class TDMPC2:
                 return rs
 
             fn = self._chunk_fns[("init", run_agent_steps)] = per_seed(
-                one, name="init", compile_seconds=self.compile_seconds, devices=self.devices)
+                one, name="init", compile_seconds=self.compile_seconds, devices=self.placement)
         return fn(keys)
 
     # ---- acting ----------------------------------------------------------------
@@ -287,7 +298,7 @@ class TDMPC2:
         fn = self._eval_fns.get(num_episodes)
         if fn is None:
             fn = self._eval_fns[num_episodes] = online.make_eval_fn(self, num_episodes, self.compile_seconds,
-                                                                    self.devices)
+                                                                    self.placement)
         n_seeds = jax.tree_util.tree_leaves(state.agent.params)[0].shape[0]
         seeds = list(range(n_seeds)) if seeds is None else list(seeds)
         keys = jnp.stack([eval_key(s, eval_index) for s in seeds])
@@ -302,7 +313,7 @@ class TDMPC2:
     def _chunk(self):
         """The compiled training chunk: (state, start tick, ticks) -> state (seeds vmapped)."""
         if "chunk" not in self._chunk_fns:
-            self._chunk_fns["chunk"] = online.make_chunk_fn(self, self.compile_seconds, self.devices)
+            self._chunk_fns["chunk"] = online.make_chunk_fn(self, self.compile_seconds, self.placement)
         return self._chunk_fns["chunk"]
 
     def program(self) -> "OnlineProgram":

@@ -181,6 +181,9 @@ class Env:
     spec: EnvSpec
     _token: Any = None  # hashable summary of user-supplied env params (None = defaults)
     _env_params: Any = None  # the settings as plain data (None = defaults); adapters set it
+    #: whether reset/step call a simulator on the host (``jax.pure_callback``: dm_control,
+    #: Meta-World, MyoSuite); such an env's programs run on one device (:mod:`tdmpc2core.run.devices`)
+    steps_on_host: bool = False
 
     # ----------------------------------------------------------------- settings
     @property

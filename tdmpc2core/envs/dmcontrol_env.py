@@ -270,6 +270,8 @@ class DMControlEnv(Env):
             ``MUJOCO_GL=egl`` or ``osmesa``).
     """
 
+    steps_on_host = True
+
     def __init__(self, env_id: str, *, action_repeat: int = 1, episode_length: int = 1000):
         if env_id not in DMCONTROL_ENVS:
             raise unknown_id_error(env_id)

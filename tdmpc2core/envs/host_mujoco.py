@@ -373,6 +373,8 @@ class HostMujocoEnv(Env):
     until the time limit).
     """
 
+    steps_on_host = True
+
     _host: MujocoHost
 
     def _build(self, env_id: str, make_host, suite: str, action_repeat: int, episode_length: int) -> None:

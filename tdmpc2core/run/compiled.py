@@ -15,7 +15,8 @@ Timings go into a dict the caller owns, ``{program name: {"trace_lower_s", "comp
 
 :func:`per_seed` is the one place the agents compile their programs: the training chunks,
 the evaluations, the initial states (``jax.jit(jax.vmap(fn))`` over the seed axis, or
-``jax.jit(fn)`` for a program that batches inside), on the devices it is given (today: one).
+``jax.jit(fn)`` for a program that batches inside), on the devices it is given
+(:mod:`tdmpc2core.run.devices`: one, or the seeds split over a mesh).
 """
 from __future__ import annotations
 
@@ -23,10 +24,6 @@ import time
 from typing import Callable, Optional, Sequence
 
 import jax
-
-#: the message for more than one device (the next issue's multi-device runs)
-MULTI_DEVICE_MESSAGE = "multi-device runs are not supported yet (issue 28)"
-
 
 def _signature(args) -> tuple:
     leaves, tree = jax.tree_util.tree_flatten(args)
@@ -44,6 +41,9 @@ class Compiled:
 
     ``static_argnums``: the positions ``jitted`` was made static on (hashable Python values,
     part of the signature; the executable is called without them)."""
+
+    #: the ``("seeds",)`` mesh the program was built for (:class:`ShardedSeeds`), None: one device
+    mesh = None
 
     def __init__(self, jitted: Callable, name: str, timings: dict, static_argnums: Sequence[int] = ()):
         self.jitted, self.name, self.timings = jitted, str(name), timings
@@ -74,36 +74,65 @@ class Compiled:
         return self.jitted.lower(*args)
 
 
-def check_devices(devices) -> None:
-    """Accept what :func:`per_seed` can place programs on today: None (JAX's default device)
-    or a sequence of exactly one ``jax.Device``.
+class ShardedSeeds:
+    """A per-seed program whose seed axis is split over devices when the run's
+    :class:`~tdmpc2core.run.devices.SeedSharding` gives a mesh for its seed count.
 
-    Raises:
-      ValueError: more than one device, a ``jax.sharding.Mesh`` of more than one device
-        (:data:`MULTI_DEVICE_MESSAGE`), or an empty sequence.
-      TypeError: something that is neither a device sequence nor a mesh.
-    """
-    if devices is None:
-        return
-    if isinstance(devices, jax.sharding.Mesh):
-        n = int(devices.devices.size)
-    elif isinstance(devices, (list, tuple)):
-        bad = [d for d in devices if not isinstance(d, jax.Device)]
-        if bad:
-            raise TypeError(f"devices: expected jax.Device entries, got {type(bad[0]).__name__}")
-        n = len(devices)
-    else:
-        raise TypeError(f"devices: expected None, a list of one jax.Device or a jax.sharding.Mesh, got "
-                        f"{type(devices).__name__}")
-    if n == 0:
-        raise ValueError("devices: an empty list; pass None (the default device) or one device")
-    if n > 1:
-        raise ValueError(f"devices: {n} devices given; {MULTI_DEVICE_MESSAGE}")
+    On each call the seed count S is read from the first argument mapped on axis 0; the mesh
+    of S seeds (None: one device) picks the program: ``jax.jit(vmap(fn))`` as without
+    sharding, or ``jax.jit(shard_map(vmap(fn)))`` over the ``("seeds",)`` mesh, the mapped
+    arguments split on their first axis and the others replicated, placed there before the
+    call. Each device runs the same per-seed program on its seeds, without communication."""
+
+    def __init__(self, body: Callable, in_axes, name: str, timings: dict, donate_argnums, placement):
+        self.body, self.in_axes, self.name, self.timings = body, in_axes, str(name), timings
+        self.donate_argnums, self.placement = tuple(donate_argnums), placement
+        self._programs: dict = {}
+
+    def _axes(self, n_args: int) -> tuple:
+        return tuple(self.in_axes) if isinstance(self.in_axes, (tuple, list)) else (self.in_axes,) * n_args
+
+    def program(self, *args) -> Compiled:
+        """The :class:`Compiled` program for ``args`` (its mesh chosen from their seed count)."""
+        axes = self._axes(len(args))
+        first = next(a for a, ax in zip(args, axes) if ax == 0)
+        n_seeds = int(jax.tree_util.tree_leaves(first)[0].shape[0])
+        mesh = self.placement.mesh_for(n_seeds)
+        key = None if mesh is None else tuple(d.id for d in mesh.devices.reshape(-1))
+        prog = self._programs.get(key)
+        if prog is None:
+            kw = {"donate_argnums": self.donate_argnums} if self.donate_argnums else {}
+            if mesh is None:
+                fn = self.body
+            else:
+                from jax.sharding import PartitionSpec as P
+
+                from .devices import SEED_AXIS
+
+                specs = tuple(P(SEED_AXIS) if ax == 0 else P() for ax in axes)
+                fn = jax.shard_map(self.body, mesh=mesh, in_specs=specs, out_specs=P(SEED_AXIS), check_vma=False)
+            prog = self._programs[key] = Compiled(jax.jit(fn, **kw), self.name, self.timings)
+            prog.mesh = mesh
+        return prog
+
+    def __call__(self, *args):
+        prog = self.program(*args)
+        if prog.mesh is not None and not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(args)):
+            from jax.sharding import NamedSharding, PartitionSpec as P
+
+            from .devices import SEED_AXIS
+
+            split, whole = NamedSharding(prog.mesh, P(SEED_AXIS)), NamedSharding(prog.mesh, P())
+            args = tuple(jax.device_put(a, split if ax == 0 else whole) for a, ax in zip(args, self._axes(len(args))))
+        return prog(*args)
+
+    def lower(self, *args):
+        return self.program(*args).lower(*args)
 
 
 def per_seed(fn: Callable, *, name: str, compile_seconds: Optional[dict] = None, in_axes=0,
              donate_argnums: Sequence[int] = (), static_argnums: Sequence[int] = (), batched: bool = True,
-             devices=None) -> Compiled:
+             devices=None):
     """The one place the agents compile a program: ``jax.jit(jax.vmap(fn, in_axes))`` (one seed
     per entry of the mapped axis; ``batched=False``: ``jax.jit(fn)``, for a program that maps
     inside) as a :class:`Compiled`, its compile seconds in ``compile_seconds[name]``.
@@ -112,28 +141,43 @@ def per_seed(fn: Callable, *, name: str, compile_seconds: Optional[dict] = None,
       fn: the program of one seed (or the whole program with ``batched=False``).
       name: the program's name in ``compile_seconds`` (``"init"``, ``"chunk"``, ``"eval"``...).
       compile_seconds: the caller's timings dict (None: a private one, not reported).
-      in_axes: ``jax.vmap``'s ``in_axes`` (0: every argument has the seed axis first).
+      in_axes: ``jax.vmap``'s ``in_axes`` (0: every argument has the seed axis first; each
+        entry 0 or None with a :class:`~tdmpc2core.run.devices.SeedSharding`).
       donate_argnums, static_argnums: as ``jax.jit`` (static arguments only with
         ``batched=False``).
-      devices: None (the default device) or one device; the next issue's meshes raise.
+      devices: where the program runs (:mod:`tdmpc2core.run.devices`): None (JAX's default
+        device; a multi-task :class:`~tdmpc2core.run.devices.DataParallel` program follows its
+        arguments' placement, which the agent makes), or a
+        :class:`~tdmpc2core.run.devices.SeedSharding` (batched programs only): a
+        :class:`ShardedSeeds` that splits the seeds over the devices its mesh gives.
     Returns:
-      a :class:`Compiled` that compiles per input signature; the same program and numbers as
-      calling the ``jax.jit`` function.
+      a :class:`Compiled` (or :class:`ShardedSeeds`) that compiles per input signature; the
+      same program and numbers as calling the ``jax.jit`` function.
     Raises:
-      ValueError: more than one device (:func:`check_devices`), or ``static_argnums`` with
-        ``batched=True``.
+      ValueError: ``static_argnums`` with ``batched=True``.
+      TypeError: ``devices`` that is not None or a placement of :mod:`tdmpc2core.run.devices`.
     """
-    check_devices(devices)
+    from .devices import DataParallel, SeedSharding
+
+    if devices is not None and not isinstance(devices, (SeedSharding, DataParallel)):
+        raise TypeError(f"per_seed({name!r}): devices must be None, a SeedSharding or a DataParallel placement "
+                        f"(tdmpc2core.run.devices), got {type(devices).__name__}")
     if static_argnums and batched:
         raise ValueError(f"per_seed({name!r}): static_argnums need batched=False (vmap maps every argument)")
     body = jax.vmap(fn, in_axes=in_axes) if batched else fn
+    timings = {} if compile_seconds is None else compile_seconds
+    if isinstance(devices, SeedSharding) and batched:
+        axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,)
+        if any(ax not in (0, None) for ax in axes):
+            raise ValueError(f"per_seed({name!r}): a seed-sharded program maps arguments on axis 0 or not at all, "
+                             f"got in_axes={in_axes!r}")
+        return ShardedSeeds(body, in_axes, name, timings, donate_argnums, devices)
     kw = {}
     if donate_argnums:
         kw["donate_argnums"] = tuple(donate_argnums)
     if static_argnums:
         kw["static_argnums"] = tuple(static_argnums)
-    return Compiled(jax.jit(body, **kw), name, {} if compile_seconds is None else compile_seconds,
-                    static_argnums=static_argnums)
+    return Compiled(jax.jit(body, **kw), name, timings, static_argnums=static_argnums)
 
 
 def per_program(timings: dict) -> dict:
@@ -146,4 +190,4 @@ def total_seconds(timings: dict) -> float:
     return float(sum(r["trace_lower_s"] + r["compile_s"] for r in timings.values()))
 
 
-__all__ = ["Compiled", "per_seed", "check_devices", "MULTI_DEVICE_MESSAGE", "per_program", "total_seconds"]
+__all__ = ["Compiled", "ShardedSeeds", "per_seed", "per_program", "total_seconds"]

@@ -33,11 +33,13 @@ import math
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from ..io import checkpoint as ck
+from . import devices
 
 _log = logging.getLogger("tdmpc2core")
 UNSET = object()
@@ -554,6 +556,10 @@ def save_checkpoint(program: RunProgram, directory, state, history: Optional[dic
 
     tick = program.state_tick(state)
     step = tick * program.steps_per_tick
+    if not devices.is_primary():  # one writer in a multi-process job: process 0 (same state everywhere)
+        path = Path(directory) / ck.checkpoint_name(step)
+        return ck.CheckpointInfo(path=path, step=step, bytes=0, seconds=0.0)
+    state = devices.local(state)  # a replicated state read from this process's copy
     hist = working_history(program, history)
     host = history_to_arrays(program, hist, len(run.seeds), run.eval_episodes)
     meta = {program.unit_key: step, "tick": tick, **program.meta(state, tick), "evaluations": len(hist["evals"]),
@@ -839,7 +845,9 @@ class _Call:
                 and (tick * self.n) // self.every > (self.last_saved * self.n) // self.every)
 
     def stop_if_asked(self, tick: int) -> None:
-        if self.opts.should_stop is not None and self.opts.should_stop():
+        # one process asked (a signal to one task of a job) stops every process, here, together
+        asked = self.opts.should_stop is not None and self.opts.should_stop()
+        if devices.any_process(asked):
             info = None
             if self.ckdir is not None:
                 info = self.saved if self.last_saved == tick and self.saved is not None else self.save(tick)
@@ -866,7 +874,8 @@ class _Call:
             stop_at = b
             if self.ckdir is not None and self.every is not None:  # the next checkpoint's tick
                 stop_at = min(b, -(-((tick * n) // self.every + 1) * self.every // n))
-            k = self.sizer.ticks(chunk.phase, stop_at - tick)
+            # every process of a multi-process job calls the program with process 0's count
+            k = devices.agree(self.sizer.ticks(chunk.phase, stop_at - tick))
             t0 = time.perf_counter()
             self.state = self.program.advance(self.state, tick, k)
             dt = time.perf_counter() - t0

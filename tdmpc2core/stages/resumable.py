@@ -18,6 +18,8 @@ Not a stage itself (``tdmpc2core/cli.py`` lists the stages).
 """
 from __future__ import annotations
 
+import argparse
+
 import contextlib
 import logging
 import signal
@@ -157,6 +159,57 @@ def add_checkpoint_arguments(p, unit: str, every_default_help: str) -> None:
                    help="at most this many seconds between progress lines (default 60)")
 
 
+def device_value(text: str):
+    """``--devices``: ``auto`` (None), ``all`` or a device count (:func:`tdmpc2core.run.devices.device_list`)."""
+    t = str(text).strip().lower()
+    if t in ("auto", "all"):
+        return None if t == "auto" else "all"
+    if t.isdigit() and int(t) >= 1:
+        return int(t)
+    raise argparse.ArgumentTypeError(f"--devices {text!r}: accepted auto, all or a device count >= 1")
+
+
+def add_device_arguments(p, processes: bool) -> None:
+    """``--devices`` of a training stage and, with ``processes``, the options of a job that spans
+    processes (:func:`tdmpc2core.run.devices.initialize_distributed`; under SLURM's ``srun`` none
+    is needed: jax.distributed reads the job's environment)."""
+    p.add_argument("--devices", type=device_value, default=None,
+                   help="devices of this job: auto (default: every visible device when the work divides evenly "
+                        "over them, else one), all, or a count (the first N)")
+    if not processes:
+        return
+    p.add_argument("--coordinator", default=None,
+                   help="host:port of process 0's jax.distributed coordinator, for a job of several processes "
+                        "started by hand (default: from SLURM's environment inside `srun` with several tasks)")
+    p.add_argument("--num-processes", type=int, default=None, help="processes of the job (with --coordinator)")
+    p.add_argument("--process-id", type=int, default=None, help="this process's index (with --coordinator)")
+    p.add_argument("--distributed-timeout", type=int, default=300,
+                   help="seconds to wait for every process of the job to join (default 300)")
+    p.add_argument("--local-device-count", type=int, default=None,
+                   help="fake CPU devices per process (tests of multi-device runs on a CPU; default: the real devices)")
+
+
+def join_processes(args, log: Callable[[str], None]) -> bool:
+    """Join jax.distributed when the job spans processes (before anything touches a device):
+    from ``--coordinator`` or SLURM's environment; True in a multi-process job (logged)."""
+    from ..run import devices
+
+    if getattr(args, "local_device_count", None) and not getattr(args, "coordinator", None) \
+            and not devices.in_slurm_step():
+        devices.use_fake_cpu_devices(int(args.local_device_count))
+    multi = devices.initialize_distributed(devices.DistributedSettings(
+        coordinator=getattr(args, "coordinator", None), num_processes=getattr(args, "num_processes", None),
+        process_id=getattr(args, "process_id", None),
+        initialization_timeout=int(getattr(args, "distributed_timeout", 300) or 300),
+        local_device_count=getattr(args, "local_device_count", None)))
+    if multi:
+        import jax
+
+        log(f"process {jax.process_index()} of {jax.process_count()}: {jax.local_device_count()} local of "
+            f"{jax.device_count()} {jax.devices()[0].platform} devices")
+    return multi
+
+
 def add_logger_arguments(p) -> None:
     """The logger options of a training stage (the workflow's top-level ``logger`` block,
     tdmpc2core.pipeline.config.Pipeline.logger_flags)."""
@@ -264,6 +317,9 @@ def train_session(train: Callable[..., Any], *, attempt, log: Callable[[str], No
         try:
             return train(should_stop=stop.should_stop)
         except TrainingInterrupted as exc:
+            if stop.signum is None:  # another process of the job was signalled: all stop together
+                stop.signum = signal.SIGTERM
+                log("another process of the job received a signal: stopping with it")
             info = exc.checkpoint
             where = (f"checkpoint {info.path} ({info.bytes / 1e6:.1f} MB, {info.seconds:.1f} s); "
                      "rerun the same command to resume" if info is not None else "no checkpoint (no --checkpoint-dir)")

@@ -33,8 +33,9 @@ from typing import Optional
 
 from .spec import parse_spec as _parse_spec
 
-from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, add_logger_arguments, close_checkpoint_dir,
-                        close_loggers, hms, job_loggers, library_log, open_checkpoint_dir, train_session)
+from .resumable import (FOLDER_IN_USE, SignalStop, add_checkpoint_arguments, add_device_arguments,
+                        add_logger_arguments, close_checkpoint_dir, close_loggers, hms, job_loggers, join_processes,
+                        library_log, open_checkpoint_dir, train_session)
 
 SPEC_KEYS = {"updates", "batch_size", "eval_every", "eval_episodes", "log_every", "agent", "return_ranges",
              "backend", "eval_tasks", "device_budget_bytes", "extensions"}
@@ -51,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outdir", required=True, help="results/multi/{pool}/size{model_size}")
     add_checkpoint_arguments(p, "updates", "only when stopped by a signal and at the end")
     add_logger_arguments(p)
+    add_device_arguments(p, processes=True)
 
 
 def parse_spec(text: str) -> dict:
@@ -63,8 +65,14 @@ def run(args) -> int:
 
     prefix = f"[train-multi {args.pool} size{args.model_size}]"
     log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
+    from ..run import devices
     from ..run.lock import FolderInUseError, exclusive_folder
 
+    if join_processes(args, log):  # a job of several processes: before anything touches a device
+        prefix = f"[train-multi {args.pool} size{args.model_size} p{devices.process_index()}]"
+        if not devices.is_primary():
+            with library_log(prefix):
+                return _follow(args, spec, log)
     with library_log(prefix):  # checkpoints written, resumes: into this job's log
         try:
             # one writer per checkpoint folder (a resubmitted job while the first still runs)
@@ -95,7 +103,7 @@ def _make_agent(args, spec: dict, log):
             raise ValueError(f"spec eval_tasks: {bad or 'empty'}: each must be a task of {args.dataset} with an "
                              f"env_id; evaluable: {[t.name for t in dataset.tasks if t.env_id]}")
         eval_envs = [t.env_id if t.name in spec["eval_tasks"] else None for t in dataset.tasks]
-    agent = TDMPC2MultiTask(dataset, eval_envs=eval_envs, model_size=args.model_size,
+    agent = TDMPC2MultiTask(dataset, eval_envs=eval_envs, model_size=args.model_size, devices=getattr(args, "devices", None),
                             return_ranges=spec.get("return_ranges"), backend=spec.get("backend"),
                             device_budget_bytes=spec.get("device_budget_bytes"),
                             extensions=make_extensions(spec.get("extensions") or []), **agent_kwargs)
@@ -110,6 +118,8 @@ def _make_agent(args, spec: dict, log):
         f"evaluated: {agent.eval_task_names}; obs {agent.obs_dim}, action {agent.action_dim} "
         f"(padded), task_dim {agent.task_dim}, batch {agent.cfg.batch_size}, discounts "
         + ", ".join(f"{n} {g:.3f}" for n, g in agent.task_gammas.items())
+        + f"; {agent.placement.n_devices} device(s)"
+        + (f" (batch split over {dict(agent.placement.mesh.shape)})" if agent.placement.mesh is not None else "")
         + f"; seeds {list(args.seeds)}, {int(spec['updates'])} updates, evaluation every "
           f"{int(spec.get('eval_every', 0)) or None} updates"
         + (f"; extensions {spec['extensions']}" if spec.get("extensions") else ""))
@@ -188,6 +198,7 @@ def _run(args, spec: dict, log) -> int:
     # folder starts a new list); run.json gets every attempt of a resumed run
     attempt = attempts.begin(ckdir, "updates")
     open_checkpoint_dir(ckdir, log)  # a finished run's folder is cleared: a forced rerun trains anew
+    _barrier("checkpoint folder opened")  # the other processes of a job resume from it after this
 
     prog = _Progress(log, agent.eval_task_names, updates, args.progress_seconds)
     eval_episodes = int(spec.get("eval_episodes", 10))
@@ -228,6 +239,41 @@ def _run(args, spec: dict, log) -> int:
     return 0
 
 
+def _barrier(name: str) -> None:
+    """Every process of a multi-process job waits here (nothing in a one-process job)."""
+    from ..run import devices
+
+    if devices.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def _follow(args, spec: dict, log) -> int:
+    """A process other than 0 of a multi-process job: the same agent and the same ``train`` call
+    (every program is a collective of the job), no outputs, checkpoints, attempt records or
+    loggers (process 0 writes them); 143 when the job was stopped by a signal (to any process),
+    with process 0's checkpoint."""
+    from ..run.driver import TrainingInterrupted
+
+    dataset, agent = _make_agent(args, spec, log)
+    updates = int(spec["updates"])
+    _barrier("checkpoint folder opened")  # process 0 has cleared or kept the folder
+    with SignalStop(log, args.checkpoint_dir is not None) as stop:
+        try:
+            agent.train(seed=list(args.seeds), n_timesteps=updates, total_timesteps=updates,
+                        eval_every=int(spec.get("eval_every", 0)) or None,
+                        eval_episodes=int(spec.get("eval_episodes", 10)),
+                        log_every=int(spec.get("log_every", 0)) or None, max_chunk_seconds=args.max_chunk_seconds,
+                        checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
+                        keep_checkpoints=args.keep_checkpoints, progress_bar=False, should_stop=stop.should_stop)
+        except TrainingInterrupted as exc:
+            log(f"stopped with the job at {exc.step}/{updates} updates (process 0 wrote the checkpoint)")
+            return stop.exit_code if stop.signum is not None else 128 + 15
+    log(f"done: {updates} updates (process 0 writes the outputs)")
+    return 0
+
+
 def _write_outputs(args, spec: dict, seeds: list, outdir: Path, dataset, agent, state, hist: dict,
                    eval_episodes: int, session: dict) -> Optional[dict]:
     """eval.parquet, metrics.parquet and, last, run.json (docs/artifacts.md, "Multi-task run");
@@ -258,9 +304,11 @@ def _run_json(args, spec: dict, seeds: list, dataset, agent, state, hist: dict, 
     from ..run.compiled import per_program
     from . import outputs
 
+    from ..run import devices
+
     names = agent.eval_task_names
     records = hist["chunks"]
-    params0 = jax.tree_util.tree_map(lambda x: x[0], state.agent.params)
+    params0 = jax.tree_util.tree_map(lambda x: x[0], devices.to_host(state.agent.params))
     final = None
     if len(hist["eval_updates"]):
         final = {"updates": int(hist["eval_updates"][-1]),
@@ -286,5 +334,6 @@ def _run_json(args, spec: dict, seeds: list, dataset, agent, state, hist: dict, 
         "matmul_precision": outputs.matmul_precision_note(agent.config["matmul_precision"], prov["platform"]),
         "code_version": code_version("train_multi"),  # the rerun_on_code_change check (pipeline/codeversion.py)
         "compile_seconds": per_program(agent.compile_seconds), "compile_detail": agent.compile_seconds,
+        "devices": devices.record(agent.placement),  # device and process counts, the mesh
         **session,
     }

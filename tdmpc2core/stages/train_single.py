@@ -35,8 +35,9 @@ from pathlib import Path
 
 from .spec import parse_spec as _parse_spec
 
-from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, add_logger_arguments, close_checkpoint_dir,
-                        close_loggers, hms, job_loggers, library_log, open_checkpoint_dir, train_session)
+from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, add_device_arguments, add_logger_arguments,
+                        close_checkpoint_dir, close_loggers, hms, job_loggers, library_log, open_checkpoint_dir,
+                        train_session)
 
 SPEC_KEYS = {"env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes",
              "agent", "n_envs", "backend", "allow_evicted", "env_params", "extensions"}
@@ -51,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outdir", required=True, help="results/single/{task}")
     add_checkpoint_arguments(p, "agent steps", "only when stopped by a signal and at the end")
     add_logger_arguments(p)
+    add_device_arguments(p, processes=False)
 
 
 def parse_spec(text: str) -> dict:
@@ -125,7 +127,7 @@ class _Progress:
             self.log(self.status(rec["agent_steps"], self.total, rec["phase"], rec["agent_steps_per_s"]))
 
 
-def _make_agent(spec: dict, seeds: list, log):
+def _make_agent(spec: dict, seeds: list, log, devices=None):
     """The agent of ``spec`` (its env built with the spec's ``env_params``), its run length in
     agent steps, logged."""
     from ..agents.single_task import TDMPC2
@@ -136,13 +138,15 @@ def _make_agent(spec: dict, seeds: list, log):
                    episode_length=int(spec.get("episode_length", 1000)),
                    action_repeat=(None if spec.get("action_repeat") is None else int(spec["action_repeat"])),
                    env_params=spec.get("env_params") or None, backend=spec.get("backend"),
-                   extensions=make_extensions(spec.get("extensions") or []), **spec.get("agent", {}))
+                   extensions=make_extensions(spec.get("extensions") or []), devices=devices, **spec.get("agent", {}))
     n_timesteps = int(spec["agent_steps"])
+    mesh = agent.placement.mesh_for(len(seeds))
     log(f"env {spec['env_id']}: T={agent.episode_length} agent steps, action_repeat={agent.action_repeat}, "
         f"gamma={agent.gamma:.4f}, seed_steps={agent.seed_steps}, seeds={seeds}, {n_timesteps} agent steps"
         + (", episodic (termination head)" if agent.episodic else "")
         + (f", extensions {spec['extensions']}" if spec.get("extensions") else "")
-        + f"; env settings: {describe(agent.env.env_params)} (in effect: {describe(agent.env.effective_settings)})")
+        + f"; env settings: {describe(agent.env.env_params)} (in effect: {describe(agent.env.effective_settings)})"
+        + ("; one device" if mesh is None else f"; seeds split over {mesh.devices.size} devices"))
     return agent, n_timesteps
 
 
@@ -160,7 +164,7 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     from ..io import attempts, provenance
     from ..run.compiled import per_program
 
-    agent, n_timesteps = _make_agent(spec, seeds, log)
+    agent, n_timesteps = _make_agent(spec, seeds, log, getattr(args, "devices", None))
     spec = effective_spec(spec, agent)  # the episode length actually used, in run.json and the run id
     for seed in seeds:  # a stale marker of completeness must not outlive a run that fails
         (outdir / f"seed{seed}" / "run.json").unlink(missing_ok=True)
@@ -248,6 +252,7 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
 
     from ..pipeline.codeversion import code_version
     from ..run.compiled import per_program
+    from ..run.devices import record as device_record
     from . import outputs
 
     n_timesteps, prov, ckdir = session["n_timesteps"], session["provenance"], session["ckdir"]
@@ -266,6 +271,7 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
         "matmul_precision": outputs.matmul_precision_note(agent.config["matmul_precision"], prov["platform"]),
         "code_version": code_version("train_single"),  # the rerun_on_code_change check (pipeline/codeversion.py)
         "compile_seconds": per_program(agent.compile_seconds),
+        "devices": device_record(agent.placement.mesh_for(len(seeds))),  # device and process counts, the mesh
         "compile_detail": agent.compile_seconds, "wall_seconds": session["wall"],
         "training_wall_seconds_all_sessions": hist["wall_seconds"],
         "resumed_from_agent_steps": session["started_at"] or None,
