@@ -114,6 +114,14 @@ def multitask_checks(ckdir: str) -> dict:
     except ValueError as e:
         out["mt_batch_10_on_4"] = str(e)
     out["mt_batch_10_default"] = TDMPC2MultiTask(ds, batch_size=10, **MT).placement.n_devices
+    # the multi-GPU benchmark's harness on these compiled agents (benchmarks/multi_device.py)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import multi_device
+
+    rows = [multi_device.measure_agent(a, updates=5, repeats=2) for a in (one, four)]
+    bench = os.path.join(os.path.dirname(ckdir), "multi_device.json")
+    multi_device.write(bench, rows, reduced=True, argv=["(tests)"])
+    out["bench"] = bench
     return out
 
 

@@ -143,6 +143,21 @@ def test_multitask_batch_split_over_four_devices_equals_one_device_and_resumes_o
     assert r["mt_batch_10_default"] == 1
 
 
+def test_multi_device_benchmark_harness_measures_the_compiled_agents(four_devices):
+    """benchmarks/multi_device.py's reduced form: its measurement and tables on the 1- and
+    4-device agents of the checks above (compiled there)."""
+    data = json.loads(Path(four_devices["bench"]).read_text())
+    assert data["meta"]["reduced"] is True and data["meta"]["visible_devices"] == 4
+    rows = {r["devices"]: r for r in data["results"]}
+    assert set(rows) == {1, 4}
+    assert rows[1]["all_reduces"] == 0 and rows[4]["all_reduces"] > 0
+    assert rows[1]["scaling_efficiency"] == 1.0 and rows[4]["speedup"] > 0
+    assert abs(rows[4]["scaling_efficiency"] - rows[4]["speedup"] / 4) < 1e-12
+    assert all(r["updates_per_s"] > 0 for r in rows.values())
+    md = Path(four_devices["bench"]).with_suffix(".md").read_text()
+    assert "| model size | devices | updates/s | speedup | scaling efficiency |" in md and "REDUCED CPU form" in md
+
+
 # ------------------------------------------------------------------ two processes
 MT_UPDATES, MT_EVERY = 300, 50  # over gloo a tiny update takes ~75 ms: SIGTERM lands mid-run
 

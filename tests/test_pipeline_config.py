@@ -397,6 +397,44 @@ def test_cluster_arithmetic():
                                       "(cluster.max_job_minutes): up to 2 jobs each, 3 retries")}
 
 
+def test_cluster_devices_nodes_and_processes_of_the_training_jobs():
+    """cluster.devices / multitask_nodes / multitask_tasks_per_node (issue 28): what the jobs
+    ask the SLURM executor for and how the multi-task job's shell starts its processes."""
+    one = resolve(merged()).cluster
+    assert (one.devices, one.multitask_processes) == ("auto", 1)
+    assert one.multitask_resources(2) == {"gpu": 2} and one.multitask_launcher() == "exec"
+    c = resolve(merged(cluster={"devices": 2, "multitask_nodes": 2, "multitask_tasks_per_node": 4})).cluster
+    assert c.devices == "2" and c.multitask_processes == 8
+    res = c.multitask_resources(4)
+    assert res == {"gpu": 0, "mpi": "srun", "nodes": 2, "tasks_per_node": 4, "gres": "gpu:4", "tasks_per_gpu": 1}
+    assert c.multitask_launcher().endswith("exec srun --ntasks=8 --kill-on-bad-exit=1")
+    assert "need a SLURM job" in c.multitask_launcher()  # a local run is refused with the reason
+    per_node = resolve(merged(cluster={"multitask_nodes": 3})).cluster
+    assert per_node.multitask_resources(1) == {"gpu": 0, "mpi": "srun", "nodes": 3, "tasks": 3, "gres": "gpu:1",
+                                               "tasks_per_gpu": 1}
+    # the executor's sbatch call of that multi-node job (the profile's plugin, its own code)
+    submit = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
+
+    class Res(dict):
+        __getattr__ = dict.__getitem__
+
+    class Job:
+        threads = 1
+        resources = Res(res, runtime=60, mem_mb=4000, slurm_extra=c.slurm_extra)
+
+    call = submit.get_submit_command(Job(), dict(run_uuid="u", slurm_logfile="l", comment_str="c", account="",
+                                                 partition="", workdir=None))
+    assert "--nodes=2" in call and "--ntasks-per-node=4" in call and "--ntasks-per-gpu=1" in call, call
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    assert set_gres_string(Job()).strip() == "--gres=gpu:4"  # per node, no job-wide --gpus
+    # the schema: auto, all or a count >= 1; nodes and tasks per node >= 1
+    for bad in (0, "gpus", 1.5):
+        assert _schema_error(merged(cluster={"devices": bad})).validator in ("oneOf", "enum", "minimum", "type")
+    for key in ("multitask_nodes", "multitask_tasks_per_node"):
+        assert _schema_error(merged(cluster={key: 0})).validator == "minimum"
+
+
 # --------------------------------------------------------------------------- workflow size
 def test_python_lines_counter():
     text = ('import os\n\n# a comment\nX = 1\n\n\nrule a:\n    input:\n        "x",\n    shell:\n        "y"\n\n'

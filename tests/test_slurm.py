@@ -467,3 +467,76 @@ def test_profile_on_a_real_slurm_submits_training_only_and_resumes_a_preempted_j
     assert_same_results(resumed, uninterrupted)
     print(f"\nreal SLURM: uninterrupted run {t1 - t0:.0f} s, preempted + resumed job {time.time() - t1:.0f} s, "
           f"load {os.getloadavg()[0]:.1f}")
+
+
+# ------------------------------------------------------------------ a multi-process multi-task job
+MT_SLURM_UPDATES = 60
+
+
+def _train_multi_cmd(pool: Path, outdir: Path, ckdir: Path, *extra) -> list:
+    from test_checkpoint import MT_AGENT, MT_RANGES
+
+    spec = {"updates": MT_SLURM_UPDATES, "batch_size": 16, "agent": MT_AGENT, "return_ranges": MT_RANGES,
+            "eval_every": MT_SLURM_UPDATES, "eval_episodes": 1}
+    return [sys.executable, "-m", "tdmpc2core.cli", "train-multi", "--pool", "p", "--model-size", "1",
+            "--dataset", str(pool), "--spec", json.dumps(spec), "--seeds", "0", "1", "--outdir", str(outdir),
+            "--checkpoint-dir", str(ckdir), "--max-chunk-seconds", "0.2", *extra]
+
+
+@pytest.mark.slow
+def test_a_multitask_job_of_two_srun_tasks_joins_through_slurm_and_equals_one_process(slurm_cluster, tmp_path):
+    """sbatch --ntasks=2, the job's shell starting the trainer as the workflow's multi-task rule
+    does with cluster.multitask_tasks_per_node: 2 (Cluster.multitask_launcher: srun); each task
+    has 2 fake CPU devices and joins jax.distributed from SLURM's environment (no coordinator
+    given). Its outputs, written once by process 0, equal a one-process run's within the
+    multi-device tolerance (tests/test_devices.py)."""
+    import shlex
+
+    import pandas as pd
+    from test_checkpoint import mt_pool
+    from test_devices import TOL
+
+    from tdmpc2core.dataset import save_dataset
+    from tdmpc2core.io import checkpoint as ck
+    from tdmpc2core.pipeline.cluster import Cluster
+
+    pool = tmp_path / "pool.parquet"
+    save_dataset(mt_pool(), pool)
+    cluster = Cluster(max_job_minutes=30, stop_lead_seconds=60, slurm_extra="", gpu_mem_fraction=0.5,
+                      gpu_preallocate=False, threads_per_job=1, multitask_nodes=1, multitask_tasks_per_node=2)
+    assert cluster.multitask_resources(0) == {"gpu": 0, "mpi": "srun", "nodes": 1, "tasks_per_node": 2}
+    env = clean_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(Path(__file__).parent)])
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    env["JAX_PLATFORMS"] = "cpu"
+    cmd = shlex.join(_train_multi_cmd(pool, tmp_path / "slurm", tmp_path / "ck_slurm"))
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\n{cluster.multitask_launcher()} {cmd}\n")
+    res = subprocess.run(["sbatch", "--parsable", "--wait", "--ntasks-per-node=2", "--nodes=1", "--cpus-per-task=1",
+                          "--mem=6000", f"--output={tmp_path}/job.log", str(script)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=900)
+    log = (tmp_path / "job.log").read_text() if (tmp_path / "job.log").exists() else ""
+    assert res.returncode == 0, res.stderr[-2000:] + log[-6000:]
+    assert "process 0 of 2: 2 local of 4 cpu devices" in log and "process 1 of 2" in log, log[-4000:]
+    assert "done: 60 updates (process 0 writes the outputs)" in log
+    run = json.loads((tmp_path / "slurm/run.json").read_text())
+    assert run["devices"] == {"device_count": 4, "process_count": 2, "mesh": {"data": 4}, "platform": "cpu"}
+    # the same job in one process, one device, outside SLURM
+    env1 = {k: v for k, v in env.items() if k != "XLA_FLAGS"}
+    one = subprocess.run(_train_multi_cmd(pool, tmp_path / "one", tmp_path / "ck_one", "--devices", "1"),
+                         cwd=tmp_path, env=env1, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    a, b = pd.read_parquet(tmp_path / "slurm/eval.parquet"), pd.read_parquet(tmp_path / "one/eval.parquet")
+    assert list(a.columns) == list(b.columns) and len(a) == len(b) == 2 * 2  # 2 seeds x 2 evaluations, once
+    first = a["updates"] == 0  # the same initial parameters: the same evaluation before training
+    np.testing.assert_array_equal(a[first]["return"].to_numpy(), b[first]["return"].to_numpy())
+    from test_checkpoint import mt_agent
+
+    agent = mt_agent()  # the stage's agent: its checkpoints read back as global arrays
+    sa, _, _ = agent.restore(ck.latest_checkpoint(tmp_path / "ck_slurm"))
+    sb, _, _ = agent.restore(ck.latest_checkpoint(tmp_path / "ck_one"))
+    import jax
+
+    diffs = [float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
+             for x, y in zip(jax.tree_util.tree_leaves(sa.agent.params), jax.tree_util.tree_leaves(sb.agent.params))]
+    assert int(np.asarray(sa.agent.updates)[0]) == MT_SLURM_UPDATES and max(diffs) <= TOL, max(diffs)

@@ -23,8 +23,11 @@ class Cluster:
     """The ``cluster`` block resolved: ``max_job_minutes`` (longest --time of one job, minutes),
     ``stop_lead_seconds`` (SIGTERM that long before a job's limit), ``slurm_extra`` (the training
     jobs' sbatch options: --signal=TERM@<stop_lead_seconds>, then the config's own),
-    ``gpu_mem_fraction`` and ``gpu_preallocate`` (a GPU job's JAX memory settings) and
-    ``threads_per_job`` (a job's CPU threads unless its resources set ``threads``)."""
+    ``gpu_mem_fraction`` and ``gpu_preallocate`` (a GPU job's JAX memory settings),
+    ``threads_per_job`` (a job's CPU threads unless its resources set ``threads``), ``devices``
+    (each training job's ``--devices``: auto, all or a count; tdmpc2core.run.devices) and the
+    multi-task job's ``multitask_nodes`` and ``multitask_tasks_per_node`` (processes per node,
+    one per GPU; more than one process in all: a multi-process job started with ``srun``)."""
 
     max_job_minutes: int
     stop_lead_seconds: int
@@ -32,6 +35,47 @@ class Cluster:
     gpu_mem_fraction: float
     gpu_preallocate: bool
     threads_per_job: int
+    devices: str = "auto"
+    multitask_nodes: int = 1
+    multitask_tasks_per_node: int = 1
+
+    @property
+    def multitask_processes(self) -> int:
+        """Processes of a multi-task job: nodes x tasks per node (one per GPU)."""
+        return self.multitask_nodes * self.multitask_tasks_per_node
+
+    def multitask_resources(self, gpu: int) -> dict:
+        """The multi-task job's GPU and process resources for the SLURM executor, ``gpu`` being
+        its GPUs per node (``multitask.resources.gpu``).
+
+        One process: ``{"gpu": gpu}`` (``sbatch --gpus``). Several (nodes x tasks per node):
+        the executor's multi-process job (``mpi: srun``, ``nodes``, ``tasks_per_node`` or, one
+        process per node, ``tasks``), its GPUs as ``gres: gpu:<gpu>`` per node with one task
+        per GPU (``tasks_per_gpu: 1``) instead of ``--gpus`` (a job-wide count SLURM could spread
+        unevenly); the shell starts the processes with ``srun`` (:meth:`multitask_launcher`) and
+        each joins jax.distributed from SLURM's environment."""
+        gpu = int(gpu)
+        if self.multitask_processes == 1:
+            return {"gpu": gpu}
+        out = {"gpu": 0, "mpi": "srun", "nodes": self.multitask_nodes}
+        if self.multitask_tasks_per_node > 1:
+            out["tasks_per_node"] = self.multitask_tasks_per_node
+        else:
+            out["tasks"] = self.multitask_processes
+        if gpu:
+            out.update(gres=f"gpu:{gpu}", tasks_per_gpu=1)
+        return out
+
+    def multitask_launcher(self) -> str:
+        """How the multi-task job's shell starts the trainer: ``exec`` (one process) or ``srun``
+        with the job's tasks (several processes; refused outside a SLURM allocation, where no
+        ``srun`` can start them)."""
+        if self.multitask_processes == 1:
+            return "exec"
+        n = self.multitask_processes
+        return (f'if [ -z "${{SLURM_JOB_ID:-}}" ]; then echo "cluster.multitask_nodes x multitask_tasks_per_node = {n} '
+                'processes need a SLURM job (the slurm profile); this run is local: set both to 1" >&2; exit 2; fi; '
+                f"exec srun --ntasks={n} --kill-on-bad-exit=1")
 
     def job_runtime(self, minutes) -> int:
         """A submitted job's --time (minutes): the run's runtime, at most max_job_minutes."""
@@ -92,4 +136,6 @@ def cluster_from_config(config: dict, *, max_chunk_seconds: float) -> Cluster:
     extra = " ".join(x for x in (f"--signal=TERM@{int(c['stop_lead_seconds'])}", c.get("slurm_extra") or "") if x)
     return Cluster(max_job_minutes=int(c["max_job_minutes"]), stop_lead_seconds=int(c["stop_lead_seconds"]),
                    slurm_extra=extra, gpu_mem_fraction=float(c["gpu_mem_fraction"]),
-                   gpu_preallocate=bool(c["gpu_preallocate"]), threads_per_job=int(config["threads_per_job"]))
+                   gpu_preallocate=bool(c["gpu_preallocate"]), threads_per_job=int(config["threads_per_job"]),
+                   devices=str(c.get("devices", "auto")), multitask_nodes=int(c.get("multitask_nodes", 1)),
+                   multitask_tasks_per_node=int(c.get("multitask_tasks_per_node", 1)))

@@ -33,8 +33,8 @@ import numpy as np
 SEED_AXIS = "seeds"
 DATA_AXIS = "data"
 
-#: environment variables the SLURM detection of jax.distributed reads (any one: a SLURM job step)
-_SLURM_VARS = ("SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_PROCID")
+#: environment variables the SLURM detection of jax.distributed reads (all set inside a job step, `srun`)
+_SLURM_VARS = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
 
 
 def _jax():
@@ -326,10 +326,13 @@ class DistributedSettings:
 
 
 def in_slurm_step() -> bool:
-    """Whether this process is a task of a multi-task SLURM job step (``srun`` with
-    ``SLURM_NTASKS`` > 1): the case jax.distributed's SLURM detection handles."""
+    """Whether this process is one task of a SLURM job step of several (``srun`` starting more
+    than one task: ``SLURM_STEP_NUM_TASKS``, else ``SLURM_NTASKS``, > 1, and the variables
+    jax.distributed's SLURM detection reads): the case that detection handles. A job's batch
+    script (no step) or a one-task step (``srun -n1``) is not."""
     try:
-        return all(v in os.environ for v in _SLURM_VARS) and int(os.environ["SLURM_NTASKS"]) > 1
+        n = int(os.environ.get("SLURM_STEP_NUM_TASKS", os.environ.get("SLURM_NTASKS", "1")))
+        return all(v in os.environ for v in _SLURM_VARS) and n > 1
     except ValueError:
         return False
 

@@ -30,7 +30,9 @@ if MULTITASK:
         # The top-level `logger` block: the stage's --logger flags as one more resource (none without it).
         resources:
             **P.logger_resources(),
-            gpu=P.multitask.resources["gpu"],
+            # GPUs (per node) and, with several processes (cluster.multitask_nodes /
+            # _tasks_per_node), the executor's multi-process job; the shell starts them with srun
+            **P.cluster.multitask_resources(P.multitask.resources["gpu"]),
             runtime=P.cluster.job_runtime(P.multitask.resources["runtime"]),
             mem_mb=P.multitask.resources["mem_mb"],
             slurm_extra=P.cluster.slurm_extra,
@@ -41,6 +43,8 @@ if MULTITASK:
             checkpoint_every=str(P.multitask.checkpoint_every),
             keep_checkpoints=str(P.keep_checkpoints),
             max_chunk_seconds=str(MAX_CHUNK_SECONDS),
+            launcher=P.cluster.multitask_launcher(),
+            devices=P.cluster.devices,
         params:
             # the multi-task settings: a change reruns the multi-task jobs only
             spec=lambda wc: P.multi_spec(wc.pool),
@@ -55,12 +59,12 @@ if MULTITASK:
             'if [ {threads} -eq 1 ]; then export XLA_FLAGS="${{XLA_FLAGS:-}} --xla_cpu_multi_thread_eigen=false"; fi; '
             'echo "job on $(hostname): CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES-unset}} '
             'SLURM_JOB_ID=${{SLURM_JOB_ID-none}} {resources.jax_env}" > {log:q}; '
-            "exec {resources.tdmpc2} train-multi --pool {wildcards.pool:q} --model-size {wildcards.size} "
+            "{resources.launcher} {resources.tdmpc2} train-multi --pool {wildcards.pool:q} --model-size {wildcards.size} "
             "--dataset {input.dataset:q} --spec {params.spec:q} --seeds {params.seeds} "
             "--outdir {params.outdir:q} "
             "--checkpoint-dir {resources.checkpoints:q}/multi/{wildcards.pool:q}/size{wildcards.size} "
             "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
-            "--max-chunk-seconds {resources.max_chunk_seconds}"
+            "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices}"
             + P.logger_shell()
             + " >> {log:q} 2>&1"
 

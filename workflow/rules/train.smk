@@ -40,6 +40,7 @@ for _group in SEED_GROUPS:
             checkpoint_every=str(P.checkpoint_every),  # strings: not a consumable resource
             keep_checkpoints=str(P.keep_checkpoints),
             max_chunk_seconds=str(MAX_CHUNK_SECONDS),
+            devices=P.cluster.devices,  # --devices: auto splits the seeds over the GPUs the job got
         params:
             # the merged settings of the task: a change reruns that task's jobs only (the
             # cache folder, threads and resources are not params: changing them reruns nothing)
@@ -69,6 +70,6 @@ for _group in SEED_GROUPS:
             "--seeds {params.seeds} --outdir {params.outdir:q} "
             "--checkpoint-dir {resources.checkpoints:q}/single/{wildcards.task:q}/{params.seed_tag} "
             "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
-            "--max-chunk-seconds {resources.max_chunk_seconds}"
+            "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices}"
             + P.logger_shell()
             + " >> {log:q} 2>&1"
