@@ -32,7 +32,7 @@ CACHE_ENV = "TDMPC2_TEST_JAX_CACHE"
 # (measured 2026-12-03 on the AMD EPYC family 25 machine, load about 3).
 # A test named here runs in a group of its own; a file named here keeps its tests together.
 HEAVY = {
-    "tests/test_slurm.py": 450,
+    "tests/test_slurm.py": 520,  # + the 2-task srun multi-task job (issue 28, 2026-12-04: 70 s)
     "tests/test_workflow.py::test_real_tiny_run_produces_report": 450,
     "tests/test_workflow.py::test_real_dmcontrol_run_of_two_seeds_produces_report": 105,
     "tests/test_workflow.py::test_pipeline_with_stand_in_trainer": 140,
@@ -41,6 +41,7 @@ HEAVY = {
     # the largest files (their tests' total, 2026-12-04 on the same machine): handed out before the
     # small ones, so that the last units to finish are short and the two workers end together
     "tests/test_agent.py": 300,
+    "tests/test_devices.py": 200,  # 4 fake devices in a process of its own, then two gloo processes
     "tests/test_episodic.py": 280,
     "tests/test_checkpoint.py": 250,
     "tests/test_multitask.py": 170,

@@ -485,7 +485,7 @@ def _train_multi_cmd(pool: Path, outdir: Path, ckdir: Path, *extra) -> list:
 
 @pytest.mark.slow
 def test_a_multitask_job_of_two_srun_tasks_joins_through_slurm_and_equals_one_process(slurm_cluster, tmp_path):
-    """sbatch --ntasks=2, the job's shell starting the trainer as the workflow's multi-task rule
+    """An allocation of 2 tasks (salloc), its shell starting the trainer as the workflow's multi-task rule
     does with cluster.multitask_tasks_per_node: 2 (Cluster.multitask_launcher: srun); each task
     has 2 fake CPU devices and joins jax.distributed from SLURM's environment (no coordinator
     given). Its outputs, written once by process 0, equal a one-process run's within the
@@ -512,20 +512,23 @@ def test_a_multitask_job_of_two_srun_tasks_joins_through_slurm_and_equals_one_pr
     cmd = shlex.join(_train_multi_cmd(pool, tmp_path / "slurm", tmp_path / "ck_slurm"))
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\n{cluster.multitask_launcher()} {cmd}\n")
-    res = subprocess.run(["sbatch", "--parsable", "--wait", "--ntasks-per-node=2", "--nodes=1", "--cpus-per-task=1",
-                          "--mem=6000", f"--output={tmp_path}/job.log", str(script)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=900)
+    # the same job in one process, one device, outside SLURM: meanwhile
+    env1 = {k: v for k, v in env.items() if k != "XLA_FLAGS"}
+    one = subprocess.Popen(_train_multi_cmd(pool, tmp_path / "one", tmp_path / "ck_one", "--devices", "1"),
+                           cwd=tmp_path, env=env1, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # salloc: the allocation an sbatch job would get, the script run in it at once (no polling)
+    with open(tmp_path / "job.log", "w") as joblog:
+        res = subprocess.run(["salloc", "--ntasks-per-node=2", "--nodes=1", "--cpus-per-task=1", "--mem=6000",
+                              "bash", str(script)], cwd=tmp_path, env=env, stdout=joblog, stderr=subprocess.STDOUT,
+                             text=True, timeout=900)
     log = (tmp_path / "job.log").read_text() if (tmp_path / "job.log").exists() else ""
-    assert res.returncode == 0, res.stderr[-2000:] + log[-6000:]
+    assert res.returncode == 0, log[-6000:]
     assert "process 0 of 2: 2 local of 4 cpu devices" in log and "process 1 of 2" in log, log[-4000:]
     assert "done: 60 updates (process 0 writes the outputs)" in log
     run = json.loads((tmp_path / "slurm/run.json").read_text())
     assert run["devices"] == {"device_count": 4, "process_count": 2, "mesh": {"data": 4}, "platform": "cpu"}
-    # the same job in one process, one device, outside SLURM
-    env1 = {k: v for k, v in env.items() if k != "XLA_FLAGS"}
-    one = subprocess.run(_train_multi_cmd(pool, tmp_path / "one", tmp_path / "ck_one", "--devices", "1"),
-                         cwd=tmp_path, env=env1, capture_output=True, text=True, timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
+    err = one.communicate(timeout=600)[1]
+    assert one.returncode == 0, err[-3000:]
     a, b = pd.read_parquet(tmp_path / "slurm/eval.parquet"), pd.read_parquet(tmp_path / "one/eval.parquet")
     assert list(a.columns) == list(b.columns) and len(a) == len(b) == 2 * 2  # 2 seeds x 2 evaluations, once
     first = a["updates"] == 0  # the same initial parameters: the same evaluation before training
