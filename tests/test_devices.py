@@ -106,6 +106,16 @@ def test_an_env_stepped_on_the_host_refuses_more_than_one_device():
         TDMPC2("dmc:cartpole-balance", devices=[dev, dev])
 
 
+def test_importing_the_library_touches_no_device():
+    """jax.distributed must be initialised before JAX starts a backend: importing the library
+    (agents, stages, the CLI) must not start one."""
+    code = ("import tdmpc2core, tdmpc2core.agents, tdmpc2core.cli, tdmpc2core.run.devices, tdmpc2core.stages.train_multi, "
+            "tdmpc2core.stages.train_single\nfrom jax._src import xla_bridge\n"
+            "print('INITIALIZED', xla_bridge.backends_are_initialized())")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=300)
+    assert res.returncode == 0 and "INITIALIZED False" in res.stdout, res.stderr[-2000:]
+
+
 # ------------------------------------------------------------------ four fake devices
 @pytest.fixture(scope="module")
 def four_devices(tmp_path_factory):
@@ -159,7 +169,7 @@ def test_multi_device_benchmark_harness_measures_the_compiled_agents(four_device
 
 
 # ------------------------------------------------------------------ two processes
-MT_UPDATES, MT_EVERY = 300, 50  # over gloo a tiny update takes ~75 ms: SIGTERM lands mid-run
+MT_UPDATES, MT_EVERY, MT_SIGNAL = 400, 100, 200  # over gloo a tiny update takes ~75 ms: SIGTERM lands mid-run
 
 
 def free_port() -> int:
@@ -181,9 +191,9 @@ def stage_args(tmp_path, outdir, ckdir, *extra):
 
 @pytest.mark.slow
 def test_two_processes_stop_together_and_resume_in_one_within_tolerance(tmp_path):
-    """Two processes (2 fake devices each, gloo): SIGTERM to process 1 once the checkpoint at 50
-    updates is written stops both (143) with process 0's checkpoint; one process resumes it
-    to the end: parameters within TOL of a one-device run, outputs written once."""
+    """Two processes (2 fake devices each, gloo) train 200 updates within TOL of one device; a
+    SIGTERM to process 1 then stops both (143) with process 0's checkpoint; one process
+    resumes it to the end: parameters within TOL of a one-device run, outputs written once."""
     from test_checkpoint import mt_agent, mt_pool
 
     from tdmpc2core.dataset import save_dataset
@@ -202,7 +212,7 @@ def test_two_processes_stop_together_and_resume_in_one_within_tolerance(tmp_path
     ref, _ = agent.train(seed=[0, 1], n_timesteps=MT_UPDATES, eval_every=MT_UPDATES, eval_episodes=1,
                          checkpoint_dir=ref_dir, checkpoint_every=MT_EVERY, keep_checkpoints=20)
     deadline = time.time() + 600
-    while not (ckdir / ck.checkpoint_name(MT_EVERY)).exists() and time.time() < deadline \
+    while not (ckdir / ck.checkpoint_name(MT_SIGNAL)).exists() and time.time() < deadline \
             and all(p.poll() is None for p in procs):
         time.sleep(0.01)
     procs[1].send_signal(signal.SIGTERM)
@@ -214,12 +224,12 @@ def test_two_processes_stop_together_and_resume_in_one_within_tolerance(tmp_path
     assert not (out / "run.json").exists()
     (rec,) = attempts.read(ckdir)  # one attempt record: process 0's
     stop = rec["stop"]["step"]
-    assert rec["stop"]["signal"] == "SIGTERM" and MT_EVERY <= stop < MT_UPDATES
+    assert rec["stop"]["signal"] == "SIGTERM" and MT_SIGNAL <= stop < MT_UPDATES
     assert ck.latest_checkpoint(ckdir).name == ck.checkpoint_name(stop)
-    # the 2-process run's first checkpoint against the reference's (global arrays, not shards)
-    st100, _, man = agent.restore(ckdir / ck.checkpoint_name(MT_EVERY))
-    ref100, _, _ = agent.restore(ref_dir / ck.checkpoint_name(MT_EVERY))
-    assert man["meta"]["updates"] == MT_EVERY
+    # the 2-process run's checkpoint at 200 updates against the reference's (global arrays, not shards)
+    st100, _, man = agent.restore(ckdir / ck.checkpoint_name(MT_SIGNAL))
+    ref100, _, _ = agent.restore(ref_dir / ck.checkpoint_name(MT_SIGNAL))
+    assert man["meta"]["updates"] == MT_SIGNAL
     diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
                for a, b in zip(jax.tree_util.tree_leaves(st100.agent.params), jax.tree_util.tree_leaves(ref100.agent.params)))
     assert diff <= TOL, diff

@@ -475,6 +475,7 @@ def add_arguments(p):
     p.add_argument("--keep-checkpoints", type=int, required=True)
     p.add_argument("--max-chunk-seconds", type=float, required=True)
     p.add_argument("--logger", choices=["none"], required=True)  # the workflow's flags without a logger block
+    p.add_argument("--devices", choices=["auto"], required=True)  # cluster.devices (issue 28)
 
 
 def run(args):
@@ -538,6 +539,7 @@ def add_arguments(p):
     p.add_argument("--keep-checkpoints", type=int, required=True)
     p.add_argument("--max-chunk-seconds", type=float, required=True)
     p.add_argument("--logger", choices=["none"], required=True)  # the workflow's flags without a logger block
+    p.add_argument("--devices", choices=["auto"], required=True)  # cluster.devices (issue 28)
 
 
 def run(args):
@@ -774,6 +776,7 @@ def add_arguments(p):
     p.add_argument("--keep-checkpoints", type=int, required=True)
     p.add_argument("--max-chunk-seconds", type=float, required=True)
     p.add_argument("--logger", choices=["none"], required=True)  # the workflow's flags without a logger block
+    p.add_argument("--devices", choices=["auto"], required=True)  # cluster.devices (issue 28)
 
 
 def run(args):
