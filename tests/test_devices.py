@@ -93,6 +93,19 @@ def test_device_arguments_are_checked_and_named():
 
     with pytest.raises(argparse.ArgumentTypeError, match="accepted auto, all or a device count"):
         device_value("0")
+    # the hand-started job's flags: refused when incomplete (nothing joined, nothing trained)
+    from tdmpc2core.stages.resumable import join_processes
+
+    def ns(**kw):
+        return argparse.Namespace(**{"coordinator": None, "num_processes": None, "process_id": None,
+                                     "distributed_timeout": 300, "local_device_count": None, **kw})
+
+    for kw, msg in (({"num_processes": 2, "process_id": 1}, "--num-processes and --process-id without --coordinator"),
+                    ({"coordinator": "h:1", "num_processes": 2}, "--coordinator needs --num-processes and --process-id"),
+                    ({"local_device_count": 0}, "--local-device-count 0: at least 1")):
+        with pytest.raises(SystemExit, match=msg):
+            join_processes(ns(**kw), print)
+    assert join_processes(ns(), print) is False  # one process: nothing to join
 
 
 def test_an_env_stepped_on_the_host_refuses_more_than_one_device():
@@ -203,7 +216,7 @@ def test_two_processes_stop_together_and_resume_in_one_within_tolerance(tmp_path
     port = free_port()
     procs = [subprocess.Popen(stage_args(tmp_path, out, ckdir, "--coordinator", f"127.0.0.1:{port}",
                                          "--num-processes", "2", "--process-id", str(i), "--local-device-count", "2",
-                                         "--distributed-timeout", "120"),
+                                         "--distributed-timeout", "120", "--devices", "4"),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=tmp_path)
              for i in range(2)]
     # the reference meanwhile, in this process on one device: the stage's agent, uninterrupted

@@ -429,8 +429,8 @@ def test_cluster_devices_nodes_and_processes_of_the_training_jobs():
 
     assert set_gres_string(Job()).strip() == "--gres=gpu:4"  # per node, no job-wide --gpus
     # the schema: auto, all or a count >= 1; nodes and tasks per node >= 1
-    for bad in (0, "gpus", 1.5):
-        assert _schema_error(merged(cluster={"devices": bad})).validator in ("oneOf", "enum", "minimum", "type")
+    for bad, validator in ((0, "minimum"), ("gpus", "pattern"), (1.5, "type"), ("2", "pattern")):
+        assert _schema_error(merged(cluster={"devices": bad})).validator == validator
     for key in ("multitask_nodes", "multitask_tasks_per_node"):
         assert _schema_error(merged(cluster={key: 0})).validator == "minimum"
 

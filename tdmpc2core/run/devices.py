@@ -86,6 +86,38 @@ def device_list(devices) -> Optional[list]:
                     f"got {type(devices).__name__}")
 
 
+def _per_process(n: int, n_proc: int) -> list:
+    """``n`` devices of a job of ``n_proc`` processes: ``n / n_proc`` of each process's (in order).
+
+    Raises ValueError: ``n`` is not a positive multiple of the process count, or more than a
+    process has."""
+    jax = _jax()
+    if n < 1 or n % n_proc:
+        raise ValueError(f"devices={n}: in a job of {n_proc} processes the device count must be a multiple of "
+                         f"{n_proc} (each process the same share); or use auto / all")
+    per = n // n_proc
+    out = []
+    for p in range(n_proc):
+        mine = [d for d in jax.devices() if d.process_index == p]
+        if per > len(mine):
+            raise ValueError(f"devices={n}: {per} per process, but process {p} has {len(mine)}")
+        out += mine[:per]
+    return out
+
+
+def _fallback_warning(why: str) -> None:
+    """The one-device fallback of ``devices=None``, said once per reason."""
+    import warnings
+
+    if why not in _WARNED:
+        _WARNED.add(why)
+        warnings.warn(f"devices=None: {why}; running on one device (pass a count that divides it to "
+                      "use several)", RuntimeWarning, stacklevel=3)
+
+
+_WARNED: set = set()
+
+
 def _mesh(devs: Sequence, axis: str):
     jax = _jax()
     return jax.sharding.Mesh(np.asarray(devs, dtype=object), (axis,))
@@ -125,6 +157,8 @@ class SeedSharding:
                 return None
             local = jax.local_devices()
             devs = local if (len(local) > 1 and n_seeds % len(local) == 0) else None
+            if devs is None and len(local) > 1:
+                _fallback_warning(f"{n_seeds} seed(s) do not divide evenly over the {len(local)} visible devices")
         elif n_seeds % len(devs):
             raise ValueError(f"devices: {n_seeds} seed(s) do not divide evenly over {len(devs)} devices; "
                              "pass a device count that divides the number of seeds")
@@ -151,11 +185,20 @@ class DataParallel:
         one device (in a single-process job). Raises ValueError: the batch does not divide
         over the devices asked for (or over a multi-process job's devices)."""
         jax = _jax()
-        devs = device_list(devices)
+        n_proc = jax.process_count()
+        if n_proc > 1 and isinstance(devices, (int, np.integer)) and not isinstance(devices, (bool, np.bool_)):
+            devs = _per_process(int(devices), n_proc)
+        else:
+            devs = device_list(devices)
         if devs is None:
             devs = list(jax.devices())
-            if batch_size % len(devs) and jax.process_count() == 1:
+            if batch_size % len(devs) and n_proc == 1:
+                _fallback_warning(f"batch_size={batch_size} does not divide evenly over the {len(devs)} visible devices")
                 devs = devs[:1]
+        if n_proc > 1 and {d.process_index for d in devs} != set(range(n_proc)):
+            raise ValueError(f"devices: in a job of {n_proc} processes every process needs devices of its own; "
+                             f"{len(devs)} device(s) of process(es) {sorted({d.process_index for d in devs})} were "
+                             "given: use auto, all, or a count that is a multiple of the process count")
         if batch_size % len(devs):
             raise ValueError(f"devices: batch_size={batch_size} does not divide evenly over {len(devs)} devices; "
                              "the global batch is split over the devices: choose a batch size that divides")
@@ -402,6 +445,14 @@ def initialize_distributed(settings: Optional[DistributedSettings] = None) -> bo
     # CPU collectives (fake devices in tests, CPU-only jobs) through gloo; no effect on GPU programs
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     kw = {"initialization_timeout": int(s.initialization_timeout)}
+    import logging
+
+    where = (f"coordinator {s.coordinator}, process {s.process_id} of {s.num_processes}" if s.coordinator is not None
+             else "coordinator and process index from SLURM's environment")
+    # said before the call: an unreachable coordinator ends the process from inside JAX after the timeout
+    logging.getLogger("tdmpc2core").warning(
+        "joining jax.distributed (%s); waiting up to %d s for every process (identical arguments in each)",
+        where, int(s.initialization_timeout))
     if s.coordinator is not None:
         jax.distributed.initialize(str(s.coordinator), int(s.num_processes), int(s.process_id), **kw)
     else:

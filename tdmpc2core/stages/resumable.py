@@ -194,8 +194,18 @@ def join_processes(args, log: Callable[[str], None]) -> bool:
     from ``--coordinator`` or SLURM's environment; True in a multi-process job (logged)."""
     from ..run import devices
 
-    if getattr(args, "local_device_count", None) and not getattr(args, "coordinator", None) \
-            and not devices.in_slurm_step():
+    coord = getattr(args, "coordinator", None)
+    given = [f for f, v in (("--num-processes", getattr(args, "num_processes", None)),
+                            ("--process-id", getattr(args, "process_id", None))) if v is not None]
+    if given and not coord:
+        raise SystemExit(f"error: {' and '.join(given)} without --coordinator: a job of several processes started "
+                         "by hand needs --coordinator host:port, --num-processes and --process-id (under srun none "
+                         "of them: SLURM's environment gives them)")
+    if coord and len(given) < 2:
+        raise SystemExit("error: --coordinator needs --num-processes and --process-id")
+    if getattr(args, "local_device_count", None) is not None and int(args.local_device_count) < 1:
+        raise SystemExit(f"error: --local-device-count {args.local_device_count}: at least 1")
+    if getattr(args, "local_device_count", None) and not coord and not devices.in_slurm_step():
         devices.use_fake_cpu_devices(int(args.local_device_count))
     multi = devices.initialize_distributed(devices.DistributedSettings(
         coordinator=getattr(args, "coordinator", None), num_processes=getattr(args, "num_processes", None),
