@@ -41,7 +41,7 @@ HEAVY = {
     # the largest files (their tests' total, 2026-12-04 on the same machine): handed out before the
     # small ones, so that the last units to finish are short and the two workers end together
     "tests/test_agent.py": 300,
-    "tests/test_devices.py": 200,  # 4 fake devices in a process of its own, then two gloo processes
+    "tests/test_devices.py": 300,  # 4 fake devices in a process of its own, then two gloo processes
     "tests/test_episodic.py": 280,
     "tests/test_checkpoint.py": 250,
     "tests/test_multitask.py": 170,

@@ -194,8 +194,8 @@ def free_port() -> int:
 def stage_args(tmp_path, outdir, ckdir, *extra):
     from test_checkpoint import MT_AGENT, MT_RANGES
 
-    spec = {"updates": MT_UPDATES, "batch_size": 16, "agent": MT_AGENT, "return_ranges": MT_RANGES,
-            "eval_every": MT_UPDATES, "eval_episodes": 1}
+    # no evaluation: the 2-task SLURM job (tests/test_slurm.py) checks the evaluations written once
+    spec = {"updates": MT_UPDATES, "batch_size": 16, "agent": MT_AGENT, "return_ranges": MT_RANGES}
     return [sys.executable, "-m", "tdmpc2core.cli", "train-multi", "--pool", "p", "--model-size", "1",
             "--dataset", str(tmp_path / "pool.parquet"), "--spec", json.dumps(spec), "--seeds", "0", "1",
             "--outdir", str(outdir), "--checkpoint-dir", str(ckdir), "--checkpoint-every", str(MT_EVERY),
@@ -222,7 +222,7 @@ def test_two_processes_stop_together_and_resume_in_one_within_tolerance(tmp_path
     # the reference meanwhile, in this process on one device: the stage's agent, uninterrupted
     agent = mt_agent()
     ref_dir = tmp_path / "ref"
-    ref, _ = agent.train(seed=[0, 1], n_timesteps=MT_UPDATES, eval_every=MT_UPDATES, eval_episodes=1,
+    ref, _ = agent.train(seed=[0, 1], n_timesteps=MT_UPDATES,
                          checkpoint_dir=ref_dir, checkpoint_every=MT_EVERY, keep_checkpoints=20)
     deadline = time.time() + 600
     while not (ckdir / ck.checkpoint_name(MT_SIGNAL)).exists() and time.time() < deadline \
@@ -261,6 +261,6 @@ def test_two_processes_stop_together_and_resume_in_one_within_tolerance(tmp_path
     assert diff <= TOL, diff
     import pandas as pd
 
-    ev = pd.read_parquet(out / "eval.parquet")
-    # evaluations at 0 (the two processes, written once) and at the end: 2 seeds x 1 task x 1 episode each
-    assert len(ev) == 2 * 2 and sorted(ev["updates"].unique().tolist()) == [0, MT_UPDATES]
+    # the training records of both sessions, once each: 2 seeds x the chunks
+    met = pd.read_parquet(out / "metrics.parquet")
+    assert len(met) > 0 and met.groupby("seed")["updates"].apply(lambda u: u.is_unique).all()
