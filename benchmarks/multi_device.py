@@ -179,11 +179,10 @@ def write(out: Path, rows: list, *, reduced: bool, argv: list) -> dict:
             "load": os.getloadavg()[0]}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for path, text in ((out, json.dumps({"meta": meta, "results": rows}, indent=1)),
-                       (out.with_suffix(".md"), markdown(rows, meta))):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+    from tdmpc2core.io.atomic import write_text
+
+    write_text(out, json.dumps({"meta": meta, "results": rows}, indent=1))
+    write_text(out.with_suffix(".md"), markdown(rows, meta))
     print(markdown(rows, meta))
     return meta
 
