@@ -206,12 +206,8 @@ def _run(args, spec: dict, log) -> int:
     loggers = job_loggers(args, log, where, f"{args.pool}-size{args.model_size}", seeds, lambda:
                           {"pool": args.pool, "model_size": args.model_size, "protocol": args.logger_group,
                            "spec": spec, "agent": agent.config})
-    train = functools.partial(
-        agent.train, seed=seeds, n_timesteps=updates, total_timesteps=updates,
-        eval_every=int(spec.get("eval_every", 0)) or None, eval_episodes=eval_episodes,
-        log_every=int(spec.get("log_every", 0)) or None, callback=prog.on_chunk, progress=prog.on_progress,
-        max_chunk_seconds=args.max_chunk_seconds, checkpoint_dir=ckdir, checkpoint_every=args.checkpoint_every,
-        keep_checkpoints=args.keep_checkpoints, loggers=loggers, progress_bar=False)
+    train = functools.partial(agent.train, **_train_arguments(args, spec), callback=prog.on_chunk,
+                              progress=prog.on_progress, loggers=loggers)
     try:
         result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=updates, steps=prog,
                                compile_seconds=lambda: per_program(agent.compile_seconds))
@@ -239,6 +235,16 @@ def _run(args, spec: dict, log) -> int:
     return 0
 
 
+def _train_arguments(args, spec: dict) -> dict:
+    """The ``train`` arguments of the job (every process of a multi-process job passes the same)."""
+    updates = int(spec["updates"])
+    return dict(seed=list(args.seeds), n_timesteps=updates, total_timesteps=updates,
+                eval_every=int(spec.get("eval_every", 0)) or None, eval_episodes=int(spec.get("eval_episodes", 10)),
+                log_every=int(spec.get("log_every", 0)) or None, max_chunk_seconds=args.max_chunk_seconds,
+                checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
+                checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, progress_bar=False)
+
+
 def _barrier(name: str) -> None:
     """Every process of a multi-process job waits here (nothing in a one-process job)."""
     from ..run import devices
@@ -261,12 +267,7 @@ def _follow(args, spec: dict, log) -> int:
     _barrier("checkpoint folder opened")  # process 0 has cleared or kept the folder
     with SignalStop(log, args.checkpoint_dir is not None) as stop:
         try:
-            agent.train(seed=list(args.seeds), n_timesteps=updates, total_timesteps=updates,
-                        eval_every=int(spec.get("eval_every", 0)) or None,
-                        eval_episodes=int(spec.get("eval_episodes", 10)),
-                        log_every=int(spec.get("log_every", 0)) or None, max_chunk_seconds=args.max_chunk_seconds,
-                        checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
-                        keep_checkpoints=args.keep_checkpoints, progress_bar=False, should_stop=stop.should_stop)
+            agent.train(**_train_arguments(args, spec), should_stop=stop.should_stop)
         except TrainingInterrupted as exc:
             log(f"stopped with the job at {exc.step}/{updates} updates (process 0 wrote the checkpoint)")
             return stop.exit_code if stop.signum is not None else 128 + 15
