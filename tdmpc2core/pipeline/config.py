@@ -348,6 +348,7 @@ def _check_task(proto: str, protocol: dict, name: str, t: dict):
     except ValueError as e:
         raise ConfigError(f"config: {where}: env_id {t['env_id']!r}: {e}") from None
     env_params = _check_env_params(proto, protocol, name, t)
+    _check_observations(where, t)
     try:
         T = library_envs.time_limit(t["env_id"], action_repeat=int(t["action_repeat"]),
                                     episode_length=int(t["episode_length"]), env_params=env_params)
@@ -375,6 +376,32 @@ def _check_task(proto: str, protocol: dict, name: str, t: dict):
     return T, cfg
 
 
+def _check_observations(where: str, t: dict) -> None:
+    """Pixel observations (agent.obs rgb): dm_control tasks only (as the official code), compared
+    with a pixel curve (``<task>-pixels``); a state task is not compared with a pixel curve."""
+    obs = (t.get("agent") or {}).get("obs", "state")
+    rgb = obs == "rgb"
+    if rgb:
+        suite = library_envs.suite_of(t["env_id"])
+        if suite != "dmcontrol":
+            raise ConfigError(
+                f"config: {where}.agent.obs: rgb observations are rendered by dm_control only (as the official "
+                f"code); env_id {t['env_id']!r} is a {suite} task. Use its dm_control id "
+                "(dmc:<domain>-<task>, docs/dmcontrol.md) or obs: state")
+    pub = t.get("published")
+    if pub is None:
+        return
+    from ..report.published import PIXEL_SUFFIX
+    if rgb and not str(pub).endswith(PIXEL_SUFFIX):
+        raise ConfigError(
+            f"config: {where}.published: {pub!r} is a curve from states, but the task learns from pixels "
+            f"(agent.obs: rgb); compare it with {pub + PIXEL_SUFFIX!r} if the paper has that curve, or null")
+    if not rgb and str(pub).endswith(PIXEL_SUFFIX):
+        raise ConfigError(
+            f"config: {where}.published: {pub!r} is a curve from pixels, but the task learns from states "
+            f"(agent.obs: {obs}); set agent.obs: rgb, or compare with {pub[:-len(PIXEL_SUFFIX)]!r}")
+
+
 def _check_expected(where: str, exp) -> None:
     """An expected range that can be met: mean_min <= mean_max."""
     if exp and exp.get("mean_min") is not None and exp.get("mean_max") is not None \
@@ -393,6 +420,13 @@ def _check_pools(proto: str, protocol: dict, tasks: dict, allow_evicted: bool) -
             raise ConfigError(
                 f"config: pool {pool!r} of protocol {proto!r} names task(s) {unknown} that are not "
                 f"under protocols.{proto}.tasks (have: {sorted(tasks)})")
+    for pool, members in pools.items():
+        pixels = [t for t in members if (tasks[t].get("agent") or {}).get("obs", "state") == "rgb"]
+        if pixels:
+            raise ConfigError(
+                f"config: pool {pool!r} of protocol {proto!r} names task(s) {pixels} that learn from pixels "
+                "(agent.obs: rgb); multi-task TD-MPC2 trains on state observations only (as the official "
+                "code and its datasets): pool state tasks")
     for name, t in tasks.items():
         t["allow_evicted"] = allow_evicted
         buffer = int(t["agent"].get("buffer_size", 1_000_000))  # TDMPC2Config's default (spec §1)

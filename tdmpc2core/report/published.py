@@ -20,7 +20,16 @@ wrapper's action repeat: 2 for Meta-World, 1 for MyoSuite), ``mean_success`` and
 evaluation success rate, the official rule: ``info['success']`` at each episode's last step)
 and ``n_seeds``.
 
-The report reads both through :func:`score_curve`: one method's curve of one task in the
+The published curves of TD-MPC2 trained from pixels (``obs=rgb``, 64x64 renders, the 5M model)
+on 12 DMControl tasks: ``tdmpc2core/resources/published_pixel_curves.csv``, derived by
+``tools/derive_published_pixels.py`` from the same ``results/`` folder (``tdmpc2-pixels/``):
+columns ``method`` (``tdmpc2`` only: the folder has no baseline from pixels), ``task`` (the
+published name, ``<dm_control task>-pixels``, e.g. ``walker-walk-pixels``, so that it never
+collides with the state curve of the task), ``dmc_task``, ``env_steps``, ``agent_steps``
+(env_steps / 2), ``mean_return``, ``sd_return``, ``n_seeds``. Their domain is
+``DMControl pixels``, aggregated apart from the state curves.
+
+The report reads all three through :func:`score_curve`: one method's curve of one task in the
 report's score unit, the return for DMControl and the success rate in percent (0-100) for a
 success task (:func:`score_kind`).
 
@@ -46,17 +55,20 @@ PUBLISHED_ACTION_REPEAT = 2
 DMC_TO_PLAYGROUND: dict[str, str] = {v: k for k, v in PLAYGROUND_TO_DMC.items()}
 
 _COLUMNS = ("method", "task", "env_steps", "agent_steps", "mean_return", "sd_return", "n_seeds")
+_PIXEL_COLUMNS = ("method", "task", "dmc_task", "env_steps", "agent_steps", "mean_return", "sd_return", "n_seeds")
 _SUCCESS_COLUMNS = ("method", "task", "domain", "env_steps", "agent_steps", "mean_success", "sd_success", "n_seeds")
 
 #: the domains of the published curves, in the order the report shows them, and what their
 #: score is: DMControl by return, Meta-World and MyoSuite by success rate (the paper's). The
 #: domains are named as the paper names them (not suite names: a domain is the published
 #: curves' grouping, whichever suite runs its tasks)
-DOMAINS = ("DMControl", "Meta-World", "MyoSuite")
-DOMAIN_LABELS = {d: d for d in DOMAINS}
-DOMAIN_SCORES = dict(zip(DOMAINS, ("return", "success", "success")))
+DOMAINS = ("DMControl", "DMControl pixels", "Meta-World", "MyoSuite")
+DOMAIN_LABELS = {**{d: d for d in DOMAINS}, "DMControl pixels": "DMControl from pixels"}
+DOMAIN_SCORES = dict(zip(DOMAINS, ("return", "return", "success", "success")))
 #: the official wrappers' action repeat per domain (agent_steps = env_steps / repeat)
-DOMAIN_ACTION_REPEAT = dict(zip(DOMAINS, (2, 2, 1)))
+DOMAIN_ACTION_REPEAT = dict(zip(DOMAINS, (2, 2, 2, 1)))
+#: the suffix of the published names of the pixel curves (``walker-walk-pixels``)
+PIXEL_SUFFIX = "-pixels"
 
 
 def dmc_name(playground_name: str) -> Optional[str]:
@@ -88,13 +100,24 @@ def _load_success():
 
 
 @functools.lru_cache(maxsize=1)
+def _load_pixels():
+    return _read_resource("published_pixel_curves.csv", _PIXEL_COLUMNS)
+
+
+def pixel_tasks() -> list[str]:
+    """The published names of the pixel curves (``<task>-pixels``, sorted)."""
+    return sorted(_load_pixels()["task"].unique().tolist())
+
+
+@functools.lru_cache(maxsize=1)
 def _success_tasks() -> dict:
     df = _load_success()
     return dict(zip(df["task"], df["domain"]))
 
 
 def domain_of(task: str) -> str:
-    """The domain of a published task name (``"DMControl"``, ``"Meta-World"``, ``"MyoSuite"``).
+    """The domain of a published task name (``"DMControl"``, ``"DMControl pixels"``,
+    ``"Meta-World"``, ``"MyoSuite"``).
 
     Raises:
       KeyError: no published curve of that name (naming the accepted ones).
@@ -104,6 +127,8 @@ def domain_of(task: str) -> str:
         return dom
     if task in set(_load()["task"]):
         return DOMAINS[0]
+    if task in set(_load_pixels()["task"]):
+        return "DMControl pixels"
     raise KeyError(f"no published curve for task {task!r}; accepted: {published_tasks()}")
 
 
@@ -140,8 +165,9 @@ def load_success(method: Optional[str] = None, task: Optional[str] = None):
 def score_curve(task: str, method: str = "tdmpc2"):
     """One method's published curve of ``task`` in the report's score unit: columns
     ``agent_steps``, ``env_steps``, ``mean``, ``sd``, ``n_seeds``; ``mean``/``sd`` the return
-    (DMControl) or the success rate in percent, 0-100 (Meta-World, MyoSuite). An empty frame
-    when ``method`` has no curve of the task.
+    (DMControl, from states or pixels) or the success rate in percent, 0-100 (Meta-World,
+    MyoSuite). An empty frame when ``method`` has no curve of the task (every method but
+    ``tdmpc2`` for the pixel curves).
 
     Raises:
       KeyError: an unknown method or task.
@@ -150,6 +176,13 @@ def score_curve(task: str, method: str = "tdmpc2"):
         c = load_success(method, task)
         out = c[["agent_steps", "env_steps"]].copy()
         out["mean"], out["sd"] = 100.0 * c["mean_success"], 100.0 * c["sd_success"]
+    elif domain_of(task) == "DMControl pixels":
+        if method not in METHODS:
+            raise KeyError(f"unknown published method {method!r}; accepted: {list(METHODS)}")
+        df = _load_pixels()
+        c = df[(df["method"] == method) & (df["task"] == task)].sort_values("agent_steps")
+        out = c[["agent_steps", "env_steps"]].copy()
+        out["mean"], out["sd"] = c["mean_return"], c["sd_return"]
     else:
         c = load_published(method, task)
         out = c[["agent_steps", "env_steps"]].copy()
@@ -182,9 +215,10 @@ def dmc_tasks() -> list[str]:
 
 
 def published_tasks() -> list[str]:
-    """Every published task name (sorted): the dm_control names (return curves) and the
-    Meta-World / MyoSuite names (``mw-*``, ``myo-hand-*``: success curves)."""
-    return sorted(set(_load()["task"]) | set(_success_tasks()))
+    """Every published task name (sorted): the dm_control names (return curves), the pixel
+    curves' names (``<task>-pixels``: return curves from pixels) and the Meta-World /
+    MyoSuite names (``mw-*``, ``myo-hand-*``: success curves)."""
+    return sorted(set(_load()["task"]) | set(_success_tasks()) | set(pixel_tasks()))
 
 
 def curve(task: str, method: str = "tdmpc2"):
@@ -208,5 +242,5 @@ __all__ = [
     "METHODS", "METHOD_LABELS", "PUBLISHED_ACTION_REPEAT", "PLAYGROUND_TO_DMC", "DMC_TO_PLAYGROUND",
     "dmc_name", "load_published", "published_tasks", "curve", "final_point", "DOMAINS", "DOMAIN_LABELS",
     "DOMAIN_SCORES", "DOMAIN_ACTION_REPEAT", "domain_of", "score_kind", "published_action_repeat", "load_success",
-    "score_curve", "dmc_tasks",
+    "score_curve", "dmc_tasks", "pixel_tasks", "PIXEL_SUFFIX",
 ]

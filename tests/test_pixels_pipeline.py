@@ -1,0 +1,91 @@
+"""Pixels in the pipeline (issue 29): the published pixel curves, the protocol configurations
+and the refusals of pixel settings the library cannot run. Nothing here trains."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tdmpc2core.pipeline.config import ConfigError, resolve
+from tdmpc2core.report import published as P
+
+ROOT = Path(__file__).resolve().parents[1]
+PIXELS = ROOT / "workflow/configs/paper-dmc-pixels.yaml"
+SMOKE = ROOT / "workflow/configs/dmcontrol-pixels-smoke.yaml"
+
+
+def test_published_pixel_curves_units_names_and_domain():
+    """12 tasks, TD-MPC2 only, env steps = 2 x agent steps up to 1M agent steps, their own domain."""
+    names = P.pixel_tasks()
+    assert len(names) == 12 and all(n.endswith(P.PIXEL_SUFFIX) for n in names)
+    assert set(names) <= set(P.published_tasks())
+    assert P.domain_of("walker-walk-pixels") == "DMControl pixels" and P.score_kind("walker-walk-pixels") == "return"
+    assert P.domain_of("walker-walk") == "DMControl"  # the state curve of the same task is apart
+    c = P.score_curve("walker-walk-pixels")
+    assert (c["env_steps"] == 2 * c["agent_steps"]).all() and c["agent_steps"].max() == 1_000_000
+    assert len(c) == 21 and (c["n_seeds"] == 3).all()
+    assert c["mean"].iloc[-1] == pytest.approx(949.17) and c["sd"].iloc[-1] == pytest.approx(8.87)
+    assert c["mean"].iloc[-1] != pytest.approx(P.score_curve("walker-walk")["mean"].iloc[-1])
+    assert P.score_curve("walker-walk-pixels", "sac").empty
+    with pytest.raises(KeyError, match="unknown published method"):
+        P.score_curve("walker-walk-pixels", "dreamer")
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    enum = schema["$defs"]["task"]["properties"]["published"]["enum"]
+    assert set(enum) - {None} == set(P.published_tasks())
+
+
+def test_published_pixel_resource_is_derived_from_the_official_files():
+    """The packaged table is what tools/derive_published_pixels.py computes from the raw files
+    (checked where they are: ../shared/reference/tdmpc2_results)."""
+    raw = ROOT.parent / "shared" / "reference" / "tdmpc2_results"
+    if not (raw / "tdmpc2-pixels" / "walker-walk.csv").exists():
+        pytest.skip(f"the raw official results are not at {raw}")
+    spec = importlib.util.spec_from_file_location("derive_pixels", ROOT / "tools" / "derive_published_pixels.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.derive(raw) == (ROOT / "tdmpc2core" / "resources" / "published_pixel_curves.csv").read_text()
+
+
+def test_pixel_protocols_resolve():
+    """paper-dmc-pixels.yaml: the 12 published pixel tasks on dm_control, rgb, the 5M model,
+    1M agent steps, one seed per job; the smoke config resolves too."""
+    p = resolve(yaml.safe_load(PIXELS.read_text()))
+    assert len(p.tasks) == 12 and p.seed_groups == [(0,), (1,), (2,)]
+    assert {t["published"] for t in p.tasks.values()} == set(P.pixel_tasks())
+    for name, t in p.tasks.items():
+        assert t["env_id"] == f"dmc:{name}" and t["agent"] == {"obs": "rgb", "model_size": 5}
+        assert t["agent_steps"] == 1_000_000 and t["eval_every"] == 50_000 and t["action_repeat"] == 2
+        final = P.score_curve(t["published"]).iloc[-1]
+        assert t["expected"]["mean_min"] <= final["mean"] <= t["expected"]["mean_max"]
+    s = resolve(yaml.safe_load(SMOKE.read_text()))
+    assert s.tasks["reacher-easy"]["agent"]["obs"] == "rgb"
+
+
+def _pixels_with(**task) -> dict:
+    config = yaml.safe_load(PIXELS.read_text())
+    config["protocols"]["paper-pixels"]["tasks"] = {"walker-walk": {
+        "env_id": "dmc:walker-walk", "published": "walker-walk-pixels", **task}}
+    return config
+
+
+@pytest.mark.parametrize("task, message", [
+    ({"env_id": "WalkerWalk"}, "rgb observations are rendered by dm_control only (as the official code); "
+                               "env_id 'WalkerWalk' is a playground task"),
+    ({"published": "walker-walk"}, "'walker-walk' is a curve from states, but the task learns from pixels "
+                                   "(agent.obs: rgb); compare it with 'walker-walk-pixels'"),
+    ({"agent": {"obs": "state"}}, "'walker-walk-pixels' is a curve from pixels, but the task learns from states"),
+    ({"agent": {"latent_dim": 128}}, "latent"),
+])
+def test_pixel_settings_the_library_cannot_run_are_refused_when_the_workflow_loads(task, message):
+    with pytest.raises(ConfigError) as e:
+        resolve(_pixels_with(**task))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_pool_of_pixel_tasks_is_refused():
+    config = _pixels_with()
+    config["protocols"]["paper-pixels"]["pools"] = {"px": ["walker-walk"]}
+    with pytest.raises(ConfigError, match=r"pool 'px' .* names task\(s\) \['walker-walk'\] that learn from pixels"):
+        resolve(config)
