@@ -89,3 +89,42 @@ def test_a_pool_of_pixel_tasks_is_refused():
     config["protocols"]["paper-pixels"]["pools"] = {"px": ["walker-walk"]}
     with pytest.raises(ConfigError, match=r"pool 'px' .* names task\(s\) \['walker-walk'\] that learn from pixels"):
         resolve(config)
+
+
+def test_report_tables_put_pixel_runs_beside_the_pixel_curves(tmp_path):
+    """A pixel task and a state task of the same dm_control task: each compared with its own
+    published curve, aggregated in its own domain; the markdown and HTML tables name the domain."""
+    import numpy as np
+
+    from tdmpc2core.report import analysis as A
+    from tdmpc2core.report import html as H
+    from tdmpc2core.stages import outputs as O
+    from tdmpc2core.stages import tables as TB
+
+    paths = []
+    for task, rets in (("walker-px", (500.0, 600.0)), ("walker", (900.0, 950.0))):
+        for seed, r in enumerate(rets):
+            hist = {"eval_agent_steps": [0, 50_000], "eval_env_frames": [0, 100_000],
+                    "eval_returns": np.array([[[0.0, 0.0]], [[r, r]]]), "eval_lengths": np.full((2, 1, 2), 500)}
+            path = tmp_path / task / f"seed{seed}" / "eval.parquet"
+            path.parent.mkdir(parents=True)
+            O.write_table(path, "single_eval", O.single_eval_columns(task, seed, 0, hist, 2))
+            paths.append(path)
+    tasks = {"walker-px": {"published": "walker-walk-pixels", "action_repeat": 2},
+             "walker": {"published": "walker-walk", "action_repeat": 2}}
+    scores = A.seed_scores(A.read_evals(paths))
+    single = A.single_task_table(scores, tasks, steps=(50_000,))
+    px = single[(single["task"] == "walker-px") & (single["agent_steps"] == 50_000)].iloc[0]
+    st = single[(single["task"] == "walker") & (single["agent_steps"] == 50_000)].iloc[0]
+    pub_px = P.score_curve("walker-walk-pixels").set_index("agent_steps").loc[50_000]
+    pub_st = P.score_curve("walker-walk").set_index("agent_steps").loc[50_000]
+    assert px["mean"] == 550.0 and px["tdmpc2_mean"] == pytest.approx(pub_px["mean"])
+    assert st["tdmpc2_mean"] == pytest.approx(pub_st["mean"]) and pub_px["mean"] != pytest.approx(pub_st["mean"])
+    assert np.isnan(px["sac_mean"])  # no published baseline from pixels
+    agg = A.aggregate_table(scores, tasks, steps=(50_000,), reps=50)
+    row = agg[(agg["domain"] == "DMControl pixels") & (agg["step"] == "50000")].iloc[0]
+    assert row["tasks"] == "walker-px" and row["mean_return"] == 550.0
+    assert row["published_mean_return"] == pytest.approx(pub_px["mean"])
+    assert set(agg["domain"]) == {"DMControl", "DMControl pixels"}
+    assert "| DMControl from pixels |" in TB._aggregate_md(agg, "label")
+    assert "<td>DMControl from pixels</td>" in H.aggregate_section(agg)
