@@ -563,8 +563,9 @@ def test_rgb_update_with_the_official_shifts(px):
     assert set(ours) == set(after_wm) | set(after)
     # the last conv's bias adds one constant to each SimNorm group (a group's 8 entries are 8
     # positions of one channel in the (C, H, W) flattening), which the softmax cancels: its
-    # gradient is float rounding noise in both codes, and Adam's first step turns noise into
-    # steps of about +-lr, so only the size of its step can be compared
+    # gradient is float rounding noise in both codes, which Adam's step (g / (|g| + 1e-8))
+    # turns into random moves of up to lr: only the size of its step can be compared
+    # (docs/fidelity.md "Pixels")
     last_bias = f"_encoder.rgb.{official.RGB_CONV_LAYERS[-1][0]}.bias"
     lr_enc = wm.cfg.learning_rate * wm.cfg.enc_lr_scale
     before = weights_of(d)[last_bias]
