@@ -144,8 +144,8 @@ def test_encode_key_contract(wm, params):
 
 # ------------------------------------------------------------------------------ update, planner
 def test_update_and_plan_rgb(wm, state):
-    """The training path: one rgb update and one plan with every draw (the ShiftAug shifts
-    included) from their keys, in one program; the update's numbers against the official
+    """The training path: one rgb update, one plan and one policy action (mpc=False) with every
+    draw (the ShiftAug shifts included) from their keys, in one program; the update's numbers against the official
     code's with injected shifts are test_parity.py's."""
     obs = _images(2, (3, 2))
     batch = U.Batch(obs, jnp.zeros((2, 2, ACT)), jnp.ones((2, 2)), jnp.zeros((2, 2)))
@@ -154,15 +154,17 @@ def test_update_and_plan_rgb(wm, state):
     def step(state, batch, key):
         s1, m = U.update(wm, state, batch, 0.9, key)
         a, mean = P.plan(wm, s1.params, batch.obs[0, 0], jnp.zeros((2, ACT)), True, True, 0.9, key)
-        return s1, m, a, mean
+        a_pi = P.act_with_policy(wm, s1.params, batch.obs[0, 0], False, key)
+        return s1, m, a, mean, a_pi
 
-    s1, m, a, mean = step(state, batch, jax.random.PRNGKey(3))
+    s1, m, a, mean, a_pi = step(state, batch, jax.random.PRNGKey(3))
     for k in m:
         assert np.isfinite(float(m[k])), k
     assert float(m["consistency_loss"]) > 0 and int(s1.updates) == 1
     enc0, enc1 = state.params["encoder"]["Conv_0"]["kernel"], s1.params["encoder"]["Conv_0"]["kernel"]
     assert float(jnp.max(jnp.abs(enc1 - enc0))) > 0  # the conv trunk is trained
     assert a.shape == (ACT,) and mean.shape == (2, ACT) and bool(jnp.all(jnp.abs(a) <= 1))
+    assert a_pi.shape == (ACT,) and bool(jnp.all(jnp.abs(a_pi) <= 1))
 
 
 def test_flops_count_the_conv_trunk(wm):
