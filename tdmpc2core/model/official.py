@@ -541,7 +541,13 @@ def from_official(state_dict: Mapping, expected: Optional[OfficialArchitecture] 
 
 # ------------------------------------------------------------------------ writing
 def architecture_of_params(params: Mapping) -> OfficialArchitecture:
-    """The widths of our parameter tree (the inverse of :func:`from_official`'s layout)."""
+    """The widths of our parameter tree (the inverse of :func:`from_official`'s layout); an
+    encoder of ``Conv_*`` layers is the rgb one (``obs="rgb"``).
+
+    Raises:
+      ValueError: an rgb encoder beside a task embedding (multi-task pixel models are not
+        supported).
+    """
     def kernel(tree, name):
         node = tree[name]
         return np.shape(node["Dense_0"]["kernel"] if "Dense_0" in node and "kernel" in node["Dense_0"]
@@ -592,7 +598,8 @@ def to_official(params: Mapping, target_qs: Optional[Mapping] = None, *, layout:
 
     Raises:
       ValueError: an unknown layout; a termination head in the flat layout (5f6fade has
-        none); a multi-task model in the nested layout without ``action_masks``.
+        none); a multi-task model in the nested layout without ``action_masks``; an rgb
+        encoder beside a task embedding.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}; accepted: {list(LAYOUTS)}")
