@@ -303,6 +303,9 @@ def test_rgb_model_sizes_and_refusals():
     with pytest.raises(O.OfficialWeightsError, match=r"'_encoder.rgb.4.weight' has shape \(32, 32, 3, 3\), "
                                                      r"expected \(32, 32, 5, 5\)"):
         O.from_official(dict(sd, **{"_encoder.rgb.4.weight": np.zeros((32, 32, 3, 3), np.float32)}))
+    ours = dict(O.from_official(sd).params, task_emb=np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match="multi-task pixel models are not supported"):
+        O.to_official(ours)
 
 
 def test_pt_of_the_official_pixel_model_is_read(tmp_path):
