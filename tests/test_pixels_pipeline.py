@@ -16,6 +16,15 @@ PIXELS = ROOT / "workflow/configs/paper-dmc-pixels.yaml"
 SMOKE = ROOT / "workflow/configs/dmcontrol-pixels-smoke.yaml"
 
 
+def over_demo(text: str) -> dict:
+    """config.yaml with a --configfile's YAML merged over it key by key, as Snakemake does."""
+    def update(base, over):
+        for k, v in over.items():
+            base[k] = update(base.get(k, {}), v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+        return base
+    return update(yaml.safe_load((ROOT / "config.yaml").read_text()), yaml.safe_load(text))
+
+
 def test_published_pixel_curves_units_names_and_domain():
     """12 tasks, TD-MPC2 only, env steps = 2 x agent steps up to 1M agent steps, their own domain."""
     names = P.pixel_tasks()
@@ -51,7 +60,7 @@ def test_published_pixel_resource_is_derived_from_the_official_files():
 def test_pixel_protocols_resolve():
     """paper-dmc-pixels.yaml: the 12 published pixel tasks on dm_control, rgb, the 5M model,
     1M agent steps, one seed per job; the smoke config resolves too."""
-    p = resolve(yaml.safe_load(PIXELS.read_text()))
+    p = resolve(over_demo(PIXELS.read_text()))
     assert len(p.tasks) == 12 and p.seed_groups == [(0,), (1,), (2,)]
     assert {t["published"] for t in p.tasks.values()} == set(P.pixel_tasks())
     for name, t in p.tasks.items():
@@ -59,12 +68,12 @@ def test_pixel_protocols_resolve():
         assert t["agent_steps"] == 1_000_000 and t["eval_every"] == 50_000 and t["action_repeat"] == 2
         final = P.score_curve(t["published"]).iloc[-1]
         assert t["expected"]["mean_min"] <= final["mean"] <= t["expected"]["mean_max"]
-    s = resolve(yaml.safe_load(SMOKE.read_text()))
+    s = resolve(over_demo(SMOKE.read_text()))
     assert s.tasks["reacher-easy"]["agent"]["obs"] == "rgb"
 
 
 def _pixels_with(**task) -> dict:
-    config = yaml.safe_load(PIXELS.read_text())
+    config = over_demo(PIXELS.read_text())
     config["protocols"]["paper-pixels"]["tasks"] = {"walker-walk": {
         "env_id": "dmc:walker-walk", "published": "walker-walk-pixels", **task}}
     return config
