@@ -44,14 +44,18 @@ class Recording(NamedTuple):
     seconds: dict
 
 
+class NotBuiltError(NotImplementedError, ValueError):
+    """A video mode that is not built yet (a ValueError too, so the CLI reports it in one line)."""
+
+
 def check_video_mode(mode: str) -> str:
     """``mode`` if it is one of :data:`VIDEO_MODES`; raises ValueError naming it and those
-    accepted, or NotImplementedError for ``"every"`` (not built: the run records only its last
+    accepted, or :class:`NotBuiltError` for ``"every"`` (not built: a run records only its last
     evaluation)."""
     if mode not in VIDEO_MODES:
         raise ValueError(f"video={mode!r}: accepted {list(VIDEO_MODES)}")
     if mode == "every":
-        raise NotImplementedError("video='every' (a video at every evaluation) is not built yet; "
+        raise NotBuiltError("video='every' (a video at every evaluation) is not built yet; "
                                   "use 'last' (the last evaluation's episode) or 'off'")
     return mode
 
@@ -131,4 +135,4 @@ def record(record_fn: Callable, source, params, key, *, action_repeat: int, widt
     return Recording(frames, fps, float(ret), length, stride, seconds)
 
 
-__all__ = ["VIDEO_MODES", "Recording", "check_video_mode", "make_record_fn", "frame_stride", "episode_key", "record"]
+__all__ = ["VIDEO_MODES", "NotBuiltError", "Recording", "check_video_mode", "make_record_fn", "frame_stride", "episode_key", "record"]

@@ -116,6 +116,30 @@ def frame_source(env) -> FrameSource:
                           f"{', '.join(RENDERED_SUITES)})")
 
 
+_GYMNAX_DRAWN = ("Pendulum-v1", "MountainCarContinuous-v0")
+_BUILTIN_RENDERED = ("dmcontrol", "playground", "brax", "metaworld", "myosuite")
+
+
+def cannot_render(env_id) -> str | None:
+    """Why an env of ``env_id`` (or a prebuilt :class:`~tdmpc2core.envs.Env`) cannot be
+    rendered, in one line; None when it can (its suite is one of :data:`RENDERED_SUITES`).
+    Decided from the id alone, without building the env (the workflow asks it while it plans
+    the jobs). An id no suite knows gives the registry's ValueError."""
+    from .base import Env
+    from .registry import suite_for
+
+    if isinstance(env_id, Env):
+        suite, env_id = env_id.spec.suite, env_id.spec.env_id
+    else:
+        suite = suite_for(str(env_id)).name
+    if suite in _BUILTIN_RENDERED:
+        return None
+    if suite == "gymnax":
+        return None if env_id in _GYMNAX_DRAWN else (
+            f"{env_id}: no renderer for this gymnax env (drawn: {', '.join(_GYMNAX_DRAWN)})")
+    return f"{env_id}: no renderer for suite {suite!r} (suites with one: {', '.join(RENDERED_SUITES)})"
+
+
 # ---------------------------------------------------------------- MuJoCo (shared)
 class _MjCanvas:
     """A ``mujoco.Renderer`` per frame size on ``model``, made on first use."""
@@ -292,4 +316,4 @@ def _draw_mountain_car(st, width, height, params) -> np.ndarray:
     return np.asarray(img, np.uint8)
 
 
-__all__ = ["FrameSource", "NoRendererError", "RENDERED_SUITES", "frame_source"]
+__all__ = ["FrameSource", "NoRendererError", "RENDERED_SUITES", "cannot_render", "frame_source"]
