@@ -64,6 +64,7 @@ include: "workflow/rules/report.smk"
 EVERY_OUTPUT = [
     RESOLVED,
     *[f for name in RUN_FILES for f in P.all_run_files(name)],
+    *P.video_files(),
     *[task_dataset(t) for t in TASKS],
     *[pool_dataset(p) for p in POOLS],
     *[pool_dataset(p) for p in OFFICIAL_POOLS],

@@ -13,6 +13,7 @@ rule report:
         ),
         overview=f"{FIGURES}/overview.png",
         runs=P.all_run_files("run.json"),
+        videos=P.video_files(),  # embedded in the report (config `video`)
         datasets=rules.dataset_summary.output.summary,
         datasets_figure=rules.dataset_summary.output.figure,
         multitask=(

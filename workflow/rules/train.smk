@@ -13,7 +13,8 @@ for _group in SEED_GROUPS:
         name:
             f"train_single_{seed_tag(_group)}"
         output:
-            [f"{RUNS}/{{task}}/seed{s}/{f}" for s in _group for f in RUN_FILES],
+            [f"{RUNS}/{{task}}/seed{s}/{f}" for s in _group for f in RUN_FILES]
+            + P.group_video(_group),  # config `video: last`: the first seed's evaluation video
         log:
             f"logs/train_single/{{task}}/{seed_tag(_group)}.log",
         benchmark:
@@ -41,6 +42,7 @@ for _group in SEED_GROUPS:
             keep_checkpoints=str(P.keep_checkpoints),
             max_chunk_seconds=str(MAX_CHUNK_SECONDS),
             devices=P.cluster.devices,  # --devices: auto splits the seeds over the GPUs the job got
+            video=P.video,  # --video: a resource, no rerun trigger (switching it on adds an output)
         params:
             # the merged settings of the task: a change reruns that task's jobs only (the
             # cache folder, threads and resources are not params: changing them reruns nothing)
@@ -70,6 +72,7 @@ for _group in SEED_GROUPS:
             "--seeds {params.seeds} --outdir {params.outdir:q} "
             "--checkpoint-dir {resources.checkpoints:q}/single/{wildcards.task:q}/{params.seed_tag} "
             "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
-            "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices}"
+            "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices} "
+            "--video {resources.video}"
             + P.logger_shell()
             + " >> {log:q} 2>&1"
