@@ -476,6 +476,7 @@ def add_arguments(p):
     p.add_argument("--max-chunk-seconds", type=float, required=True)
     p.add_argument("--logger", choices=["none"], required=True)  # the workflow's flags without a logger block
     p.add_argument("--devices", choices=["auto"], required=True)  # cluster.devices (issue 28)
+    p.add_argument("--video", choices=["off", "last"], required=True)  # config `video` (issue 29)
 
 
 def run(args):
@@ -509,8 +510,16 @@ def run(args):
                             action=act, reward=rew, terminated=np.zeros(T + 1, bool)))
         task = TaskInfo(args.task, O + len(args.task) % 3, 1, T, ar, 0.95, spec["env_id"])
         save_dataset(from_episodes(eps, task, {"seed": seed}), os.path.join(d, "episodes.parquet"))
+        video = None
+        if args.video == "last" and seed == args.seeds[0]:  # a 4-frame video: black, then white
+            from tdmpc2core.io.video import write_video
+            frames = np.zeros((4, 16, 16, 3), np.uint8)
+            frames[2:] = 255
+            size = write_video(os.path.join(d, "video.mp4"), frames, 10.0)
+            video = {"file": "video.mp4", "seed": seed, "frames": 4, "fps": 10.0, "stride": 1, "bytes": size,
+                     "episode_return": 1.5, "length": 3, "renderer": "stand-in"}
         with open(os.path.join(d, "run.json"), "w") as fh:
-            json.dump({"task": args.task, "seed": seed, "spec": spec, "pid": os.getpid(),
+            json.dump({"task": args.task, "seed": seed, "spec": spec, "pid": os.getpid(), "video": video,
                        "checkpoint": [args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints,
                                       args.max_chunk_seconds],
                        "provenance": {"matmul_precision": "highest", "wall_time_s": 1.0,
@@ -587,6 +596,9 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     html = (wf / "results" / "report.html").read_text(encoding="utf-8")
     assert "Demo at laptop scale: NOT the paper&#x27;s protocol" in html
     assert html.count("data:image/png;base64,") == 7  # 2 x (eval, train), overview, datasets, multi-task
+    # config `video: last` (the default): each task's first seed's video, embedded (issue 29)
+    assert html.count('<video class="evalvideo"') == 2 and html.count("data:video/mp4;base64,") == 2
+    assert (wf / "results/single/pendulum/seed1/video.mp4").exists()  # one per job (seeds_per_job: 1)
     # the multi-task section: scaling table, per-task returns beside the single-task ones, the
     # declared ranges and the mt30 caveat
     assert 'id="multitask"' in html and "not the paper&#x27;s mt30" in html
@@ -777,6 +789,7 @@ def add_arguments(p):
     p.add_argument("--max-chunk-seconds", type=float, required=True)
     p.add_argument("--logger", choices=["none"], required=True)  # the workflow's flags without a logger block
     p.add_argument("--devices", choices=["auto"], required=True)  # cluster.devices (issue 28)
+    p.add_argument("--video", choices=["off", "last"], required=True)  # config `video` (issue 29)
 
 
 def run(args):
@@ -805,7 +818,8 @@ def run(args):
     for s in args.seeds:
         d = Path(args.outdir) / f"seed{s}"
         d.mkdir(parents=True, exist_ok=True)
-        for f in ("eval.parquet", "metrics.parquet", "episodes.parquet"):
+        for f in ("eval.parquet", "metrics.parquet", "episodes.parquet") + (
+                ("video.mp4",) if args.video == "last" and s == args.seeds[0] else ()):
             (d / f).write_text("stand-in")
         (d / "run.json").write_text(json.dumps({"resumed_from": step if resumed else None}))
     log("done")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 
 
@@ -197,6 +198,41 @@ def _simulator_text(tasks, suite_of, facts: dict, PV):
     return A.simulator_text(tasks, suite_of, versions, suites=facts)
 
 
+def _videos(cfg, runs_dir) -> list:
+    """Each task's evaluation video for the report (:func:`tdmpc2core.report.html.videos_section`):
+    (task, caption, MP4 bytes, None) from the first seed folder (in the configured seed order)
+    holding ``video.mp4`` and its run.json's ``video`` record; a task whose runs recorded why they
+    have none (``video.file`` null: its suite has no renderer) gets (task, "", None, reason).
+    [] when no run of any task recorded a video (``video: off``)."""
+    from ..report import analysis as A
+
+    out, any_record = [], False
+    for task in cfg["tasks"]:
+        entry = None
+        for seed in cfg["seeds"]:
+            d = A.run_dir(runs_dir, task, seed)
+            try:
+                with open(os.path.join(d, "run.json")) as fh:
+                    rec = json.load(fh).get("video")
+            except (OSError, ValueError):
+                rec = None
+            if rec is None:
+                continue
+            any_record = True
+            if rec.get("file") and os.path.exists(os.path.join(d, rec["file"])):
+                with open(os.path.join(d, rec["file"]), "rb") as fh:
+                    data = fh.read()
+                caption = (f"seed {rec.get('seed', seed)}, return {float(rec['episode_return']):.1f} over "
+                           f"{rec['length']} agent steps; {rec['frames']} frames at {float(rec['fps']):g} fps "
+                           f"(every {rec['stride']} agent step(s)); {rec.get('renderer', '')}")
+                entry = (task, caption, data, None)
+                break
+            if entry is None and rec.get("file") is None:
+                entry = (task, "", None, rec.get("reason") or "not recorded")
+        out.append(entry or (task, "", None, "no run of this task recorded a video"))
+    return out if any_record else []
+
+
 def run(args) -> int:
     import pandas as pd
 
@@ -246,6 +282,7 @@ def run(args) -> int:
             overview = _read_image(p)
             break
 
+    videos = _videos(cfg, args.runs)
     runs, first, missing = _run_rows(cfg, args.runs, args.multi_runs or ())
     bench = A.read_benchmarks(args.benchmarks).rename(
         columns={"s": "wall_s", "max_rss": "max_rss_mb", "cpu_time": "cpu_time_s"})
@@ -292,6 +329,7 @@ def run(args) -> int:
         "multitask": multitask,
         "official": official,
         "extensions": A.extension_table(ext_files),
+        "videos": videos,
     }
     atomic.write_text(args.out, R.render_report(ctx))
     print(f"tdmpc2 report: {args.out} ({os.path.getsize(args.out) / 1e3:.0f} kB)")
