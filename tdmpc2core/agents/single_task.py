@@ -212,6 +212,9 @@ class TDMPC2:
         #: seconds spent tracing, lowering and compiling each program in this process
         #: ({"init" | "chunk" | "eval": {"trace_lower_s", "compile_s", "calls_compiled"}})
         self.compile_seconds: dict = {}
+        #: the same for :meth:`record_episode`'s program (``{"record": {...}}``), kept apart:
+        #: recording a video changes nothing of a run's record
+        self.record_seconds: dict = {}
 
     # hashing by identity: jitted closures capture ``self``
     def __hash__(self):
@@ -332,13 +335,13 @@ class TDMPC2:
         Returns:
           :class:`tdmpc2core.agents.video.Recording`: frames uint8 [N, height, width, 3], fps
           (1 / (control timestep x action repeat x stride)), the episode's return and length
-          (agent steps), stride, seconds spent compiling, rolling out and rendering.
+          (agent steps), stride. The recording program's compile seconds go into
+          :attr:`record_seconds` (``{"record": {...}}``), the renderer's into
+          :meth:`video_renderer`'s ``seconds``.
         Raises:
           tdmpc2core.envs.render.NoRendererError: the env's suite has no renderer.
           ValueError: a bad ``seed_index``, frame size or ``max_frames``.
         """
-        import time as _time
-
         from ..envs.render import frame_source
         from . import video
 
@@ -357,19 +360,20 @@ class TDMPC2:
                 return act_with_policy(self.wm, params, obs, True, k), mean
 
             fn = video.make_record_fn(self.env, act, self.episode_length, cfg.horizon, self.spec.action_dim,
-                                      source.state_of)
-            entry = self._eval_fns["record"] = [source, fn, None]
-        source, fn, compiled = entry
+                                      source.state_of, self.record_seconds)
+            entry = self._eval_fns["record"] = (source, fn)
+        source, fn = entry
         params = jax.tree_util.tree_map(lambda x: x[int(seed_index)], state.agent.params)
         if key is None:
             key = video.episode_key(int(seed_index) if seed is None else int(seed), eval_index, eval_episodes)
-        compile_s = 0.0
-        if compiled is None:
-            t0 = _time.perf_counter()
-            compiled = entry[2] = fn.lower(params, key).compile()
-            compile_s = _time.perf_counter() - t0
-        return video.record(compiled, source, params, key, action_repeat=self.action_repeat, width=width,
-                            height=height, max_frames=max_frames, compile_seconds=compile_s)
+        return video.record(fn, source, params, key, action_repeat=self.action_repeat, width=width,
+                            height=height, max_frames=max_frames)
+
+    def video_renderer(self):
+        """The env's :class:`tdmpc2core.envs.render.FrameSource` that :meth:`record_episode`
+        draws with (None before its first call): ``describe``, ``seconds`` spent drawing."""
+        entry = self._eval_fns.get("record")
+        return None if entry is None else entry[0]
 
     # ---- training (the run driver, :mod:`tdmpc2core.run.driver`, does the host side) ------
     def _chunk(self):

@@ -11,7 +11,6 @@ evaluation numbers are those of a run without recording.
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -33,7 +32,6 @@ class Recording(NamedTuple):
         episode_return: the episode's undiscounted return (float).
         length: agent steps of the episode (int; T unless it terminated).
         stride: agent steps between frames (int >= 1).
-        seconds: {"compile": s, "rollout": s, "render": s}, wall-clock seconds.
     """
 
     frames: np.ndarray
@@ -41,7 +39,6 @@ class Recording(NamedTuple):
     episode_return: float
     length: int
     stride: int
-    seconds: dict
 
 
 class NotBuiltError(NotImplementedError, ValueError):
@@ -60,8 +57,10 @@ def check_video_mode(mode: str) -> str:
     return mode
 
 
-def make_record_fn(env, act: Callable, T: int, H: int, A: int, state_of: Callable) -> Callable:
-    """A jitted ``(params, key) -> (states, return, length)`` of one seed.
+def make_record_fn(env, act: Callable, T: int, H: int, A: int, state_of: Callable, timings: dict) -> Callable:
+    """A compiled ``(params, key) -> (states, return, length)`` of one seed
+    (:class:`tdmpc2core.run.compiled.Compiled`: its trace, lower and compile seconds go into
+    ``timings["record"]``).
 
     ``act(params, obs, mean, t0, key) -> (action, mean)`` acts as the evaluation does;
     ``states``: ``state_of(inner)`` stacked over the T + 1 states of the episode (the initial
@@ -90,7 +89,9 @@ def make_record_fn(env, act: Callable, T: int, H: int, A: int, state_of: Callabl
         states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), state_of(state.inner), seen)
         return states, ret, length
 
-    return jax.jit(rollout)
+    from ..run.compiled import Compiled
+
+    return Compiled(jax.jit(rollout), "record", timings)
 
 
 def frame_stride(n_steps: int, max_frames: int) -> int:
@@ -114,14 +115,11 @@ def episode_key(seed: int, eval_index: int, eval_episodes: int):
 
 
 def record(record_fn: Callable, source, params, key, *, action_repeat: int, width: int, height: int,
-           max_frames: int, compile_seconds: float = 0.0) -> Recording:
-    """Run ``record_fn`` (:func:`make_record_fn`, compiled) on ``params`` and ``key``, then
-    render the states of the episode's steps (to its end) every ``stride`` agent steps with
-    ``source`` (:class:`~tdmpc2core.envs.render.FrameSource`); ``compile_seconds`` is reported
-    in :attr:`Recording.seconds`."""
-    t0 = time.perf_counter()
+           max_frames: int) -> Recording:
+    """Run ``record_fn`` (:func:`make_record_fn`) on ``params`` and ``key``, then render the
+    states of the episode's steps (to its end) every ``stride`` agent steps with ``source``
+    (:class:`~tdmpc2core.envs.render.FrameSource`)."""
     states, ret, length = jax.block_until_ready(record_fn(params, key))
-    t1 = time.perf_counter()
     length = int(length)
     stride = frame_stride(length, max_frames)
     idx = np.arange(0, length + 1, stride)
@@ -129,10 +127,8 @@ def record(record_fn: Callable, source, params, key, *, action_repeat: int, widt
         idx = np.append(idx, length)
     picked: Any = jax.tree_util.tree_map(lambda x: np.asarray(x)[idx], states)
     frames = source.render(picked, width, height)
-    t2 = time.perf_counter()
     fps = 1.0 / (source.control_dt * int(action_repeat) * stride)
-    seconds = {"compile": float(compile_seconds), "rollout": t1 - t0, "render": t2 - t1}
-    return Recording(frames, fps, float(ret), length, stride, seconds)
+    return Recording(frames, fps, float(ret), length, stride)
 
 
 __all__ = ["VIDEO_MODES", "NotBuiltError", "Recording", "check_video_mode", "make_record_fn", "frame_stride", "episode_key", "record"]

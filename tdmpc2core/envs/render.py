@@ -22,7 +22,8 @@ The suites' own renderers draw the frames:
   visualiser needs gymnasium's pygame renderer (not a dependency), so a small drawing of the
   state with Pillow (the pendulum's rod at its angle; the car on its hill).
 
-A suite without a renderer raises :class:`NoRendererError` from :func:`frame_source`.
+Each suite names its renderer in its registry entry (:attr:`tdmpc2core.envs.registry.Suite.frames`);
+a suite without one raises :class:`NoRendererError` from :func:`frame_source`.
 MuJoCo rendering needs an OpenGL context: headless, ``MUJOCO_GL=egl`` (Mesa's EGL) or
 ``osmesa``.
 """
@@ -39,10 +40,6 @@ class NoRendererError(ValueError):
     the env id, its suite and the suites that have one."""
 
 
-RENDERED_SUITES = ("dmcontrol", "playground", "brax", "metaworld", "myosuite",
-                   "gymnax (Pendulum-v1, MountainCarContinuous-v0)")
-
-
 class FrameSource:
     """How to picture one environment's states.
 
@@ -52,6 +49,7 @@ class FrameSource:
         control_dt: seconds of simulated time per simulator step (one agent step is
             ``action_repeat`` of them).
         describe: the renderer, in words (for the report and logs).
+        seconds: wall-clock seconds spent in :meth:`render` so far.
     """
 
     def __init__(self, state_of: Callable[[Any], Any], render_one: Callable[[Any, int, int], np.ndarray],
@@ -61,6 +59,7 @@ class FrameSource:
         self.control_dt = float(control_dt)
         self.describe = describe
         self._close = close
+        self.seconds = 0.0
 
     def render(self, states, width: int, height: int) -> np.ndarray:
         """Frames of stacked states (every leaf with a leading axis N, as ``state_of`` gives
@@ -72,8 +71,11 @@ class FrameSource:
             ValueError: ``width`` or ``height`` not a positive even int (H.264 with yuv420p
                 needs even sides).
         """
+        import time
+
         import jax
 
+        t0 = time.perf_counter()
         for name, v in (("width", width), ("height", height)):
             if not isinstance(v, (int, np.integer)) or v <= 0 or v % 2:
                 raise ValueError(f"{name}={v!r}: a positive even number of pixels is accepted")
@@ -83,6 +85,7 @@ class FrameSource:
         for i in range(n):
             one = jax.tree_util.tree_map(lambda x: np.asarray(x)[i], states)
             out[i] = self._render_one(one, int(width), int(height))
+        self.seconds += time.perf_counter() - t0
         return out
 
     def close(self) -> None:
@@ -93,51 +96,47 @@ class FrameSource:
 
 
 def frame_source(env) -> FrameSource:
-    """The :class:`FrameSource` of ``env`` (a :class:`tdmpc2core.envs.Env`).
+    """The :class:`FrameSource` of ``env`` (a :class:`tdmpc2core.envs.Env`): its suite's
+    (:attr:`tdmpc2core.envs.registry.Suite.frames`).
 
     Raises:
-        NoRendererError: no renderer for the env's suite (or for this gymnax env).
+        NoRendererError: no renderer for the env's suite (or for this env of it).
     """
-    suite = env.spec.suite
-    from . import brax_env, dmcontrol_env, gymnax_env, playground_env
-    from .host_mujoco import HostMujocoEnv
+    reason = cannot_render(env)
+    if reason is not None:
+        raise NoRendererError(reason)
+    from .registry import get_suite
 
-    if isinstance(env, gymnax_env.GymnaxEnv):
-        return _gymnax(env)
-    if isinstance(env, playground_env.PlaygroundEnv):
-        return _playground(env)
-    if isinstance(env, brax_env.BraxEnv):
-        return _brax(env)
-    if isinstance(env, dmcontrol_env.DMControlEnv):
-        return _dmcontrol(env)
-    if isinstance(env, HostMujocoEnv):
-        return _host_mujoco(env)
-    raise NoRendererError(f"{env.spec.env_id}: no renderer for suite {suite!r} (suites with one: "
-                          f"{', '.join(RENDERED_SUITES)})")
+    return get_suite(env.spec.suite).frames(env)
 
 
 _GYMNAX_DRAWN = ("Pendulum-v1", "MountainCarContinuous-v0")
-_BUILTIN_RENDERED = ("dmcontrol", "playground", "brax", "metaworld", "myosuite")
 
 
 def cannot_render(env_id) -> str | None:
     """Why an env of ``env_id`` (or a prebuilt :class:`~tdmpc2core.envs.Env`) cannot be
-    rendered, in one line; None when it can (its suite is one of :data:`RENDERED_SUITES`).
-    Decided from the id alone, without building the env (the workflow asks it while it plans
-    the jobs). An id no suite knows gives the registry's ValueError."""
-    from .base import Env
-    from .registry import suite_for
+    rendered, in one line; None when its suite has a renderer
+    (:attr:`tdmpc2core.envs.registry.Suite.frames`). Decided from the id alone, without
+    building the env (the workflow asks it while it plans the jobs). An id no suite knows
+    gives the registry's ValueError."""
+    from .registry import get_suite, suite_for  # no JAX: the workflow plans without it
 
-    if isinstance(env_id, Env):
-        suite, env_id = env_id.spec.suite, env_id.spec.env_id
+    if hasattr(env_id, "spec"):  # an Env
+        name, env_id = env_id.spec.suite, env_id.spec.env_id
+        suite = get_suite(name, None)
     else:
-        suite = suite_for(str(env_id)).name
-    if suite in _BUILTIN_RENDERED:
-        return None
-    if suite == "gymnax":
-        return None if env_id in _GYMNAX_DRAWN else (
-            f"{env_id}: no renderer for this gymnax env (drawn: {', '.join(_GYMNAX_DRAWN)})")
-    return f"{env_id}: no renderer for suite {suite!r} (suites with one: {', '.join(RENDERED_SUITES)})"
+        suite = suite_for(str(env_id))
+        name = suite.name
+    if suite is None or suite.frames is None:
+        have = [s.name for s in _suites() if s.frames is not None]
+        return f"{env_id}: no renderer for suite {name!r} (suites with one: {', '.join(have)})"
+    return None
+
+
+def _suites():
+    from .registry import suites
+
+    return suites()
 
 
 # ---------------------------------------------------------------- MuJoCo (shared)
@@ -316,4 +315,4 @@ def _draw_mountain_car(st, width, height, params) -> np.ndarray:
     return np.asarray(img, np.uint8)
 
 
-__all__ = ["FrameSource", "NoRendererError", "RENDERED_SUITES", "cannot_render", "frame_source"]
+__all__ = ["FrameSource", "NoRendererError", "cannot_render", "frame_source"]

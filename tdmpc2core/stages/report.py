@@ -282,7 +282,6 @@ def run(args) -> int:
             overview = _read_image(p)
             break
 
-    videos = _videos(cfg, args.runs)
     runs, first, missing = _run_rows(cfg, args.runs, args.multi_runs or ())
     bench = A.read_benchmarks(args.benchmarks).rename(
         columns={"s": "wall_s", "max_rss": "max_rss_mb", "cpu_time": "cpu_time_s"})
@@ -329,7 +328,7 @@ def run(args) -> int:
         "multitask": multitask,
         "official": official,
         "extensions": A.extension_table(ext_files),
-        "videos": videos,
+        "videos": _videos(cfg, args.runs),
     }
     atomic.write_text(args.out, R.render_report(ctx))
     print(f"tdmpc2 report: {args.out} ({os.path.getsize(args.out) / 1e3:.0f} kB)")

@@ -279,24 +279,29 @@ def write_last_video(agent, state, hist: dict, seed: int, eval_episodes: int, pa
         log(f"video: none ({reason})")
         return {"file": None, "reason": reason}
     eval_index = max(len(hist["eval_agent_steps"]) - 1, 0)
+    t0 = time.perf_counter()
     try:
         rec = agent.record_episode(state, 0, seed=seed, eval_index=eval_index, eval_episodes=eval_episodes,
                                    width=VIDEO_SIZE, height=VIDEO_SIZE, max_frames=VIDEO_MAX_FRAMES)
     except NoRendererError as exc:
         log(f"video: none ({exc})")
         return {"file": None, "reason": str(exc)}
-    import time as _time
-
-    t0 = _time.perf_counter()
+    t1 = time.perf_counter()
     size = write_video(path, rec.frames, rec.fps)
-    seconds = {**rec.seconds, "encode": _time.perf_counter() - t0}
+    renderer = agent.video_renderer()
+    comp = agent.record_seconds.get("record", {})
+    compile_s = float(comp.get("trace_lower_s", 0.0) + comp.get("compile_s", 0.0))
+    # compile: trace, lower and compile the recording program; rollout: run it; render: draw the
+    # frames; encode: write the MP4
+    seconds = {"compile": compile_s, "rollout": max(t1 - t0 - compile_s - renderer.seconds, 0.0),
+               "render": renderer.seconds, "encode": time.perf_counter() - t1}
     log(f"video: seed {seed}, {len(rec.frames)} frames at {rec.fps:g} fps (every {rec.stride} agent step(s)), "
         f"return {rec.episode_return:.1f}, {size / 1e3:.0f} KB to {path} ("
         + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()) + ")")
     return {"file": path.name, "seed": seed, "eval_index": eval_index, "frames": int(len(rec.frames)),
             "fps": rec.fps, "stride": rec.stride, "width": VIDEO_SIZE, "height": VIDEO_SIZE, "bytes": size,
             "episode_return": rec.episode_return, "length": rec.length,
-            "renderer": agent._eval_fns["record"][0].describe, "seconds": seconds}
+            "renderer": renderer.describe, "seconds": seconds}
 
 
 def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: int, episodes, session: dict) -> dict:
