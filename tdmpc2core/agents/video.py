@@ -131,4 +131,5 @@ def record(record_fn: Callable, source, params, key, *, action_repeat: int, widt
     return Recording(frames, fps, float(ret), length, stride)
 
 
-__all__ = ["VIDEO_MODES", "NotBuiltError", "Recording", "check_video_mode", "make_record_fn", "frame_stride", "episode_key", "record"]
+__all__ = ["VIDEO_MODES", "NotBuiltError", "Recording", "check_video_mode", "make_record_fn", "frame_stride",
+           "episode_key", "record"]
