@@ -253,3 +253,46 @@ def test_report_videos_play_in_headless_chromium(tmp_path):
     broken = R.render_report({**ctx, "videos": [("broken", "", b"not a video" * 100, None)]})
     (bad,) = video_states(browser, broken, tmp_path)
     assert bad["error"] is not None and bad["time"] == 0, bad
+
+
+def test_multitask_record_episode_is_the_task_evaluation_episode():
+    """The multi-task agent records task by task (its embedding and mask, padded observations):
+    the first frame is the evaluation's first episode's initial state of that task
+    (eval_key(seed, updates, task)); a task without an evaluation env is refused."""
+    from tdmpc2core import TDMPC2MultiTask
+    from tdmpc2core.agents import multitask_eval as mt_eval
+    from tdmpc2core.dataset import EpisodeDataset, TaskInfo
+    from tdmpc2core.envs.render import _draw_pendulum
+
+    rng = np.random.default_rng(0)
+    cols = {k: [] for k in ("obs", "action", "reward", "truncated", "episode", "step", "task")}
+    for t, (T, o_dim, a_dim) in enumerate(((200, 3, 1), (10, 4, 2))):  # pendulum, then a wider stand-in
+        for _ in range(2):
+            obs = np.zeros((T + 1, 4), np.float32)
+            obs[:, :o_dim] = rng.normal(size=(T + 1, o_dim))
+            act = np.zeros((T + 1, 2), np.float32)
+            act[:, :a_dim] = rng.uniform(-1, 1, (T + 1, a_dim))
+            rew = rng.normal(size=T + 1).astype(np.float32)
+            act[0, :a_dim], rew[0] = np.nan, np.nan
+            ep = len(cols["obs"])
+            for k, v in (("obs", obs), ("action", act), ("reward", rew), ("truncated", np.arange(T + 1) == T),
+                         ("episode", np.full(T + 1, ep, np.int64)), ("step", np.arange(T + 1, dtype=np.int32)),
+                         ("task", np.full(T + 1, t, np.int32))):
+                cols[k].append(v)
+    c = {k: np.concatenate(v) for k, v in cols.items()}
+    tasks = (TaskInfo("pendulum", 3, 1, 200, 1, 0.95, "Pendulum-v1"), TaskInfo("wide", 4, 2, 10, 1, 0.95, None))
+    ds = EpisodeDataset(obs=c["obs"], action=c["action"], reward=c["reward"],
+                        terminated=np.zeros(len(c["reward"]), bool), truncated=c["truncated"], episode=c["episode"], step=c["step"], task=c["task"], tasks=tasks,
+                        provenance={}).check("test")
+    agent = TDMPC2MultiTask(ds, eval_envs=["Pendulum-v1", None], **{k: v for k, v in TINY.items() if k != "seed_steps"})
+    state = agent.init([5])
+    rec = agent.record_episode(state, "pendulum", eval_episodes=4, width=32, height=32, max_frames=101)
+    assert rec.stride == 2 and rec.length == 200 and rec.frames.shape == (101, 32, 32, 3)
+    k_reset, _ = jax.random.split(jax.random.split(mt_eval.eval_keys([5], 0, 0)[0], 4)[0])
+    st0, _ = agent.eval_envs[0].reset(k_reset)
+    np.testing.assert_array_equal(rec.frames[0], _draw_pendulum(st0.inner, 32, 32))
+    assert agent.record_seconds["record"]["calls_compiled"] == 1
+    with pytest.raises(ValueError, match="task=1: no evaluation env"):
+        agent.record_episode(state, "wide")
+    with pytest.raises(ValueError, match="task='nope': not a task of the dataset"):
+        agent.record_episode(state, "nope")
