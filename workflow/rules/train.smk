@@ -12,9 +12,10 @@ for _group in SEED_GROUPS:
     rule:
         name:
             f"train_single_{seed_tag(_group)}"
+        # outputs: every seed's run files and, with config `video: last`, the first seed's video
         output:
             [f"{RUNS}/{{task}}/seed{s}/{f}" for s in _group for f in RUN_FILES]
-            + P.group_video(_group),  # config `video: last`: the first seed's evaluation video
+            + P.group_video(_group),
         log:
             f"logs/train_single/{{task}}/{seed_tag(_group)}.log",
         benchmark:
@@ -73,6 +74,4 @@ for _group in SEED_GROUPS:
             "--checkpoint-dir {resources.checkpoints:q}/single/{wildcards.task:q}/{params.seed_tag} "
             "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
             "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices} "
-            "--video {resources.video}"
-            + P.logger_shell()
-            + " >> {log:q} 2>&1"
+            "--video {resources.video}" + P.logger_shell() + " >> {log:q} 2>&1"
