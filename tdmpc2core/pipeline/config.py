@@ -213,9 +213,11 @@ class Pipeline:
         tasks = list(self.tasks) if task is None else [task]
         return [f"{RUNS}/{t}/seed{g[0]}/{VIDEO_FILE}" for t in tasks for g in self.seed_groups]
 
-    def group_video(self, group) -> list[str]:
-        """The training rule's video output of a seed group (``{task}`` a wildcard): [] with video off."""
-        return [] if self.video == "off" else [f"{RUNS}/{{task}}/seed{group[0]}/{VIDEO_FILE}"]
+    def group_outputs(self, group) -> list[str]:
+        """The training rule's outputs for a seed group (``{task}`` a wildcard): every seed's
+        RUN_FILES, then the first seed's video (none with video off)."""
+        files = [f"{RUNS}/{{task}}/seed{s}/{f}" for s in group for f in RUN_FILES]
+        return files + ([] if self.video == "off" else [f"{RUNS}/{{task}}/seed{group[0]}/{VIDEO_FILE}"])
 
     def multi_files(self, name: str) -> list[str]:
         """One file of every multi-task run: results/multi/{pool}/size{size}/{name}."""

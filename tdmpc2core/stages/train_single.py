@@ -289,6 +289,7 @@ def write_last_video(agent, state, hist: dict, seed: int, eval_episodes: int, pa
     t1 = time.perf_counter()
     size = write_video(path, rec.frames, rec.fps)
     renderer = agent.video_renderer()
+    renderer.close()  # its OpenGL context, now: freed at interpreter exit, EGL complains
     comp = agent.record_seconds.get("record", {})
     compile_s = float(comp.get("trace_lower_s", 0.0) + comp.get("compile_s", 0.0))
     # compile: trace, lower and compile the recording program; rollout: run it; render: draw the

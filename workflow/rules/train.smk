@@ -12,10 +12,9 @@ for _group in SEED_GROUPS:
     rule:
         name:
             f"train_single_{seed_tag(_group)}"
-        # outputs: every seed's run files and, with config `video: last`, the first seed's video
+        # every seed's run files and, with config `video: last`, the first seed's video
         output:
-            [f"{RUNS}/{{task}}/seed{s}/{f}" for s in _group for f in RUN_FILES]
-            + P.group_video(_group),
+            P.group_outputs(_group),
         log:
             f"logs/train_single/{{task}}/{seed_tag(_group)}.log",
         benchmark:
@@ -71,7 +70,9 @@ for _group in SEED_GROUPS:
             'SLURM_JOB_ID=${{SLURM_JOB_ID-none}} {resources.jax_env}" > {log:q}; '
             "exec {resources.tdmpc2} train-single --task {wildcards.task:q} --spec {params.spec:q} "
             "--seeds {params.seeds} --outdir {params.outdir:q} "
+            "--video {resources.video} "
             "--checkpoint-dir {resources.checkpoints:q}/single/{wildcards.task:q}/{params.seed_tag} "
             "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
-            "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices} "
-            "--video {resources.video}" + P.logger_shell() + " >> {log:q} 2>&1"
+            "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices}"
+            + P.logger_shell()
+            + " >> {log:q} 2>&1"
