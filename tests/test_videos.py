@@ -34,7 +34,7 @@ def frames_of(path):
 
 
 # --------------------------------------------------------------------------- recording
-def test_record_episode_is_the_evaluation_episode_drawn_from_its_states():
+def test_record_episode_is_the_evaluation_episode_drawn_from_its_states(tmp_path):
     """record_episode starts from the evaluation's first episode's initial state (its key),
     acts as the evaluation acts (the return of that evaluation episode, up to the float
     differences of another compiled program), keeps every stride-th state and draws it."""
@@ -59,6 +59,18 @@ def test_record_episode_is_the_evaluation_episode_drawn_from_its_states():
     np.testing.assert_array_equal(again.frames, rec.frames)  # deterministic; compiled once
     assert agent.record_seconds["record"]["calls_compiled"] == 1 and "record" not in agent.compile_seconds
     assert agent.video_renderer().seconds > 0
+    # the train-single stage's writer: seed position 0, the last of 3 evaluations, the same program
+    from tdmpc2core.stages.train_single import write_last_video
+
+    logs = []
+    rec0 = write_last_video(agent, state, {"eval_agent_steps": [0, 200, 400]}, 3, 3, tmp_path / "video.mp4",
+                            logs.append)
+    assert rec0["file"] == "video.mp4" and rec0["seed"] == 3 and rec0["eval_index"] == 2
+    assert (rec0["frames"], rec0["stride"], rec0["width"], rec0["length"]) == (201, 1, 192, 200)
+    assert rec0["fps"] == pytest.approx(20.0) and set(rec0["seconds"]) == {"compile", "rollout", "render", "encode"}
+    assert rec0["seconds"]["compile"] == 0.0 and rec0["bytes"] == (tmp_path / "video.mp4").stat().st_size
+    assert frames_of(tmp_path / "video.mp4")[1].shape == (201, 192, 192, 3)
+    assert "video: seed 3, 201 frames at 20 fps" in logs[0]
     with pytest.raises(ValueError, match="seed_index=2: the state holds 2 seed"):
         agent.record_episode(state, 2)
     with pytest.raises(ValueError, match="width=63: a positive even number"):
@@ -255,7 +267,7 @@ def test_report_videos_play_in_headless_chromium(tmp_path):
     assert bad["error"] is not None and bad["time"] == 0, bad
 
 
-def test_multitask_record_episode_is_the_task_evaluation_episode():
+def test_multitask_record_episode_is_the_task_evaluation_episode(tmp_path):
     """The multi-task agent records task by task (its embedding and mask, padded observations):
     the first frame is the evaluation's first episode's initial state of that task
     (eval_key(seed, updates, task)); a task without an evaluation env is refused."""
@@ -292,6 +304,13 @@ def test_multitask_record_episode_is_the_task_evaluation_episode():
     st0, _ = agent.eval_envs[0].reset(k_reset)
     np.testing.assert_array_equal(rec.frames[0], _draw_pendulum(st0.inner, 32, 32))
     assert agent.record_seconds["record"]["calls_compiled"] == 1
+    from tdmpc2core.stages.train_multi import write_task_videos
+
+    logs = []
+    videos = write_task_videos(agent, state, 5, 4, tmp_path / "videos", logs.append)  # the same program
+    assert list(videos) == ["pendulum"] and videos["pendulum"]["file"] == "videos/pendulum.mp4"
+    assert videos["pendulum"]["updates"] == 0 and videos["pendulum"]["frames"] == 201
+    assert (tmp_path / "videos/pendulum.mp4").exists() and "task pendulum, seed 5" in logs[0]
     with pytest.raises(ValueError, match="task=1: no evaluation env"):
         agent.record_episode(state, "wide")
     with pytest.raises(ValueError, match="task='nope': not a task of the dataset"):

@@ -267,42 +267,57 @@ VIDEO_SIZE, VIDEO_MAX_FRAMES = 192, 250
 def write_last_video(agent, state, hist: dict, seed: int, eval_episodes: int, path: Path, log) -> dict:
     """Record seed ``seed`` (the job's first, position 0 in ``state``) acting as its last
     evaluation acts (the first episode's initial state and keys: :meth:`TDMPC2.record_episode`)
-    and write the MP4 at ``path`` atomically. Returns what run.json records under ``video``:
-    the file's name, frames, fps, stride, size, the episode's return and length (agent steps),
-    the evaluation index, the renderer and the seconds spent; for an env that cannot be
-    rendered ``{"file": None, "reason": ...}`` (logged, no file)."""
+    and write the MP4 at ``path`` atomically (:func:`record_and_write`)."""
+    eval_index = max(len(hist["eval_agent_steps"]) - 1, 0)
+    rec = record_and_write(
+        agent.env, lambda: agent.record_episode(state, 0, seed=seed, eval_index=eval_index, eval_episodes=eval_episodes,
+                                                width=VIDEO_SIZE, height=VIDEO_SIZE, max_frames=VIDEO_MAX_FRAMES),
+        agent.video_renderer, agent.record_seconds, path, log, f"seed {seed}")
+    return rec if rec.get("file") is None else {**rec, "seed": seed, "eval_index": eval_index}
+
+
+def record_and_write(env, record, renderer_of, record_seconds: dict, path: Path, log, what: str) -> dict:
+    """``record()`` (an agent's ``record_episode`` call) and the MP4 of its frames at ``path``,
+    written atomically; returns what run.json records of the video: the file's name, frames,
+    fps, stride, size, the episode's return and length (agent steps), the renderer and the
+    seconds spent (compile, rollout, render, encode); for an env that cannot be rendered
+    ``{"file": None, "reason": ...}`` (logged, no file)."""
     from ..envs.render import NoRendererError, cannot_render
     from ..io.video import write_video
 
-    reason = cannot_render(agent.env)
+    reason = cannot_render(env)
     if reason is not None:
         log(f"video: none ({reason})")
         return {"file": None, "reason": reason}
-    eval_index = max(len(hist["eval_agent_steps"]) - 1, 0)
+    before = _compile_s(record_seconds)
     t0 = time.perf_counter()
     try:
-        rec = agent.record_episode(state, 0, seed=seed, eval_index=eval_index, eval_episodes=eval_episodes,
-                                   width=VIDEO_SIZE, height=VIDEO_SIZE, max_frames=VIDEO_MAX_FRAMES)
+        rec = record()
     except NoRendererError as exc:
         log(f"video: none ({exc})")
         return {"file": None, "reason": str(exc)}
     t1 = time.perf_counter()
     size = write_video(path, rec.frames, rec.fps)
-    renderer = agent.video_renderer()
+    renderer = renderer_of()
+    render_s = renderer.seconds
     renderer.close()  # its OpenGL context, now: freed at interpreter exit, EGL complains
-    comp = agent.record_seconds.get("record", {})
-    compile_s = float(comp.get("trace_lower_s", 0.0) + comp.get("compile_s", 0.0))
+    compile_s = _compile_s(record_seconds) - before
     # compile: trace, lower and compile the recording program; rollout: run it; render: draw the
     # frames; encode: write the MP4
-    seconds = {"compile": compile_s, "rollout": max(t1 - t0 - compile_s - renderer.seconds, 0.0),
-               "render": renderer.seconds, "encode": time.perf_counter() - t1}
-    log(f"video: seed {seed}, {len(rec.frames)} frames at {rec.fps:g} fps (every {rec.stride} agent step(s)), "
+    seconds = {"compile": compile_s, "rollout": max(t1 - t0 - compile_s - render_s, 0.0), "render": render_s,
+               "encode": time.perf_counter() - t1}
+    log(f"video: {what}, {len(rec.frames)} frames at {rec.fps:g} fps (every {rec.stride} agent step(s)), "
         f"return {rec.episode_return:.1f}, {size / 1e3:.0f} KB to {path} ("
         + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()) + ")")
-    return {"file": path.name, "seed": seed, "eval_index": eval_index, "frames": int(len(rec.frames)),
-            "fps": rec.fps, "stride": rec.stride, "width": VIDEO_SIZE, "height": VIDEO_SIZE, "bytes": size,
-            "episode_return": rec.episode_return, "length": rec.length,
-            "renderer": renderer.describe, "seconds": seconds}
+    return {"file": path.name, "frames": int(len(rec.frames)), "fps": rec.fps, "stride": rec.stride,
+            "width": int(rec.frames.shape[2]), "height": int(rec.frames.shape[1]), "bytes": size,
+            "episode_return": rec.episode_return, "length": rec.length, "renderer": renderer.describe,
+            "seconds": seconds}
+
+
+def _compile_s(timings: dict) -> float:
+    rec = timings.get("record", {})
+    return float(rec.get("trace_lower_s", 0.0) + rec.get("compile_s", 0.0))
 
 
 def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: int, episodes, session: dict) -> dict:
