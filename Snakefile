@@ -75,6 +75,7 @@ EVERY_OUTPUT = [
     *(rules.figure_overview.output if TASKS else []),
     *(rules.tables.output if TASKS else []),
     *[f for name in MULTI_FILES for f in P.multi_files(name)],
+    *P.multi_video_dirs(),
     *(rules.scaling.output if MULTITASK else []),
     *P.official_outputs(),
     *(rules.official_table.output if OFFICIAL_CKPTS else []),

@@ -549,6 +549,7 @@ def add_arguments(p):
     p.add_argument("--max-chunk-seconds", type=float, required=True)
     p.add_argument("--logger", choices=["none"], required=True)  # the workflow's flags without a logger block
     p.add_argument("--devices", choices=["auto"], required=True)  # cluster.devices (issue 28)
+    p.add_argument("--video", choices=["off", "last"], required=True)  # config `video` (issue 29)
 
 
 def run(args):
@@ -569,9 +570,16 @@ def run(args):
     pd.DataFrame(rows).to_parquet(os.path.join(args.outdir, "eval.parquet"))
     pd.DataFrame(dict(pool=[args.pool], model_size=[args.model_size], seed=[args.seeds[0]], updates=[n])).to_parquet(
         os.path.join(args.outdir, "metrics.parquet"))
+    videos = {}
+    if args.video == "last":  # one 2-frame video per task
+        from tdmpc2core.io.video import write_video
+        for t in ds.tasks:
+            size = write_video(os.path.join(args.outdir, "videos", f"{t.name}.mp4"), np.zeros((2, 16, 16, 3), np.uint8), 5.0)
+            videos[t.name] = {"file": f"videos/{t.name}.mp4", "seed": args.seeds[0], "frames": 2, "fps": 5.0,
+                              "stride": 1, "bytes": size, "episode_return": 0.5, "length": 1, "renderer": "stand-in"}
     with open(os.path.join(args.outdir, "run.json"), "w") as fh:
         json.dump({"pool": args.pool, "model_size": args.model_size, "params": 1000 * args.model_size,
-                   "spec": spec, "return_ranges": ranges}, fh)
+                   "spec": spec, "return_ranges": ranges, "videos": videos}, fh)
     return 0
 '''
 
@@ -597,7 +605,9 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     assert "Demo at laptop scale: NOT the paper&#x27;s protocol" in html
     assert html.count("data:image/png;base64,") == 7  # 2 x (eval, train), overview, datasets, multi-task
     # config `video: last` (the default): each task's first seed's video, embedded (issue 29)
-    assert html.count('<video class="evalvideo"') == 2 and html.count("data:video/mp4;base64,") == 2
+    # then the multi-task model's, one per pooled task
+    assert html.count('<video class="evalvideo"') == 4 and html.count("data:video/mp4;base64,") == 4
+    assert "multi-task demo size 1: cartpole-balance" in html
     assert (wf / "results/single/pendulum/seed1/video.mp4").exists()  # one per job (seeds_per_job: 1)
     # the multi-task section: scaling table, per-task returns beside the single-task ones, the
     # declared ranges and the mt30 caveat

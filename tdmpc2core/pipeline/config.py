@@ -219,6 +219,11 @@ class Pipeline:
         files = [f"{RUNS}/{{task}}/seed{s}/{f}" for s in group for f in RUN_FILES]
         return files + ([] if self.video == "off" else [f"{RUNS}/{{task}}/seed{group[0]}/{VIDEO_FILE}"])
 
+    def multi_video_dirs(self) -> list[str]:
+        """Every multi-task job's videos folder (results/multi/{pool}/size{size}/videos); [] with
+        video off or without a multitask block."""
+        return [] if self.video == "off" else self.multi_files("videos")
+
     def multi_files(self, name: str) -> list[str]:
         """One file of every multi-task run: results/multi/{pool}/size{size}/{name}."""
         if self.multitask is None:

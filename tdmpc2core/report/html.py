@@ -7,6 +7,7 @@ file reading); ``tdmpc2core.stages.report`` gathers it from the pipeline's files
 from __future__ import annotations
 
 import base64
+import re
 import html
 import math
 from typing import Iterable, Mapping, Optional, Sequence
@@ -130,16 +131,21 @@ def embed_video(data: bytes, label: str, mime: str = "video/mp4") -> str:
             f'playsinline preload="auto" src="data:{esc(mime)};base64,{b64}"></video>')
 
 
+def _anchor(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", label)
+
+
 def videos_section(videos: Sequence) -> str:
     """Each task's evaluation video, or a line saying why it has none: ``videos`` is a list of
     (task, caption, MP4 bytes or None, the reason when None)."""
     parts = ['<div class="videos">']
     for task, caption, data, reason in videos:
+        anchor = esc(_anchor(task))
         if data is not None:
-            parts.append(f'<figure class="vid" id="video-{esc(task)}">{embed_video(data, f"{task}: {caption}")}'
+            parts.append(f'<figure class="vid" id="video-{anchor}">{embed_video(data, f"{task}: {caption}")}'
                          f"<figcaption><b>{esc(task)}</b> {esc(caption)}</figcaption></figure>")
         else:
-            parts.append(f'<p class="muted" id="video-{esc(task)}"><b>{esc(task)}</b>: no video ({esc(reason)}).</p>')
+            parts.append(f'<p class="muted" id="video-{anchor}"><b>{esc(task)}</b>: no video ({esc(reason)}).</p>')
     return "\n".join(parts) + "</div>"
 
 
@@ -530,7 +536,8 @@ def _videos(ctx: Mapping) -> list[str]:
     return ['<h2 id="videos">Evaluation videos</h2>',
             "<p>One episode of each task's first seed, acting as its last evaluation acts (the planner in "
             "evaluation mode, from the initial state of that evaluation's first episode), rendered by the "
-            "task's simulator.</p>", videos_section(videos)]
+            "task's simulator; single-task runs first, then each multi-task model on each of its tasks.</p>",
+            videos_section(videos)]
 
 
 def _datasets(ctx: Mapping) -> list[str]:

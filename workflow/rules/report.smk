@@ -26,6 +26,7 @@ rule report:
             else []
         ),
         multitask_runs=P.multi_files("run.json"),
+        multitask_videos=P.multi_video_dirs(),
         official=[rules.official_table.output.table] if OFFICIAL_CKPTS else [],
     output:
         report(
