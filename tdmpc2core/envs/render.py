@@ -144,7 +144,10 @@ class _MjCanvas:
     """A ``mujoco.Renderer`` per frame size on ``model``, made on first use."""
 
     def __init__(self, model, camera):
+        import atexit
+
         self.model, self.camera, self._renderers = model, camera, {}
+        atexit.register(self.close)  # before EGL is torn down (else its __del__ complains at exit)
 
     def draw(self, data, width, height) -> np.ndarray:
         import mujoco
