@@ -986,6 +986,12 @@ def test_real_tiny_run_produces_report(tmp_path):
     html = (wf / "results" / "report.html").read_text(encoding="utf-8")
     assert "Tiny test run" in html and "data:image/png;base64," in html
     assert "HIGHEST" in html  # the runs' matmul precision, from run.json
+    # the evaluation videos (config `video: last`, the default): gymnax Pendulum drawn, Brax's
+    # episodic inverted pendulum by mujoco.Renderer, the multi-task model on the pool's task
+    assert html.count('<video class="evalvideo"') == 3, "3 videos expected"
+    inv = json.loads((wf / "results/single/inverted-pendulum/seed0/run.json").read_text())["video"]
+    assert inv["renderer"].startswith("mujoco.Renderer") and 1 <= inv["length"] <= 100
+    assert (wf / "results/multi/tiny/size1/videos/pendulum.mp4").exists()
     assert "train_single/pendulum/seeds_0_1" in html  # the training job's benchmark
     assert (wf / "results/single/pendulum/seed0/run.json").exists()
     assert (wf / "results/tables/final_scores.csv").exists()
