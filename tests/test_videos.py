@@ -16,8 +16,6 @@ import pytest
 from tdmpc2core.envs import make_env
 from tdmpc2core.envs.render import NoRendererError, cannot_render, frame_source
 
-os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering (CI installs Mesa's EGL: .ci/run)
-
 TINY = dict(model_size=1, enc_dim=16, mlp_dim=16, latent_dim=8, num_samples=16, num_elites=4, num_pi_trajs=2,
             iterations=1, batch_size=8, horizon=3, seed_steps=200)
 
