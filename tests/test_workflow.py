@@ -1035,6 +1035,7 @@ threads_per_job: 1
 jax_cache_dir: .jax_cache
 checkpoint_every: 300
 bootstrap_reps: 200
+video: off  # dm_control rendering: tests/test_videos.py; the stage path: the tiny run above
 protocols:
   dmc-tiny:
     label: "dm_control test run: NOT the paper's protocol"
