@@ -64,6 +64,7 @@ include: "workflow/rules/report.smk"
 EVERY_OUTPUT = [
     RESOLVED,
     *[f for name in RUN_FILES for f in P.all_run_files(name)],
+    *P.video_files(),
     *[task_dataset(t) for t in TASKS],
     *[pool_dataset(p) for p in POOLS],
     *[pool_dataset(p) for p in OFFICIAL_POOLS],
@@ -74,6 +75,7 @@ EVERY_OUTPUT = [
     *(rules.figure_overview.output if TASKS else []),
     *(rules.tables.output if TASKS else []),
     *[f for name in MULTI_FILES for f in P.multi_files(name)],
+    *P.multi_video_dirs(),
     *(rules.scaling.output if MULTITASK else []),
     *P.official_outputs(),
     *(rules.official_table.output if OFFICIAL_CKPTS else []),

@@ -17,7 +17,13 @@ import importlib
 import os
 import sys
 
-from .run import jax_cache
+# MuJoCo picks its OpenGL backend once, when imported: a Linux machine without a display (a
+# cluster node, CI, a container) renders the evaluation videos through EGL unless told otherwise
+if sys.platform.startswith("linux") and not os.environ.get("MUJOCO_GL") and not (
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+    os.environ["MUJOCO_GL"] = "egl"
+
+from .run import jax_cache  # noqa: E402
 
 # sub-command -> (module under tdmpc2core.stages, one-line help)
 STAGES = {

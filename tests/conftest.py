@@ -26,6 +26,11 @@ import tempfile
 
 import pytest
 
+# MuJoCo picks its OpenGL backend when first imported (by any test module): headless EGL unless
+# told otherwise, as the tdmpc2 command does (the evaluation videos' tests; .ci/run exports it)
+if not (os.environ.get("MUJOCO_GL") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+    os.environ["MUJOCO_GL"] = "egl"
+
 CACHE_ENV = "TDMPC2_TEST_JAX_CACHE"
 
 # node id (a file, or a file::test) -> estimated seconds on CI's 2-core CPU under two workers

@@ -49,6 +49,7 @@ checkpoint_every: 1000
 keep_checkpoints: 2
 max_chunk_seconds: 30
 bootstrap_reps: 200
+video: off  # the videos' paths are tested elsewhere (tests/test_videos.py, test_workflow.py's tiny run)
 protocols:
   official-tiny:
     label: "official-format chunk, tiny: NOT the paper's protocol"

@@ -476,6 +476,7 @@ def add_arguments(p):
     p.add_argument("--max-chunk-seconds", type=float, required=True)
     p.add_argument("--logger", choices=["none"], required=True)  # the workflow's flags without a logger block
     p.add_argument("--devices", choices=["auto"], required=True)  # cluster.devices (issue 28)
+    p.add_argument("--video", choices=["off", "last"], required=True)  # config `video` (issue 29)
 
 
 def run(args):
@@ -509,8 +510,16 @@ def run(args):
                             action=act, reward=rew, terminated=np.zeros(T + 1, bool)))
         task = TaskInfo(args.task, O + len(args.task) % 3, 1, T, ar, 0.95, spec["env_id"])
         save_dataset(from_episodes(eps, task, {"seed": seed}), os.path.join(d, "episodes.parquet"))
+        video = None
+        if args.video == "last" and seed == args.seeds[0]:  # a 4-frame video: black, then white
+            from tdmpc2core.io.video import write_video
+            frames = np.zeros((4, 16, 16, 3), np.uint8)
+            frames[2:] = 255
+            size = write_video(os.path.join(d, "video.mp4"), frames, 10.0)
+            video = {"file": "video.mp4", "seed": seed, "frames": 4, "fps": 10.0, "stride": 1, "bytes": size,
+                     "episode_return": 1.5, "length": 3, "renderer": "stand-in"}
         with open(os.path.join(d, "run.json"), "w") as fh:
-            json.dump({"task": args.task, "seed": seed, "spec": spec, "pid": os.getpid(),
+            json.dump({"task": args.task, "seed": seed, "spec": spec, "pid": os.getpid(), "video": video,
                        "checkpoint": [args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints,
                                       args.max_chunk_seconds],
                        "provenance": {"matmul_precision": "highest", "wall_time_s": 1.0,
@@ -540,6 +549,7 @@ def add_arguments(p):
     p.add_argument("--max-chunk-seconds", type=float, required=True)
     p.add_argument("--logger", choices=["none"], required=True)  # the workflow's flags without a logger block
     p.add_argument("--devices", choices=["auto"], required=True)  # cluster.devices (issue 28)
+    p.add_argument("--video", choices=["off", "last"], required=True)  # config `video` (issue 29)
 
 
 def run(args):
@@ -560,9 +570,16 @@ def run(args):
     pd.DataFrame(rows).to_parquet(os.path.join(args.outdir, "eval.parquet"))
     pd.DataFrame(dict(pool=[args.pool], model_size=[args.model_size], seed=[args.seeds[0]], updates=[n])).to_parquet(
         os.path.join(args.outdir, "metrics.parquet"))
+    videos = {}
+    if args.video == "last":  # one 2-frame video per task
+        from tdmpc2core.io.video import write_video
+        for t in ds.tasks:
+            size = write_video(os.path.join(args.outdir, "videos", f"{t.name}.mp4"), np.zeros((2, 16, 16, 3), np.uint8), 5.0)
+            videos[t.name] = {"file": f"videos/{t.name}.mp4", "seed": args.seeds[0], "frames": 2, "fps": 5.0,
+                              "stride": 1, "bytes": size, "episode_return": 0.5, "length": 1, "renderer": "stand-in"}
     with open(os.path.join(args.outdir, "run.json"), "w") as fh:
         json.dump({"pool": args.pool, "model_size": args.model_size, "params": 1000 * args.model_size,
-                   "spec": spec, "return_ranges": ranges}, fh)
+                   "spec": spec, "return_ranges": ranges, "videos": videos}, fh)
     return 0
 '''
 
@@ -587,6 +604,11 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     html = (wf / "results" / "report.html").read_text(encoding="utf-8")
     assert "Demo at laptop scale: NOT the paper&#x27;s protocol" in html
     assert html.count("data:image/png;base64,") == 7  # 2 x (eval, train), overview, datasets, multi-task
+    # config `video: last` (the default): each task's first seed's video, embedded (issue 29)
+    # then the multi-task model's, one per pooled task
+    assert html.count('<video class="evalvideo"') == 4 and html.count("data:video/mp4;base64,") == 4
+    assert "multi-task demo size 1: cartpole-balance" in html
+    assert (wf / "results/single/pendulum/seed1/video.mp4").exists()  # one per job (seeds_per_job: 1)
     # the multi-task section: scaling table, per-task returns beside the single-task ones, the
     # declared ranges and the mt30 caveat
     assert 'id="multitask"' in html and "not the paper&#x27;s mt30" in html
@@ -777,6 +799,7 @@ def add_arguments(p):
     p.add_argument("--max-chunk-seconds", type=float, required=True)
     p.add_argument("--logger", choices=["none"], required=True)  # the workflow's flags without a logger block
     p.add_argument("--devices", choices=["auto"], required=True)  # cluster.devices (issue 28)
+    p.add_argument("--video", choices=["off", "last"], required=True)  # config `video` (issue 29)
 
 
 def run(args):
@@ -805,7 +828,8 @@ def run(args):
     for s in args.seeds:
         d = Path(args.outdir) / f"seed{s}"
         d.mkdir(parents=True, exist_ok=True)
-        for f in ("eval.parquet", "metrics.parquet", "episodes.parquet"):
+        for f in ("eval.parquet", "metrics.parquet", "episodes.parquet") + (
+                ("video.mp4",) if args.video == "last" and s == args.seeds[0] else ()):
             (d / f).write_text("stand-in")
         (d / "run.json").write_text(json.dumps({"resumed_from": step if resumed else None}))
     log("done")
@@ -962,6 +986,12 @@ def test_real_tiny_run_produces_report(tmp_path):
     html = (wf / "results" / "report.html").read_text(encoding="utf-8")
     assert "Tiny test run" in html and "data:image/png;base64," in html
     assert "HIGHEST" in html  # the runs' matmul precision, from run.json
+    # the evaluation videos (config `video: last`, the default): gymnax Pendulum drawn, Brax's
+    # episodic inverted pendulum by mujoco.Renderer, the multi-task model on the pool's task
+    assert html.count('<video class="evalvideo"') == 3, "3 videos expected"
+    inv = json.loads((wf / "results/single/inverted-pendulum/seed0/run.json").read_text())["video"]
+    assert inv["renderer"].startswith("mujoco.Renderer") and 1 <= inv["length"] <= 100
+    assert (wf / "results/multi/tiny/size1/videos/pendulum.mp4").exists()
     assert "train_single/pendulum/seeds_0_1" in html  # the training job's benchmark
     assert (wf / "results/single/pendulum/seed0/run.json").exists()
     assert (wf / "results/tables/final_scores.csv").exists()
@@ -1005,6 +1035,7 @@ threads_per_job: 1
 jax_cache_dir: .jax_cache
 checkpoint_every: 300
 bootstrap_reps: 200
+video: off  # dm_control rendering: tests/test_videos.py; the stage path: the tiny run above
 protocols:
   dmc-tiny:
     label: "dm_control test run: NOT the paper's protocol"

@@ -256,6 +256,8 @@ class TDMPC2MultiTask:
         #: seconds spent tracing, lowering and compiling each program in this process
         #: ({"init" | "chunk" | "eval": {"trace_lower_s", "compile_s", "calls_compiled"}})
         self.compile_seconds: dict = {}
+        #: the same for :meth:`record_episode`'s programs (kept apart: a video changes no record)
+        self.record_seconds: dict = {}
 
     def __hash__(self):  # jitted closures capture self
         return id(self)
@@ -544,6 +546,62 @@ class TDMPC2MultiTask:
           ValueError: the agent was built without eval_envs.
         """
         return mt_eval.evaluate(self, local(state), num_episodes)
+
+    def record_episode(self, state: MultiTaskState, task: Union[int, str], seed_index: int = 0, *,
+                       seed: Optional[int] = None, updates: Optional[int] = None, eval_episodes: int = 10, key=None,
+                       width: int = 192, height: int = 192, max_frames: int = 250):
+        """Record one episode of task ``task`` (index or name) by seed ``seed_index`` of
+        ``state``, acting as :meth:`evaluate` acts, rendered by the task's suite
+        (:func:`tdmpc2core.envs.render.frame_source`); one compiled program per task, the frames
+        drawn on the host afterwards (:meth:`tdmpc2core.agents.single_task.TDMPC2.record_episode`).
+
+        ``key`` None: the first episode's key of the evaluation after ``updates`` updates (default
+        the state's) with ``eval_episodes`` episodes, seed ``seed`` (default the state's seed at
+        ``seed_index``):
+        ``split(eval_key(seed, updates, task), eval_episodes)[0]``, its initial state and keys.
+        Returns a :class:`tdmpc2core.agents.video.Recording`.
+        Raises:
+          ValueError: an unknown task, a task without an evaluation env, a bad ``seed_index``,
+            frame size or ``max_frames``.
+          tdmpc2core.envs.render.NoRendererError: the task's suite has no renderer.
+        """
+        from ..envs.render import frame_source
+        from . import video
+
+        if isinstance(task, str):
+            if task not in self.task_names:
+                raise ValueError(f"task={task!r}: not a task of the dataset {self.task_names}")
+            task = self.task_names.index(task)
+        task = int(task)
+        if self.eval_envs is None or not 0 <= task < self.num_tasks or self.eval_envs[task] is None:
+            raise ValueError(f"task={task!r}: no evaluation env (evaluated tasks: {self.eval_task_names})")
+        state = local(state)
+        n_seeds = jax.tree_util.tree_leaves(state.agent.params)[0].shape[0]
+        if not 0 <= int(seed_index) < n_seeds:
+            raise ValueError(f"seed_index={seed_index!r}: the state holds {n_seeds} seed(s)")
+        env = self.eval_envs[task]
+        video.frame_stride(env.spec.episode_length, max_frames)  # checks max_frames
+        entry = self._fns.get(("record", task))
+        if entry is None:
+            source = frame_source(env)
+            entry = self._fns[("record", task)] = (
+                source, mt_eval.record_program(self, task, source.state_of, self.record_seconds))
+        source, fn = entry
+        params = jax.tree_util.tree_map(lambda x: x[int(seed_index)], state.agent.params)
+        if key is None:
+            s = int(np.asarray(state.seed).reshape(-1)[int(seed_index)]) if seed is None else int(seed)
+            u = int(np.asarray(state.agent.updates).reshape(-1)[0]) if updates is None else int(updates)
+            if int(eval_episodes) < 1:
+                raise ValueError(f"eval_episodes={eval_episodes!r}: at least 1 accepted")
+            key = jax.random.split(mt_eval.eval_keys([s], u, task)[0], int(eval_episodes))[0]
+        return video.record(fn, source, params, key, action_repeat=env.spec.action_repeat, width=width,
+                            height=height, max_frames=max_frames)
+
+    def video_renderer(self, task: int):
+        """Task ``task``'s :class:`tdmpc2core.envs.render.FrameSource` of :meth:`record_episode`
+        (None before its first call for that task)."""
+        entry = self._fns.get(("record", int(task)))
+        return None if entry is None else entry[0]
 
 
 @functools.lru_cache(maxsize=None)

@@ -195,6 +195,30 @@ def eval_program(agent, task: int, num_episodes: int) -> Compiled:
     return per_seed(fn, name="eval", compile_seconds=agent.compile_seconds, devices=agent.placement)
 
 
+def record_program(agent, task: int, state_of, timings: dict):
+    """The compiled ``(params, key) -> (states, return, length)`` of one seed on task ``task``
+    (:func:`tdmpc2core.agents.video.make_record_fn`): one episode acting as :func:`eval_program`
+    acts (the task's embedding and action mask, padded observations, the planner in eval
+    mode), keeping ``state_of(inner)`` per agent step."""
+    from .video import make_record_fn
+
+    env, cfg, wm = agent.eval_envs[task], agent.cfg, agent.wm
+    a_dim, pad = env.spec.action_dim, agent.obs_dim - env.spec.obs_dim
+    gamma = agent.task_gammas[agent.task_names[task]]
+    mask = jnp.asarray(agent.masks[task])
+
+    def act(params, obs, mean, t0, k):
+        e = embed(params["task_emb"], task)
+        o = jnp.pad(obs, (0, pad))
+        if cfg.mpc:
+            a, mean = plan(wm, params, o, mean, t0, True, gamma, k, e, mask)
+        else:
+            a = act_with_policy(wm, params, o, True, k, e, mask)
+        return a[:a_dim], mean
+
+    return make_record_fn(env, act, env.spec.episode_length, cfg.horizon, agent.action_dim, state_of, timings)
+
+
 def eval_metrics_of(agent, task: int, ext, params, episodes) -> dict:
     """The extensions' eval_metrics of one seed's recorded episodes of task ``task`` (obs
     [E, T+1, o], action [E, T, a] in the task's own widths, zero-padded here to the model's)."""

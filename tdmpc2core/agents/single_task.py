@@ -212,6 +212,9 @@ class TDMPC2:
         #: seconds spent tracing, lowering and compiling each program in this process
         #: ({"init" | "chunk" | "eval": {"trace_lower_s", "compile_s", "calls_compiled"}})
         self.compile_seconds: dict = {}
+        #: the same for :meth:`record_episode`'s program (``{"record": {...}}``), kept apart:
+        #: recording a video changes nothing of a run's record
+        self.record_seconds: dict = {}
 
     # hashing by identity: jitted closures capture ``self``
     def __hash__(self):
@@ -308,6 +311,69 @@ class TDMPC2:
         ret, length, succ, ext = fn(state.agent.params, keys, state.ext)
         return (np.asarray(ret), np.asarray(length), success_dict(succ),
                 {k: np.asarray(v, np.float64) for k, v in ext.items()})
+
+    def record_episode(self, state, seed_index: int = 0, *, seed: Optional[int] = None, eval_index: int = 0,
+                       eval_episodes: int = 10, key=None, width: int = 192, height: int = 192,
+                       max_frames: int = 250):
+        """Record one episode of seed ``seed_index`` of ``state`` acting as the evaluation acts
+        (planner in eval mode, :meth:`evaluate`), rendered by the env's suite
+        (:func:`tdmpc2core.envs.render.frame_source`). A compiled program of its own (no host
+        round trip per step; the frames are drawn on the host afterwards); it reads the
+        parameters only, so training and evaluation numbers are unchanged.
+
+        Args:
+          state: a run state (leading seed axis), e.g. from :meth:`train`.
+          seed_index: the seed's position in ``state``.
+          seed: that seed's number (default ``seed_index``); with ``eval_index`` and
+            ``eval_episodes`` it gives the default key.
+          key: the episode's PRNG key; None: the first episode's key of evaluation
+            ``eval_index`` with ``eval_episodes`` episodes
+            (:func:`tdmpc2core.agents.video.episode_key`): its initial state and planner keys.
+          width, height: frame size in pixels (even).
+          max_frames: at most this many frames: every ``stride``-th agent step is shown,
+            stride = ceil((T + 1) / max_frames).
+        Returns:
+          :class:`tdmpc2core.agents.video.Recording`: frames uint8 [N, height, width, 3], fps
+          (1 / (control timestep x action repeat x stride)), the episode's return and length
+          (agent steps), stride. The recording program's compile seconds go into
+          :attr:`record_seconds` (``{"record": {...}}``), the renderer's into
+          :meth:`video_renderer`'s ``seconds``.
+        Raises:
+          tdmpc2core.envs.render.NoRendererError: the env's suite has no renderer.
+          ValueError: a bad ``seed_index``, frame size or ``max_frames``.
+        """
+        from ..envs.render import frame_source
+        from . import video
+
+        n_seeds = jax.tree_util.tree_leaves(state.agent.params)[0].shape[0]
+        if not 0 <= int(seed_index) < n_seeds:
+            raise ValueError(f"seed_index={seed_index!r}: the state holds {n_seeds} seed(s)")
+        video.frame_stride(self.episode_length, max_frames)  # checks max_frames
+        entry = self._eval_fns.get("record")
+        if entry is None:
+            source = frame_source(self.env)
+            cfg = self.cfg
+
+            def act(params, obs, mean, t0, k):
+                if cfg.mpc:
+                    return plan(self.wm, params, obs, mean, t0, True, self.gamma, k)
+                return act_with_policy(self.wm, params, obs, True, k), mean
+
+            fn = video.make_record_fn(self.env, act, self.episode_length, cfg.horizon, self.spec.action_dim,
+                                      source.state_of, self.record_seconds)
+            entry = self._eval_fns["record"] = (source, fn)
+        source, fn = entry
+        params = jax.tree_util.tree_map(lambda x: x[int(seed_index)], state.agent.params)
+        if key is None:
+            key = video.episode_key(int(seed_index) if seed is None else int(seed), eval_index, eval_episodes)
+        return video.record(fn, source, params, key, action_repeat=self.action_repeat, width=width,
+                            height=height, max_frames=max_frames)
+
+    def video_renderer(self):
+        """The env's :class:`tdmpc2core.envs.render.FrameSource` that :meth:`record_episode`
+        draws with (None before its first call): ``describe``, ``seconds`` spent drawing."""
+        entry = self._eval_fns.get("record")
+        return None if entry is None else entry[0]
 
     # ---- training (the run driver, :mod:`tdmpc2core.run.driver`, does the host side) ------
     def _chunk(self):

@@ -87,6 +87,9 @@ class Suite:
             env's own time limit (simulator steps; gymnax's ``max_steps_in_episode``), or None.
         published: env id -> the task's name in the published results (official curves).
         report: :class:`SuiteReport`.
+        frames: ``frames(env) -> FrameSource``: how the suite's own renderer pictures an env's
+            states for evaluation videos (:mod:`tdmpc2core.envs.render`), or None: no renderer
+            (the report says so instead of showing a video).
     """
 
     name: str
@@ -103,6 +106,7 @@ class Suite:
     time_limit_key: Optional[str] = None
     published: Mapping[str, str] = dataclasses.field(default_factory=dict)
     report: SuiteReport = None  # type: ignore[assignment]
+    frames: Optional[Callable[[Any], Any]] = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():

@@ -29,7 +29,7 @@ from tdmpc2core.model import config as library_config
 from tdmpc2core.pipeline.cluster import Cluster, cluster_from_config
 
 __all__ = ["ConfigError", "Pipeline", "resolve", "seed_tag", "parent", "task_dataset", "pool_dataset", "RUNS", "FIGURES", "TABLES", "RESOLVED",
-           "BENCHMARKS", "DATASETS", "MULTI", "OFFICIAL", "RUN_FILES", "MULTI_FILES", "OFFICIAL_FILES",
+           "BENCHMARKS", "DATASETS", "MULTI", "OFFICIAL", "RUN_FILES", "VIDEO_FILE", "MULTI_FILES", "OFFICIAL_FILES",
            "SPEC_KEYS", "OPTIONAL_SPEC_KEYS"]
 
 RUNS = "results/single"
@@ -43,6 +43,7 @@ OFFICIAL = "results/official"
 # run.json last: it marks a complete run (episodes.parquet is the seed's replay, exported by
 # its training job: the replay lives in that process)
 RUN_FILES = ["eval.parquet", "metrics.parquet", "episodes.parquet", "run.json"]
+VIDEO_FILE = "video.mp4"  # the evaluation video of a training job's first seed (config key `video`)
 MULTI_FILES = ["eval.parquet", "metrics.parquet", "run.json"]  # run.json last: a complete run
 OFFICIAL_FILES = ["eval.parquet", "run.json"]  # run.json last: a complete evaluation
 # the keys of one task that the training stage receives (docs/artifacts.md, "Task settings"),
@@ -125,6 +126,8 @@ class Pipeline:
     resolved_yaml: str
     notes: tuple = ()
     logger: dict | None = None
+    #: evaluation videos: "off" or "last" (config key ``video``; docs/artifacts.md)
+    video: str = "off"
 
     def logger_resources(self) -> dict:
         """The training rules' ``logger`` resource: the stage's logger flags (``--logger none``
@@ -201,6 +204,25 @@ class Pipeline:
     def all_run_files(self, name: str) -> list[str]:
         """One file of every seed's run of every task."""
         return [p for t in self.tasks for p in self.run_files(t, name)]
+
+    def video_files(self, task: str | None = None) -> list[str]:
+        """The evaluation videos of a task's training jobs (every task's with None):
+        results/single/{task}/seed{first seed of each seed group}/video.mp4; [] with video off."""
+        if self.video == "off":
+            return []
+        tasks = list(self.tasks) if task is None else [task]
+        return [f"{RUNS}/{t}/seed{g[0]}/{VIDEO_FILE}" for t in tasks for g in self.seed_groups]
+
+    def group_outputs(self, group) -> list[str]:
+        """The training rule's outputs for a seed group (``{task}`` a wildcard): every seed's
+        RUN_FILES, then the first seed's video (none with video off)."""
+        files = [f"{RUNS}/{{task}}/seed{s}/{f}" for s in group for f in RUN_FILES]
+        return files + ([] if self.video == "off" else [f"{RUNS}/{{task}}/seed{group[0]}/{VIDEO_FILE}"])
+
+    def multi_video_dirs(self) -> list[str]:
+        """Every multi-task job's videos folder (results/multi/{pool}/size{size}/videos); [] with
+        video off or without a multitask block."""
+        return [] if self.video == "off" else self.multi_files("videos")
 
     def multi_files(self, name: str) -> list[str]:
         """One file of every multi-task run: results/multi/{pool}/size{size}/{name}."""
@@ -555,6 +577,7 @@ def resolve(config: dict) -> Pipeline:
     cluster = cluster_from_config(config, max_chunk_seconds=max_chunk)
     official = _check_official_checkpoints(config.get("official_checkpoints"))
     logger = check_logger(config.get("logger"))
+    video = _check_video(config.get("video", "off"), tasks, name)
     resolved = {
         "protocol": name, "label": protocol["label"], "seeds": seeds, "seeds_per_job": per_job,
         "threads_per_job": int(config["threads_per_job"]), "jax_cache_dir": config["jax_cache_dir"],
@@ -577,4 +600,25 @@ def resolve(config: dict) -> Pipeline:
         checkpoints=config["checkpoint_dir"], checkpoint_every=int(config["checkpoint_every"]),
         keep_checkpoints=int(config["keep_checkpoints"]), max_chunk_seconds=max_chunk,
         rerun_on_code_change=bool(config.get("rerun_on_code_change", False)),
-        resolved_yaml=_resolved_yaml(resolved), notes=tuple(notes), logger=logger)
+        resolved_yaml=_resolved_yaml(resolved), notes=tuple(notes), logger=logger, video=video)
+
+
+def _check_video(value, tasks: dict, protocol: str) -> str:
+    """The ``video`` setting as "off" or "last" (YAML's false, an unquoted off, is "off").
+    Raises ConfigError for another value, or for "last" with a task whose suite has no renderer
+    (tdmpc2core.envs.render.cannot_render), naming the task."""
+    if value is False or value == "off":
+        return "off"
+    if value != "last":
+        raise ConfigError(f"config: video={value!r}; accepted: off, last (every: not built)")
+    from tdmpc2core.envs.render import cannot_render
+
+    for t, s in tasks.items():
+        try:
+            reason = cannot_render(s["env_id"])
+        except ValueError:  # an unknown id: the task check names it
+            continue
+        if reason is not None:
+            raise ConfigError(f"config: protocols.{protocol}.tasks.{t}: {reason}; set video: off "
+                              "(the training jobs then write no video)")
+    return "last"

@@ -7,6 +7,7 @@ file reading); ``tdmpc2core.stages.report`` gathers it from the pipeline's files
 from __future__ import annotations
 
 import base64
+import re
 import html
 import math
 from typing import Iterable, Mapping, Optional, Sequence
@@ -25,6 +26,7 @@ th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:to
 th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.pass td.result{background:#d4edda;font-weight:bold} tr.fail td.result{background:#f8d7da;font-weight:bold}
 td.inside{background:#d4edda} td.outside{background:#f8d7da}
+.videos{display:flex;flex-wrap:wrap;gap:1em} .vid{margin:0} .vid video{width:256px;height:auto;display:block}
 .fig{margin:.5em 0 1.5em} .fig img,.fig svg{max-width:100%;height:auto}
 pre{background:#f7f7f7;border:1px solid #ddd;padding:.8em;overflow-x:auto;font-size:.85em}
 .muted{color:#666;font-size:.9em} .summary{font-size:1.05em}
@@ -119,6 +121,32 @@ def embed_image(data: bytes | str, kind: str, alt: str) -> str:
         return text[start:] if start >= 0 else text
     b64 = base64.b64encode(data if isinstance(data, bytes) else data.encode()).decode("ascii")
     return f'<img alt="{esc(alt)}" src="data:image/png;base64,{b64}">'
+
+
+def embed_video(data: bytes, label: str, mime: str = "video/mp4") -> str:
+    """A ``<video>`` (muted, looping, with controls, autoplaying inline) whose source is a
+    base64 data URI of ``data`` (an MP4 by default), so the page stays one file."""
+    b64 = base64.b64encode(data).decode("ascii")
+    return (f'<video class="evalvideo" aria-label="{esc(label)}" title="{esc(label)}" muted loop controls autoplay '
+            f'playsinline preload="auto" src="data:{esc(mime)};base64,{b64}"></video>')
+
+
+def _anchor(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", label)
+
+
+def videos_section(videos: Sequence) -> str:
+    """Each task's evaluation video, or a line saying why it has none: ``videos`` is a list of
+    (task, caption, MP4 bytes or None, the reason when None)."""
+    parts = ['<div class="videos">']
+    for task, caption, data, reason in videos:
+        anchor = esc(_anchor(task))
+        if data is not None:
+            parts.append(f'<figure class="vid" id="video-{anchor}">{embed_video(data, f"{task}: {caption}")}'
+                         f"<figcaption><b>{esc(task)}</b> {esc(caption)}</figcaption></figure>")
+        else:
+            parts.append(f'<p class="muted" id="video-{anchor}"><b>{esc(task)}</b>: no video ({esc(reason)}).</p>')
+    return "\n".join(parts) + "</div>"
 
 
 def _mean_sd(m, s, digits: int = 1) -> str:
@@ -441,7 +469,9 @@ def _head(ctx: Mapping) -> list[str]:
         '<nav><a href="#final">Final scores</a>'
         + ('<a href="#lengths">Episode lengths</a>' if ctx.get("episodic") else "")
         + '<a href="#single">Single-task table</a>'
-        '<a href="#aggregate">Aggregates</a><a href="#figures">Figures</a><a href="#datasets">Datasets</a>'
+        '<a href="#aggregate">Aggregates</a><a href="#figures">Figures</a>'
+        + ('<a href="#videos">Videos</a>' if ctx.get("videos") else "")
+        + '<a href="#datasets">Datasets</a>'
         + ('<a href="#multitask">Multi-task</a>' if ctx.get("multitask") else "")
         + ('<a href="#official">Released checkpoints</a>' if ctx.get("official") is not None else "")
         + '<a href="#runtime">Runtime</a>'
@@ -496,6 +526,18 @@ def _figures(ctx: Mapping) -> list[str]:
         for alt, kind, data in images:
             parts.append(f'<div class="fig">{embed_image(data, kind, alt)}</div>')
     return parts
+
+
+def _videos(ctx: Mapping) -> list[str]:
+    """The evaluation videos (config ``video``): one per task, or why none."""
+    videos = ctx.get("videos") or []
+    if not videos:
+        return []
+    return ['<h2 id="videos">Evaluation videos</h2>',
+            "<p>One episode of each task's first seed, acting as its last evaluation acts (the planner in "
+            "evaluation mode, from the initial state of that evaluation's first episode), rendered by the "
+            "task's simulator; single-task runs first, then each multi-task model on each of its tasks.</p>",
+            videos_section(videos)]
 
 
 def _datasets(ctx: Mapping) -> list[str]:
@@ -651,10 +693,11 @@ def render_report(ctx: Mapping) -> str:
     (optional DataFrame of :func:`tdmpc2core.report.official.official_table`: the "Released
     checkpoints, our planner" section), and ``extensions`` (optional DataFrame of
     :func:`tdmpc2core.report.analysis.extension_table`: the "Extension metrics" section, shown
-    when not empty).
+    when not empty), and ``videos`` (optional list of (task, caption, MP4 bytes or None, why
+    none) of :func:`videos_section`: the "Evaluation videos" section, after the figures).
     """
     parts = []
-    for section in (_head, _results, _figures, _datasets, _multitask, _official, _extensions, _runtime,
+    for section in (_head, _results, _figures, _videos, _datasets, _multitask, _official, _extensions, _runtime,
                     _provenance):
         parts += section(ctx)
     return "\n".join(parts) + "\n"
@@ -662,4 +705,4 @@ def render_report(ctx: Mapping) -> str:
 
 __all__ = ["render_report", "dataset_stats", "multitask_section", "html_table", "embed_image", "esc", "num", "CSS",
            "final_section", "episode_length_section", "runtime_section", "fmt_value", "matmul_precision_words",
-           "single_task_section", "aggregate_section", "extensions_section"]
+           "single_task_section", "aggregate_section", "extensions_section", "embed_video", "videos_section"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 
 
@@ -197,6 +198,66 @@ def _simulator_text(tasks, suite_of, facts: dict, PV):
     return A.simulator_text(tasks, suite_of, versions, suites=facts)
 
 
+def _videos(cfg, runs_dir) -> list:
+    """Each task's evaluation video for the report (:func:`tdmpc2core.report.html.videos_section`):
+    (task, caption, MP4 bytes, None) from the first seed folder (in the configured seed order)
+    holding ``video.mp4`` and its run.json's ``video`` record; a task whose runs recorded why they
+    have none (``video.file`` null: its suite has no renderer) gets (task, "", None, reason).
+    [] when no run of any task recorded a video (``video: off``)."""
+    from ..report import analysis as A
+
+    out, any_record = [], False
+    for task in cfg["tasks"]:
+        entry = None
+        for seed in cfg["seeds"]:
+            d = A.run_dir(runs_dir, task, seed)
+            try:
+                with open(os.path.join(d, "run.json")) as fh:
+                    rec = json.load(fh).get("video")
+            except (OSError, ValueError):
+                rec = None
+            if rec is None:
+                continue
+            any_record = True
+            if rec.get("file") and os.path.exists(os.path.join(d, rec["file"])):
+                with open(os.path.join(d, rec["file"]), "rb") as fh:
+                    data = fh.read()
+                entry = (task, _caption(rec, rec.get("seed", seed)), data, None)
+                break
+            if entry is None and rec.get("file") is None:
+                entry = (task, "", None, rec.get("reason") or "not recorded")
+        out.append(entry or (task, "", None, "no run of this task recorded a video"))
+    return out if any_record else []
+
+
+def _multi_videos(multi_runs) -> list:
+    """The multi-task runs' videos (their run.json's ``videos``: task -> record, the file relative
+    to the run's folder) as :func:`_videos` entries, labelled ``multi-task {pool} size {N}: {task}``."""
+    out = []
+    for path in multi_runs:
+        try:
+            with open(path) as fh:
+                run = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        label = f"multi-task {run.get('pool', '?')} size {run.get('model_size', '?')}"
+        for task, rec in (run.get("videos") or {}).items():
+            f = os.path.join(os.path.dirname(path), rec["file"]) if rec.get("file") else None
+            if f is None or not os.path.exists(f):
+                out.append((f"{label}: {task}", "", None, rec.get("reason") or "not recorded"))
+                continue
+            with open(f, "rb") as fh:
+                out.append((f"{label}: {task}", _caption(rec, rec.get("seed")), fh.read(), None))
+    return out
+
+
+def _caption(rec: dict, seed) -> str:
+    """A video's caption from its run.json record."""
+    return (f"seed {seed}, return {float(rec['episode_return']):.1f} over {rec['length']} agent steps; "
+            f"{rec['frames']} frames at {float(rec['fps']):g} fps (every {rec['stride']} agent step(s)); "
+            f"{rec.get('renderer', '')}")
+
+
 def run(args) -> int:
     import pandas as pd
 
@@ -292,6 +353,7 @@ def run(args) -> int:
         "multitask": multitask,
         "official": official,
         "extensions": A.extension_table(ext_files),
+        "videos": _videos(cfg, args.runs) + _multi_videos(args.multi_runs or ()),
     }
     atomic.write_text(args.out, R.render_report(ctx))
     print(f"tdmpc2 report: {args.out} ({os.path.getsize(args.out) / 1e3:.0f} kB)")

@@ -50,6 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="JSON object of the multi-task settings (docs/artifacts.md), or @file.json")
     p.add_argument("--seeds", required=True, type=int, nargs="+", help="seeds, run vmapped in one program")
     p.add_argument("--outdir", required=True, help="results/multi/{pool}/size{model_size}")
+    p.add_argument("--video", default="off", choices=["off", "last", "every"],
+                   help="evaluation videos: 'last' records one episode per evaluated task of the first seed "
+                        "acting as the last evaluation acts, written to {outdir}/videos/{task}.mp4 "
+                        "(docs/artifacts.md); 'every' is not built yet (refused); default off")
     add_checkpoint_arguments(p, "updates", "only when stopped by a signal and at the end")
     add_logger_arguments(p)
     add_device_arguments(p, processes=True)
@@ -62,6 +66,9 @@ def parse_spec(text: str) -> dict:
 
 def run(args) -> int:
     spec = parse_spec(args.spec)
+    from ..agents.video import check_video_mode
+
+    check_video_mode(getattr(args, "video", "off"))  # 'every': refused before any work
 
     prefix = f"[train-multi {args.pool} size{args.model_size}]"
     log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
@@ -189,6 +196,8 @@ def _run(args, spec: dict, log) -> int:
     outdir = Path(args.outdir)
     if (outdir / "run.json").exists():
         (outdir / "run.json").unlink()  # the marker of completeness goes first, comes back last
+    for old in (outdir / VIDEO_DIR).glob("*.mp4"):  # nor a video of another run
+        old.unlink()
 
     t_start = time.perf_counter()
     dataset, agent = _make_agent(args, spec, log)
@@ -221,7 +230,11 @@ def _run(args, spec: dict, log) -> int:
     started_at = prog.start if prog.start is not None else updates
     attempt.end("completed", end_step=updates, start_step=started_at,
                 compile_seconds=per_program(agent.compile_seconds))
+    videos = None
+    if getattr(args, "video", "off") == "last":
+        videos = write_task_videos(agent, state, seeds[0], eval_episodes, outdir / VIDEO_DIR, log)
     final = _write_outputs(args, spec, seeds, outdir, dataset, agent, state, hist, eval_episodes, {
+        **({"videos": videos} if videos is not None else {}),
         "wall_seconds": wall, "training_wall_seconds_all_sessions": hist["wall_seconds"],
         "resumed_from_updates": started_at or None,
         "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
@@ -233,6 +246,35 @@ def _run(args, spec: dict, log) -> int:
         + ("" if final is None else
            "; final normalized score " + " ".join("n/a" if x is None else f"{x:.1f}" for x in final["normalized_score"])))
     return 0
+
+
+#: the evaluation videos' folder under --outdir: one {task}.mp4 per evaluated task (docs/artifacts.md)
+VIDEO_DIR = "videos"
+
+
+def write_task_videos(agent, state, seed: int, eval_episodes: int, folder: Path, log) -> dict:
+    """One video per evaluated task of the job's first seed (position 0 in ``state``), acting as
+    the last evaluation acts (:meth:`TDMPC2MultiTask.record_episode`), written atomically to
+    ``folder/{task}.mp4`` (the folder always made); returns run.json's ``videos``: task -> what
+    :func:`tdmpc2core.stages.train_single.record_and_write` returns, with ``seed`` and ``updates``."""
+    import numpy as np
+
+    from ..run.devices import local
+    from .train_single import VIDEO_MAX_FRAMES, VIDEO_SIZE, record_and_write
+
+    folder.mkdir(parents=True, exist_ok=True)
+    updates = int(np.asarray(local(state).agent.updates).reshape(-1)[0])
+    out = {}
+    for i, name in zip(agent.eval_task_ids, agent.eval_task_names):
+        rec = record_and_write(
+            agent.eval_envs[i], lambda i=i: agent.record_episode(state, i, 0, seed=seed, eval_episodes=eval_episodes,
+                                                                 width=VIDEO_SIZE, height=VIDEO_SIZE,
+                                                                 max_frames=VIDEO_MAX_FRAMES),
+            lambda i=i: agent.video_renderer(i), agent.record_seconds, folder / f"{name}.mp4", log,
+            f"task {name}, seed {seed}")
+        out[name] = rec if rec.get("file") is None else {**rec, "file": f"{VIDEO_DIR}/{name}.mp4", "seed": seed,
+                                                         "updates": updates}
+    return out
 
 
 def _train_arguments(args, spec: dict) -> dict:

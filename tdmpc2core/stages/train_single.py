@@ -50,6 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="JSON object of the task settings (docs/artifacts.md), or @file.json")
     p.add_argument("--seeds", required=True, type=int, nargs="+", help="seeds, run vmapped in one program")
     p.add_argument("--outdir", required=True, help="results/single/{task}")
+    p.add_argument("--video", default="off", choices=["off", "last", "every"],
+                   help="evaluation video: 'last' records one episode of the first seed acting as the last "
+                        "evaluation acts, written to {outdir}/seed{first seed}/video.mp4 (docs/artifacts.md); "
+                        "'every' is not built yet (refused); default off")
     add_checkpoint_arguments(p, "agent steps", "only when stopped by a signal and at the end")
     add_logger_arguments(p)
     add_device_arguments(p, processes=False)
@@ -62,6 +66,9 @@ def parse_spec(text: str) -> dict:
 
 def run(args) -> int:
     spec = parse_spec(args.spec)
+    from ..agents.video import check_video_mode
+
+    check_video_mode(getattr(args, "video", "off"))  # 'every': refused before any work
 
     seeds = list(args.seeds)
     outdir = Path(args.outdir)
@@ -168,6 +175,7 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     spec = effective_spec(spec, agent)  # the episode length actually used, in run.json and the run id
     for seed in seeds:  # a stale marker of completeness must not outlive a run that fails
         (outdir / f"seed{seed}" / "run.json").unlink(missing_ok=True)
+    (outdir / f"seed{seeds[0]}" / VIDEO_FILE).unlink(missing_ok=True)  # nor a video of another run
 
     ckdir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
     # this session's record beside the checkpoints (before the folder is opened: a finished run's
@@ -201,7 +209,11 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     attempt.end("completed", end_step=n_timesteps, start_step=started_at,
                 compile_seconds=per_program(agent.compile_seconds))
     session = {"wall": wall, "started_at": started_at, "attempts": attempt.records(), "ckdir": ckdir,
-               "provenance": prov, "eval_episodes": eval_episodes, "n_timesteps": n_timesteps}
+               "provenance": prov, "eval_episodes": eval_episodes, "n_timesteps": n_timesteps,
+               "video": None}
+    if getattr(args, "video", "off") == "last":
+        session["video"] = write_last_video(agent, state, hist, seeds[0], eval_episodes,
+                                            outdir / f"seed{seeds[0]}" / VIDEO_FILE, log)
     for i, seed in enumerate(seeds):
         _write_seed(args, spec, seeds, outdir, log, agent, state, hist, i, seed, session)
     # the outputs are complete: keep only the final checkpoint (the trained agent) and mark the
@@ -246,6 +258,68 @@ def _write_seed(args, spec: dict, seeds: list, outdir: Path, log, agent, state, 
     atomic.write_json(runjson, _run_json(args, spec, seeds, agent, hist, i, seed, episodes, session))
 
 
+#: the evaluation video of a job's first seed, beside its eval.parquet (docs/artifacts.md)
+VIDEO_FILE = "video.mp4"
+#: frame size (pixels) and the most frames of an evaluation video
+VIDEO_SIZE, VIDEO_MAX_FRAMES = 192, 250
+
+
+def write_last_video(agent, state, hist: dict, seed: int, eval_episodes: int, path: Path, log) -> dict:
+    """Record seed ``seed`` (the job's first, position 0 in ``state``) acting as its last
+    evaluation acts (the first episode's initial state and keys: :meth:`TDMPC2.record_episode`)
+    and write the MP4 at ``path`` atomically (:func:`record_and_write`)."""
+    eval_index = max(len(hist["eval_agent_steps"]) - 1, 0)
+    rec = record_and_write(
+        agent.env, lambda: agent.record_episode(state, 0, seed=seed, eval_index=eval_index, eval_episodes=eval_episodes,
+                                                width=VIDEO_SIZE, height=VIDEO_SIZE, max_frames=VIDEO_MAX_FRAMES),
+        agent.video_renderer, agent.record_seconds, path, log, f"seed {seed}")
+    return rec if rec.get("file") is None else {**rec, "seed": seed, "eval_index": eval_index}
+
+
+def record_and_write(env, record, renderer_of, record_seconds: dict, path: Path, log, what: str) -> dict:
+    """``record()`` (an agent's ``record_episode`` call) and the MP4 of its frames at ``path``,
+    written atomically; returns what run.json records of the video: the file's name, frames,
+    fps, stride, size, the episode's return and length (agent steps), the renderer and the
+    seconds spent (compile, rollout, render, encode); for an env that cannot be rendered
+    ``{"file": None, "reason": ...}`` (logged, no file)."""
+    from ..envs.render import NoRendererError, cannot_render
+    from ..io.video import write_video
+
+    reason = cannot_render(env)
+    if reason is not None:
+        log(f"video: none ({reason})")
+        return {"file": None, "reason": reason}
+    before = _compile_s(record_seconds)
+    t0 = time.perf_counter()
+    try:
+        rec = record()
+    except NoRendererError as exc:
+        log(f"video: none ({exc})")
+        return {"file": None, "reason": str(exc)}
+    t1 = time.perf_counter()
+    size = write_video(path, rec.frames, rec.fps)
+    renderer = renderer_of()
+    render_s = renderer.seconds
+    renderer.close()  # its OpenGL context, now: freed at interpreter exit, EGL complains
+    compile_s = _compile_s(record_seconds) - before
+    # compile: trace, lower and compile the recording program; rollout: run it; render: draw the
+    # frames; encode: write the MP4
+    seconds = {"compile": compile_s, "rollout": max(t1 - t0 - compile_s - render_s, 0.0), "render": render_s,
+               "encode": time.perf_counter() - t1}
+    log(f"video: {what}, {len(rec.frames)} frames at {rec.fps:g} fps (every {rec.stride} agent step(s)), "
+        f"return {rec.episode_return:.1f}, {size / 1e3:.0f} KB to {path} ("
+        + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()) + ")")
+    return {"file": path.name, "frames": int(len(rec.frames)), "fps": rec.fps, "stride": rec.stride,
+            "width": int(rec.frames.shape[2]), "height": int(rec.frames.shape[1]), "bytes": size,
+            "episode_return": rec.episode_return, "length": rec.length, "renderer": renderer.describe,
+            "seconds": seconds}
+
+
+def _compile_s(timings: dict) -> float:
+    rec = timings.get("record", {})
+    return float(rec.get("trace_lower_s", 0.0) + rec.get("compile_s", 0.0))
+
+
 def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: int, episodes, session: dict) -> dict:
     """Seed ``seed``'s run.json (docs/artifacts.md, "Single-task run")."""
     import numpy as np
@@ -278,4 +352,6 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
         "attempts": session["attempts"],  # every session of the run (tdmpc2core.io.attempts)
         "checkpoint_dir": str(ckdir) if ckdir is not None else None,
         "provenance": prov,
+        # the job's evaluation video (its first seed only; --video last): write_last_video's record
+        **({"video": session["video"]} if session.get("video") is not None and i == 0 else {}),
     }

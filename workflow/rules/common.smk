@@ -34,6 +34,12 @@ TASKS, POOLS, OFFICIAL_POOLS, SEED_GROUPS = (
 )
 MULTITASK, OFFICIAL_CKPTS = P.multitask, P.official.checkpoints
 MT_POOLS, MT_SIZES = (P.multitask.pools, P.multitask.sizes) if MULTITASK else ([], [])
+# config `video: last`: each multi-task job's videos folder (one {task}.mp4 per evaluated task)
+MULTI_VIDEOS = (
+    {"videos": directory(f"{MULTI}/{{pool}}/size{{size}}/videos")}
+    if P.video != "off"
+    else {}
+)
 MAX_CHUNK_SECONDS, MAX_JOB_MINUTES = P.max_chunk_seconds, P.cluster.max_job_minutes
 extra_jobs = P.cluster.extra_jobs
 # training rule -> the longest runtime (minutes) of its jobs: where jobs are submitted,

@@ -14,6 +14,7 @@ if MULTITASK:
             dataset=pool_dataset("{pool}"),
         output:
             [f"{MULTI}/{{pool}}/size{{size}}/{f}" for f in MULTI_FILES],
+            **MULTI_VIDEOS,
         log:
             "logs/train_multi/{pool}/size{size}.log",
         benchmark:
@@ -45,6 +46,7 @@ if MULTITASK:
             max_chunk_seconds=str(MAX_CHUNK_SECONDS),
             launcher=P.cluster.multitask_launcher(),
             devices=P.cluster.devices,
+            video=P.video,  # --video: a resource, no rerun trigger (switching it on adds an output)
         params:
             # the multi-task settings: a change reruns the multi-task jobs only
             spec=lambda wc: P.multi_spec(wc.pool),
@@ -61,7 +63,7 @@ if MULTITASK:
             'SLURM_JOB_ID=${{SLURM_JOB_ID-none}} {resources.jax_env}" > {log:q}; '
             "{resources.launcher} {resources.tdmpc2} train-multi --pool {wildcards.pool:q} --model-size {wildcards.size} "
             "--dataset {input.dataset:q} --spec {params.spec:q} --seeds {params.seeds} "
-            "--outdir {params.outdir:q} "
+            "--outdir {params.outdir:q} --video {resources.video} "
             "--checkpoint-dir {resources.checkpoints:q}/multi/{wildcards.pool:q}/size{wildcards.size} "
             "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
             "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices}"

@@ -13,6 +13,7 @@ rule report:
         ),
         overview=f"{FIGURES}/overview.png",
         runs=P.all_run_files("run.json"),
+        videos=P.video_files(),  # embedded in the report (config `video`)
         datasets=rules.dataset_summary.output.summary,
         datasets_figure=rules.dataset_summary.output.figure,
         multitask=(
@@ -25,6 +26,7 @@ rule report:
             else []
         ),
         multitask_runs=P.multi_files("run.json"),
+        multitask_videos=P.multi_video_dirs(),
         official=[rules.official_table.output.table] if OFFICIAL_CKPTS else [],
     output:
         report(

@@ -12,8 +12,9 @@ for _group in SEED_GROUPS:
     rule:
         name:
             f"train_single_{seed_tag(_group)}"
+        # every seed's run files and, with config `video: last`, the first seed's video
         output:
-            [f"{RUNS}/{{task}}/seed{s}/{f}" for s in _group for f in RUN_FILES],
+            P.group_outputs(_group),
         log:
             f"logs/train_single/{{task}}/{seed_tag(_group)}.log",
         benchmark:
@@ -41,6 +42,7 @@ for _group in SEED_GROUPS:
             keep_checkpoints=str(P.keep_checkpoints),
             max_chunk_seconds=str(MAX_CHUNK_SECONDS),
             devices=P.cluster.devices,  # --devices: auto splits the seeds over the GPUs the job got
+            video=P.video,  # --video: a resource, no rerun trigger (switching it on adds an output)
         params:
             # the merged settings of the task: a change reruns that task's jobs only (the
             # cache folder, threads and resources are not params: changing them reruns nothing)
@@ -68,6 +70,7 @@ for _group in SEED_GROUPS:
             'SLURM_JOB_ID=${{SLURM_JOB_ID-none}} {resources.jax_env}" > {log:q}; '
             "exec {resources.tdmpc2} train-single --task {wildcards.task:q} --spec {params.spec:q} "
             "--seeds {params.seeds} --outdir {params.outdir:q} "
+            "--video {resources.video} "
             "--checkpoint-dir {resources.checkpoints:q}/single/{wildcards.task:q}/{params.seed_tag} "
             "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
             "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices}"

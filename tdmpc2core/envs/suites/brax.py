@@ -16,6 +16,12 @@ def _build(env_id, *, action_repeat, episode_length, env_params, backend):
     return BraxEnv(env_id, action_repeat=action_repeat, episode_length=episode_length, env_params=env_params)
 
 
+def _frames(env):
+    from tdmpc2core.envs.render import _brax
+
+    return _brax(env)
+
+
 SUITE = Suite(
     name="brax",
     ids=tuple(BRAX_ENVS),
@@ -25,4 +31,5 @@ SUITE = Suite(
     check_params=check_brax,
     backend_hint=" (choose Brax's pipeline with env_params={'backend': ...})",
     report=SuiteReport(label="Brax", rank=3),
+    frames=_frames,  # evaluation videos (tdmpc2core.envs.render._brax)
 )

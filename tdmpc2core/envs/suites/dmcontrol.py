@@ -29,6 +29,12 @@ def _refuse(env_id) -> Optional[ValueError]:
     return unknown_id_error(env_id) if isinstance(env_id, str) and env_id.startswith(PREFIX) else None
 
 
+def _frames(env):
+    from tdmpc2core.envs.render import _dmcontrol
+
+    return _dmcontrol(env)
+
+
 SUITE = Suite(
     name="dmcontrol",
     ids=DMCONTROL_ENVS,
@@ -44,4 +50,5 @@ SUITE = Suite(
                          "official wrapper's conventions: comparisons with the published curves are like "
                          "for like (our seeds and random streams are our own)."),
         reward_per_step=(0.0, 1.0)),
+    frames=_frames,  # evaluation videos (tdmpc2core.envs.render._dmcontrol)
 )

@@ -24,6 +24,12 @@ def _refuse(env_id) -> Optional[ValueError]:
     return discrete_error(env_id) if env_id in GYMNAX_DISCRETE else None
 
 
+def _frames(env):
+    from tdmpc2core.envs.render import _gymnax
+
+    return _gymnax(env)
+
+
 SUITE = Suite(
     name="gymnax",
     ids=tuple(GYMNAX_CONTINUOUS),
@@ -35,4 +41,5 @@ SUITE = Suite(
     time_limit_key=GYMNAX_TIME_LIMIT_KEY,
     refuse=_refuse,
     report=SuiteReport(label="gymnax", rank=2),
+    frames=_frames,  # evaluation videos (tdmpc2core.envs.render._gymnax)
 )

@@ -39,6 +39,12 @@ def _build(env_id, *, action_repeat, episode_length, env_params, backend):
     return MetaWorldEnv(env_id, action_repeat=action_repeat, episode_length=((DOMAIN_EPISODE_STEPS * ACTION_REPEAT) // action_repeat) * action_repeat)
 
 
+def _frames(env):
+    from tdmpc2core.envs.render import _host_mujoco
+
+    return _host_mujoco(env)
+
+
 SUITE = Suite(
     name="metaworld",
     ids=METAWORLD_ENVS,
@@ -54,4 +60,5 @@ SUITE = Suite(
         comparison_note=("The Meta-World tasks run Meta-World 3's v3 tasks (the paper: v2) on MuJoCo 3.17 with a "
                          "compatibility layer for the weld reset (docs/metaworld.md): comparisons with the "
                          "published curves are approximate; the score is the success rate.")),
+    frames=_frames,  # evaluation videos (tdmpc2core.envs.render._host_mujoco)
 )

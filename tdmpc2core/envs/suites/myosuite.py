@@ -36,6 +36,12 @@ def _build(env_id, *, action_repeat, episode_length, env_params, backend):
     return MyoSuiteEnv(env_id, action_repeat=action_repeat, episode_length=((DOMAIN_EPISODE_STEPS) // action_repeat) * action_repeat)
 
 
+def _frames(env):
+    from tdmpc2core.envs.render import _host_mujoco
+
+    return _host_mujoco(env)
+
+
 SUITE = Suite(
     name="myosuite",
     ids=MYOSUITE_ENVS,
@@ -50,4 +56,5 @@ SUITE = Suite(
         label="MyoSuite", version_package="myosuite", rank=5, score="success",
         comparison_note=("The MyoSuite tasks run on MyoSuite 3.0.0 (the paper used an earlier release) with the "
                          "official wrapper's conventions; the score is the success rate.")),
+    frames=_frames,  # evaluation videos (tdmpc2core.envs.render._host_mujoco)
 )

@@ -26,6 +26,12 @@ def _build(env_id, *, action_repeat, episode_length, env_params, backend):
                          env_params=env_params, backend=backend)
 
 
+def _frames(env):
+    from tdmpc2core.envs.render import _playground
+
+    return _playground(env)
+
+
 SUITE = Suite(
     name="playground",
     ids=PLAYGROUND_DMC_ENVS,
@@ -40,4 +46,5 @@ SUITE = Suite(
         comparison_note=("The DMC tasks run on MuJoCo Playground{tasks}, whose physics differ from "
                          "dm_control's: comparisons with the published curves are approximate."),
         reward_per_step=(0.0, 1.0)),
+    frames=_frames,  # evaluation videos (tdmpc2core.envs.render._playground)
 )

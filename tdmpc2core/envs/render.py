@@ -1,0 +1,321 @@
+"""Pictures of an environment's states, for evaluation videos (issue 29).
+
+A recorded episode is rendered in two steps, so that the rollout stays one compiled program
+without a host round trip per step:
+
+1. inside the compiled rollout, :meth:`FrameSource.state_of` keeps, per agent step, the small
+   part of the env state a picture needs (a pytree of arrays: MuJoCo ``qpos`` and mocap
+   poses, a gymnax state, a host simulator's state words);
+2. on the host afterwards, :meth:`FrameSource.render` turns the stacked states into RGB frames.
+
+The suites' own renderers draw the frames:
+
+* dm_control: the task's ``Physics.render`` (the simulator restored from the env state's
+  integration state and redrawn model fields), camera 0 (2 for quadruped), as the official
+  wrapper renders;
+* MuJoCo Playground and Brax: ``mujoco.Renderer`` on the env's own ``MjModel`` (Playground's
+  ``mj_model``, Brax's ``sys.mj_model``) with ``qpos`` (and mocap poses) copied into an
+  ``MjData`` and ``mj_forward``; camera 0 when the model has one, else the free camera;
+* Meta-World and MyoSuite: ``mujoco.Renderer`` on the host simulator's model, restored from
+  the env state (Meta-World's ``corner2`` camera when present, as the official wrapper);
+* gymnax classic control (``Pendulum-v1``, ``MountainCarContinuous-v0``): gymnax's own
+  visualiser needs gymnasium's pygame renderer (not a dependency), so a small drawing of the
+  state with Pillow (the pendulum's rod at its angle; the car on its hill).
+
+Each suite names its renderer in its registry entry (:attr:`tdmpc2core.envs.registry.Suite.frames`);
+a suite without one raises :class:`NoRendererError` from :func:`frame_source`.
+MuJoCo rendering needs an OpenGL context: headless, ``MUJOCO_GL=egl`` (Mesa's EGL) or
+``osmesa``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+
+class NoRendererError(ValueError):
+    """The environment's suite (or this env of it) has no renderer here; the message names
+    the env id, its suite and the suites that have one."""
+
+
+class FrameSource:
+    """How to picture one environment's states.
+
+    Attributes:
+        state_of: ``inner -> pytree`` (jittable; :attr:`tdmpc2core.envs.EnvState.inner` of one
+            env, no batch axis): what :meth:`render` needs of one state.
+        control_dt: seconds of simulated time per simulator step (one agent step is
+            ``action_repeat`` of them).
+        describe: the renderer, in words (for the report and logs).
+        seconds: wall-clock seconds spent in :meth:`render` so far.
+    """
+
+    def __init__(self, state_of: Callable[[Any], Any], render_one: Callable[[Any, int, int], np.ndarray],
+                 control_dt: float, describe: str, close: Callable[[], None] | None = None):
+        self.state_of = state_of
+        self._render_one = render_one
+        self.control_dt = float(control_dt)
+        self.describe = describe
+        self._close = close
+        self.seconds = 0.0
+
+    def render(self, states, width: int, height: int) -> np.ndarray:
+        """Frames of stacked states (every leaf with a leading axis N, as ``state_of`` gives
+        them stacked by ``lax.scan``; numpy or jax arrays).
+
+        Returns:
+            uint8 [N, height, width, 3] RGB frames.
+        Raises:
+            ValueError: ``width`` or ``height`` not a positive even int (H.264 with yuv420p
+                needs even sides).
+        """
+        import time
+
+        import jax
+
+        t0 = time.perf_counter()
+        for name, v in (("width", width), ("height", height)):
+            if not isinstance(v, (int, np.integer)) or v <= 0 or v % 2:
+                raise ValueError(f"{name}={v!r}: a positive even number of pixels is accepted")
+        leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(states)]
+        n = leaves[0].shape[0] if leaves else 0
+        out = np.empty((n, int(height), int(width), 3), np.uint8)
+        for i in range(n):
+            one = jax.tree_util.tree_map(lambda x: np.asarray(x)[i], states)
+            out[i] = self._render_one(one, int(width), int(height))
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    def close(self) -> None:
+        """Free the renderer's OpenGL context (if any)."""
+        if self._close is not None:
+            self._close()
+            self._close = None
+
+
+def frame_source(env) -> FrameSource:
+    """The :class:`FrameSource` of ``env`` (a :class:`tdmpc2core.envs.Env`): its suite's
+    (:attr:`tdmpc2core.envs.registry.Suite.frames`).
+
+    Raises:
+        NoRendererError: no renderer for the env's suite (or for this env of it).
+    """
+    reason = cannot_render(env)
+    if reason is not None:
+        raise NoRendererError(reason)
+    from .registry import get_suite
+
+    return get_suite(env.spec.suite).frames(env)
+
+
+_GYMNAX_DRAWN = ("Pendulum-v1", "MountainCarContinuous-v0")
+
+
+def cannot_render(env_id) -> str | None:
+    """Why an env of ``env_id`` (or a prebuilt :class:`~tdmpc2core.envs.Env`) cannot be
+    rendered, in one line; None when its suite has a renderer
+    (:attr:`tdmpc2core.envs.registry.Suite.frames`). Decided from the id alone, without
+    building the env (the workflow asks it while it plans the jobs). An id no suite knows
+    gives the registry's ValueError."""
+    from .registry import get_suite, suite_for  # no JAX: the workflow plans without it
+
+    if hasattr(env_id, "spec"):  # an Env
+        name, env_id = env_id.spec.suite, env_id.spec.env_id
+        suite = get_suite(name, None)
+    else:
+        suite = suite_for(str(env_id))
+        name = suite.name
+    if suite is None or suite.frames is None:
+        have = [s.name for s in _suites() if s.frames is not None]
+        return f"{env_id}: no renderer for suite {name!r} (suites with one: {', '.join(have)})"
+    return None
+
+
+def _suites():
+    from .registry import suites
+
+    return suites()
+
+
+# ---------------------------------------------------------------- MuJoCo (shared)
+class _MjCanvas:
+    """A ``mujoco.Renderer`` per frame size on ``model``, made on first use."""
+
+    def __init__(self, model, camera):
+        import atexit
+
+        self.model, self.camera, self._renderers = model, camera, {}
+        atexit.register(self.close)  # before EGL is torn down (else its __del__ complains at exit)
+
+    def draw(self, data, width, height) -> np.ndarray:
+        import mujoco
+
+        r = self._renderers.get((width, height))
+        if r is None:
+            r = self._renderers[(width, height)] = mujoco.Renderer(self.model, height=height, width=width)
+        r.update_scene(data, camera=self.camera)
+        return r.render()
+
+    def close(self):
+        for r in self._renderers.values():
+            r.close()
+        self._renderers.clear()
+
+
+def _default_camera(model, preferred=()) -> int | str:
+    for name in preferred:
+        for i in range(model.ncam):
+            if model.camera(i).name == name:
+                return name
+    return 0 if model.ncam > 0 else -1
+
+
+def _mj_qpos_source(model, state_of, control_dt, describe) -> FrameSource:
+    """Frames of a MuJoCo model from (qpos, mocap_pos, mocap_quat) per step."""
+    import mujoco
+
+    data = mujoco.MjData(model)
+    canvas = _MjCanvas(model, _default_camera(model))
+
+    def render_one(st, width, height):
+        qpos, mpos, mquat = st
+        data.qpos[:] = np.asarray(qpos, np.float64)
+        if model.nmocap:
+            data.mocap_pos[:] = np.asarray(mpos, np.float64).reshape(model.nmocap, 3)
+            data.mocap_quat[:] = np.asarray(mquat, np.float64).reshape(model.nmocap, 4)
+        mujoco.mj_forward(model, data)
+        return canvas.draw(data, width, height)
+
+    return FrameSource(state_of, render_one, control_dt, describe, canvas.close)
+
+
+def _playground(env) -> FrameSource:
+    import jax.numpy as jnp
+
+    pg = env.playground_env
+    model = pg.mj_model
+
+    def state_of(inner):
+        d = inner.data
+        if model.nmocap:
+            return d.qpos, d.mocap_pos, d.mocap_quat
+        return d.qpos, jnp.zeros((0,), jnp.float32), jnp.zeros((0,), jnp.float32)
+
+    return _mj_qpos_source(model, state_of, float(pg.dt), "mujoco.Renderer on the Playground task's mj_model")
+
+
+def _brax(env) -> FrameSource:
+    import jax.numpy as jnp
+
+    b = env.brax_env
+    model = getattr(b.sys, "mj_model", None)
+    if model is None:
+        raise NoRendererError(f"{env.spec.env_id}: this Brax system has no mj_model to render")
+
+    def state_of(inner):
+        z = jnp.zeros((0,), jnp.float32)
+        return inner.pipeline_state.q, z, z
+
+    return _mj_qpos_source(model, state_of, float(b.dt), "mujoco.Renderer on the Brax system's mj_model")
+
+
+def _dmcontrol(env) -> FrameSource:
+    host = env._host  # the env's scratch simulator: every call restores the full state it is given
+    camera = 2 if env.spec.env_id.split(":", 1)[-1].startswith("quadruped") else 0
+
+    def state_of(inner):
+        return inner.physics, inner.model
+
+    def render_one(st, width, height):
+        phys, model = st
+        with host._lock:
+            host._restore(np.asarray(phys), np.asarray(model))
+            return np.asarray(host.physics.render(height=height, width=width, camera_id=camera), np.uint8)
+
+    dt = float(host.env.control_timestep())
+    return FrameSource(state_of, render_one, dt, f"dm_control Physics.render, camera {camera}")
+
+
+def _host_mujoco(env) -> FrameSource:
+    host = env._host
+    camera = _default_camera(host.model, preferred=("corner2",))
+    canvas = _MjCanvas(host.model, camera)
+
+    def state_of(inner):
+        return inner.physics, inner.model, inner.attrs
+
+    def render_one(st, width, height):
+        with host._lock:
+            host._restore(*(np.asarray(x) for x in st))
+            return canvas.draw(host.data, width, height)
+
+    dt = float(getattr(host.env, "dt", host.model.opt.timestep))
+    return FrameSource(state_of, render_one, dt, f"mujoco.Renderer on the {env.spec.suite} model, camera {camera!r}",
+                       canvas.close)
+
+
+# ---------------------------------------------------------------- gymnax classic control
+def _gymnax(env) -> FrameSource:
+    env_id = env.spec.env_id
+    params = env.gymnax_params
+    if env_id == "Pendulum-v1":
+        draw = _draw_pendulum
+    elif env_id == "MountainCarContinuous-v0":
+        draw = lambda st, w, h: _draw_mountain_car(st, w, h, params)  # noqa: E731
+    else:
+        raise NoRendererError(f"{env_id}: no renderer for this gymnax env (drawn: Pendulum-v1, "
+                              "MountainCarContinuous-v0)")
+    return FrameSource(lambda inner: inner, draw, float(getattr(params, "dt", 1.0)),
+                       "a Pillow drawing of the gymnax state")
+
+
+def _draw_pendulum(st, width, height) -> np.ndarray:
+    """The pendulum as gymnasium draws it: theta = 0 upright, counter-clockwise positive; the
+    rod's length 1 is 40% of the frame's smaller side; an arc shows the last torque."""
+    from PIL import Image, ImageDraw
+
+    theta, last_u = float(np.asarray(st.theta)), float(np.asarray(st.last_u))
+    img = Image.new("RGB", (width, height), (255, 255, 255))
+    d = ImageDraw.Draw(img)
+    cx, cy, L = width / 2, height / 2, 0.4 * min(width, height)
+    x, y = cx - L * math.sin(theta), cy - L * math.cos(theta)
+    rod = max(2, int(0.08 * min(width, height)))
+    d.line([(cx, cy), (x, y)], fill=(204, 77, 77), width=rod)
+    r = rod / 2
+    d.ellipse([x - r, y - r, x + r, y + r], fill=(204, 77, 77))
+    if abs(last_u) > 1e-3:  # the torque: an arc around the pivot, its length ~ |u| / 2
+        a = 0.3 * min(width, height)
+        span = min(abs(last_u) / 2.0, 1.0) * 180.0
+        start = -90.0 if last_u > 0 else -90.0 - span
+        d.arc([cx - a, cy - a, cx + a, cy + a], start, start + span, fill=(60, 60, 60), width=2)
+    p = max(2, rod // 3)
+    d.ellipse([cx - p, cy - p, cx + p, cy + p], fill=(0, 0, 0))
+    return np.asarray(img, np.uint8)
+
+
+def _draw_mountain_car(st, width, height, params) -> np.ndarray:
+    """The car on the hill y = sin(3 x) / 2 over [min_position, max_position], the goal flag."""
+    from PIL import Image, ImageDraw
+
+    lo, hi = float(params.min_position), float(params.max_position)
+    goal = float(params.goal_position)
+    pos = float(np.asarray(st.position))
+    img = Image.new("RGB", (width, height), (255, 255, 255))
+    d = ImageDraw.Draw(img)
+    sx = lambda x: (x - lo) / (hi - lo) * (width - 1)  # noqa: E731
+    sy = lambda y: height - 1 - (0.5 * math.sin(3 * y) + 0.55) / 1.1 * 0.8 * (height - 1)  # noqa: E731
+    xs = np.linspace(lo, hi, 100)
+    d.line([(sx(x), sy(x)) for x in xs], fill=(0, 0, 0), width=2)
+    fx, fy = sx(goal), sy(goal)
+    d.line([(fx, fy), (fx, fy - 0.15 * height)], fill=(0, 0, 0), width=1)
+    d.polygon([(fx, fy - 0.15 * height), (fx + 0.06 * width, fy - 0.13 * height), (fx, fy - 0.11 * height)],
+              fill=(204, 204, 0))
+    r = max(3, int(0.04 * min(width, height)))
+    cx, cy = sx(pos), sy(pos) - r
+    d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=(77, 77, 204))
+    return np.asarray(img, np.uint8)
+
+
+__all__ = ["FrameSource", "NoRendererError", "cannot_render", "frame_source"]
