@@ -43,7 +43,12 @@ HEAVY = {
     # the largest files (their tests' total, 2026-12-04 on the same machine): handed out before the
     # small ones, so that the last units to finish are short and the two workers end together
     "tests/test_agent.py": 300,
-    "tests/test_devices.py": 230,  # 4 fake devices in a process of its own, then two gloo processes (2026-12-05: -25%)
+    # 4 fake devices in a process of its own, then two gloo processes (about 230 s since 2026-12-05);
+    # given first to the other worker on purpose: its two processes compile the 4-device and
+    # one-device multi-task programs in the first minutes, before tests/test_slurm.py's 2-task
+    # job (TOGETHER, about 4-5 min in) loads them from the session cache instead of compiling
+    # them at the same time
+    "tests/test_devices.py": 310,
     "tests/test_episodic.py": 280,
     "tests/test_checkpoint.py": 250,
     "tests/test_multitask.py": 170,

@@ -20,6 +20,15 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+# jax.distributed must be initialised before JAX starts a backend: importing the library (agents,
+# stages, the CLI) must not start one (tests/test_devices.py asserts it on this value; this
+# process pays the JAX start-up that a process of its own for the check would pay again)
+import tdmpc2core, tdmpc2core.agents, tdmpc2core.cli, tdmpc2core.run.devices  # noqa: E401,E402
+import tdmpc2core.stages.train_multi, tdmpc2core.stages.train_single  # noqa: E401,E402
+from jax._src import xla_bridge  # noqa: E402
+
+IMPORTS_INITIALIZED_A_BACKEND = xla_bridge.backends_are_initialized()
+
 from tdmpc2core import TDMPC2  # noqa: E402
 from tdmpc2core.agents.multitask import TDMPC2MultiTask  # noqa: E402
 from tdmpc2core.run.devices import SEED_AXIS, local  # noqa: E402
@@ -137,7 +146,8 @@ if __name__ == "__main__":
     import time
 
     assert jax.device_count() == 4, jax.devices()
-    res = {"devices": jax.device_count(), "seed_axis": SEED_AXIS}
+    res = {"imports_initialized_a_backend": IMPORTS_INITIALIZED_A_BACKEND, "devices": jax.device_count(),
+           "seed_axis": SEED_AXIS}
     t0 = time.perf_counter()
     res.update(seeds_checks())
     t1 = time.perf_counter()

@@ -119,16 +119,6 @@ def test_an_env_stepped_on_the_host_refuses_more_than_one_device():
         TDMPC2("dmc:cartpole-balance", devices=[dev, dev])
 
 
-def test_importing_the_library_touches_no_device():
-    """jax.distributed must be initialised before JAX starts a backend: importing the library
-    (agents, stages, the CLI) must not start one."""
-    code = ("import tdmpc2core, tdmpc2core.agents, tdmpc2core.cli, tdmpc2core.run.devices, tdmpc2core.stages.train_multi, "
-            "tdmpc2core.stages.train_single\nfrom jax._src import xla_bridge\n"
-            "print('INITIALIZED', xla_bridge.backends_are_initialized())")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=300)
-    assert res.returncode == 0 and "INITIALIZED False" in res.stdout, res.stderr[-2000:]
-
-
 # ------------------------------------------------------------------ four fake devices
 @pytest.fixture(scope="module")
 def four_devices(tmp_path_factory):
@@ -138,6 +128,13 @@ def four_devices(tmp_path_factory):
     line = [x for x in res.stdout.splitlines() if x.startswith("RESULT ")]
     assert res.returncode == 0 and line, res.stdout[-2000:] + res.stderr[-4000:]
     return json.loads(line[0][len("RESULT "):])
+
+
+def test_importing_the_library_touches_no_device(four_devices):
+    """jax.distributed must be initialised before JAX starts a backend: importing the library
+    (agents, stages, the CLI) must not start one. Checked at the top of tests/multidevice_checks.py,
+    a fresh process (the imports before anything else there), instead of a process of its own."""
+    assert four_devices["imports_initialized_a_backend"] is False
 
 
 def test_seeds_split_over_four_devices_equal_one_device(four_devices):
