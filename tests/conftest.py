@@ -9,8 +9,10 @@ CI's 2-core CPU; most of its time is XLA compiling).
   environment: the subprocesses of the workflow, SLURM and benchmark tests keep the cache (or
   none) that their own command line sets. Starting cold each session, it cannot hide a compile
   failure or a miscompile from an older run (tests/test_jax_stack.py's reproducer compiles
-  afresh); a test that sets its own cache folder (tests/test_checkpoint.py) restores this one
-  afterwards. Programs with host callbacks (dm_control) are not cached by JAX.
+  afresh); tests/test_checkpoint.py and the multi-process tests (tests/test_devices.py,
+  tests/test_slurm.py's 2-task job) hand this folder to their subprocesses, so the one-device
+  and 4-device multi-task programs they share are compiled once a session. Programs with host
+  callbacks (dm_control) are not cached by JAX.
 * Under pytest-xdist (``.ci/run``: ``-n 2 --dist loadfile``): each test file is one unit of
   work, so its module fixtures (a trained agent, the SLURM daemons) are built once on one
   worker, except the long subprocess pipelines named in ``HEAVY``, each a unit of its own; the
@@ -46,7 +48,12 @@ HEAVY = {
     # the largest files (their tests' total, 2026-12-04 on the same machine): handed out before the
     # small ones, so that the last units to finish are short and the two workers end together
     "tests/test_agent.py": 300,
-    "tests/test_devices.py": 300,  # 4 fake devices in a process of its own, then two gloo processes
+    # 4 fake devices in a process of its own, then two gloo processes (about 230 s since 2026-12-05);
+    # given first to the other worker on purpose: its two processes compile the 4-device and
+    # one-device multi-task programs in the first minutes, before tests/test_slurm.py's 2-task
+    # job (TOGETHER, about 4-5 min in) loads them from the session cache instead of compiling
+    # them at the same time
+    "tests/test_devices.py": 310,
     "tests/test_episodic.py": 280,
     "tests/test_checkpoint.py": 250,
     "tests/test_multitask.py": 170,

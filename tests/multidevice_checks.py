@@ -20,6 +20,15 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+# jax.distributed must be initialised before JAX starts a backend: importing the library (agents,
+# stages, the CLI) must not start one (tests/test_devices.py asserts it on this value; this
+# process pays the JAX start-up that a process of its own for the check would pay again)
+import tdmpc2core, tdmpc2core.agents, tdmpc2core.cli, tdmpc2core.run.devices  # noqa: E401,E402
+import tdmpc2core.stages.train_multi, tdmpc2core.stages.train_single  # noqa: E401,E402
+from jax._src import xla_bridge  # noqa: E402
+
+IMPORTS_INITIALIZED_A_BACKEND = xla_bridge.backends_are_initialized()
+
 from tdmpc2core import TDMPC2  # noqa: E402
 from tdmpc2core.agents.multitask import TDMPC2MultiTask  # noqa: E402
 from tdmpc2core.run.devices import SEED_AXIS, local  # noqa: E402
@@ -31,6 +40,11 @@ SEEDS = [0, 1, 2, 3]
 # Pendulum-v1 (T = 200): 200 random ticks, then the seed-phase burst of 200 updates
 SEED_STEPS, TICKS = 200, 201
 MT_UPDATES, MT_STOP = 200, 100
+#: one seed: benchmarks/multi_device.py's harness measures one seed (``a.init([0])``), so it runs
+#: the programs these checks compiled instead of compiling two more (a two-seed program is another
+#: program: about 60 s of compiling on a busy 2-core CPU). Two seeds over a batch split across
+#: devices: tests/test_devices.py's two processes and tests/test_slurm.py's 2-task job.
+MT_SEEDS = [0]
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 
 
@@ -94,9 +108,9 @@ def multitask_checks(ckdir: str) -> dict:
     four = TDMPC2MultiTask(ds, batch_size=16, **MT)  # devices=None: all 4 (16 divides)
     four_host = TDMPC2MultiTask(ds, batch_size=16, device_budget_bytes=0, **MT)
     out["mt_devices"] = [one.placement.n_devices, four.placement.n_devices, four_host.placement.n_devices]
-    s1, _ = one.train(seed=[0, 1], n_timesteps=MT_UPDATES)
-    s4, _ = four.train(seed=[0, 1], n_timesteps=MT_UPDATES)
-    sh, _ = four_host.train(seed=[0, 1], n_timesteps=MT_UPDATES)
+    s1, _ = one.train(seed=MT_SEEDS, n_timesteps=MT_UPDATES)
+    s4, _ = four.train(seed=MT_SEEDS, n_timesteps=MT_UPDATES)
+    sh, _ = four_host.train(seed=MT_SEEDS, n_timesteps=MT_UPDATES)
     out["mt_params_max_abs"] = max_abs(s1.agent.params, s4.agent.params)
     out["mt_host_params_max_abs"] = max_abs(s1.agent.params, sh.agent.params)
     out["mt_updates"] = [int(host(s.agent.updates)[0][0]) for s in (s1, s4, sh)]
@@ -104,8 +118,8 @@ def multitask_checks(ckdir: str) -> dict:
     out["mt_all_reduce"] = text.count("all-reduce")
     # stopped at MT_STOP by the 4-device run, resumed by the one-device agent from its checkpoint
     # (the agents' compiled programs reused)
-    four.train(seed=[0, 1], n_timesteps=MT_STOP, total_timesteps=MT_UPDATES, checkpoint_dir=ckdir)
-    sr, _ = one.train(seed=[0, 1], n_timesteps=MT_UPDATES, total_timesteps=MT_UPDATES, checkpoint_dir=ckdir)
+    four.train(seed=MT_SEEDS, n_timesteps=MT_STOP, total_timesteps=MT_UPDATES, checkpoint_dir=ckdir)
+    sr, _ = one.train(seed=MT_SEEDS, n_timesteps=MT_UPDATES, total_timesteps=MT_UPDATES, checkpoint_dir=ckdir)
     out["mt_resumed_params_max_abs"] = max_abs(s1.agent.params, sr.agent.params)
     out["mt_resumed_updates"] = int(host(sr.agent.updates)[0][0])
     try:
@@ -118,7 +132,10 @@ def multitask_checks(ckdir: str) -> dict:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     import multi_device
 
+    programs = [len(a._chunk()._executables) for a in (one, four)]
     rows = [multi_device.measure_agent(a, updates=5, repeats=2) for a in (one, four)]
+    # the harness ran the programs compiled above (one seed, MT_SEEDS), none of its own
+    out["mt_bench_new_programs"] = [len(a._chunk()._executables) - n for a, n in zip((one, four), programs)]
     bench = os.path.join(os.path.dirname(ckdir), "multi_device.json")
     multi_device.write(bench, rows, reduced=True, argv=["(tests)"])
     out["bench"] = bench
@@ -129,7 +146,8 @@ if __name__ == "__main__":
     import time
 
     assert jax.device_count() == 4, jax.devices()
-    res = {"devices": jax.device_count(), "seed_axis": SEED_AXIS}
+    res = {"imports_initialized_a_backend": IMPORTS_INITIALIZED_A_BACKEND, "devices": jax.device_count(),
+           "seed_axis": SEED_AXIS}
     t0 = time.perf_counter()
     res.update(seeds_checks())
     t1 = time.perf_counter()

@@ -3,9 +3,11 @@ or stopped by SIGTERM and rerun equals the uninterrupted run bit for bit (CPU); 
 checkpoints are detected; other settings and missing checkpoints are errors.
 
 The training tests share one tiny configuration (Pendulum, 2 seeds x 2 envs, 700 agent
-steps) and JAX's persistent compilation cache in the checkout's git-ignored ``.jax_cache/``,
-so that this process and the subprocesses compile the training program once (about 3 min on
-a busy 2-core CPU the first time, seconds afterwards).
+steps) and the test session's JAX compilation cache (tests/conftest.py; the checkout's
+git-ignored ``.jax_cache/`` when run without it), so that this process and the subprocesses
+compile the training program once (about 3 min on a busy 2-core CPU the first time, seconds
+afterwards), and so do the other files that build the same multi-task agent (``mt_agent``):
+tests/test_devices.py's and tests/test_slurm.py's one-process multi-task runs.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from tdmpc2core.io import checkpoint as ck
 from tdmpc2core.run.driver import WALL_CLOCK_KEYS, SubChunkSizer, TrainingInterrupted
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / ".jax_cache"
+CACHE = Path(os.environ.get("TDMPC2_TEST_JAX_CACHE") or ROOT / ".jax_cache")
 TINY = dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16, num_elites=4,
             num_pi_trajs=2, iterations=1, batch_size=16)
 AGENT = dict(TINY, seed_steps=400)  # T = 200, 2 envs: 200 random ticks, the burst at tick 200

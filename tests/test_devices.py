@@ -119,16 +119,6 @@ def test_an_env_stepped_on_the_host_refuses_more_than_one_device():
         TDMPC2("dmc:cartpole-balance", devices=[dev, dev])
 
 
-def test_importing_the_library_touches_no_device():
-    """jax.distributed must be initialised before JAX starts a backend: importing the library
-    (agents, stages, the CLI) must not start one."""
-    code = ("import tdmpc2core, tdmpc2core.agents, tdmpc2core.cli, tdmpc2core.run.devices, tdmpc2core.stages.train_multi, "
-            "tdmpc2core.stages.train_single\nfrom jax._src import xla_bridge\n"
-            "print('INITIALIZED', xla_bridge.backends_are_initialized())")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=300)
-    assert res.returncode == 0 and "INITIALIZED False" in res.stdout, res.stderr[-2000:]
-
-
 # ------------------------------------------------------------------ four fake devices
 @pytest.fixture(scope="module")
 def four_devices(tmp_path_factory):
@@ -138,6 +128,13 @@ def four_devices(tmp_path_factory):
     line = [x for x in res.stdout.splitlines() if x.startswith("RESULT ")]
     assert res.returncode == 0 and line, res.stdout[-2000:] + res.stderr[-4000:]
     return json.loads(line[0][len("RESULT "):])
+
+
+def test_importing_the_library_touches_no_device(four_devices):
+    """jax.distributed must be initialised before JAX starts a backend: importing the library
+    (agents, stages, the CLI) must not start one. Checked at the top of tests/multidevice_checks.py,
+    a fresh process (the imports before anything else there), instead of a process of its own."""
+    assert four_devices["imports_initialized_a_backend"] is False
 
 
 def test_seeds_split_over_four_devices_equal_one_device(four_devices):
@@ -177,12 +174,15 @@ def test_multi_device_benchmark_harness_measures_the_compiled_agents(four_device
     assert rows[1]["scaling_efficiency"] == 1.0 and rows[4]["speedup"] > 0
     assert abs(rows[4]["scaling_efficiency"] - rows[4]["speedup"] / 4) < 1e-12
     assert all(r["updates_per_s"] > 0 for r in rows.values())
+    assert four_devices["mt_bench_new_programs"] == [0, 0]  # it measured the checks' programs, compiled nothing
     md = Path(four_devices["bench"]).with_suffix(".md").read_text()
     assert "| model size | devices | updates/s | speedup | scaling efficiency |" in md and "REDUCED CPU form" in md
 
 
 # ------------------------------------------------------------------ two processes
-MT_UPDATES, MT_EVERY, MT_SIGNAL = 400, 100, 200  # over gloo a tiny update takes ~75 ms: SIGTERM lands mid-run
+# over gloo a tiny update takes ~75 ms: the SIGTERM, sent when the checkpoint at MT_SIGNAL appears,
+# lands mid-run (about 7 s of updates left)
+MT_UPDATES, MT_EVERY, MT_SIGNAL = 200, 50, 100
 
 
 def free_port() -> int:
@@ -204,7 +204,7 @@ def stage_args(tmp_path, outdir, ckdir, *extra):
 
 @pytest.mark.slow
 def test_two_processes_stop_together_and_resume_in_one_within_tolerance(tmp_path):
-    """Two processes (2 fake devices each, gloo) train 200 updates within TOL of one device; a
+    """Two processes (2 fake devices each, gloo) train 100 updates within TOL of one device; a
     SIGTERM to process 1 then stops both (143) with process 0's checkpoint; one process
     resumes it to the end: parameters within TOL of a one-device run, outputs written once."""
     from test_checkpoint import mt_agent, mt_pool
@@ -239,7 +239,7 @@ def test_two_processes_stop_together_and_resume_in_one_within_tolerance(tmp_path
     stop = rec["stop"]["step"]
     assert rec["stop"]["signal"] == "SIGTERM" and MT_SIGNAL <= stop < MT_UPDATES
     assert ck.latest_checkpoint(ckdir).name == ck.checkpoint_name(stop)
-    # the 2-process run's checkpoint at 200 updates against the reference's (global arrays, not shards)
+    # the 2-process run's checkpoint at MT_SIGNAL updates against the reference's (global arrays, not shards)
     st100, _, man = agent.restore(ckdir / ck.checkpoint_name(MT_SIGNAL))
     ref100, _, _ = agent.restore(ref_dir / ck.checkpoint_name(MT_SIGNAL))
     assert man["meta"]["updates"] == MT_SIGNAL

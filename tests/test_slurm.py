@@ -509,6 +509,9 @@ def test_a_multitask_job_of_two_srun_tasks_joins_through_slurm_and_equals_one_pr
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(Path(__file__).parent)])
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     env["JAX_PLATFORMS"] = "cpu"
+    cache = os.environ.get("TDMPC2_TEST_JAX_CACHE")
+    if cache:  # the session's compilation cache (tests/conftest.py), as tests/test_devices.py's processes:
+        env["JAX_COMPILATION_CACHE_DIR"] = cache  # the 4-device and 1-device programs compiled once
     cmd = shlex.join(_train_multi_cmd(pool, tmp_path / "slurm", tmp_path / "ck_slurm"))
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\n{cluster.multitask_launcher()} {cmd}\n")
