@@ -65,10 +65,10 @@ EVERY_OUTPUT = [
     RESOLVED,
     *[f for name in RUN_FILES for f in P.all_run_files(name)],
     *P.video_files(),
-    *[task_dataset(t) for t in TASKS],
+    *[task_dataset(t) for t in P.dataset_tasks],
     *[pool_dataset(p) for p in POOLS],
     *[pool_dataset(p) for p in OFFICIAL_POOLS],
-    *(rules.dataset_summary.output if TASKS else []),
+    *(rules.dataset_summary.output if P.dataset_tasks else []),
     *expand(
         f"{FIGURES}/{{task}}_{{kind}}.png", task=list(TASKS), kind=["eval", "train"]
     ),

@@ -137,3 +137,30 @@ def test_report_tables_put_pixel_runs_beside_the_pixel_curves(tmp_path):
     assert set(agg["domain"]) == {"DMControl", "DMControl pixels"}
     assert "| DMControl from pixels |" in TB._aggregate_md(agg, "label")
     assert "<td>DMControl from pixels</td>" in H.aggregate_section(agg)
+
+
+def test_pixel_tasks_train_in_rules_of_their_own_without_an_episode_dataset():
+    """A protocol with a state task and a pixel task: per seed group one training rule for each
+    kind, the pixel one without episodes.parquet, and no dataset of the pixel task anywhere."""
+    from tdmpc2core.pipeline import stops
+    from tdmpc2core.pipeline.config import seed_tag
+
+    config = _pixels_with()
+    config["protocols"]["paper-pixels"]["tasks"]["walker-state"] = {
+        "env_id": "dmc:walker-walk", "published": "walker-walk", "agent": {"obs": "state"}}
+    p = resolve(config)
+    assert p.pixel_tasks == ["walker-walk"] and p.dataset_tasks == ["walker-state"]
+    rules = p.train_rules()
+    assert [(n, px) for n, _, px in rules][:2] == [("train_single_seeds_0", False), ("train_single_pixels_seeds_0", True)]
+    assert len(rules) == 6 and set(p.long_runs()) == {n for n, _, _ in rules}
+    assert p.task_pattern(True) == "walker\\-walk" and p.task_pattern(False) == "walker\\-state"
+    px, st = p.group_outputs((0,), True), p.group_outputs((0,), False)
+    assert not any(f.endswith("episodes.parquet") for f in px) and sum(f.endswith("episodes.parquet") for f in st) == 1
+    assert all("walker-state" in f for f in p.all_run_files("episodes.parquet"))
+    assert len(p.all_run_files("run.json")) == 6
+    records = p.run_records()
+    assert records["train_single_pixels_seeds_1"] == ("train_single", ["results/single/walker-walk/seed1/run.json"])
+    cmd = ["tdmpc2", "train-single", "--task", "walker-walk", "--seeds", "1"]
+    assert stops.job_name(cmd, seed_tag, p.pixel_tasks) == "train_single_pixels_seeds_1 (task walker-walk)"
+    # a protocol without a pixel task keeps its rule names
+    assert [n for n, _, _ in resolve(over_demo("seeds: [0]")).train_rules()] == ["train_single_seeds_0"]

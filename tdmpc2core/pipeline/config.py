@@ -18,6 +18,7 @@ import difflib
 import glob
 import json
 import os
+import re
 import shlex
 from pathlib import Path
 
@@ -28,8 +29,8 @@ from tdmpc2core.io import official_data as library_official
 from tdmpc2core.model import config as library_config
 from tdmpc2core.pipeline.cluster import Cluster, cluster_from_config
 
-__all__ = ["ConfigError", "Pipeline", "resolve", "seed_tag", "parent", "task_dataset", "pool_dataset", "RUNS", "FIGURES", "TABLES", "RESOLVED",
-           "BENCHMARKS", "DATASETS", "MULTI", "OFFICIAL", "RUN_FILES", "VIDEO_FILE", "MULTI_FILES", "OFFICIAL_FILES",
+__all__ = ["ConfigError", "Pipeline", "resolve", "seed_tag", "train_rule_name", "parent", "task_dataset", "pool_dataset", "RUNS", "FIGURES", "TABLES", "RESOLVED",
+           "BENCHMARKS", "DATASETS", "MULTI", "OFFICIAL", "RUN_FILES", "EPISODES_FILE", "VIDEO_FILE", "MULTI_FILES", "OFFICIAL_FILES",
            "SPEC_KEYS", "OPTIONAL_SPEC_KEYS"]
 
 RUNS = "results/single"
@@ -43,6 +44,7 @@ OFFICIAL = "results/official"
 # run.json last: it marks a complete run (episodes.parquet is the seed's replay, exported by
 # its training job: the replay lives in that process)
 RUN_FILES = ["eval.parquet", "metrics.parquet", "episodes.parquet", "run.json"]
+EPISODES_FILE = "episodes.parquet"  # not written by a pixel task's jobs (Pipeline.pixel_tasks)
 VIDEO_FILE = "video.mp4"  # the evaluation video of a training job's first seed (config key `video`)
 MULTI_FILES = ["eval.parquet", "metrics.parquet", "run.json"]  # run.json last: a complete run
 OFFICIAL_FILES = ["eval.parquet", "run.json"]  # run.json last: a complete evaluation
@@ -202,8 +204,37 @@ class Pipeline:
         return [f"{RUNS}/{task}/seed{s}/{name}" for s in self.seeds]
 
     def all_run_files(self, name: str) -> list[str]:
-        """One file of every seed's run of every task."""
-        return [p for t in self.tasks for p in self.run_files(t, name)]
+        """One file of every seed's run of every task (``episodes.parquet``: of every task that
+        exports one, :attr:`dataset_tasks`)."""
+        tasks = self.dataset_tasks if name == EPISODES_FILE else list(self.tasks)
+        return [p for t in tasks for p in self.run_files(t, name)]
+
+    @property
+    def pixel_tasks(self) -> list[str]:
+        """The tasks that learn from pixels (agent.obs rgb). Their training jobs export no
+        episode dataset (datasets and multi-task TD-MPC2 are state-only, docs/deviations.md F3),
+        so their training rules (``train_single_pixels_<seeds>``) have no episodes.parquet."""
+        return [t for t, s in self.tasks.items() if (s.get("agent") or {}).get("obs", "state") == "rgb"]
+
+    @property
+    def dataset_tasks(self) -> list[str]:
+        """The tasks whose training jobs export episode datasets: every task but :attr:`pixel_tasks`."""
+        pixels = set(self.pixel_tasks)
+        return [t for t in self.tasks if t not in pixels]
+
+    def train_rules(self) -> list[tuple[str, tuple, bool]]:
+        """(rule name, seed group, pixels) of every training rule: per seed group, one rule for the
+        state tasks (``train_single_<seeds>``; also when there is no task at all) and, when the
+        protocol has pixel tasks, one for them (``train_single_pixels_<seeds>``, without
+        episodes.parquet)."""
+        kinds = ([False] if len(self.pixel_tasks) < len(self.tasks) or not self.tasks else []) \
+            + ([True] if self.pixel_tasks else [])
+        return [(train_rule_name(g, px), g, px) for g in self.seed_groups for px in kinds]
+
+    def task_pattern(self, pixels: bool) -> str:
+        """The regex of the ``{task}`` wildcard of the training rules of one kind (pixels or not)."""
+        tasks = self.pixel_tasks if pixels else self.dataset_tasks
+        return "|".join(re.escape(t) for t in tasks) or "(?!)"
 
     def video_files(self, task: str | None = None) -> list[str]:
         """The evaluation videos of a task's training jobs (every task's with None):
@@ -213,10 +244,12 @@ class Pipeline:
         tasks = list(self.tasks) if task is None else [task]
         return [f"{RUNS}/{t}/seed{g[0]}/{VIDEO_FILE}" for t in tasks for g in self.seed_groups]
 
-    def group_outputs(self, group) -> list[str]:
+    def group_outputs(self, group, pixels: bool = False) -> list[str]:
         """The training rule's outputs for a seed group (``{task}`` a wildcard): every seed's
-        RUN_FILES, then the first seed's video (none with video off)."""
-        files = [f"{RUNS}/{{task}}/seed{s}/{f}" for s in group for f in RUN_FILES]
+        RUN_FILES (without episodes.parquet for the pixel tasks' rule), then the first seed's
+        video (none with video off)."""
+        names = [f for f in RUN_FILES if not (pixels and f == EPISODES_FILE)]
+        files = [f"{RUNS}/{{task}}/seed{s}/{f}" for s in group for f in names]
         return files + ([] if self.video == "off" else [f"{RUNS}/{{task}}/seed{group[0]}/{VIDEO_FILE}"])
 
     def multi_video_dirs(self) -> list[str]:
@@ -249,20 +282,28 @@ class Pipeline:
     def run_records(self) -> dict[str, tuple[str, list[str]]]:
         """Rule -> (its stage, the run.json of each of its jobs' runs): what
         tdmpc2core.pipeline.codeversion.code_changes compares with the code now."""
-        out = {f"train_single_{seed_tag(g)}": ("train_single", [f"{RUNS}/{t}/seed{s}/run.json"
-                                                                for t in self.tasks for s in g])
-               for g in self.seed_groups}
+        out = {name: ("train_single", [f"{RUNS}/{t}/seed{s}/run.json" for t in self._kind_tasks(px) for s in g])
+               for name, g, px in self.train_rules()}
         out["train_multi"] = ("train_multi", self.multi_files("run.json"))
         out["official_eval"] = ("evaluate_official", [f"{OFFICIAL}/{n}/run.json" for n in self.official.checkpoints])
         return out
 
+    def _kind_tasks(self, pixels: bool) -> list[str]:
+        return self.pixel_tasks if pixels else self.dataset_tasks
+
     def long_runs(self) -> dict[str, int]:
         """Training rule -> the longest runtime (minutes) of its jobs (cluster retries)."""
-        out = {f"train_single_{seed_tag(g)}": max((t["resources"]["runtime"] for t in self.tasks.values()), default=0)
-               for g in self.seed_groups}
+        out = {name: max((self.tasks[t]["resources"]["runtime"] for t in self._kind_tasks(px)), default=0)
+               for name, g, px in self.train_rules()}
         if self.multitask is not None:
             out["train_multi"] = self.multitask.resources["runtime"]
         return out
+
+
+def train_rule_name(group, pixels: bool = False) -> str:
+    """The training rule of a seed group: ``train_single_seeds_0_1``, or for the pixel tasks
+    (agent.obs rgb) ``train_single_pixels_seeds_0_1``."""
+    return f"train_single_{'pixels_' if pixels else ''}{seed_tag(group)}"
 
 
 def parent(path, levels: int = 1) -> str:

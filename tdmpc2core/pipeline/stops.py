@@ -52,13 +52,15 @@ def is_trainer(cmd: Sequence[str]) -> bool:
     return any(s in cmd for s in TRAINING_STAGES) and any("tdmpc2" in c for c in cmd)
 
 
-def job_name(cmd: Sequence[str], seed_tag: Callable[[Sequence[str]], str]) -> str:
+def job_name(cmd: Sequence[str], seed_tag: Callable[[Sequence[str]], str], pixel_tasks=()) -> str:
     """The workflow job a trainer's argv belongs to, as the run's last lines name it:
-    ``train_single_seeds_0_1 (task pendulum)`` or ``train_multi (pool demo, model size 1)``
+    ``train_single_seeds_0_1 (task pendulum)`` (``train_single_pixels_...`` for a task of
+    ``pixel_tasks``, whose rule is apart) or ``train_multi (pool demo, model size 1)``
     (``seed_tag``: seeds -> the seed group's tag, workflow/rules/common.smk)."""
     if "train-single" in cmd:
         seeds = arg(cmd, "--seeds", n=10**6) or []
-        return f"train_single_{seed_tag(seeds)} (task {arg(cmd, '--task')})"
+        task = arg(cmd, "--task")
+        return f"train_single_{'pixels_' if task in pixel_tasks else ''}{seed_tag(seeds)} (task {task})"
     return f"train_multi (pool {arg(cmd, '--pool')}, model size {arg(cmd, '--model-size')})"
 
 
@@ -188,6 +190,7 @@ class LocalStop:
 
     Args:
         seed_tag: seeds -> a seed group's tag (workflow/rules/common.smk), for :func:`job_name`.
+        pixel_tasks: the tasks whose training rules are the pixel ones (:func:`job_name`).
         max_chunk_seconds: the config's ``max_chunk_seconds`` (for the message only).
         processes: () -> the processes to look for trainers among (default: this process's
             descendants, ``psutil.Process().children(recursive=True)``).
@@ -197,8 +200,9 @@ class LocalStop:
 
     def __init__(self, seed_tag: Callable[[Sequence[str]], str], max_chunk_seconds: float,
                  processes: Optional[Callable[[], Iterable]] = None,
-                 write: Optional[Callable[[str], None]] = None):
+                 write: Optional[Callable[[str], None]] = None, pixel_tasks: Iterable[str] = ()):
         self.seed_tag = seed_tag
+        self.pixel_tasks = frozenset(pixel_tasks)
         self.max_chunk_seconds = float(max_chunk_seconds)
         self.processes = processes or _descendants
         self.write = write or (lambda text: os.write(2, text.encode()))
@@ -285,7 +289,7 @@ class LocalStop:
             first = ts[0]
             record = session_record(first.checkpoint_dir, [t.pid for t in ts], self.since)
             log = next((t.log for t in ts if t.log), None)
-            out.append((job_name(first.cmd, self.seed_tag), log, record))
+            out.append((job_name(first.cmd, self.seed_tag, self.pixel_tasks), log, record))
         return out
 
     def lines(self) -> list:

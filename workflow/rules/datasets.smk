@@ -49,7 +49,7 @@ rule dataset_pool:
 rule dataset_summary:
     """Episodes, agent steps and returns of every task dataset and pool, and their figure."""
     input:
-        tasks=[task_dataset(t) for t in TASKS],
+        tasks=[task_dataset(t) for t in P.dataset_tasks],
         pools=[pool_dataset(p) for p in POOLS],
     output:
         summary=f"{DATASETS}/summary.parquet",

@@ -18,7 +18,9 @@ from tdmpc2core.pipeline import hooks as end_of_run
 from tdmpc2core.pipeline import stops
 
 REPORT = rules.report.output[0]
-LOCAL_STOP = stops.LocalStop(seed_tag=seed_tag, max_chunk_seconds=MAX_CHUNK_SECONDS)
+LOCAL_STOP = stops.LocalStop(
+    seed_tag=seed_tag, max_chunk_seconds=MAX_CHUNK_SECONDS, pixel_tasks=P.pixel_tasks
+)
 
 
 def _say(line):

@@ -14,8 +14,9 @@ rule report:
         overview=f"{FIGURES}/overview.png",
         runs=P.all_run_files("run.json"),
         videos=P.video_files(),  # embedded in the report (config `video`)
-        datasets=rules.dataset_summary.output.summary,
-        datasets_figure=rules.dataset_summary.output.figure,
+        # no episode datasets when every task learns from pixels (their jobs export none)
+        datasets=rules.dataset_summary.output.summary if P.dataset_tasks else [],
+        datasets_figure=rules.dataset_summary.output.figure if P.dataset_tasks else [],
         multitask=(
             [
                 rules.scaling.output.scaling,

@@ -7,18 +7,22 @@
 # same target resumes from them (docs/pipeline.md, "Preemption").
 
 
-for _group in SEED_GROUPS:
+# The tasks that learn from pixels (agent.obs rgb) have rules of their own,
+# train_single_pixels_<seeds>: their jobs export no episodes.parquet (datasets are state-only).
+for _name, _group, _pixels in P.train_rules():
 
     rule:
         name:
-            f"train_single_{seed_tag(_group)}"
+            _name
         # every seed's run files and, with config `video: last`, the first seed's video
         output:
-            P.group_outputs(_group),
+            P.group_outputs(_group, _pixels),
         log:
             f"logs/train_single/{{task}}/{seed_tag(_group)}.log",
         benchmark:
             f"{BENCHMARKS}/train_single/{{task}}/{seed_tag(_group)}.tsv"
+        wildcard_constraints:
+            task=P.task_pattern(_pixels),
         conda:
             CONDA_ENV
         threads: lambda wc: P.cluster.job_threads(TASKS[wc.task]["resources"])
