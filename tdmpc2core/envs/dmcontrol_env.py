@@ -49,14 +49,34 @@ draws all episodes of a run from one RandomState seeded once (docs/deviations.md
 
 A diverging simulation (dm_control's ``PhysicsError``) gives NaN observation and reward
 for that step (the state is left as it was); the training loop counts non-finite values
-and stops with a FloatingPointError (docs/deviations.md E6).
+and stops with a FloatingPointError (docs/deviations.md E6). With pixels the frame of such a
+step is black (zeros) and the NaN reward is what the loop sees.
+
+Pixels (``obs="rgb"``; spec §2 "Pixels"; the official ``PixelWrapper``, 5f6fade
+``tdmpc2/envs/wrappers/pixels.py``, over its dm_control wrapper's ``render``): each
+observation is the stack of the last 3 RGB frames of 64x64 pixels, channels first, oldest
+first, (9, 64, 64) uint8, flattened in C order into a uint8 [36864] vector
+(``spec.obs_shape``, ``spec.obs_dtype``). A frame is ``physics.render(64, 64, camera_id)``
+(camera 2 for quadruped, else camera 0, as the official wrapper) taken in the host step after
+the action repeat; at a reset the stack is the reset frame three times (the official wrapper
+renders it three times). The two earlier frames of the stack are carried in the env state
+(:class:`DMCPixelState`), so the host callbacks stay pure functions of their arguments and a
+checkpoint resumes the stack exactly. Rendering runs on dm_control's own render thread (its
+render executor offloads every OpenGL call to one thread that keeps the context current), so
+it works from ``jax.pure_callback``'s threads. Headless Linux: when ``MUJOCO_GL`` is unset, no
+display is set and dm_control is not imported yet, a pixel env sets ``MUJOCO_GL=egl`` (the
+backend GPU machines use too); a frame is rendered when the env is built, and a failure is a
+ValueError naming ``MUJOCO_GL``.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 import warnings
+import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -81,6 +101,34 @@ _EPISODE_MODEL_FIELDS: dict[str, tuple[str, ...]] = {
     "stacker": ("body_pos",),
     "quadruped-escape": ("hfield_data",),   # the random terrain
 }
+
+
+#: pixel observations (spec §2): frames of RENDER_SIZE x RENDER_SIZE RGB pixels, NUM_FRAMES stacked
+RENDER_SIZE = 64
+NUM_FRAMES = 3
+FRAME_SIZE = 3 * RENDER_SIZE * RENDER_SIZE  # one frame, channels first, flattened
+PIXEL_SHAPE = (3 * NUM_FRAMES, RENDER_SIZE, RENDER_SIZE)
+#: the official wrapper's camera per domain (``TimeStepToGymWrapper.render``): 0 unless named here
+_CAMERA = {"quadruped": 2}
+
+
+def camera_id(name: str) -> int:
+    """The camera the official wrapper renders official task ``name`` with (2 for quadruped, else 0)."""
+    domain = name.split("-", 1)[0]
+    return _CAMERA.get(_UNALIAS.get(domain, domain), 0)
+
+
+def _choose_gl_backend() -> None:
+    """Set ``MUJOCO_GL=egl`` when it is unset, on Linux without a display, before dm_control is
+    imported (dm_control would otherwise pick GLFW, which cannot render headless). Called when
+    a pixel env is built; state envs never render, so they leave the environment alone."""
+    if "MUJOCO_GL" in os.environ or not sys.platform.startswith("linux"):
+        return
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return
+    if "dm_control._render" in sys.modules:
+        return  # too late to choose: the trial render says what to do if it fails
+    os.environ["MUJOCO_GL"] = "egl"
 
 
 def _import_dm_control():
@@ -125,6 +173,21 @@ class DMCState(NamedTuple):
     model: jax.Array
 
 
+class DMCPixelState(NamedTuple):
+    """The env state of a dm_control task with pixel observations (``obs="rgb"``).
+
+    Attributes:
+        physics, model: as :class:`DMCState`.
+        frames: u8[2 * 3 * 64 * 64]: the two newest frames of the stack (oldest first,
+            each channels first and flattened): with the next step's frame they make the next
+            observation.
+    """
+
+    physics: jax.Array
+    model: jax.Array
+    frames: jax.Array
+
+
 class _Host:
     """The host side: one dm_control environment used as a scratch simulator.
 
@@ -132,8 +195,11 @@ class _Host:
     their arguments; a lock serialises them.
     """
 
-    def __init__(self, name: str, action_repeat: int):
+    def __init__(self, name: str, action_repeat: int, pixels: bool = False):
         import mujoco
+
+        if pixels:
+            _choose_gl_backend()
 
         control = _import_dm_control()
         self._mujoco = mujoco
@@ -170,6 +236,17 @@ class _Host:
         self.obs_dim = sum(n for _, n in self.obs_layout)
         self._lock = threading.Lock()
         self.stats = {"calls": 0, "items": 0, "seconds": 0.0}
+        self.pixels = bool(pixels)
+        self.camera_id = camera_id(name)
+        if self.pixels:
+            try:
+                self._frame()
+            except Exception as e:  # no OpenGL context: GLFW without a display, no EGL library, ...
+                raise ValueError(
+                    f"dm_control task {name!r} with obs='rgb' could not render a frame ({type(e).__name__}: {e}); "
+                    f"MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}. Pixels need an OpenGL backend: set MUJOCO_GL=egl "
+                    "(GPU or Mesa EGL) or MUJOCO_GL=osmesa (software) before dm_control is imported (before the "
+                    "first dm_control env of the process is built)") from None
 
     def _count(self, t0, items):
         self.stats["calls"] += 1
@@ -195,6 +272,11 @@ class _Host:
         with self.physics.check_invalid_state():
             self._mujoco.mj_step1(m, d)
 
+    def _frame(self):
+        """The current frame: u8[3 * 64 * 64], channels first (official ``PixelWrapper._get_obs``)."""
+        img = self.physics.render(height=RENDER_SIZE, width=RENDER_SIZE, camera_id=self.camera_id)
+        return np.ascontiguousarray(np.asarray(img, np.uint8).transpose(2, 0, 1)).reshape(-1)
+
     def _obs(self):
         obs = self.task.get_observation(self.physics)
         return np.concatenate([np.asarray(v).ravel() for v in obs.values()]).astype(np.float32)
@@ -213,12 +295,16 @@ class _Host:
         batch = seeds.shape
         phys = np.empty(batch + (2 * self.state_size,), np.uint32)
         model = np.empty(batch + (self.model_words,), np.uint32)
-        obs = np.empty(batch + (self.obs_dim,), np.float32)
+        obs = np.empty(batch + ((FRAME_SIZE,) if self.pixels else (self.obs_dim,)),
+                       np.uint8 if self.pixels else np.float32)
         with self._lock:
             for i in np.ndindex(batch):
                 self.task.random.seed(int(seeds[i]))
                 ts = self.env.reset()
-                obs[i] = np.concatenate([np.asarray(v).ravel() for v in ts.observation.values()]).astype(np.float32)
+                if self.pixels:
+                    obs[i] = self._frame()
+                else:
+                    obs[i] = np.concatenate([np.asarray(v).ravel() for v in ts.observation.values()]).astype(np.float32)
                 self._read(phys[i], model[i])
             self._count(t0, seeds.size)
         return phys, model, obs
@@ -228,7 +314,8 @@ class _Host:
         batch = phys.shape[:-1]
         action = np.broadcast_to(action, batch + action.shape[-1:])
         phys_out = np.array(phys, np.uint32, copy=True)
-        obs = np.empty(batch + (self.obs_dim,), np.float32)
+        obs = np.empty(batch + ((FRAME_SIZE,) if self.pixels else (self.obs_dim,)),
+                       np.uint8 if self.pixels else np.float32)
         reward = np.empty(batch, np.float32)
         with self._lock:
             for i in np.ndindex(batch):
@@ -244,11 +331,11 @@ class _Host:
                     total = 0.0
                     for _ in range(repeat):
                         total += self._control_step(env_action)
-                    obs[i] = self._obs()
+                    obs[i] = self._frame() if self.pixels else self._obs()
                     reward[i] = np.float32(total)
                     self._read(phys_out[i], None)
                 except self._physics_error:
-                    obs[i] = np.nan
+                    obs[i] = 0 if self.pixels else np.nan
                     reward[i] = np.nan
             self._count(t0, reward.size)
         return phys_out, obs, reward
@@ -262,27 +349,36 @@ class DMControlEnv(Env):
         action_repeat: control steps per agent step (rewards summed; the paper uses 2).
         episode_length: control steps per episode (1000, as every suite task); T =
             episode_length // action_repeat agent steps.
+        obs: ``"state"`` (default; f32[obs_dim], the task's observation dict concatenated) or
+            ``"rgb"`` (u8[9 * 64 * 64], the stack of the last 3 rendered frames; module
+            docstring, spec §2 "Pixels"; ``spec.obs_dtype`` "uint8", ``spec.obs_shape``
+            (9, 64, 64)).
 
     Raises:
         ValueError: unknown or refused id (close matches and the accepted ids named);
-            ``action_repeat`` < 1 or ``episode_length`` not a multiple of it; a task that
-            fails to build (e.g. quadruped-escape needs an OpenGL context:
-            ``MUJOCO_GL=egl`` or ``osmesa``).
+            ``action_repeat`` < 1 or ``episode_length`` not a multiple of it; ``obs`` not
+            "state" or "rgb"; a task that fails to build (e.g. quadruped-escape needs an
+            OpenGL context: ``MUJOCO_GL=egl`` or ``osmesa``) or, with pixels, to render.
     """
 
     steps_on_host = True
 
-    def __init__(self, env_id: str, *, action_repeat: int = 1, episode_length: int = 1000):
+    def __init__(self, env_id: str, *, action_repeat: int = 1, episode_length: int = 1000, obs: str = "state"):
+        from tdmpc2core.envs.registry import check_obs
+
         if env_id not in DMCONTROL_ENVS:
             raise unknown_id_error(env_id)
         check_repeat_and_length(action_repeat, episode_length, check_length=True)
-        host = _Host(dmc_name(env_id), action_repeat)
+        self.pixels = check_obs(obs) == "rgb"
+        host = _Host(dmc_name(env_id), action_repeat, pixels=self.pixels)
         self._host = host
         self._token = None
-        self.spec = EnvSpec.from_bounds(
-            env_id, _suite_name(), host.obs_dim, host.low, host.high,
+        pix = dict(obs_dtype="uint8", obs_shape=PIXEL_SHAPE) if self.pixels else {}
+        spec = EnvSpec.from_bounds(
+            env_id, _suite_name(), NUM_FRAMES * FRAME_SIZE if self.pixels else host.obs_dim, host.low, host.high,
             action_repeat=action_repeat, episode_length=episode_length // action_repeat,
             backend=None, can_terminate=False)
+        self.spec = dataclasses.replace(spec, **pix)
 
     @property
     def dm_env(self):
@@ -325,15 +421,26 @@ class DMControlEnv(Env):
         return jax.random.bits(key, (), jnp.uint32)
 
     def _shapes(self):
+        """Shapes of the host's (physics, model, observation) outputs; the observation is one
+        frame u8[3 * 64 * 64] with pixels."""
         h = self._host
+        obs = (jax.ShapeDtypeStruct((FRAME_SIZE,), jnp.uint8) if self.pixels
+               else jax.ShapeDtypeStruct((h.obs_dim,), jnp.float32))
         return (jax.ShapeDtypeStruct((2 * h.state_size,), jnp.uint32),
-                jax.ShapeDtypeStruct((h.model_words,), jnp.uint32),
-                jax.ShapeDtypeStruct((h.obs_dim,), jnp.float32))
+                jax.ShapeDtypeStruct((h.model_words,), jnp.uint32), obs)
 
     def _raw_reset(self, key):
         phys, model, obs = jax.pure_callback(self._host.reset, self._shapes(), self.reset_seed(key),
                                              vmap_method="broadcast_all")
+        if self.pixels:  # the reset frame fills the stack (official PixelWrapper.reset)
+            return DMCPixelState(phys, model, jnp.tile(obs, NUM_FRAMES - 1)), jnp.tile(obs, NUM_FRAMES)
         return DMCState(phys, model), obs
+
+    def _with_frame(self, inner, phys, frame):
+        """(state, observation) after a host step that rendered ``frame`` u8[3 * 64 * 64]: the
+        stack is the carried frames then the new one; the newest two are carried on."""
+        obs = jnp.concatenate([inner.frames, frame])
+        return DMCPixelState(phys, inner.model, obs[FRAME_SIZE:]), obs
 
     def _host_step(self, inner: DMCState, action, repeat: int, agent_units: bool):
         phys_s, _, obs_s = self._shapes()
@@ -349,17 +456,25 @@ class DMControlEnv(Env):
         del key
         a = jnp.asarray(env_action, jnp.float32).reshape(self.spec.action_dim)
         phys, obs, reward = self._host_step(inner, a, 1, False)
+        if self.pixels:
+            inner, obs = self._with_frame(inner, phys, obs)
+            return inner, obs, reward, jnp.zeros((), bool)
         return DMCState(phys, inner.model), obs, reward, jnp.zeros((), bool)
 
     def step(self, env_state: EnvState, action: jax.Array, key: jax.Array) -> tuple[EnvState, StepOut]:
         """One agent step: ``action_repeat`` control steps in one host call (see the module
         docstring). ``key`` is unused (dm_control steps are deterministic). Returns
-        ``(env_state, StepOut(obs, reward, terminated=False, truncated=t >= T, success=False))``."""
+        ``(env_state, StepOut(obs, reward, terminated=False, truncated=t >= T, success=False))``;
+        with pixels ``obs`` is the u8 frame stack whose newest frame is rendered after the
+        step."""
         del key
         a = jnp.clip(jnp.asarray(action, jnp.float32).reshape(self.spec.action_dim), -1.0, 1.0)
         phys, obs, reward = self._host_step(env_state.inner, a, self.spec.action_repeat, True)
         t = env_state.t + 1
-        inner = DMCState(phys, env_state.inner.model)
+        if self.pixels:  # the frame rendered after the action repeat joins the stack
+            inner, obs = self._with_frame(env_state.inner, phys, obs)
+        else:
+            inner = DMCState(phys, env_state.inner.model)
         return EnvState(inner=inner, t=t), StepOut(obs, reward, jnp.zeros((), bool), t >= self.spec.episode_length,
                                                    jnp.zeros((), bool))
 
