@@ -64,9 +64,10 @@ renders it three times). The two earlier frames of the stack are carried in the 
 checkpoint resumes the stack exactly. Rendering runs on dm_control's own render thread (its
 render executor offloads every OpenGL call to one thread that keeps the context current), so
 it works from ``jax.pure_callback``'s threads. Headless Linux: when ``MUJOCO_GL`` is unset, no
-display is set and dm_control is not imported yet, a pixel env sets ``MUJOCO_GL=egl`` (the
-backend GPU machines use too); a frame is rendered when the env is built, and a failure is a
-ValueError naming ``MUJOCO_GL``.
+display is set, an EGL library is installed and dm_control is not imported yet, building any
+dm_control env sets ``MUJOCO_GL=egl`` (:func:`choose_gl_backend`; the backend GPU machines use
+too); a pixel env renders a frame when it is built, and a failure is a ValueError naming
+``MUJOCO_GL`` and what to set.
 """
 
 from __future__ import annotations
@@ -118,20 +119,30 @@ def camera_id(name: str) -> int:
     return _CAMERA.get(_UNALIAS.get(domain, domain), 0)
 
 
-def _choose_gl_backend() -> None:
+def choose_gl_backend() -> None:
     """Set ``MUJOCO_GL=egl`` when it is unset, on Linux without a display, before dm_control is
-    imported (dm_control would otherwise pick GLFW, which cannot render headless). Called when
-    a pixel env is built; state envs never render, so they leave the environment alone."""
+    first imported, when an EGL library is found (``ctypes.util.find_library("EGL")``).
+
+    dm_control picks its OpenGL backend once, when it is imported; left to itself it picks GLFW,
+    which cannot render without a display, so pixels would fail on every headless machine
+    (clusters, containers, CI). EGL is what GPU machines render with too. Called before this
+    module imports dm_control (state envs as well: a backend choice changes no number of a state
+    env, and it lets quadruped-escape's terrain upload work headless). Nothing is changed when
+    ``MUJOCO_GL`` is set, a display is set, dm_control is already imported, or no EGL library is
+    installed.
+    """
     if "MUJOCO_GL" in os.environ or not sys.platform.startswith("linux"):
         return
-    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or "dm_control" in sys.modules:
         return
-    if "dm_control._render" in sys.modules:
-        return  # too late to choose: the trial render says what to do if it fails
-    os.environ["MUJOCO_GL"] = "egl"
+    import ctypes.util
+
+    if ctypes.util.find_library("EGL"):
+        os.environ["MUJOCO_GL"] = "egl"
 
 
 def _import_dm_control():
+    choose_gl_backend()
     with warnings.catch_warnings():  # glfw warns when no display is set; rendering is not used
         warnings.simplefilter("ignore")
         import dm_control.suite  # noqa: F401
@@ -198,8 +209,6 @@ class _Host:
     def __init__(self, name: str, action_repeat: int, pixels: bool = False):
         import mujoco
 
-        if pixels:
-            _choose_gl_backend()
 
         control = _import_dm_control()
         self._mujoco = mujoco
