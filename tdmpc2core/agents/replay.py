@@ -87,6 +87,15 @@ def init_replay(num_complete: int, n_envs: int, T: int, obs_dim: int, action_dim
     )
 
 
+def replay_nbytes(num_complete: int, n_envs: int, T: int, obs_dim: int, action_dim: int, **layout) -> int:
+    """Bytes of the arrays :func:`init_replay` allocates with these arguments (``layout``: its
+    ``obs_dtype`` and ``frames``), computed from shapes alone (nothing is allocated). E.g. the
+    paper's pixel protocol, ``replay_nbytes(2000, 1, 500, 36864, 6, obs_dtype="uint8",
+    frames=3)``: 12.35e9 (36.99e9 with the stacks stored whole)."""
+    shapes = jax.eval_shape(lambda: init_replay(num_complete, n_envs, T, obs_dim, action_dim, **layout))
+    return int(sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes)))
+
+
 def num_slots(replay: Replay) -> int:
     return replay.obs.shape[0]
 
