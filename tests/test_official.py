@@ -252,3 +252,69 @@ def test_pt_with_pickled_code_is_refused(tmp_path):
         load_official(path)
     with pytest.raises(FileNotFoundError, match="no official checkpoint"):
         load_official(tmp_path / "missing.pt")
+
+
+# ------------------------------------------------------------------ pixel (rgb) encoder
+def make_rgb_wm(num_channels=4, **kw):
+    cfg = resolve_config(TDMPC2Config(**dict(TINY, latent_dim=16 * num_channels, num_channels=num_channels,
+                                             obs="rgb", **kw)), episode_length=100, action_dim=2)
+    return WorldModel(cfg, 9 * 64 * 64, 2, obs_shape=(9, 64, 64))
+
+
+@pytest.mark.parametrize("layout", O.LAYOUTS)
+def test_rgb_round_trip_and_the_official_conv_layout(layout):
+    wm = make_rgb_wm()
+    params = init_np(wm, 5)
+    sd = O.to_official(params, layout=layout)
+    arch = O.OfficialArchitecture.of(wm)
+    assert arch.obs == "rgb" and arch.num_channels == 4 and arch.obs_shape == (9, 64, 64)
+    assert set(sd) == set(O.expected_shapes(arch, layout)) and not any(k.startswith("_encoder.state") for k in sd)
+    # torch's Conv2d weight [out, in, kh, kw] at the Sequential indices 2, 4, 6, 8 of layers.conv
+    assert {k: sd[k].shape for k in sd if k.startswith("_encoder.rgb")} == {
+        "_encoder.rgb.2.weight": (4, 9, 7, 7), "_encoder.rgb.2.bias": (4,), "_encoder.rgb.4.weight": (4, 4, 5, 5),
+        "_encoder.rgb.4.bias": (4,), "_encoder.rgb.6.weight": (4, 4, 3, 3), "_encoder.rgb.6.bias": (4,),
+        "_encoder.rgb.8.weight": (4, 4, 3, 3), "_encoder.rgb.8.bias": (4,)}
+    k0 = params["encoder"]["Conv_0"]["kernel"]  # ours: HWIO [kh, kw, in, out]
+    assert sd["_encoder.rgb.2.weight"][3, 5, 1, 6] == k0[1, 6, 5, 3]
+    w = O.from_official(sd)
+    assert w.architecture == arch and same(w.params, params)
+    assert "rgb" in arch.describe() and O.OfficialArchitecture.of(
+        WorldModel(resolve_config(TDMPC2Config(**arch.config_kwargs()), episode_length=100, action_dim=2),
+                   arch.obs_dim, 2, obs_shape=arch.obs_shape)) == arch
+
+
+def test_rgb_model_sizes_and_refusals():
+    # the paper's pixel model: model_size 5 (latent 512) with 32 channels, 9 input channels
+    cfg = resolve_config(TDMPC2Config(model_size=5, obs="rgb"), episode_length=500, action_dim=6)
+    wm = WorldModel(cfg, 9 * 64 * 64, 6, obs_shape=(9, 64, 64))
+    arch = O.OfficialArchitecture.of(wm)
+    assert arch.model_size == 5 and arch.num_channels == 32
+    want = O.expected_shapes(arch)
+    assert want["_encoder.rgb.2.weight"] == (32, 9, 7, 7) and want["_encoder.rgb.8.weight"] == (32, 32, 3, 3)
+    n = sum(int(np.prod(s)) for k, s in want.items() if not k.startswith("_target_Qs."))
+    assert n == count_params(jax.eval_shape(wm.init, jax.random.PRNGKey(0)))
+    sd = {k: np.zeros(s, np.float32) for k, s in want.items()}
+    with pytest.raises(O.OfficialWeightsError, match="multi-task pixel models are not supported"):
+        O.from_official(dict(sd, **{"_task_emb.weight": np.zeros((2, 4), np.float32)}))
+    bad = dict(sd)
+    del bad["_encoder.rgb.6.bias"]
+    with pytest.raises(O.OfficialWeightsError, match=r"missing key '_encoder.rgb.6.bias' \(expected shape \(32,\)"):
+        O.from_official(bad)
+    with pytest.raises(O.OfficialWeightsError, match=r"'_encoder.rgb.4.weight' has shape \(32, 32, 3, 3\), "
+                                                     r"expected \(32, 32, 5, 5\)"):
+        O.from_official(dict(sd, **{"_encoder.rgb.4.weight": np.zeros((32, 32, 3, 3), np.float32)}))
+
+
+def test_pt_of_the_official_pixel_model_is_read(tmp_path):
+    # the official pixel model's weights (tests/fixtures/parity_rgb.npz, recorded from 5f6fade;
+    # test_parity.py checks our numbers with them) saved as TDMPC2.save does
+    torch = _torch()
+    d, meta = load_npz("rgb")
+    sd = {k[len("weights/"):]: torch.from_numpy(v) for k, v in d.items() if k.startswith("weights/")}
+    torch.save({"model": sd}, tmp_path / "official.pt")
+    w = O.from_official(load_official(tmp_path / "official.pt"))
+    c = meta["configs"]["rgb"]
+    assert (w.architecture.obs, w.architecture.num_channels, w.architecture.obs_shape) == (
+        "rgb", c["num_channels"], tuple(c["obs_shape"]["rgb"]))
+    back = O.to_official(w.params, w.target_qs)
+    assert set(back) == set(sd) and all(back[k].tobytes() == sd[k].numpy().tobytes() for k in sd)

@@ -48,6 +48,9 @@ TOL = {
     "pi_scale": (1e-5, 0.0),
     "estimate_value": (1e-5, "1e-5*max"), "policy_traj": (1e-5, 1e-6), "mppi": (1e-5, 1e-6),
     "warm_start": (0.0, 0.0),
+    # the pixel ShiftAug on the 0-255 scale: the official CPU grid_sample sums its four
+    # bilinear terms with fused multiply-adds, which XLA does not promise; 2 ulps of 255
+    "shift_aug": (0.0, 3.1e-5),
 }
 OBSERVED: dict = {}
 #: the kernels whose figures ``close`` is recording now ("default": the configured "auto"; the
@@ -114,9 +117,10 @@ def weights_of(d):
     return {k[len("weights/"):]: v for k, v in d.items() if k.startswith("weights/")}
 
 
-def world_model(meta_cfg, obs_dim, action_dim, task_dim=0, num_tasks=0, episode_length=100):
+def world_model(meta_cfg, obs_dim, action_dim, task_dim=0, num_tasks=0, episode_length=100, obs_shape=None):
     c = meta_cfg
-    kw = dict(model_size=1, enc_dim=c["enc_dim"], mlp_dim=c["mlp_dim"], latent_dim=c["latent_dim"],
+    pixels = dict(obs="rgb", num_channels=c["num_channels"]) if c.get("obs") == "rgb" else {}
+    kw = dict(pixels, model_size=1, enc_dim=c["enc_dim"], mlp_dim=c["mlp_dim"], latent_dim=c["latent_dim"],
               num_enc_layers=c["num_enc_layers"], num_q=c["num_q"], num_bins=c["num_bins"], dropout=c["dropout"],
               horizon=c["horizon"], batch_size=c["batch_size"], rho=c["rho"], grad_clip_norm=c["grad_clip_norm"],
               tau=c["tau"], entropy_coef=c["entropy_coef"], learning_rate=c["lr"], enc_lr_scale=c["enc_lr_scale"],
@@ -125,7 +129,7 @@ def world_model(meta_cfg, obs_dim, action_dim, task_dim=0, num_tasks=0, episode_
               temperature=c["temperature"], consistency_coef=c["consistency_coef"], reward_coef=c["reward_coef"],
               value_coef=c["value_coef"])
     cfg = resolve_config(TDMPC2Config(**kw), episode_length=episode_length, action_dim=action_dim)
-    return WorldModel(cfg, obs_dim, action_dim, task_dim, num_tasks)
+    return WorldModel(cfg, obs_dim, action_dim, task_dim, num_tasks, obs_shape=obs_shape)
 
 
 #: the model's kernel choices (docs/fidelity.md "Kernels"): the module forwards and the multi-task
@@ -166,8 +170,18 @@ def mt(multi):
     return wm, w, d, c
 
 
+@pytest.fixture(scope="module")
+def px():
+    d, meta = load("rgb")
+    c = meta["configs"]["rgb"]
+    shape = tuple(c["obs_shape"]["rgb"])
+    wm = world_model(c, int(np.prod(shape)), c["action_dim"], episode_length=c["episode_length"], obs_shape=shape)
+    w = official.from_official(weights_of(d), official.OfficialArchitecture.of(wm))
+    return wm, w, d
+
+
 # ------------------------------------------------------------------ provenance
-@pytest.mark.parametrize("name", ["modules", "single", "multitask"])
+@pytest.mark.parametrize("name", ["modules", "single", "multitask", "rgb"])
 def test_fixtures_name_the_official_commit_files_and_torch(name):
     _, meta = load(name)
     assert meta["official_commit"] == official.REFERENCE_COMMIT
@@ -487,3 +501,77 @@ def test_warm_start_from_the_zero_mean_is_a_fresh_start():
     z = jnp.zeros((3, 2), jnp.float32)
     np.testing.assert_array_equal(warm_start(z, False), warm_start(jnp.ones((3, 2)), True))
     np.testing.assert_array_equal(warm_start(z, False), z)
+
+
+# ------------------------------------------------------------------ pixels (spec §3.2 rgb row, §12.17)
+def stored_images(blocks, bits):
+    """The uint8 frame stacks [n, 9, 64, 64] tools/record_parity.py stores as 8x8 blocks plus
+    128 times one packed bit of noise per pixel (its ``images_from_stored``)."""
+    n = blocks.shape[0]
+    noise = np.unpackbits(bits)[: n * 9 * 64 * 64].reshape(n, 9, 64, 64)
+    return (np.repeat(np.repeat(blocks, 8, axis=2), 8, axis=3) + 128 * noise).astype(np.uint8)
+
+
+def _crop(images, shifts, pad=3):
+    xp = np.pad(images.astype(np.float32), ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="edge")
+    return np.stack([xp[i, :, sy:sy + 64, sx:sx + 64] for i, (sx, sy) in enumerate(shifts)])
+
+
+def test_rgb_shift_aug_is_the_official_bilinear_sample_not_the_integer_crop(px):
+    from tdmpc2core.model import pixels
+    _, _, d = px
+    imgs, shifts = stored_images(d["aug/images_blocks"], d["aug/images_bits"]), d["aug/shifts"]
+    ref = _crop(imgs, shifts) + d["aug/minus_crop"]  # the official output, bit for bit (the recorder checks it)
+    ours = np.asarray(jax.jit(pixels.shift_aug)(jnp.asarray(imgs), jnp.asarray(shifts, jnp.int32)))
+    close("ShiftAug", "shift_aug", ours, ref)
+    # the official float32 grid is off the pixel centres: the integer crop differs by far more than
+    # the tolerance, so this test tells the two apart
+    assert np.abs(d["aug/minus_crop"]).max() > 10 * TOL["shift_aug"][1]
+
+
+def test_rgb_encoder_forward_with_the_official_shifts(px):
+    wm, w, d = px
+    imgs = stored_images(d["aug/images_blocks"], d["aug/images_bits"]).reshape(-1, wm.obs_dim)
+    enc = jax.jit(lambda p, o, s: wm.encode(p, o, shifts=s))
+    z = enc(jax.tree_util.tree_map(jnp.asarray, w.params), jnp.asarray(imgs), jnp.asarray(d["enc/shifts"], jnp.int32))
+    close("rgb encoder", "encoder", z, d["enc/z"])
+
+
+@pytest.mark.slow
+def test_rgb_update_with_the_official_shifts(px):
+    wm, w, d = px
+    H, B = wm.cfg.horizon, wm.cfg.batch_size
+    assert float(d["discount"]) == pytest.approx(wm.cfg.gamma)
+    obs = stored_images(d["upd/batch/obs_blocks"], d["upd/batch/obs_bits"]).reshape(H + 1, B, wm.obs_dim)
+    reward = jnp.asarray(d["upd/batch/reward"])
+    batch = Batch(obs=jnp.asarray(obs), action=jnp.asarray(d["upd/batch/action"]), reward=reward,
+                  terminated=jnp.zeros_like(reward))
+    g = "upd/draw/"
+    draws = UpdateDraws(jnp.asarray(d[g + "td_eps"]), jnp.asarray(d[g + "td_pair"], jnp.int32),
+                        jnp.asarray(d[g + "pi_eps"]), jnp.asarray(d[g + "pi_pair"], jnp.int32),
+                        jnp.asarray(d[g + "td_shifts"], jnp.int32), jnp.asarray(d[g + "wm_shifts"], jnp.int32))
+    state, m = _update(wm, official.agent_state(wm, w), batch, wm.cfg.gamma, jax.random.PRNGKey(0), None, draws)
+    ref = {k.rsplit("/", 1)[-1]: d[k] for k in d if k.startswith("upd/metric/")}
+    for k in ("consistency_loss", "reward_loss", "value_loss", "total_loss", "pi_loss"):
+        close(f"rgb {k}", "loss", m[k], ref[k])
+    close("rgb grad_norm", "grad_norm", m["grad_norm"], ref["grad_norm"])
+    close("rgb S", "pi_scale", state.pi_scale, d["upd/pi_scale_f32"])
+    after_wm = {k.split("/after_wm/")[1]: v for k, v in d.items() if k.startswith("upd/after_wm/")}
+    after = {k.split("/after_update/")[1]: v for k, v in d.items() if k.startswith("upd/after_update/")}
+    ours = official.to_official(jax.tree_util.tree_map(np.asarray, state.params),
+                                jax.tree_util.tree_map(np.asarray, state.target_qs))
+    assert set(ours) == set(after_wm) | set(after)
+    # the last conv's bias adds one constant to each SimNorm group (a group's 8 entries are 8
+    # positions of one channel in the (C, H, W) flattening), which the softmax cancels: its
+    # gradient is float rounding noise in both codes, and Adam's first step turns noise into
+    # steps of about +-lr, so only the size of its step can be compared
+    last_bias = f"_encoder.rgb.{official.RGB_CONV_LAYERS[-1][0]}.bias"
+    lr_enc = wm.cfg.learning_rate * wm.cfg.enc_lr_scale
+    before = weights_of(d)[last_bias]
+    for x in (ours.pop(last_bias), after_wm.pop(last_bias)):
+        assert np.all(np.abs(x - before) <= 1.001 * lr_enc)
+    for k, v in ours.items():
+        if k in after:
+            close(f"rgb {k} after the update", "target_qs" if k.startswith("_target_Qs.") else "params", v, after[k])
+        else:  # the conv encoder's weights included
+            close(f"rgb {k} after the world-model step", "params", v, after_wm[k])

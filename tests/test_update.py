@@ -510,13 +510,14 @@ def test_optimizer_settings_are_refused_in_one_line(over, message):
 
 def test_optimizer_settings_are_recorded_readably_and_only_when_set():
     """config_record: the defaults' record is the one runs and checkpoints were made with (no
-    weight_decay, no updates_per_step), so their ids and settings hold; a named schedule is its
+    weight_decay, no updates_per_step, no obs or num_channels), so their ids and settings hold; a named schedule is its
     mapping, a callable its name; the settings' differences are named on a resume."""
     from tdmpc2core.io.checkpoint import compare_settings
     from tdmpc2core.model.config import LRSchedule, config_record
 
     default = config_record(TDMPC2Config())
-    assert set(default) == {f.name for f in dataclasses.fields(TDMPC2Config)} - {"weight_decay", "updates_per_step"}
+    assert set(default) == {f.name for f in dataclasses.fields(TDMPC2Config)} - {"weight_decay", "updates_per_step",
+                                                                                "obs", "num_channels"}
     assert default["learning_rate"] == 3e-4
     cfg = TDMPC2Config(learning_rate=SCHED, weight_decay=0.1, updates_per_step=2.0)
     assert isinstance(cfg.learning_rate, LRSchedule) and hash(cfg) == hash(TDMPC2Config(**dict(

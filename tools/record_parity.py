@@ -63,6 +63,11 @@ MULTI = dict(BASE, multitask=True, task_dim=4, tasks=["task-a", "task-b"], obs_s
              action_dim=2, obs_dims=[3, 5], action_dims=[1, 2], episode_lengths=[100, 500], episode_length=500)
 
 
+# pixels (spec §2 "Pixels", §3.2 rgb row): single-task, 3 stacked RGB frames of 64x64, a conv
+# trunk of 4 channels (so latent_dim 4 * 4 * 4 = 64), a batch of 2 (8 images per update)
+RGB = dict(SINGLE, obs="rgb", obs_shape={"rgb": (9, 64, 64)}, num_channels=4, latent_dim=64, batch_size=2)
+
+
 class Cfg(dict):
     """The attribute-access config the official code reads (a Hydra DictConfig stand-in)."""
 
@@ -106,7 +111,8 @@ class Draws:
     """Seeded stand-ins for the official code's random draws, recorded in call order.
 
     ``torch.randn_like`` / ``torch.randn`` draw float32 N(0, 1) from a NumPy generator;
-    ``numpy.random.choice`` is NumPy's own, seeded. Each record keeps the calling official
+    ``torch.randint`` (the pixel ShiftAug's shifts) draws integers from the same generator, in
+    the dtype asked for; ``numpy.random.choice`` is NumPy's own, seeded. Each record keeps the calling official
     function's name and, for the planner, a copy of the caller's local variables.
     """
 
@@ -149,6 +155,15 @@ class Draws:
         self.records.append(("randn", f.f_code.co_name if f else "?", v, self._snapshot(f)))
         return self.torch.from_numpy(v)
 
+    def randint(self, low, high=None, size=None, **k):
+        f = self._caller()
+        if high is None:
+            low, high = 0, low
+        v = self.rng.integers(int(low), int(high), tuple(int(s) for s in size))
+        self.records.append(("randint", f.f_code.co_name if f else "?", v.astype(np.int32), {}))
+        t = self.torch.from_numpy(v.astype(np.int64))
+        return t.to(k["dtype"]) if k.get("dtype") is not None else t
+
     def choice(self, *a, **k):
         f = self._caller()
         v = self.np_rng.choice(*a, **k)
@@ -158,12 +173,13 @@ class Draws:
     @contextlib.contextmanager
     def active(self):
         torch = self.torch
-        orig = (torch.randn_like, torch.randn, np.random.choice)
-        torch.randn_like, torch.randn, np.random.choice = self.randn_like, self.randn, self.choice
+        orig = (torch.randn_like, torch.randn, torch.randint, np.random.choice)
+        torch.randn_like, torch.randn, torch.randint, np.random.choice = (self.randn_like, self.randn, self.randint,
+                                                                          self.choice)
         try:
             yield self
         finally:
-            torch.randn_like, torch.randn, np.random.choice = orig
+            torch.randn_like, torch.randn, torch.randint, np.random.choice = orig
 
     def take(self):
         out, self.records = self.records, []
@@ -207,6 +223,8 @@ def fill_weights(torch, model, seed: int):
             x = x / np.linalg.norm(x, axis=1, keepdims=True)
             x[0] *= 1.5  # above the max-norm 1: renormalised at every look-up
             x[1:] *= 0.5
+        elif k.startswith("_encoder.rgb.") and len(shp) == 4:  # conv weight [out, in, k, k]: fan_in = in k k
+            x = g.standard_normal(shp) / math.sqrt(int(np.prod(shp[1:])))
         elif len(shp) >= 2 and not k.startswith(("_Qs", "_target_Qs")) or (
                 k.startswith(("_Qs", "_target_Qs")) and len(shp) == 3):
             fan_in = shp[-1]
@@ -495,6 +513,111 @@ def record_planner(torch, agent, cfg, draws, out, prefix, task=None):
         agent._estimate_value = orig
 
 
+def rgb_images(seed: int, n: int):
+    """``n`` uint8 frame stacks [n, 9, 64, 64] and how the fixture stores them: 8x8-pixel
+    blocks of random colour in [0, 127] (``blocks`` [n, 9, 8, 8] uint8) plus 128 times one bit
+    of per-pixel noise (``bits``, np.packbits of the [n, 9, 64, 64] 0/1 noise), so neighbouring
+    pixels differ by 128 in about half the places (the bilinear shift's rounding shows: the
+    integer crop differs by up to about 1e-3) and the fixture stays small.
+    :func:`images_from_stored` rebuilds the images."""
+    g = np.random.default_rng(seed)
+    blocks = g.integers(0, 128, (n, 9, 8, 8)).astype(np.uint8)
+    noise = g.integers(0, 2, (n, 9, 64, 64)).astype(np.uint8)
+    stored = {"blocks": blocks, "bits": np.packbits(noise.reshape(-1))}
+    imgs = images_from_stored(stored["blocks"], stored["bits"])
+    assert np.array_equal(imgs, (np.kron(blocks.astype(np.int64), np.ones((8, 8), np.int64)) + 128 * noise).astype(
+        np.uint8))
+    return imgs, stored
+
+
+def images_from_stored(blocks, bits):
+    """The uint8 images [n, 9, 64, 64] of :func:`rgb_images`' stored form (tests use the same
+    two lines)."""
+    n = blocks.shape[0]
+    noise = np.unpackbits(bits)[: n * 9 * 64 * 64].reshape(n, 9, 64, 64)
+    return (np.repeat(np.repeat(blocks, 8, axis=2), 8, axis=3) + 128 * noise).astype(np.uint8)
+
+
+def crop_shift(images, shifts, pad: int = 3):
+    """The integer crop ``edge_pad(images)[..., sy:sy+64, sx:sx+64]`` (float32), what ShiftAug
+    computes in exact arithmetic; shifts [n, 2] (x, y)."""
+    xp = np.pad(images.astype(np.float32), ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="edge")
+    h = images.shape[-1]
+    return np.stack([xp[i, :, sy:sy + h, sx:sx + h] for i, (sx, sy) in enumerate(shifts)])
+
+
+def record_rgb(torch, layers, agent, cfg, draws, out):
+    """The pixel model (spec §3.2 rgb row, §12.17): ShiftAug alone on fixed images (the
+    drawn shifts; its output stored as the difference from the integer crop, mostly zeros),
+    the rgb encoder's forward (eval mode; its own draws), and one full update (spec §5) on a
+    batch of uint8 frame stacks, with every shift drawn recorded."""
+    n = 4
+    imgs, stored = rgb_images(51, n)
+    out["aug/images_blocks"], out["aug/images_bits"] = stored["blocks"], stored["bits"]
+    draws.take()
+    aug = layers.ShiftAug()(torch.from_numpy(imgs))
+    rec = draws.take()
+    assert [(r[0], r[1]) for r in rec] == [("randint", "forward")], rec
+    shifts = rec[0][2].reshape(n, 2)
+    aug = to_np(aug)
+    diff = aug - crop_shift(imgs, shifts)
+    assert np.array_equal(crop_shift(imgs, shifts) + diff, aug)  # the crop plus diff is the output, bit for bit
+    out["aug/shifts"], out["aug/minus_crop"] = shifts, diff.astype(np.float32)
+
+    m = agent.model
+    with torch.no_grad():
+        z = m.encode(torch.from_numpy(imgs), None)
+    rec = draws.take()
+    assert [(r[0], r[1]) for r in rec] == [("randint", "forward")], rec
+    out["enc/shifts"], out["enc/z"] = rec[0][2].reshape(n, 2), to_np(z)
+
+    g = np.random.default_rng(61)
+    H, B, A = cfg.horizon, cfg.batch_size, cfg.action_dim
+    obs, stored = rgb_images(62, (H + 1) * B)
+    obs = obs.reshape(H + 1, B, 9, 64, 64)
+    action = np.clip(0.8 * g.standard_normal((H, B, A)), -1, 1).astype(np.float32)
+    reward = (2.0 * g.standard_normal((H, B, 1))).astype(np.float32)
+    buffer = FixedBuffer([(torch.from_numpy(obs), torch.from_numpy(action), torch.from_numpy(reward), None)])
+    snaps = {}
+    orig_update_pi = agent.update_pi
+
+    def update_pi(zs, task):
+        snaps["after_wm"] = state_np(agent.model)
+        snaps["zs"] = to_np(zs)
+        return orig_update_pi(zs, task)
+
+    agent.update_pi = update_pi
+    try:
+        draws.take()
+        metrics = agent.update(buffer)
+        rec = draws.take()
+    finally:
+        agent.update_pi = orig_update_pi
+    # draw order: the TD targets' encode of obs[1:] (one ShiftAug call per time step, 5-D
+    # input), their pi noise and target pair; the rollout's encode of obs[0]; the policy step
+    kinds = [(r[0], r[1]) for r in rec]
+    assert kinds == [("randint", "forward")] * H + [("randn_like", "pi"), ("choice", "Q"), ("randint", "forward"),
+                                                    ("randn_like", "pi"), ("choice", "Q")], kinds
+    u = "upd"
+    # obs: images_from_stored(blocks, bits).reshape(H + 1, B, 9, 64, 64)
+    out[f"{u}/batch/obs_blocks"], out[f"{u}/batch/obs_bits"] = stored["blocks"], stored["bits"]
+    out[f"{u}/batch/action"], out[f"{u}/batch/reward"] = action, reward[..., 0]
+    out[f"{u}/draw/td_shifts"] = np.stack([r[2].reshape(B, 2) for r in rec[:H]])  # [H, B, 2]
+    out[f"{u}/draw/td_eps"], out[f"{u}/draw/td_pair"] = rec[H][2], rec[H + 1][2].astype(np.int32)
+    out[f"{u}/draw/wm_shifts"] = rec[H + 2][2].reshape(B, 2)
+    out[f"{u}/draw/pi_eps"], out[f"{u}/draw/pi_pair"] = rec[H + 3][2], rec[H + 4][2].astype(np.int32)
+    for k, v in metrics.items():
+        out[f"{u}/metric/{k}"] = np.float64(v)
+    out[f"{u}/pi_scale_f32"] = to_np(agent.scale._value).reshape(())
+    out[f"{u}/zs"] = snaps["zs"]
+    for k, v in snaps["after_wm"].items():  # what the world-model step changes (not the pi, not the targets)
+        if not k.startswith(("_pi.", "_target_Qs.")):
+            out[f"{u}/after_wm/{k}"] = v
+    for k, v in state_np(agent.model).items():
+        if k.startswith(("_pi.", "_target_Qs.")):
+            out[f"{u}/after_update/{k}"] = v
+
+
 def purge_official_modules():
     for name in list(sys.modules):
         if name in ("common", "tdmpc2") or name.startswith("common."):
@@ -591,6 +714,8 @@ def main(argv=None):
     ap.add_argument("--later", help="optional: a checkout of a later commit (e.g. e9f5932) to record the nested "
                     "Q-ensemble layout of its state dicts from (needs tensordict)")
     ap.add_argument("--later-commit", help="the later checkout's commit, if it is not a git work tree")
+    ap.add_argument("--only", choices=("all", "rgb"), default="all",
+                    help="rgb: record the pixel model's fixture (parity_rgb.npz) only, leaving the others as they are")
     ap.add_argument("--force", action="store_true",
                     help="write even if the official files differ from those the existing fixtures name")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"))
@@ -603,6 +728,7 @@ def main(argv=None):
     torch.manual_seed(0)
     sys.path.insert(0, str(src))
     import common.math as om  # noqa: E402 (the official modules, from the checkout)
+    import common.layers as olayers
     import common.scale as oscale
     import common.world_model as owm  # noqa: F401
     import tdmpc2 as oagent
@@ -639,6 +765,24 @@ def main(argv=None):
         path = outdir / f"parity_{name}.npz"
         np.savez_compressed(path, **arrays)
         written.append(path)
+
+    def pixels():
+        """ShiftAug, the rgb encoder, one update (parity_rgb.npz)."""
+        cfg = make_cfg(RGB)
+        draws = Draws(torch, seed=5)
+        with draws.active():
+            agent = oagent.TDMPC2(cfg)
+            fill_weights(torch, agent.model, seed=6)
+            out = {f"weights/{k}": v for k, v in state_np(agent.model).items()}
+            out["discount"] = np.float64(agent.discount)
+            record_rgb(torch, olayers, agent, cfg, draws, out)
+            write("rgb", out, dict(rgb=dict(cfg)))
+
+    if args.only == "rgb":
+        pixels()
+        for p in written:
+            print(f"wrote {p} ({p.stat().st_size} bytes)")
+        return
 
     # ---- single-task: weights, math, module forwards, two updates, the planner
     cfg = make_cfg(SINGLE)
@@ -677,6 +821,8 @@ def main(argv=None):
         record_updates(torch, agent, cfg, draws, out, "upd", tasks=[0, 1, 1, 0, 1, 0, 0, 1])
         write("multitask", out, dict(multi=dict(cfg)))
     multi_sd = {k[len("weights/"):]: v for k, v in out.items() if k.startswith("weights/")}
+
+    pixels()
 
     # ---- the later (nested) layout, from the later code
     if args.later:

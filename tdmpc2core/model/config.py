@@ -117,6 +117,11 @@ class TDMPC2Config:
     # the Dense layers' matmul precision: "highest" full float32 (spec §12.19), "high" or
     # "default" (on GPUs: TF32 / bf16 passes, faster, not float32 accurate)
     matmul_precision: str = "highest"
+    # observations (spec §1.1 env, §2 "Pixels", §3.2; added last, the other fields keep their
+    # order): "state" (float32 vectors) or "rgb" (flat uint8 64x64 frame stacks through the
+    # conv encoder, whose width is num_channels)
+    obs: str = "state"
+    num_channels: int = 32
 
     def __post_init__(self):
         # a named schedule's mapping becomes an LRSchedule (hashable: the config is a static
@@ -124,6 +129,7 @@ class TDMPC2Config:
         if isinstance(self.learning_rate, Mapping):
             object.__setattr__(self, "learning_rate", learning_rate_schedule(self.learning_rate))
         check_optimizer_fields(self)
+        check_obs_fields(self.obs, self.num_channels)
 
     # ---- derived helpers (valid after resolve_config) ----
     @property
@@ -280,6 +286,28 @@ def check_optimizer_fields(cfg) -> None:
                          f"agent step after the seed-phase burst; 1, the default, is the reference's)")
 
 
+#: the observation kinds (spec §1.1 ``obs``)
+OBS_KINDS = ("state", "rgb")
+#: the side of the conv trunk's output for 64x64 images (spec §3.2 rgb row: 32 * 4 * 4 = 512)
+RGB_OUT_SIDE = 4
+
+
+def check_obs_fields(obs, num_channels) -> None:
+    """Refuse an ``obs`` outside :data:`OBS_KINDS` or a ``num_channels`` that is not an
+    integer >= 1, with a one-line ValueError naming the key, the value and what is accepted."""
+    if obs not in OBS_KINDS:
+        raise ValueError(f"obs={obs!r} is not an observation kind; accepted: {list(OBS_KINDS)}")
+    if isinstance(num_channels, bool) or not isinstance(num_channels, numbers.Integral) or num_channels < 1:
+        raise ValueError(f"num_channels={num_channels!r} is not accepted; accepted: an integer >= 1 (the conv "
+                         f"encoder's channels, paper default 32)")
+
+
+def rgb_latent_dim(num_channels: int) -> int:
+    """The latent width of the rgb encoder: its conv trunk's flat output, num_channels * 4 * 4
+    (512 for the paper's 32 channels), which goes straight to SimNorm (spec §3.2)."""
+    return int(num_channels) * RGB_OUT_SIDE * RGB_OUT_SIDE
+
+
 def updates_per_tick(cfg, n_envs: int) -> int:
     """Updates of a single-task online tick of ``n_envs`` agent steps after the seed-phase burst:
     ``max(1, round(n_envs * updates_per_step))`` (Python's round, halves to even), ``n_envs``
@@ -297,14 +325,14 @@ def check_offline_config(cfg, owner: str = "TDMPC2MultiTask") -> None:
 
 #: fields recorded in a configuration's record only when they differ from these defaults (added
 #: after runs were recorded: a default run's record, run id and checkpoint settings are unchanged)
-_RECORDED_IF_SET = {"weight_decay": 0.0, "updates_per_step": 1.0}
+_RECORDED_IF_SET = {"weight_decay": 0.0, "updates_per_step": 1.0, "obs": "state", "num_channels": 32}
 
 
 def config_record(cfg: "TDMPC2Config") -> dict:
     """The configuration as plain JSON data (the agents' ``config``, ``run.json``'s
     ``agent_config``, the checkpoints' settings): every field, ``learning_rate`` as
-    :func:`describe_learning_rate` gives it, and ``weight_decay`` / ``updates_per_step`` only
-    when set to other than their defaults (so runs and checkpoints recorded before these
+    :func:`describe_learning_rate` gives it, and ``weight_decay`` / ``updates_per_step`` /
+    ``obs`` / ``num_channels`` only when set to other than their defaults (so runs and checkpoints recorded before these
     existed keep their ids and still resume)."""
     d = {}
     for f in dataclasses.fields(cfg):
@@ -372,7 +400,8 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int,
         networks resolve it when they are built).
 
     Raises:
-      ValueError: unknown model_size, values the architecture cannot take (num_bins < 2, the
+      ValueError: unknown model_size, obs='rgb' with a latent_dim other than num_channels * 16
+        (512 for the default 32 channels), values the architecture cannot take (num_bins < 2, the
         official 0 / 1 regression variants, is refused; vmin >= vmax), or T too short
         for a slice of horizon + 1 rows (T >= H + 1; episodic mode, whose episodes may end
         earlier anyway: T >= H), or (with ``n_envs``) a first update the replay cannot feed;
@@ -391,6 +420,12 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int,
         raise ValueError(f"vmin={cfg.vmin!r} must be below vmax={cfg.vmax!r} (the two-hot support, spec §4.2)")
     preset = MODEL_SIZES[cfg.model_size]
     widths = {k: (getattr(cfg, k) if getattr(cfg, k) is not None else preset[k]) for k in WIDTH_KEYS}
+    if cfg.obs == "rgb" and widths["latent_dim"] != rgb_latent_dim(cfg.num_channels):
+        raise ValueError(f"latent_dim={widths['latent_dim']} (model_size={cfg.model_size}) does not fit obs='rgb': "
+                         f"the conv encoder's num_channels * 4 * 4 = {rgb_latent_dim(cfg.num_channels)} outputs go "
+                         f"straight to SimNorm (spec §3.2), so latent_dim must be {rgb_latent_dim(cfg.num_channels)} "
+                         f"(512 with the default num_channels=32: model_size 1, 19, 48 and 317 need latent_dim=512 "
+                         f"set explicitly)")
     if widths["latent_dim"] % cfg.simnorm_dim:
         raise ValueError(f"latent_dim={widths['latent_dim']} must be divisible by simnorm_dim={cfg.simnorm_dim}")
     if widths["num_q"] < 2:
@@ -570,7 +605,7 @@ def config_from_kwargs(**kwargs) -> TDMPC2Config:
 
 
 __all__ = [
-    "MODEL_SIZES", "KERNELS", "MATMUL_PRECISIONS", "TDMPC2Config", "LR_SCHEDULES", "LRSchedule",
+    "MODEL_SIZES", "OBS_KINDS", "check_obs_fields", "rgb_latent_dim", "KERNELS", "MATMUL_PRECISIONS", "TDMPC2Config", "LR_SCHEDULES", "LRSchedule",
     "learning_rate_schedule", "describe_learning_rate", "check_optimizer_fields", "updates_per_tick",
     "check_offline_config", "config_record", "resolve_config", "kernels_for_backend",
     "check_kernel_fields", "validate_config", "config_from_kwargs",

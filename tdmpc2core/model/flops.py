@@ -16,13 +16,32 @@ def _mlp(inp: int, hidden, out: int) -> int:
     return sum(2 * a * b for a, b in zip(dims[:-1], dims[1:]))
 
 
+def conv_flops(in_channels: int, num_channels: int, side: int = 64) -> int:
+    """Multiply-add FLOPs (2 per MAC) of the rgb conv trunk (spec §3.2 rgb row) on one
+    [in_channels, side, side] image: sum over its 4 layers of 2 * out_side^2 * C_out * C_in * k^2
+    (ShiftAug, the bias, ReLU and SimNorm not counted, as for the MLPs)."""
+    from .networks import CONV_LAYERS
+
+    total, c_in = 0, in_channels
+    for k, s in CONV_LAYERS:
+        side = (side - k) // s + 1
+        total += 2 * side * side * num_channels * c_in * k * k
+        c_in = num_channels
+    return total
+
+
 def module_flops(cfg, obs_dim: int, action_dim: int, task_dim: int = 0) -> dict:
-    """FLOPs per row of each module for a resolved config."""
+    """FLOPs per row of each module for a resolved config (rgb, ``cfg.obs == "rgb"``: the
+    encoder is the conv trunk on a [obs_dim / 64^2, 64, 64] image, :func:`conv_flops`)."""
     L, M, E = cfg.latent_dim, cfg.mlp_dim, cfg.enc_dim
     enc_hidden = [E] * max(cfg.num_enc_layers - 1, 1)
     za = L + task_dim + action_dim
+    if getattr(cfg, "obs", "state") == "rgb":
+        encoder = conv_flops(obs_dim // (64 * 64), cfg.num_channels)
+    else:
+        encoder = _mlp(obs_dim + task_dim, enc_hidden, L)
     return {
-        "encoder": _mlp(obs_dim + task_dim, enc_hidden, L),
+        "encoder": encoder,
         "dynamics": _mlp(za, [M, M], L),
         "reward": _mlp(za, [M, M], cfg.num_bins),
         "q": _mlp(za, [M, M], cfg.num_bins),

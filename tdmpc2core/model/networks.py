@@ -145,20 +145,100 @@ class MLP(nn.Module):
         return NormedLinear(self.out, self.out_act, 0.0, self.simnorm_dim, frozen_inputs=frozen, **kp)(x, deterministic)
 
 
+def torch_default_init(fan_in: int):
+    """PyTorch's default Conv2d/Linear initialiser (kaiming_uniform with a = sqrt(5) for the
+    weight, uniform(+-1/sqrt(fan_in)) for the bias; spec §3.7 conv row): both are
+    uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in_channels * kh * kw."""
+    bound = 1.0 / float(fan_in) ** 0.5
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
+class Conv(nn.Module):
+    """A 2-D convolution without padding ('VALID', as torch's Conv2d default), channels
+    first: x [N, C_in, H, W] -> [N, features, H', W'], H' = (H - k) // stride + 1.
+
+    Parameters: ``kernel`` [k, k, C_in, features] (flax's HWIO layout; torch's OIHW weight
+    is its transpose (3, 2, 0, 1)) and ``bias`` [features], both initialised as PyTorch's
+    default (:func:`torch_default_init`; spec §3.7). Computed by
+    ``jax.lax.conv_general_dilated`` on every backend and kernel choice, at the matmul
+    ``precision`` ("highest": full float32, as :class:`Dense`).
+    """
+
+    features: int
+    kernel_size: int
+    stride: int
+    precision: str = "highest"
+
+    @nn.compact
+    def __call__(self, x):
+        k, cin = self.kernel_size, x.shape[1]
+        init = torch_default_init(cin * k * k)
+        kernel = self.param("kernel", init, (k, k, cin, self.features), jnp.float32)
+        bias = self.param("bias", init, (self.features,), jnp.float32)
+        y = jax.lax.conv_general_dilated(x, kernel, (self.stride, self.stride), "VALID",
+                                         dimension_numbers=("NCHW", "HWIO", "NCHW"),
+                                         precision=K.precision(self.precision))
+        return y + bias[None, :, None, None]
+
+
+#: the official conv trunk (5f6fade ``layers.conv``): (kernel size, stride) of its 4 layers
+CONV_LAYERS = ((7, 2), (5, 2), (3, 2), (3, 1))
+
+
+def conv_out_side(side: int = 64) -> int:
+    """The side of the conv trunk's output for an input of ``side`` (64 -> 4)."""
+    for k, s in CONV_LAYERS:
+        side = (side - k) // s + 1
+    return side
+
+
+class ConvEncoder(nn.Module):
+    """The rgb encoder after ShiftAug (spec §3.2 rgb row; 5f6fade ``layers.conv`` with
+    SimNorm): x [N, C, 64, 64] float32 on the 0-255 scale (already shifted:
+    :func:`tdmpc2core.model.pixels.shift_aug`) -> x/255 - 0.5 -> Conv(C->nc, k7, s2) ReLU ->
+    Conv(nc->nc, k5, s2) ReLU -> Conv(k3, s2) ReLU -> Conv(k3, s1) -> flatten in (C, H, W)
+    order -> SimNorm: z [N, nc * 4 * 4] (512 with the paper's nc = 32; no Linear, no
+    LayerNorm). Layers ``Conv_0``..``Conv_3`` (:class:`Conv`)."""
+
+    num_channels: int = 32
+    simnorm_dim: int = 8
+    precision: str = "highest"
+
+    @nn.compact
+    def __call__(self, x):
+        x = x / 255.0 - 0.5
+        for i, (k, s) in enumerate(CONV_LAYERS):
+            x = Conv(self.num_channels, k, s, precision=self.precision)(x)
+            if i < len(CONV_LAYERS) - 1:
+                x = jax.nn.relu(x)
+        x = x.reshape(x.shape[0], -1)
+        return simnorm(x, self.simnorm_dim)
+
+
 def build_modules(cfg, obs_dim: int, action_dim: int, task_dim: int = 0) -> dict[str, nn.Module]:
     """The world model's networks for a resolved config (spec §3.2 table).
 
     Inputs (concatenated in this order): encoder obs ⊕ e; dynamics, reward, Q: z ⊕ e ⊕ a;
     pi, termination: z ⊕ e, where e is the task embedding (task_dim 0 for single-task).
     Every layer uses ``cfg.kernels`` ("auto" resolved here on the JAX default backend) and
-    ``cfg.matmul_precision``. Raises ValueError for a value of either not accepted.
+    ``cfg.matmul_precision``. With ``cfg.obs == "rgb"`` the encoder is the conv trunk
+    (:class:`ConvEncoder`, ``cfg.num_channels``; its input the shifted image, not obs ⊕ e).
+    Raises ValueError for a value of either not accepted.
     """
     kp = dict(kernels=K.concrete(cfg.kernels), precision=cfg.matmul_precision)
     K.precision(cfg.matmul_precision)
     mlp2 = (cfg.mlp_dim, cfg.mlp_dim)
     enc_hidden = (cfg.enc_dim,) * max(cfg.num_enc_layers - 1, 1)
+    if getattr(cfg, "obs", "state") == "rgb":
+        encoder = ConvEncoder(cfg.num_channels, cfg.simnorm_dim, cfg.matmul_precision)
+    else:
+        encoder = MLP(enc_hidden, cfg.latent_dim, out_act="simnorm", simnorm_dim=cfg.simnorm_dim, **kp)
     mods = {
-        "encoder": MLP(enc_hidden, cfg.latent_dim, out_act="simnorm", simnorm_dim=cfg.simnorm_dim, **kp),
+        "encoder": encoder,
         "dynamics": MLP(mlp2, cfg.latent_dim, out_act="simnorm", simnorm_dim=cfg.simnorm_dim, **kp),
         "reward": MLP(mlp2, cfg.num_bins, zero_out=True, **kp),
         "pi": MLP(mlp2, 2 * action_dim, **kp),
@@ -170,7 +250,7 @@ def build_modules(cfg, obs_dim: int, action_dim: int, task_dim: int = 0) -> dict
 
 
 def init_params(modules: dict, key, obs_dim: int, action_dim: int, latent_dim: int, num_q: int,
-                task_dim: int = 0, num_tasks: int = 0) -> dict:
+                task_dim: int = 0, num_tasks: int = 0, obs_shape=None) -> dict:
     """Initial parameters: {'encoder','dynamics','reward','pi','qs'(stacked K),['termination'],
     ['task_emb']}.
 
@@ -178,9 +258,12 @@ def init_params(modules: dict, key, obs_dim: int, action_dim: int, latent_dim: i
     [num_tasks, task_dim], initialised uniform(-0.02, 0.02) (spec §3.7); its max-norm 1 is
     applied at look-up (:func:`tdmpc2core.model.update.renorm_rows`). The single-task key stream is
     unchanged (the embedding draws from a key of its own).
+
+    ``obs_shape`` (C, H, W): rgb observations; the encoder (a :class:`ConvEncoder`) is
+    initialised on an image of that shape from the same key as the state encoder.
     """
     keys = jax.random.split(key, 6)
-    o = jnp.zeros((1, obs_dim + task_dim), jnp.float32)
+    o = jnp.zeros((1, obs_dim + task_dim) if obs_shape is None else (1,) + tuple(obs_shape), jnp.float32)
     za = jnp.zeros((1, latent_dim + task_dim + action_dim), jnp.float32)
     z = jnp.zeros((1, latent_dim + task_dim), jnp.float32)
     params = {

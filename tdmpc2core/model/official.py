@@ -18,7 +18,10 @@ Pure: no I/O (the model layer).
 
 Key layouts (the official module order of spec §3):
 
-* modules: ``_encoder.state.<i>.*``, ``_dynamics.<i>.*``, ``_reward.<i>.*``, ``_pi.<i>.*``,
+* modules: ``_encoder.state.<i>.*`` (state observations) or ``_encoder.rgb.<j>.weight`` /
+  ``.bias`` (pixel observations: the conv trunk's four ``Conv2d`` at the ``Sequential``
+  indices j = 2, 4, 6, 8, weight [out, in, k, k] (torch's OIHW), bias [out]),
+  ``_dynamics.<i>.*``, ``_reward.<i>.*``, ``_pi.<i>.*``,
   ``_termination.<i>.*`` (episodic, eece801 and later), ``_task_emb.weight`` (multi-task),
   where a LayerNorm'd layer ``<i>`` has ``weight`` [out, in], ``bias``, ``ln.weight``,
   ``ln.bias`` and the last plain Linear of reward / pi / Q / termination only ``weight`` and
@@ -38,10 +41,13 @@ Key layouts (the official module order of spec §3):
 Our layout (:mod:`tdmpc2core.model.networks`): ``NormedLinear_<i>`` holds ``Dense_0``
 (``kernel`` [in, out] = the official ``weight`` transposed, ``bias``) and ``LayerNorm_0``
 (``scale`` = ``ln.weight``, ``bias``); the plain last Linear is ``Dense_0``; ``qs`` and
-the target Qs stack the K members on axis 0; ``task_emb`` is the embedding table. Values are
-copied bit for bit (float32 only), so ours -> official -> ours is the identity.
+the target Qs stack the K members on axis 0; ``task_emb`` is the embedding table; the rgb
+encoder's ``Conv_0`` .. ``Conv_3`` hold ``kernel`` [k, k, in, out] (flax's HWIO: the official
+OIHW weight transposed (2, 3, 1, 0)) and ``bias``. Values are copied bit for bit (float32
+only), so ours -> official -> ours is the identity.
 
-Pixel (``rgb``) encoders are not supported (deviation F1 in ``docs/deviations.md``).
+Pixel models are single-task only (the official encoder cannot take a task embedding beside
+an image); a multi-task state dict with ``_encoder.rgb.*`` is refused.
 """
 from __future__ import annotations
 
@@ -62,6 +68,11 @@ _QS_PREFIXES = {"flat": ("_Qs.params", "_target_Qs.params"),
 _NON_TENSOR = ("__batch_size", "__device")
 _BUFFERS = ("log_std_min", "log_std_dif", "_action_masks")
 _SHADOW = re.compile(r"(_Qs|_detach_Qs|_target_Qs)\.module\.")
+#: the official rgb encoder (5f6fade ``layers.conv``): its Conv2d layers' (Sequential index,
+#: kernel size); index 0 is ShiftAug, 1 the pixel preprocessing, the odd ones ReLU
+RGB_CONV_LAYERS = ((2, 7), (4, 5), (6, 3), (8, 3))
+#: the image side the official conv encoder asserts (spec §2 "Pixels")
+RGB_SIDE = 64
 
 
 class OfficialWeightsError(ValueError):
@@ -76,6 +87,11 @@ class OfficialArchitecture:
     and ``num_tasks`` are 0 for a single-task model; ``num_enc_layers`` counts the
     encoder's Linear layers (the official ``max(num_enc_layers - 1, 1)`` hidden layers plus
     the output layer, so 1 and 2 build the same encoder).
+
+    ``obs`` "rgb" (spec §3.2 rgb row): the conv encoder of ``num_channels`` channels on
+    ``in_channels`` x 64 x 64 images (``obs_dim`` = in_channels * 4096, the flat length);
+    ``enc_dim`` and ``num_enc_layers`` are 0 (an rgb model has no MLP encoder). ``obs``
+    "state": ``num_channels`` is 0.
     """
 
     obs_dim: int
@@ -89,21 +105,37 @@ class OfficialArchitecture:
     task_dim: int = 0
     num_tasks: int = 0
     episodic: bool = False
+    obs: str = "state"
+    num_channels: int = 0
+
+    @property
+    def rgb(self) -> bool:
+        return self.obs == "rgb"
+
+    @property
+    def obs_shape(self) -> Optional[tuple]:
+        """(in_channels, 64, 64) for an rgb model, None for a state one."""
+        return (self.obs_dim // (RGB_SIDE * RGB_SIDE), RGB_SIDE, RGB_SIDE) if self.rgb else None
 
     @property
     def model_size(self) -> Optional[int]:
-        """The preset of :data:`tdmpc2core.MODEL_SIZES` with these widths, or None."""
+        """The preset of :data:`tdmpc2core.MODEL_SIZES` with these widths, or None (an rgb
+        model: the preset whose mlp_dim, latent_dim and num_q these are; its encoder widths do
+        not apply)."""
+        skip = ("enc_dim", "num_enc_layers") if self.rgb else ()
         for size, preset in MODEL_SIZES.items():
-            if all(getattr(self, k) == v for k, v in preset.items()):
+            if all(getattr(self, k) == v for k, v in preset.items() if k not in skip):
                 return size
         return None
 
     def describe(self) -> str:
         size = self.model_size
         head = f"model_size {size}" if size is not None else "no model_size preset"
-        widths = ", ".join(f"{k}={getattr(self, k)}" for k in ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers",
-                                                               "num_q"))
-        rest = f"obs_dim={self.obs_dim}, action_dim={self.action_dim}, num_bins={self.num_bins}"
+        keys = ("num_channels", "mlp_dim", "latent_dim", "num_q") if self.rgb else (
+            "enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q")
+        widths = ", ".join(f"{k}={getattr(self, k)}" for k in keys)
+        obs = f"rgb obs_shape={self.obs_shape}" if self.rgb else f"obs_dim={self.obs_dim}"
+        rest = f"{obs}, action_dim={self.action_dim}, num_bins={self.num_bins}"
         if self.num_tasks:
             rest += f", task_dim={self.task_dim}, num_tasks={self.num_tasks}"
         if self.episodic:
@@ -112,20 +144,28 @@ class OfficialArchitecture:
 
     def config_kwargs(self) -> dict:
         """Keyword arguments of :class:`~tdmpc2core.TDMPC2Config` for these widths
-        (``model_size`` the matching preset, else 5 with every width explicit)."""
+        (``model_size`` the matching preset, else 5 with every width explicit; an rgb model:
+        ``obs="rgb"`` and ``num_channels``, the encoder widths left to the preset, unused)."""
         size = self.model_size
-        return dict(model_size=size if size is not None else 5, enc_dim=self.enc_dim, mlp_dim=self.mlp_dim,
-                    latent_dim=self.latent_dim, num_enc_layers=self.num_enc_layers, num_q=self.num_q,
-                    num_bins=self.num_bins, episodic=self.episodic)
+        kw = dict(model_size=size if size is not None else 5, enc_dim=self.enc_dim, mlp_dim=self.mlp_dim,
+                  latent_dim=self.latent_dim, num_enc_layers=self.num_enc_layers, num_q=self.num_q,
+                  num_bins=self.num_bins, episodic=self.episodic)
+        if self.rgb:
+            del kw["enc_dim"], kw["num_enc_layers"]
+            kw.update(obs="rgb", num_channels=self.num_channels)
+        return kw
 
     @classmethod
     def of(cls, wm) -> "OfficialArchitecture":
         """The architecture of a :class:`~tdmpc2core.model.world_model.WorldModel`."""
         c = wm.cfg
+        rgb = getattr(c, "obs", "state") == "rgb"
         return cls(obs_dim=int(wm.obs_dim), action_dim=int(wm.action_dim), latent_dim=int(c.latent_dim),
-                   enc_dim=int(c.enc_dim), mlp_dim=int(c.mlp_dim), num_enc_layers=max(int(c.num_enc_layers), 2),
+                   enc_dim=0 if rgb else int(c.enc_dim), mlp_dim=int(c.mlp_dim),
+                   num_enc_layers=0 if rgb else max(int(c.num_enc_layers), 2),
                    num_q=int(c.num_q), num_bins=int(c.num_bins), task_dim=int(wm.task_dim) if wm.num_tasks else 0,
-                   num_tasks=int(wm.num_tasks), episodic=bool(c.episodic))
+                   num_tasks=int(wm.num_tasks), episodic=bool(c.episodic), obs="rgb" if rgb else "state",
+                   num_channels=int(c.num_channels) if rgb else 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,16 +212,27 @@ def _modules(a: OfficialArchitecture):
         dims = [din] + [hidden] * n_hidden + [dout]
         return [(i, name, ln, dims[i], dims[i + 1]) for (i, name, ln) in _mlp_layers(n_hidden, plain)]
 
-    mods = {
-        "_encoder.state": ("encoder", spec(a.obs_dim + td, a.enc_dim, a.latent_dim, enc_hidden, False)),
+    mods = {} if a.rgb else {
+        "_encoder.state": ("encoder", spec(a.obs_dim + td, a.enc_dim, a.latent_dim, enc_hidden, False))}
+    mods.update({
         "_dynamics": ("dynamics", spec(za, a.mlp_dim, a.latent_dim, 2, False)),
         "_reward": ("reward", spec(za, a.mlp_dim, a.num_bins, 2, True)),
         "_pi": ("pi", spec(z, a.mlp_dim, 2 * a.action_dim, 2, True)),
-    }
+    })
     if a.episodic:
         mods["_termination"] = ("termination", spec(z, a.mlp_dim, 1, 2, True))
     q = spec(za, a.mlp_dim, a.num_bins, 2, True)
     return mods, q
+
+
+def _rgb_layers(a: OfficialArchitecture):
+    """[(official Sequential index, our module name, official OIHW weight shape)] of the rgb
+    encoder's convolutions."""
+    cin = a.obs_dim // (RGB_SIDE * RGB_SIDE)
+    out = []
+    for n, (j, k) in enumerate(RGB_CONV_LAYERS):
+        out.append((j, f"Conv_{n}", (a.num_channels, cin if n == 0 else a.num_channels, k, k)))
+    return out
 
 
 def _flat_q_names(q_layers):
@@ -205,6 +256,10 @@ def expected_shapes(arch: OfficialArchitecture, layout: str = "flat") -> dict:
         raise ValueError(f"layout={layout!r}; accepted: {list(LAYOUTS)}")
     mods, q = _modules(arch)
     shapes = {}
+    if arch.rgb:
+        for j, _, w in _rgb_layers(arch):
+            shapes[f"_encoder.rgb.{j}.weight"] = w
+            shapes[f"_encoder.rgb.{j}.bias"] = w[:1]
     for prefix, (_, layers) in mods.items():
         for (i, _, ln, din, dout) in layers:
             for name, shp in _layer_shapes(din, dout, ln).items():
@@ -233,9 +288,11 @@ def key_map(arch: OfficialArchitecture, layout: str = "flat") -> dict:
     """{official tensor key: (path, transposed)}: where each weight of ``layout`` lives in
     our trees. ``path`` starts with ``"params"`` or ``"target_qs"`` and continues with the
     keys of that tree (e.g. ``("params", "qs", "NormedLinear_0", "Dense_0", "kernel")``);
-    ``transposed``: the official array is ours with its last two axes swapped (Linear
-    weights). The nested layout's ``_detach_Qs_params.*`` map to the online Qs again; its
-    buffers are not weights and are not listed.
+    ``transposed``: True: the official array is ours with its last two axes swapped (Linear
+    weights); ``"oihw"``: the official array is our HWIO conv kernel [k, k, in, out]
+    transposed (3, 2, 0, 1) to torch's [out, in, k, k] (rgb encoder weights, :data:`CONV_TO_OIHW`);
+    False: the same array. The nested layout's ``_detach_Qs_params.*`` map to the online Qs
+    again; its buffers are not weights and are not listed.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}; accepted: {list(LAYOUTS)}")
@@ -250,6 +307,10 @@ def key_map(arch: OfficialArchitecture, layout: str = "flat") -> dict:
             out[f"{prefix}.{i}.ln.weight"] = (root + (name, "LayerNorm_0", "scale"), False)
             out[f"{prefix}.{i}.ln.bias"] = (root + (name, "LayerNorm_0", "bias"), False)
 
+    if arch.rgb:
+        for j, name, _ in _rgb_layers(arch):
+            out[f"_encoder.rgb.{j}.weight"] = (("params", "encoder", name, "kernel"), "oihw")
+            out[f"_encoder.rgb.{j}.bias"] = (("params", "encoder", name, "bias"), False)
     for prefix, (ours, layers) in mods.items():
         for (i, name, ln, _, _) in layers:
             layer(prefix, ("params", ours), i, name, ln)
@@ -267,6 +328,23 @@ def key_map(arch: OfficialArchitecture, layout: str = "flat") -> dict:
             for (i, name, ln, _, _) in q:
                 layer(prefix, roots[prefix], i, name, ln)
     return out
+
+
+#: the axes permutation from our HWIO conv kernel to torch's OIHW weight, and back
+CONV_TO_OIHW = (3, 2, 0, 1)
+CONV_FROM_OIHW = (2, 3, 1, 0)
+
+
+def _official_from_ours(a, transform):
+    if transform == "oihw":
+        return np.transpose(a, CONV_TO_OIHW)
+    return np.swapaxes(a, -1, -2) if transform else a
+
+
+def _ours_from_official(a, transform):
+    if transform == "oihw":
+        return np.transpose(a, CONV_FROM_OIHW)
+    return np.swapaxes(a, -1, -2) if transform else a
 
 
 # ------------------------------------------------------------------------ reading
@@ -294,14 +372,24 @@ def detect_layout(state_dict: Mapping) -> str:
 def infer_architecture(state_dict: Mapping) -> OfficialArchitecture:
     """The widths implied by an official state dict (from the shapes of a few keys).
 
+    A pixel model (``_encoder.rgb.*`` keys) has ``obs="rgb"``, ``num_channels`` and the
+    input channels from ``_encoder.rgb.2.weight`` [out, in, 7, 7] and ``obs_dim`` = in * 64 * 64.
+
     Raises:
-      OfficialWeightsError: a key the inference needs is missing (named), or a pixel
-        (``rgb``) encoder (not supported).
+      OfficialWeightsError: a key the inference needs is missing (named); a pixel encoder
+        beside a task embedding (multi-task rgb: not supported, as the official encoder
+        cannot take the embedding beside an image) or beside ``_encoder.state.*``.
     """
     sd = state_dict
-    if any(k.startswith("_encoder.rgb.") for k in sd):
-        raise OfficialWeightsError("this state dict has a pixel ('rgb') encoder (_encoder.rgb.*); tdmpc2core has "
-                                   "state observations only (docs/deviations.md F1)")
+    rgb = any(k.startswith("_encoder.rgb.") for k in sd)
+    if rgb and "_task_emb.weight" in sd:
+        raise OfficialWeightsError("this state dict has a pixel ('rgb') encoder (_encoder.rgb.*) and a task "
+                                   "embedding (_task_emb.weight): multi-task pixel models are not supported (the "
+                                   "official encoder concatenates the embedding to the observation, which an image "
+                                   "cannot take)")
+    if rgb and any(k.startswith("_encoder.state.") for k in sd):
+        raise OfficialWeightsError("this state dict has both a pixel encoder (_encoder.rgb.*) and a state encoder "
+                                   "(_encoder.state.*); tdmpc2core models have one observation kind")
 
     def shape(key):
         if key not in sd:
@@ -316,29 +404,40 @@ def infer_architecture(state_dict: Mapping) -> OfficialArchitecture:
             cands[0]()  # raises, naming the first key
         return max(set(vals), key=vals.count)
 
-    enc = sorted({int(m.group(1)) for k in sd if (m := re.match(r"_encoder\.state\.(\d+)\.weight$", k))})
-    if not enc:
-        shape("_encoder.state.0.weight")
-    n_enc = enc[-1] + 1
     task_dim, num_tasks = 0, 0
     if "_task_emb.weight" in sd:
         num_tasks, task_dim = shape("_task_emb.weight")
     layout = detect_layout(sd)
     q = (lambda i, j: lambda: shape(f"_Qs.params.{4 * i}")[1 + j]) if layout == "flat" else \
         (lambda i, j: lambda: shape(f"_Qs.params.{i}.weight")[1 + j])
-    enc_dim = vote(lambda: shape("_encoder.state.0.weight")[0], lambda: shape("_encoder.state.1.weight")[1])
-    enc_in = shape("_encoder.state.0.weight")[1]
-    latent = vote(lambda: shape(f"_encoder.state.{n_enc - 1}.weight")[0], lambda: shape("_dynamics.2.weight")[0],
-                  lambda: shape("_pi.0.weight")[1] - task_dim)
+    if rgb:
+        conv0 = shape("_encoder.rgb.2.weight")
+        if len(conv0) != 4:
+            raise OfficialWeightsError(f"key '_encoder.rgb.2.weight' has shape {conv0}, expected [out, in, 7, 7] "
+                                       f"(the first Conv2d of the official rgb encoder)")
+        num_channels, enc_in = conv0[0], conv0[1] * RGB_SIDE * RGB_SIDE
+        enc_dim, n_enc = 0, 0
+        latent = vote(lambda: shape("_dynamics.2.weight")[0], lambda: shape("_pi.0.weight")[1] - task_dim)
+    else:
+        enc = sorted({int(m.group(1)) for k in sd if (m := re.match(r"_encoder\.state\.(\d+)\.weight$", k))})
+        if not enc:
+            shape("_encoder.state.0.weight")
+        n_enc = enc[-1] + 1
+        num_channels = 0
+        enc_dim = vote(lambda: shape("_encoder.state.0.weight")[0], lambda: shape("_encoder.state.1.weight")[1])
+        enc_in = shape("_encoder.state.0.weight")[1]
+        latent = vote(lambda: shape(f"_encoder.state.{n_enc - 1}.weight")[0], lambda: shape("_dynamics.2.weight")[0],
+                      lambda: shape("_pi.0.weight")[1] - task_dim)
     mlp_dim = vote(*[(lambda m=m, i=i: shape(f"_{m}.{i}.weight")[0]) for m in ("dynamics", "reward", "pi")
                      for i in (0, 1)], q(0, 0), q(1, 0))
     num_bins = vote(lambda: shape("_reward.2.weight")[0], q(2, 0))
     action_dim = shape("_pi.2.weight")[0] // 2
     num_q = shape("_Qs.params.0" if layout == "flat" else "_Qs.params.0.weight")[0]
     return OfficialArchitecture(obs_dim=enc_in - task_dim, action_dim=action_dim, latent_dim=latent, enc_dim=enc_dim,
-                                mlp_dim=mlp_dim, num_enc_layers=max(n_enc, 2), num_q=num_q, num_bins=num_bins,
-                                task_dim=task_dim, num_tasks=num_tasks,
-                                episodic=any(k.startswith("_termination.") for k in sd))
+                                mlp_dim=mlp_dim, num_enc_layers=max(n_enc, 2) if not rgb else 0, num_q=num_q,
+                                num_bins=num_bins, task_dim=task_dim, num_tasks=num_tasks,
+                                episodic=any(k.startswith("_termination.") for k in sd),
+                                obs="rgb" if rgb else "state", num_channels=num_channels)
 
 
 def _present(get) -> bool:
@@ -373,7 +472,7 @@ def from_official(state_dict: Mapping, expected: Optional[OfficialArchitecture] 
       OfficialWeightsError: a missing, extra or mis-shaped key, a non-float32 tensor, or one
         holding NaN or inf: the
         message names the key, the expected shape and the model size that the state dict
-        fits; a pixel encoder; the nested layout's ``_detach_Qs_params`` differing from
+        fits; a pixel encoder with a task embedding (multi-task rgb); the nested layout's ``_detach_Qs_params`` differing from
         ``_Qs.params`` or a ``__batch_size`` other than [K].
     """
     if "model" in state_dict and isinstance(state_dict["model"], Mapping):
@@ -434,7 +533,7 @@ def from_official(state_dict: Mapping, expected: Optional[OfficialArchitecture] 
         node = trees
         for part in path[:-1]:
             node = node.setdefault(part, {})
-        node[path[-1]] = np.ascontiguousarray(np.swapaxes(a, -1, -2) if transposed else a).copy()
+        node[path[-1]] = np.ascontiguousarray(_ours_from_official(a, transposed)).copy()
     params, target = trees["params"], trees["target_qs"]
     buffers = {k: np.asarray(tensors[k]) for k in ("log_std_min", "log_std_dif", "_action_masks") if k in tensors}
     return OfficialWeights(params=params, target_qs=target, architecture=arch, layout=layout, buffers=buffers)
@@ -449,19 +548,30 @@ def architecture_of_params(params: Mapping) -> OfficialArchitecture:
                         else node["kernel"])
 
     enc = params["encoder"]
-    n_enc = len([k for k in enc if k.startswith("NormedLinear_")])
-    enc_in, enc_dim = kernel(enc, "NormedLinear_0")
-    latent = kernel(enc, f"NormedLinear_{n_enc - 1}")[1]
     mlp_dim = kernel(params["dynamics"], "NormedLinear_0")[1]
+    rgb = "Conv_0" in enc
+    if rgb:  # the conv encoder: Conv_0 kernel [7, 7, in, out]; the latent is the dynamics' output
+        kh, kw, cin, num_channels = np.shape(enc["Conv_0"]["kernel"])
+        enc_in, enc_dim, n_enc = cin * RGB_SIDE * RGB_SIDE, 0, 0
+        latent = kernel(params["dynamics"], "NormedLinear_2")[1]
+    else:
+        n_enc = len([k for k in enc if k.startswith("NormedLinear_")])
+        enc_in, enc_dim = kernel(enc, "NormedLinear_0")
+        latent = kernel(enc, f"NormedLinear_{n_enc - 1}")[1]
+        num_channels = 0
     num_bins = kernel(params["reward"], "Dense_0")[1]
     action_dim = kernel(params["pi"], "Dense_0")[1] // 2
     K = np.shape(params["qs"]["Dense_0"]["kernel"])[0]
     task_dim, num_tasks = 0, 0
     if "task_emb" in params:
         num_tasks, task_dim = np.shape(params["task_emb"])
+    if rgb and num_tasks:
+        raise ValueError("a pixel (rgb) encoder with a task embedding: multi-task pixel models are not supported")
     return OfficialArchitecture(obs_dim=enc_in - task_dim, action_dim=action_dim, latent_dim=latent, enc_dim=enc_dim,
-                                mlp_dim=mlp_dim, num_enc_layers=max(n_enc, 2), num_q=K, num_bins=num_bins,
-                                task_dim=task_dim, num_tasks=num_tasks, episodic="termination" in params)
+                                mlp_dim=mlp_dim, num_enc_layers=0 if rgb else max(n_enc, 2), num_q=K,
+                                num_bins=num_bins, task_dim=task_dim, num_tasks=num_tasks,
+                                episodic="termination" in params, obs="rgb" if rgb else "state",
+                                num_channels=int(num_channels))
 
 
 def to_official(params: Mapping, target_qs: Optional[Mapping] = None, *, layout: str = "flat",
@@ -496,7 +606,7 @@ def to_official(params: Mapping, target_qs: Optional[Mapping] = None, *, layout:
         for part in path:
             node = node[part]
         a = np.asarray(node, np.float32)
-        out[k] = np.ascontiguousarray(np.swapaxes(a, -1, -2) if transposed else a).copy()
+        out[k] = np.ascontiguousarray(_official_from_ours(a, transposed)).copy()
     if layout == "nested":
         out["log_std_min"] = np.asarray(log_std_min, np.float32)
         out["log_std_dif"] = np.asarray(np.float32(log_std_max) - np.float32(log_std_min), np.float32)
@@ -538,6 +648,6 @@ def agent_state(wm, weights: OfficialWeights):
                       updates=jnp.zeros((), jnp.int32))
 
 
-__all__ = ["REFERENCE_COMMIT", "LAYOUTS", "OfficialArchitecture", "OfficialWeights", "OfficialWeightsError",
+__all__ = ["REFERENCE_COMMIT", "LAYOUTS", "RGB_CONV_LAYERS", "CONV_TO_OIHW", "CONV_FROM_OIHW", "OfficialArchitecture", "OfficialWeights", "OfficialWeightsError",
            "expected_shapes", "key_map", "detect_layout", "infer_architecture", "from_official",
            "architecture_of_params", "to_official", "agent_state"]

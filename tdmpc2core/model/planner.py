@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from . import math as tm
+from . import pixels
 from .world_model import WorldModel
 
 
@@ -96,7 +97,8 @@ class PlanDraws(NamedTuple):
     noise [I, H, N - P, A]: each iteration's standard-normal sample noise; value_eps [I, N, A]:
     each iteration's policy noise at z_H in the value estimate; pairs [I, 2]: each
     iteration's Q pair; elite: the index of the chosen elite (int); explore [A]: the
-    exploration noise (training mode only; ignored in eval mode).
+    exploration noise (training mode only; ignored in eval mode); shifts int [2] (rgb only):
+    the ShiftAug shift (x, y) of the observation (None: drawn from the key).
     """
 
     pi_eps: jnp.ndarray
@@ -105,6 +107,7 @@ class PlanDraws(NamedTuple):
     pairs: jnp.ndarray
     elite: jnp.ndarray
     explore: Optional[jnp.ndarray] = None
+    shifts: Optional[jnp.ndarray] = None
 
 
 def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key, e=None, mask=None,
@@ -112,7 +115,9 @@ def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key
     """One MPPI plan from one observation (spec §6, 5f6fade).
 
     Args:
-      obs: [obs_dim]; prev_mean: [H, A], the previous call's final mean (warm start);
+      obs: [obs_dim] (rgb: the flat uint8 image, shifted by ShiftAug with a shift drawn from
+        ``pixels.aug_key(key)``, which leaves ``key``'s other splits as a state run's, or
+        ``draws.shifts``); prev_mean: [H, A], the previous call's final mean (warm start);
       t0: bool scalar, first step of an episode (no warm start); eval_mode: static bool,
       no exploration noise when True (the elite is still drawn at random, spec §12.10).
       e: the task embedding [task_dim] (multi-task; None for single-task).
@@ -128,7 +133,9 @@ def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key
     N, P, E = cfg.num_samples, cfg.num_pi_trajs, cfg.num_elites
     if draws is None:
         k_pi, k_loop, k_elite, k_noise = jax.random.split(key, 4)
-    z = wm.encode(params, obs[None], e)  # [1, L]
+    shifts = None if draws is None or draws.shifts is None else jnp.reshape(jnp.asarray(draws.shifts), (1, 2))
+    k_aug = pixels.aug_key(key) if wm.rgb and shifts is None else None
+    z = wm.encode(params, obs[None], e, key=k_aug, shifts=shifts)  # [1, L]
     zN = jnp.broadcast_to(z, (N, z.shape[-1]))
     eN = None if e is None else jnp.broadcast_to(e, (N, e.shape[-1]))
 
@@ -172,7 +179,8 @@ def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key
 
 
 def act_with_policy(wm: WorldModel, params, obs, eval_mode: bool, key, e=None, mask=None):
-    """``mpc=False``: the policy prior's mean action in eval mode, a sample otherwise (spec §6.6)."""
-    z = wm.encode(params, obs[None], e)
+    """``mpc=False``: the policy prior's mean action in eval mode, a sample otherwise (spec §6.6).
+    Rgb: the ShiftAug shift of ``obs`` drawn from ``pixels.aug_key(key)``."""
+    z = wm.encode(params, obs[None], e, key=pixels.aug_key(key) if wm.rgb else None)
     mean, sample, _, _ = wm.pi(params["pi"], z, key, e, mask)
     return (mean if eval_mode else sample)[0]

@@ -13,6 +13,7 @@ import optax
 
 from . import kernels as kern
 from . import math as tm
+from . import pixels
 from .world_model import WorldModel
 
 WM_KEYS = ("encoder", "dynamics", "reward", "qs", "termination", "task_emb")
@@ -61,12 +62,18 @@ class UpdateDraws(NamedTuple):
     target-Q members whose minimum they take; pi_eps [H+1, B, A]: the policy noise of the
     policy step; pi_pair [2]: the online-Q members it averages. Dropout masks still come
     from the key (configure ``dropout=0`` to compare).
+
+    Rgb observations only (None: drawn from the key): next_shifts int [H, B, 2], the
+    ShiftAug shifts (x, y) of the TD targets' encoding of obs[1:]; shifts int [B, 2], those
+    of the latent rollout's encoding of obs[0] (spec §5.2; 5f6fade draws them in this order).
     """
 
     td_eps: jnp.ndarray
     td_pair: jnp.ndarray
     pi_eps: jnp.ndarray
     pi_pair: jnp.ndarray
+    next_shifts: Optional[jnp.ndarray] = None
+    shifts: Optional[jnp.ndarray] = None
 
 
 def renorm_rows(table, idx, max_norm: float = 1.0):
@@ -186,17 +193,19 @@ def init_agent_state(wm: WorldModel, key) -> AgentState:
 
 
 def td_targets(wm: WorldModel, params, target_qs, batch: Batch, gamma, key, e_next=None, mask=None,
-               eps=None, pair=None):
+               eps=None, pair=None, aug_key=None, shifts=None):
     """td_t = r_t + gamma (1 - d_t) min(Q'_i, Q'_j)(enc(o_{t+1}), pi(enc(o_{t+1}))) (spec §5.2.1).
 
     Online encoder, a sampled (not mean) policy action, the target ensemble without dropout.
     gamma is a scalar or [B] (multi-task: each slice's task's discount, spec §10). Multi-task:
     ``e_next`` the slices' task embeddings [B, D], ``mask`` their action masks [B, A].
     ``eps`` [H, B, A] and ``pair`` [2]: injected draws (:class:`UpdateDraws`), or None.
+    Rgb: ``aug_key`` draws the ShiftAug shifts of obs[1:], or ``shifts`` [H, B, 2] are given
+    (ignored for state observations).
     Returns (td [H, B], next_z [H, B, L]), both without gradient.
     """
     k_pi, k_pair = jax.random.split(key)
-    next_z = wm.encode(params, batch.obs[1:], e_next)
+    next_z = wm.encode(params, batch.obs[1:], e_next, key=aug_key, shifts=shifts)
     _, a_next, _, _ = wm.pi(params["pi"], next_z, k_pi, e_next, mask, eps=eps)
     q = wm.q_pair(target_qs, next_z, a_next, k_pair, "min", e_next, idx=pair)
     # paper-era agent: no termination in the target (spec §5.2); episodic mode: 1 - d_t (§11.4)
@@ -205,8 +214,12 @@ def td_targets(wm: WorldModel, params, target_qs, batch: Batch, gamma, key, e_ne
     return jax.lax.stop_gradient(td), jax.lax.stop_gradient(next_z)
 
 
-def world_model_loss(wm: WorldModel, wm_params, pi_params, batch: Batch, td, next_z, dropout_key):
+def world_model_loss(wm: WorldModel, wm_params, pi_params, batch: Batch, td, next_z, dropout_key, aug_key=None,
+                     shifts=None):
     """20 L_cons + 0.1 L_rew + 0.1 L_val (+ coef L_term when episodic) (spec §5.2.3-5).
+
+    Rgb: ``aug_key`` draws the ShiftAug shifts of obs[0], or ``shifts`` [B, 2] are given
+    (ignored for state observations).
 
     Consistency /H, reward /H, value /(H K), rho^t inside, not normalised by sum rho^t.
     Returns (loss, (zs [H+1, B, L], metrics)).
@@ -218,7 +231,7 @@ def world_model_loss(wm: WorldModel, wm_params, pi_params, batch: Batch, td, nex
     # multi-task: the (already renormalised) rows of the slices' tasks, with gradient into
     # the embedding table (it is trained by this optimizer, spec §5.3)
     e = None if batch.task is None else params["task_emb"][batch.task]
-    z = wm.encode(params, batch.obs[0], e)
+    z = wm.encode(params, batch.obs[0], e, key=aug_key, shifts=shifts)
     zs = [z]
     cons = 0.0
     for t in range(H):
@@ -280,8 +293,12 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=No
     step, before the policy step (where 5f6fade's look-ups renorm them in place), and written
     back into the parameters.
 
-    ``draws``: the update's policy noise and Q pairs, injected instead of drawn from ``key``
-    (:class:`UpdateDraws`; None in training).
+    ``draws``: the update's policy noise and Q pairs (and rgb: ShiftAug shifts), injected
+    instead of drawn from ``key`` (:class:`UpdateDraws`; None in training).
+
+    Rgb observations (``wm.rgb``): the ShiftAug shifts of obs[1:] (targets) and obs[0]
+    (rollout) come from ``pixels.aug_key(key)`` split in two; ``key``'s other splits are those
+    of a state run.
 
     Returns (new_state, metrics) with scalar metrics: the losses; ``grad_norm``, the norm the
     world-model clip saw (its gradient's, plus the previous policy step's clipped gradient
@@ -298,11 +315,13 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=No
     if multitask:
         params, e, gamma, mask = task_inputs(params, batch.task, gamma, masks)
     d = draws if draws is not None else UpdateDraws(None, None, None, None)
-    td, next_z = td_targets(wm, params, state.target_qs, batch, gamma, k_td, e, mask, eps=d.td_eps, pair=d.td_pair)
+    k_aug_next, k_aug0 = jax.random.split(pixels.aug_key(key)) if wm.rgb else (None, None)
+    td, next_z = td_targets(wm, params, state.target_qs, batch, gamma, k_td, e, mask, eps=d.td_eps, pair=d.td_pair,
+                            aug_key=k_aug_next, shifts=d.next_shifts)
 
     wm_params = wm_subtrees(params)
     (_, (zs, metrics)), g = jax.value_and_grad(world_model_loss, argnums=1, has_aux=True)(
-        wm, wm_params, params["pi"], batch, td, next_z, k_drop)
+        wm, wm_params, params["pi"], batch, td, next_z, k_drop, k_aug0, d.shifts)
     g_sq = global_sq_norm(g, cfg.kernels)
     clip_sq = g_sq + (state.pi_grad_sq if cfg.stale_pi_grad_in_clip else 0.0)
     coef = clip_coef(clip_sq, cfg.grad_clip_norm)

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from . import math as tm
+from . import pixels
 from .networks import build_modules, init_params
 
 
@@ -28,13 +29,51 @@ def _cat(*xs):
 
 @dataclasses.dataclass(frozen=True)
 class WorldModel:
-    """Applies the TD-MPC2 networks for a resolved :class:`~tdmpc2core.model.config.TDMPC2Config`."""
+    """Applies the TD-MPC2 networks for a resolved :class:`~tdmpc2core.model.config.TDMPC2Config`.
+
+    ``obs_shape``: None for state observations (float32 [..., obs_dim]); (C, 64, 64) for rgb
+    ones (``cfg.obs == "rgb"``): flat uint8 [..., obs_dim = C*64*64], the (C, H, W) frame
+    stack flattened in C order (spec §2 "Pixels"; (9, 64, 64) for the official 3 frames).
+
+    Raises:
+      ValueError: (at construction) ``obs_shape`` and ``cfg.obs`` disagree (rgb needs a
+        (C, 64, 64) shape with obs_dim = C*64*64; state needs None), or rgb with a task
+        embedding (multi-task pixels: the official encoder concatenates the embedding to the
+        observation, which an image cannot take; not supported).
+    """
 
     cfg: object
     obs_dim: int
     action_dim: int
     task_dim: int = 0
     num_tasks: int = 0
+    obs_shape: Optional[tuple] = None
+
+    def __post_init__(self):
+        obs = getattr(self.cfg, "obs", "state")
+        if self.obs_shape is not None:
+            object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
+        if obs == "rgb":
+            shp = self.obs_shape
+            if shp is None or len(shp) != 3 or shp[1:] != (pixels.IMAGE_SIZE, pixels.IMAGE_SIZE):
+                raise ValueError(f"obs_shape={shp!r}: cfg.obs='rgb' needs obs_shape (C, {pixels.IMAGE_SIZE}, "
+                                 f"{pixels.IMAGE_SIZE}) (the official conv encoder assumes 64x64 images; "
+                                 f"(9, 64, 64) for 3 stacked RGB frames)")
+            if self.obs_dim != shp[0] * shp[1] * shp[2]:
+                raise ValueError(f"obs_dim={self.obs_dim} is not the flat length {shp[0] * shp[1] * shp[2]} of "
+                                 f"obs_shape={shp}")
+            if self.task_dim:
+                raise ValueError(f"task_dim={self.task_dim}: multi-task rgb observations are not supported (the "
+                                 f"official encoder concatenates the task embedding to the observation, which an "
+                                 f"image cannot take); use obs='state' for multi-task runs")
+        elif self.obs_shape is not None:
+            raise ValueError(f"obs_shape={self.obs_shape!r} is given but cfg.obs={obs!r}: state observations are flat "
+                             f"[obs_dim] (obs_shape None); set obs='rgb' for images")
+
+    @property
+    def rgb(self) -> bool:
+        """Whether observations are rgb images (``cfg.obs == "rgb"``)."""
+        return getattr(self.cfg, "obs", "state") == "rgb"
 
     @property
     def modules(self):
@@ -43,12 +82,44 @@ class WorldModel:
     def init(self, key) -> dict:
         c = self.cfg
         return init_params(self.modules, key, self.obs_dim, self.action_dim, c.latent_dim, c.num_q, self.task_dim,
-                           self.num_tasks)
+                           self.num_tasks, self.obs_shape)
 
     # ---- model calls -------------------------------------------------------------
-    def encode(self, params, obs, e=None):
-        """obs [..., obs_dim] -> z [..., latent] (LayerNorm then SimNorm; spec §3.2)."""
-        return self.modules["encoder"].apply({"params": params["encoder"]}, _cat(obs, e))
+    def encode(self, params, obs, e=None, key=None, shifts=None):
+        """obs [..., obs_dim] -> z [..., latent] (spec §3.2).
+
+        State: the MLP encoder on obs ⊕ e (LayerNorm then SimNorm); ``key`` and ``shifts``
+        are ignored. Rgb (``obs_shape`` set): obs is uint8 (or real 0-255) [..., C*H*W]; every
+        image is shifted by the official ShiftAug (:func:`tdmpc2core.model.pixels.shift_aug`;
+        always on, training, targets and acting alike: spec §12 item 17), then the conv trunk
+        and SimNorm (:class:`~tdmpc2core.model.networks.ConvEncoder`). One shift per image and
+        axis, drawn from ``key`` (:func:`~tdmpc2core.model.pixels.draw_shifts`), or
+        ``shifts`` int [..., 2] (x, y in [0, 6]) given instead (an injected draw, e.g. the
+        official code's in the parity tests).
+
+        Raises:
+          ValueError: rgb without ``key`` or ``shifts``; rgb obs whose last axis is not
+            obs_dim or ``shifts`` not [..., 2] over obs's leading axes.
+        """
+        if not self.rgb:
+            return self.modules["encoder"].apply({"params": params["encoder"]}, _cat(obs, e))
+        if obs.shape[-1] != self.obs_dim:
+            raise ValueError(f"encode: rgb obs has last axis {obs.shape[-1]}, expected obs_dim={self.obs_dim} "
+                             f"(the flat {self.obs_shape} image)")
+        lead = obs.shape[:-1]
+        if shifts is None:
+            if key is None:
+                raise ValueError("encode: rgb observations need `key` (the ShiftAug shifts are drawn from it) or "
+                                 "`shifts` [..., 2]")
+            shifts = pixels.draw_shifts(key, lead)
+        shifts = jnp.asarray(shifts, jnp.int32)
+        if shifts.shape != lead + (2,):
+            raise ValueError(f"encode: shifts must be int [..., 2] = {lead + (2,)} (one x, y shift per image), "
+                             f"got shape {shifts.shape}")
+        imgs = obs.reshape((-1,) + self.obs_shape)
+        x = pixels.shift_aug(imgs, shifts.reshape(-1, 2))
+        z = self.modules["encoder"].apply({"params": params["encoder"]}, x)
+        return z.reshape(lead + z.shape[-1:])
 
     def next(self, params, z, a, e=None):
         """Latent dynamics d(z, a) -> z' (spec §3.2)."""
