@@ -144,3 +144,60 @@ def test_replay_memory_of_the_papers_pixel_protocol():
     assert S == 2000 and frames == rows * (12288 + 4 * 6 + 8) + 12
     assert round(frames / 1e9, 2) == 12.35
     assert round((frames + rows * 2 * 12288) / 1e9, 2) == 36.99
+
+
+# ---- the single-task agent from pixels ---------------------------------------------------
+#: the smallest pixel agent: the conv encoder's latent is num_channels * 16 = 512 (spec §3.2)
+PIX = dict(obs="rgb", model_size=1, mlp_dim=32, latent_dim=512, num_samples=16, num_elites=4, num_pi_trajs=2,
+           iterations=1, horizon=2, batch_size=4, episode_length=20, seed_steps=10)
+
+
+def test_pixel_run_resumed_from_a_checkpoint_equals_the_uninterrupted_run(tmp_path):
+    """TDMPC2('dmc:cartpole-balance', obs='rgb') trains (seed phase, burst, planning, updates on
+    u8 frame stacks), evaluates, and a run stopped at 20 agent steps and resumed from its
+    checkpoint (the host simulator scrambled in between) equals the uninterrupted run bit for
+    bit: parameters, optimiser states, replay frames, env states (the carried frames) and
+    evaluations. The replay holds one u8 frame per row."""
+    from tdmpc2core import TDMPC2
+
+    agent = TDMPC2("dmc:cartpole-balance", **PIX)
+    assert agent.pixels and agent.config["obs"] == "rgb" and agent.config["obs_dim"] == 36864
+    whole, hist = agent.train(seed=0, n_timesteps=30, eval_every=30, eval_episodes=1)
+    assert int(np.asarray(whole.agent.updates)[0]) == 10 + 19  # burst of 10 at step 10, then 1 per step
+    assert whole.replay.obs.dtype == jnp.uint8 and whole.replay.obs.shape[-1] == 3 * 64 * 64
+    assert whole.obs.dtype == jnp.uint8 and whole.obs.shape == (1, 1, 36864)
+    assert hist["eval_returns"].shape == (2, 1, 1) and np.isfinite(hist["eval_returns"]).all()
+    assert np.isfinite(np.asarray(whole.metrics["total_loss"])).all()
+
+    ckpt = tmp_path / "ckpt"
+    agent.train(seed=0, n_timesteps=20, total_timesteps=30, eval_every=30, eval_episodes=1, checkpoint_dir=ckpt)
+    scratch = agent.env.dm_env  # leave the host simulator somewhere else
+    scratch.task.random.seed(7)
+    scratch.reset()
+    for _ in range(5):
+        scratch.step(np.ones(1))
+    resumed, hist2 = agent.train(seed=0, n_timesteps=30, eval_every=30, eval_episodes=1, checkpoint_dir=ckpt)
+    for x, y in zip(jax.tree_util.tree_leaves((whole.agent, whole.replay, whole.env_state, whole.obs)),
+                    jax.tree_util.tree_leaves((resumed.agent, resumed.replay, resumed.env_state, resumed.obs))):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    np.testing.assert_array_equal(hist["eval_returns"], hist2["eval_returns"])
+
+
+def test_pixel_agent_refuses_episodic_mode_export_and_multitask():
+    from tdmpc2core import TDMPC2
+    from tdmpc2core.agents.export import check_exportable
+    from tdmpc2core.agents.multitask import TDMPC2MultiTask
+
+    with pytest.raises(ValueError, match="obs='rgb' with episodic=True is not supported"):
+        TDMPC2("dmc:cartpole-balance", episodic=True, **PIX)
+    with pytest.raises(ValueError, match="obs='rgb' is not available for 'Pendulum-v1'"):
+        TDMPC2("Pendulum-v1", obs="rgb", latent_dim=512)
+    with pytest.raises(ValueError, match="multi-task training learns from episode datasets of state observations"):
+        TDMPC2MultiTask(None, obs="rgb")
+
+    class _Pix:  # export's check reads the agent's env spec only
+        env_id = "dmc:cartpole-balance"
+        spec = type("S", (), {"obs_dtype": "uint8", "obs_shape": (9, 64, 64)})()
+
+    with pytest.raises(ValueError, match="episode datasets, pools and multi-task training take state observations"):
+        check_exportable(_Pix())

@@ -61,9 +61,10 @@ first, (9, 64, 64) uint8, flattened in C order into a uint8 [36864] vector
 the action repeat; at a reset the stack is the reset frame three times (the official wrapper
 renders it three times). The two earlier frames of the stack are carried in the env state
 (:class:`DMCPixelState`), so the host callbacks stay pure functions of their arguments and a
-checkpoint resumes the stack exactly. Rendering runs on dm_control's own render thread (its
-render executor offloads every OpenGL call to one thread that keeps the context current), so
-it works from ``jax.pure_callback``'s threads. Headless Linux: when ``MUJOCO_GL`` is unset, no
+checkpoint resumes the stack exactly. dm_control's EGL and OSMesa contexts render on the calling thread and can
+be current on one thread only, while ``jax.pure_callback`` calls arrive on XLA's threads (not
+always the same one), so a pixel env runs every host call on one dedicated thread of its own,
+where the context is created and stays current. Headless Linux: when ``MUJOCO_GL`` is unset, no
 display is set, an EGL library is installed and dm_control is not imported yet, building any
 dm_control env sets ``MUJOCO_GL=egl`` (:func:`choose_gl_backend`; the backend GPU machines use
 too); a pixel env renders a frame when it is built, and a failure is a ValueError naming
@@ -73,11 +74,15 @@ too); a pixel env renders a frame when it is built, and a failure is a ValueErro
 from __future__ import annotations
 
 import os
+import queue
 import sys
 import threading
 import time
 import warnings
+import atexit
+import concurrent.futures
 import dataclasses
+import weakref
 from typing import NamedTuple
 
 import jax
@@ -199,6 +204,53 @@ class DMCPixelState(NamedTuple):
     frames: jax.Array
 
 
+class _RenderThread:
+    """One daemon thread that runs the calls given to :meth:`call`, in order (a pixel env's host
+    work: the OpenGL context lives on it). Not a ``ThreadPoolExecutor``: those refuse work once
+    the interpreter starts exiting, before the exit hook that frees the context has run."""
+
+    def __init__(self, name: str):
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args, fut = item
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 (handed to the caller)
+                fut.set_exception(e)
+
+    def call(self, fn, *args):
+        """``fn(*args)`` run on the thread; its result, or its exception raised here."""
+        if threading.current_thread() is self._thread:
+            return fn(*args)
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((fn, args, fut))
+        return fut.result()
+
+    def stop(self):
+        self._queue.put(None)
+
+
+def _release_render_thread(physics, thread: _RenderThread) -> None:
+    """Free ``physics``'s rendering contexts on ``thread`` (where they are current), then stop
+    it. Run when the env is collected or at exit (idempotent); errors at shutdown are ignored."""
+    def free():
+        if getattr(physics, "_contexts", None):
+            physics._free_rendering_contexts()
+
+    try:
+        thread.call(free)
+    except Exception:  # noqa: BLE001 (interpreter shutdown: nothing left to do)
+        pass
+    thread.stop()
+
+
 class _Host:
     """The host side: one dm_control environment used as a scratch simulator.
 
@@ -247,9 +299,18 @@ class _Host:
         self.stats = {"calls": 0, "items": 0, "seconds": 0.0}
         self.pixels = bool(pixels)
         self.camera_id = camera_id(name)
+        # Pixels: every host call runs on one dedicated thread. dm_control's EGL (and OSMesa)
+        # context renders on the calling thread and can be current on one thread only, while
+        # jax.pure_callback calls come from XLA's threads (a different one from one call to the
+        # next); so the context is created and kept current on this thread.
+        self._render_thread = _RenderThread("tdmpc2-dmc-render") if self.pixels else None
         if self.pixels:
             try:
-                self._frame()
+                self._on_thread(self._frame)
+                # free the OpenGL context on its own thread, when the env is collected or at exit
+                # (registered after dm_control's own exit hook, so it runs first: dm_control's
+                # would free it from the main thread, where EGL refuses the context)
+                atexit.register(weakref.finalize(self, _release_render_thread, self.physics, self._render_thread))
             except Exception as e:  # no OpenGL context: GLFW without a display, no EGL library, ...
                 raise ValueError(
                     f"dm_control task {name!r} with obs='rgb' could not render a frame ({type(e).__name__}: {e}); "
@@ -281,6 +342,12 @@ class _Host:
         with self.physics.check_invalid_state():
             self._mujoco.mj_step1(m, d)
 
+    def _on_thread(self, fn, *args):
+        """``fn(*args)``, on the render thread with pixels (see ``__init__``), else here."""
+        if self._render_thread is None:
+            return fn(*args)
+        return self._render_thread.call(fn, *args)
+
     def _frame(self):
         """The current frame: u8[3 * 64 * 64], channels first (official ``PixelWrapper._get_obs``)."""
         img = self.physics.render(height=RENDER_SIZE, width=RENDER_SIZE, camera_id=self.camera_id)
@@ -299,6 +366,12 @@ class _Host:
 
     # ---------------------------------------------------------------- batches
     def reset(self, seeds):
+        return self._on_thread(self._reset, seeds)
+
+    def step(self, phys, model, action, repeat, agent_units):
+        return self._on_thread(self._step, phys, model, action, repeat, agent_units)
+
+    def _reset(self, seeds):
         t0 = time.perf_counter()
         seeds = np.asarray(seeds)
         batch = seeds.shape
@@ -318,7 +391,7 @@ class _Host:
             self._count(t0, seeds.size)
         return phys, model, obs
 
-    def step(self, phys, model, action, repeat, agent_units):
+    def _step(self, phys, model, action, repeat, agent_units):
         t0 = time.perf_counter()
         batch = phys.shape[:-1]
         action = np.broadcast_to(action, batch + action.shape[-1:])
