@@ -8,8 +8,9 @@
 the rgb encoder requires), with a budget that fits a 2-core CPU in minutes: shorter episodes
 (``--episode-length`` control steps, action repeat 2), a short seed phase, a small batch,
 ``model_size`` 1's MLP widths and a small planner. It evaluates ``--eval-episodes`` episodes
-(eval mode, fresh initial states from the seed's evaluation keys) before training and at the
-end, and reports the returns at start and end per episode, the wall time (compile included and
+(eval mode, fresh initial states from the seed's evaluation keys) before training, every
+``--eval-every`` agent steps and at the end, and reports the returns at start and end per
+episode, the mean of every evaluation, the wall time (compile included and
 separately), agent steps/s, the host share (rendering + physics) and the machine's load
 (``os.getloadavg`` before and after: other processes share the CPU).
 
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 
 import numpy as np
@@ -35,6 +37,7 @@ def main(argv=None) -> dict:
     p.add_argument("--seed-steps", type=int, default=500)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--eval-every", type=int, default=1000, help="agent steps between evaluations (and at 0, end)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
@@ -49,11 +52,17 @@ def main(argv=None) -> dict:
     T = agent.episode_length
     t0 = time.perf_counter()
     records = []
-    state, hist = agent.train(seed=args.seed, n_timesteps=args.steps, eval_every=args.steps,
-                              eval_episodes=args.eval_episodes, callback=records.append)
+    def progress(p):
+        print(f"[pixels] {p['agent_steps']}/{p['total_agent_steps']} agent steps ({p['phase']}), "
+              f"{p['agent_steps_per_s']:.2f}/s, {time.perf_counter() - t0:.0f} s, last eval "
+              f"{p['last_eval_return']}", file=sys.stderr, flush=True)
+
+    state, hist = agent.train(seed=args.seed, n_timesteps=args.steps, eval_every=args.eval_every,
+                              eval_episodes=args.eval_episodes, callback=records.append, progress=progress,
+                              max_chunk_seconds=120)
     wall = time.perf_counter() - t0
     host = agent.env.host_stats()
-    rets = np.asarray(hist["eval_returns"])[:, 0]  # [2 evaluations, episodes]
+    rets = np.asarray(hist["eval_returns"])[:, 0]  # [evaluations, episodes]
     compile_s = {k: round(sum(v.get(x, 0.0) for x in ("trace_lower_s", "compile_s")), 1)
                  for k, v in agent.compile_seconds.items()}
     S = rp.capacity_episodes(agent.cfg.buffer_size, args.steps, T)
@@ -64,6 +73,7 @@ def main(argv=None) -> dict:
         "eval_agent_steps": np.asarray(hist["eval_agent_steps"]).tolist(),
         "eval_returns_start": rets[0].round(2).tolist(), "eval_returns_end": rets[-1].round(2).tolist(),
         "eval_return_start_mean": float(rets[0].mean()), "eval_return_end_mean": float(rets[-1].mean()),
+        "eval_return_means": rets.mean(axis=1).round(2).tolist(),
         "return_range": [0.0, float(args.episode_length)],
         "train_returns": [float(np.asarray(r["train_return"]).reshape(-1)[0]) for r in records
                           if np.isfinite(np.asarray(r["train_return"]).reshape(-1)[0])],
