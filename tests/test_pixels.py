@@ -19,6 +19,7 @@ from tdmpc2core.envs.dmcontrol_env import choose_gl_backend
 choose_gl_backend()
 
 FRAME = 4  # a toy frame of 4 values; a pixel observation is 3 of them, oldest first
+FRAME_PX = 3 * 64 * 64  # one rendered frame
 
 
 def _episode(rng, T):
@@ -124,6 +125,17 @@ def test_dmcontrol_pixels_are_the_official_wrappers_frames_stacked_after_each_st
             stack = stack[1:] + [frame()]
             np.testing.assert_array_equal(obs[t, e], np.concatenate(stack))
     assert len({obs[t, 0].tobytes() for t in range(4)}) == 4  # the frames change
+
+    # diverging physics (E6): a black newest frame, the earlier frames kept, a NaN reward (what
+    # the run checks: u8 pixels cannot be NaN), the simulator state left as it was
+    state, o0 = env.reset(keys[0])
+    phys = np.array(state.inner.physics).view(np.float64).copy()
+    phys[1] = np.nan  # qpos[0] (the state starts with the time)
+    bad = state._replace(inner=state.inner._replace(physics=jnp.asarray(phys.view(np.uint32))))
+    after, out = env.step(bad, jnp.zeros(1), keys[0])
+    assert np.isnan(np.asarray(out.reward)) and not np.asarray(out.obs)[-FRAME_PX:].any()
+    np.testing.assert_array_equal(np.asarray(out.obs)[:-FRAME_PX], np.asarray(o0)[FRAME_PX:])
+    np.testing.assert_array_equal(np.asarray(after.inner.physics), np.asarray(bad.inner.physics))
 
 
 def test_pixels_are_refused_for_suites_without_them_and_unknown_obs_types_are_named():
