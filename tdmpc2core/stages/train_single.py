@@ -145,6 +145,7 @@ def _make_agent(spec: dict, seeds: list, log, devices=None):
     log(f"env {spec['env_id']}: T={agent.episode_length} agent steps, action_repeat={agent.action_repeat}, "
         f"gamma={agent.gamma:.4f}, seed_steps={agent.seed_steps}, seeds={seeds}, {n_timesteps} agent steps"
         + (", episodic (termination head)" if agent.episodic else "")
+        + (", pixels (obs='rgb': 64x64 RGB frame stacks)" if agent.pixels else "")
         + (f", extensions {spec['extensions']}" if spec.get("extensions") else "")
         + f"; env settings: {describe(agent.env.env_params)} (in effect: {describe(agent.env.effective_settings)})"
         + ("; one device" if mesh is None else f"; seeds split over {mesh.devices.size} devices"))
