@@ -310,7 +310,7 @@ class Env:
 
             init = (
                 env_state.inner,
-                jnp.zeros((self.spec.obs_dim,), jnp.float32),  # replaced at sub-step 0
+                jnp.zeros((self.spec.obs_dim,), self.spec.obs_dtype),  # replaced at sub-step 0
                 jnp.zeros((), jnp.float32),
                 jnp.zeros((), bool),
                 jnp.zeros((), bool),
