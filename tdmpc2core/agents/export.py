@@ -23,6 +23,18 @@ def _task_of_agent(agent, name: Optional[str]) -> TaskInfo:
                     env_params=agent.env.env_params or None)
 
 
+def check_exportable(agent) -> None:
+    """Raise ValueError when ``agent`` observes pixels (``spec.obs_dtype`` not float32): datasets,
+    pools and multi-task training hold state observations only (the official datasets are
+    state-only; docs/deviations.md F1)."""
+    dtype = getattr(agent.spec, "obs_dtype", "float32")
+    if dtype != "float32":
+        raise ValueError(f"export_episodes({agent.env_id}): the agent observes pixels (obs='rgb', {dtype} "
+                         f"observations of shape {agent.spec.obs_shape}); episode datasets, pools and multi-task "
+                         "training take state observations only (as the official datasets); train with "
+                         "obs='state' to export")
+
+
 def export_episodes(agent, state, seed_index: Optional[int] = None, *, name: Optional[str] = None,
                     allow_evicted: bool = False, seed: Optional[int] = None, run_id: Optional[str] = None,
                     provenance: Optional[dict] = None) -> EpisodeDataset:
@@ -46,9 +58,13 @@ def export_episodes(agent, state, seed_index: Optional[int] = None, *, name: Opt
       An :class:`EpisodeDataset` of one task, one run; the episode in progress is not exported.
     Raises:
       ValueError: a missing or out-of-range ``seed_index``, no complete episode, or evicted
-        episodes without ``allow_evicted``.
+        episodes without ``allow_evicted``; an agent trained from pixels (``obs="rgb"``): the
+        episode datasets hold float32 state observations, as the official datasets do
+        (docs/deviations.md F1).
     """
     import jax
+
+    check_exportable(agent)
 
     from ..io import provenance as prov_mod
     from .replay import committed_episodes

@@ -164,6 +164,7 @@ class TDMPC2MultiTask:
         optimizer setting outside what is accepted, ``updates_per_step`` other than 1.
       TypeError: an unknown hyperparameter name.
       NotImplementedError: ``episodic=True``.
+      ValueError: ``obs`` other than "state" (pixels are single-task only).
     """
 
     def __init__(self, dataset, eval_envs=None, model_size: int = 5, task_dim: Optional[int] = None,
@@ -172,6 +173,10 @@ class TDMPC2MultiTask:
                  host_block_updates: Optional[int] = None, post_update: Optional[UpdateHook] = None,
                  extensions: Sequence = (), devices=None, **hyperparameters):
         check_hyperparameters("TDMPC2MultiTask", hyperparameters, TDMPC2Config)
+        if hyperparameters.get("obs", "state") != "state":
+            raise ValueError(f"TDMPC2MultiTask: obs={hyperparameters['obs']!r} is not supported: multi-task training "
+                             "learns from episode datasets of state observations (the official datasets are "
+                             "state-only); pixels (obs='rgb') are for the single-task TDMPC2")
         #: where the updates run (:class:`~tdmpc2core.run.devices.DataParallel`): the global batch
         #: split over its mesh (None: one device)
         self.placement = DataParallel.build(devices, int(batch_size))

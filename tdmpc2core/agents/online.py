@@ -52,7 +52,7 @@ class RunState(NamedTuple):
     agent: AgentState
     replay: rp.Replay
     env_state: object            # [n_envs] env states
-    obs: jnp.ndarray             # [n_envs, obs_dim] current observations
+    obs: jnp.ndarray             # [n_envs, obs_dim] current observations (f32; u8 pixels)
     prev_mean: jnp.ndarray       # [n_envs, H, A] planner warm start
     ep_t: jnp.ndarray            # [n_envs] int32 agent steps into the current episode
     ep_return: jnp.ndarray       # [n_envs] f32 return of the current episode so far
@@ -114,7 +114,7 @@ def init_run_state(agent, agent_state: AgentState, key, run_agent_steps: int) ->
                                          env.spec.obs_dim, env.spec.action_dim)
     else:
         replay = rp.init_replay(rp.capacity_episodes(cfg.buffer_size, run_agent_steps, T), n, T,
-                                env.spec.obs_dim, env.spec.action_dim)
+                                env.spec.obs_dim, env.spec.action_dim, **replay_layout(env.spec))
     return RunState(
         agent=agent_state, replay=replay, env_state=env_state, obs=obs,
         prev_mean=jnp.zeros((n, cfg.horizon, env.spec.action_dim), jnp.float32),
@@ -127,6 +127,15 @@ def init_run_state(agent, agent_state: AgentState, key, run_agent_steps: int) ->
         tick=jnp.zeros((), jnp.int32), ext=_ext_init(agent, run_agent_steps))
 
 
+def replay_layout(spec) -> dict:
+    """:func:`~tdmpc2core.agents.replay.init_replay`'s observation layout for an env spec: {} for
+    state observations (f32 rows, the arrays of runs made before pixels); for pixels, u8
+    rows of one frame each (``frames`` = 3; the stacks rebuilt at sampling)."""
+    if getattr(spec, "obs_dtype", "float32") == "float32":
+        return {}
+    return {"obs_dtype": spec.obs_dtype, "frames": rp.PIXEL_FRAMES}
+
+
 def _ext_init(agent, run_agent_steps: int):
     """The extensions' initial states of one seed (None without extensions)."""
     exts = getattr(agent, "extensions", None)
@@ -134,7 +143,10 @@ def _ext_init(agent, run_agent_steps: int):
 
 
 def _finite_obs(obs):
-    """[n_envs] bool: every entry of the env's observation is finite."""
+    """[n_envs] bool: every entry of the env's observation is finite (always True for u8
+    pixels: a pixel env's failed step is seen through its NaN reward)."""
+    if not jnp.issubdtype(obs.dtype, jnp.floating):
+        return jnp.ones(obs.shape[:-1], bool)
     return jnp.all(jnp.isfinite(obs), axis=-1)
 
 
@@ -155,7 +167,7 @@ def _reset(agent, rs: RunState, key, steps_before) -> RunState:
     finished = jnp.where(rs.active, jnp.sum(kept), 0).astype(jnp.int32)
     ok = _finite_obs(obs)
     rs = rs._replace(
-        replay=replay, env_state=env_state, obs=jnp.where(ok[:, None], obs, 0.0),
+        replay=replay, env_state=env_state, obs=jnp.where(ok[:, None], obs, jnp.zeros_like(obs)),
         finished_return_sum=rs.finished_return_sum + jnp.where(rs.active, jnp.sum(jnp.where(kept, rs.ep_return, 0.0)),
                                                                0.0),
         finished_count=rs.finished_count + finished,
@@ -212,7 +224,8 @@ def _env_step(agent, rs: RunState, action, prev_mean, key, write_row, steps_befo
     if agent.cfg.episodic:
         done = done | rs.discard
     return rs._replace(
-        replay=replay, env_state=env_state, obs=jnp.where(finite[:, None], out.obs, 0.0), prev_mean=prev_mean,
+        replay=replay, env_state=env_state, obs=jnp.where(finite[:, None], out.obs, jnp.zeros_like(out.obs)),
+        prev_mean=prev_mean,
         ep_t=rs.ep_t + 1, ep_return=rs.ep_return + jnp.where(finite, out.reward, 0.0),
         done=done, terminations=rs.terminations + jnp.sum(out.terminated).astype(jnp.int32))
 
@@ -289,7 +302,7 @@ def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
     rs = rs._replace(
         key=key, replay=replay,
         env_state=_where_env(restart, reset_state, rs.env_state),
-        obs=jnp.where(restart[:, None], jnp.where(ok[:, None], reset_obs, 0.0), rs.obs),
+        obs=jnp.where(restart[:, None], jnp.where(ok[:, None], reset_obs, jnp.zeros_like(reset_obs)), rs.obs),
         finished_return_sum=rs.finished_return_sum + jnp.sum(jnp.where(ending, rs.ep_return, 0.0)),
         finished_count=rs.finished_count + jnp.sum(ending).astype(jnp.int32),
         ep_t=jnp.where(restart, 0, rs.ep_t), ep_return=jnp.where(restart, 0.0, rs.ep_return),
@@ -383,7 +396,7 @@ def eval_metric_names(agent) -> list:
         params = agent.wm.init(jax.random.PRNGKey(0))
         ext = exts.init(0)
         f32 = jnp.float32
-        episodes = (jnp.zeros((1, T + 1, spec.obs_dim), f32), jnp.zeros((1, T, spec.action_dim), f32),
+        episodes = (jnp.zeros((1, T + 1, spec.obs_dim), spec.obs_dtype), jnp.zeros((1, T, spec.action_dim), f32),
                     jnp.zeros((1, T), f32), jnp.zeros((1, T), bool))
         return eval_metrics_of(agent, ext, params, episodes)
 

@@ -18,6 +18,17 @@ Only complete episodes are sampled (the reference adds an episode to its buffer 
 ends). Sampling (torchrl SliceSampler, ``strict_length``): B episodes uniformly with
 replacement over the committed episodes, then a start uniformly in [0, len - (H + 1)],
 H + 1 consecutive rows; slices never cross episodes.
+
+Pixel observations (``obs="rgb"``, spec §2 "Pixels", §9 "uint8 for rgb"): an observation
+is the stack of the last 3 frames (u8[9 * 64 * 64], oldest frame first), but the fixed-length
+replay stores ONE frame per row, the newest (u8[3 * 64 * 64]; :func:`init_replay` with
+``frames=3``), and :func:`sample` rebuilds each row's stack from rows r-2, r-1, r of its
+episode, clamped at the episode's row 0. That is exact: the env refills the stack with the
+reset frame at a reset, so row 0's stack is its frame three times, row 1's is (f0, f0, f1),
+and so on. It needs a third of the memory: the paper's pixel protocol (1M agent steps,
+buffer_size 1M: 2001 slots of 501 rows) holds 12.3 GB of frames instead of 37.0 GB of stacks
+(docs/architecture.md, "Replay memory"), so it fits a 24 GB GPU. The episodic replay has no
+frame layout (pixels are refused in episodic mode).
 """
 from __future__ import annotations
 
@@ -31,8 +42,12 @@ from ..model.config import capacity_episodes  # noqa: F401 (one definition: the 
 from ..model.update import Batch
 
 
+#: frames per pixel observation (spec §2): the replay stores one, sampling stacks this many
+PIXEL_FRAMES = 3
+
+
 class Replay(NamedTuple):
-    obs: jnp.ndarray          # [S, T+1, obs_dim] f32
+    obs: jnp.ndarray          # [S, T+1, obs_dim] f32; pixels: [S, T+1, frame] u8, one frame per row
     action: jnp.ndarray       # [S, T+1, A] f32, NaN in row 0
     reward: jnp.ndarray       # [S, T+1] f32, NaN in row 0
     terminated: jnp.ndarray   # [S, T+1] f32 (1.0 on a terminal step), NaN in row 0
@@ -43,10 +58,26 @@ class Replay(NamedTuple):
 
 
 
-def init_replay(num_complete: int, n_envs: int, T: int, obs_dim: int, action_dim: int) -> Replay:
+def init_replay(num_complete: int, n_envs: int, T: int, obs_dim: int, action_dim: int,
+                obs_dtype="float32", frames: int = 1) -> Replay:
+    """An empty fixed-length replay of ``num_complete + n_envs`` episode slots of ``T + 1`` rows.
+
+    ``obs_dtype``: the observations' dtype (f32 state; u8 pixels). ``frames``: the frames in
+    one observation; with ``frames > 1`` (pixels: 3, obs_dim = 3 * frame) a row holds only the
+    newest frame, ``obs_dim // frames`` values, and :func:`sample` rebuilds the stacks (module
+    docstring). Raises ValueError: ``frames`` < 1 or not dividing ``obs_dim``; a layout other
+    than f32 with frames=1 or u8 with frames=3.
+    """
     S = num_complete + n_envs
+    frames = int(frames)
+    if frames < 1 or obs_dim % frames:
+        raise ValueError(f"frames={frames}: must be >= 1 and divide obs_dim={obs_dim}")
+    if (frames > 1) != (jnp.dtype(obs_dtype) == jnp.uint8) or frames not in (1, PIXEL_FRAMES):
+        raise ValueError(f"obs_dtype={jnp.dtype(obs_dtype).name!r} with frames={frames}: accepted are float32 "
+                         f"observations with frames=1 (state) and uint8 pixel stacks with frames={PIXEL_FRAMES} "
+                         "(a frame per row)")
     return Replay(
-        obs=jnp.zeros((S, T + 1, obs_dim), jnp.float32),
+        obs=jnp.zeros((S, T + 1, obs_dim // frames), obs_dtype),
         action=jnp.full((S, T + 1, action_dim), jnp.nan, jnp.float32),
         reward=jnp.full((S, T + 1), jnp.nan, jnp.float32),
         terminated=jnp.full((S, T + 1), jnp.nan, jnp.float32),
@@ -56,8 +87,40 @@ def init_replay(num_complete: int, n_envs: int, T: int, obs_dim: int, action_dim
     )
 
 
+def replay_nbytes(num_complete: int, n_envs: int, T: int, obs_dim: int, action_dim: int, **layout) -> int:
+    """Bytes of the arrays :func:`init_replay` allocates with these arguments (``layout``: its
+    ``obs_dtype`` and ``frames``), computed from shapes alone (nothing is allocated). E.g. the
+    paper's pixel protocol, ``replay_nbytes(2000, 1, 500, 36864, 6, obs_dtype="uint8",
+    frames=3)``: 12.35e9 (36.99e9 with the stacks stored whole)."""
+    shapes = jax.eval_shape(lambda: init_replay(num_complete, n_envs, T, obs_dim, action_dim, **layout))
+    return int(sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes)))
+
+
 def num_slots(replay: Replay) -> int:
     return replay.obs.shape[0]
+
+
+def stores_frames(replay: Replay) -> bool:
+    """Whether the replay holds one pixel frame per row (u8 observations; :func:`init_replay`
+    with ``frames`` = :data:`PIXEL_FRAMES`), its stacks rebuilt at sampling."""
+    return replay.obs.dtype == jnp.uint8
+
+
+def _row_obs(replay: Replay, obs):
+    """What a row stores of observations ``obs`` [..., obs_dim]: all of it, or with frames the
+    newest frame (the last ``frame`` values of the stack, oldest frame first)."""
+    if not stores_frames(replay):
+        return obs
+    return obs[..., obs.shape[-1] - replay.obs.shape[-1]:]
+
+
+def stacked_obs(replay: Replay, slot, rows):
+    """Observations of rows ``rows`` [...] (int) of episode slots ``slot`` (broadcastable):
+    [..., obs_dim]. With frames, the stack of rows r-2, r-1, r clamped at row 0 (oldest first)."""
+    if not stores_frames(replay):
+        return replay.obs[slot, rows]
+    return jnp.concatenate([replay.obs[slot, jnp.maximum(rows - k, 0)] for k in range(PIXEL_FRAMES - 1, -1, -1)],
+                           axis=-1)
 
 
 def num_valid(replay: Replay):
@@ -89,7 +152,7 @@ def start_episodes(replay: Replay, obs0, commit: bool | jnp.ndarray, keep=None) 
     reward = replay.reward.at[block].set(replay.reward[src])
     terminated = replay.terminated.at[block].set(replay.terminated[src])
     return Replay(
-        obs=obs.at[slots, 0].set(obs0),
+        obs=obs.at[slots, 0].set(_row_obs(replay, obs0)),
         action=action.at[slots, 0].set(nan_a),
         reward=reward.at[slots, 0].set(jnp.nan),
         terminated=terminated.at[slots, 0].set(jnp.nan),
@@ -103,7 +166,7 @@ def write_step(replay: Replay, row, obs, action, reward, terminated) -> Replay:
     """Write row ``row`` [n_envs] (= t + 1) of each env's episode: o_{t+1}, a_t, r_t, d_t."""
     s = replay.env_slot
     return replay._replace(
-        obs=replay.obs.at[s, row].set(obs),
+        obs=replay.obs.at[s, row].set(_row_obs(replay, obs)),
         action=replay.action.at[s, row].set(action),
         reward=replay.reward.at[s, row].set(reward),
         terminated=replay.terminated.at[s, row].set(terminated.astype(jnp.float32)),
@@ -124,6 +187,7 @@ def sample(replay: Replay, key, batch_size: int, horizon: int) -> Batch:
 
     Returns Batch(obs [H+1, B, O], action [H, B, A], reward [H, B], terminated [H, B]).
     The reset row can start a slice; its NaN action/reward are dropped by the [1:] shift.
+    A frame replay gives the stacked u8 observations (:func:`stacked_obs`).
     """
     T1 = replay.obs.shape[1]
     k_ep, k_start = jax.random.split(key)
@@ -132,7 +196,7 @@ def sample(replay: Replay, key, batch_size: int, horizon: int) -> Batch:
     slot = committed_slots(replay)(i)
     start = jax.random.randint(k_start, (batch_size,), 0, T1 - horizon)
     rows = start[:, None] + jnp.arange(horizon + 1)[None]  # [B, H+1]
-    obs = replay.obs[slot[:, None], rows]  # [B, H+1, O]
+    obs = stacked_obs(replay, slot[:, None], rows)  # [B, H+1, O]
     action = replay.action[slot[:, None], rows[:, 1:]]
     reward = replay.reward[slot[:, None], rows[:, 1:]]
     term = replay.terminated[slot[:, None], rows[:, 1:]]
@@ -157,7 +221,8 @@ def committed_episodes(replay: Union[Replay, "EpisodicReplay"]):
       (episodes, evicted): ``episodes`` a list of dicts of numpy arrays, one per episode,
       ``obs`` [L, obs_dim] f32, ``action`` [L, A] f32, ``reward`` [L] f32, ``terminated``
       [L] bool, with L = rows (agent steps + 1; row 0 is the reset row, NaN action and
-      reward); ``evicted`` the number of complete episodes the ring no longer holds.
+      reward; a frame replay's ``obs`` are the rebuilt u8 stacks [L, obs_dim]); ``evicted``
+      the number of complete episodes the ring no longer holds.
     """
     import numpy as np
 
@@ -173,8 +238,12 @@ def committed_episodes(replay: Union[Replay, "EpisodicReplay"]):
     for i in range(held):
         s = (first + i) % S
         term = host.terminated[s]
+        ep_obs = host.obs[s]
+        if host.obs.dtype == np.uint8:  # frames: the stacks of rows r-2, r-1, r (clamped at 0)
+            r = np.arange(ep_obs.shape[0])
+            ep_obs = np.concatenate([ep_obs[np.maximum(r - k, 0)] for k in range(PIXEL_FRAMES - 1, -1, -1)], axis=-1)
         episodes.append({
-            "obs": host.obs[s].copy(),
+            "obs": ep_obs.copy(),
             "action": host.action[s].copy(),
             "reward": host.reward[s].copy(),
             "terminated": np.nan_to_num(term, nan=0.0) > 0.5,

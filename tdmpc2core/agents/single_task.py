@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..envs import Env, make_env
+from ..envs.registry import check_obs
 from ..model.config import TDMPC2Config, burst_tick, config_record, resolve_config
 from ..model.planner import act_with_policy, plan
 from ..model.world_model import WorldModel
@@ -142,6 +143,15 @@ class TDMPC2:
           ``seed_steps`` updates. Not a config.yaml hyperparameter: 1 is the reference's UTD
           (docs/deviations.md O10).
 
+    Pixels: ``obs="rgb"`` (a :class:`~tdmpc2core.model.config.TDMPC2Config` field, default
+    ``"state"``) trains from 64x64 RGB renders of a dm_control task (spec §2 "Pixels", §3.2):
+    observations are u8[9 * 64 * 64] stacks of the last 3 frames
+    (:class:`tdmpc2core.envs.dmcontrol_env.DMControlEnv`), encoded by the conv encoder with
+    its ShiftAug (``latent_dim`` must be ``num_channels * 16``, 512 by default); the replay
+    keeps one frame per row (docs/deviations.md R4). Refused (ValueError): another suite, a
+    prebuilt env whose observations are not the ``obs`` asked for, ``episodic=True``
+    (docs/deviations.md F3). :attr:`pixels` says which.
+
     Derived (spec §1.3): ``gamma`` = clip((T/5 - 1)/(T/5), 0.95, 0.995), ``seed_steps`` =
     max(1000, 5 T) agent steps, planner ``iterations`` + 2 when the action dim is >= 20.
 
@@ -178,14 +188,21 @@ class TDMPC2:
             raise ValueError(f"max_nonfinite={max_nonfinite!r} must be >= 0")
         self.max_nonfinite = int(max_nonfinite)
         self.n_envs = int(n_envs)
+        obs = check_obs(hyperparameters.get("obs", "state"))
         if isinstance(env_id, Env):  # a prebuilt environment (e.g. a custom task)
             self.env = env_id
             self.env_id = env_id.spec.env_id
+            env_obs = "rgb" if getattr(env_id.spec, "obs_dtype", "float32") == "uint8" else "state"
+            if env_obs != obs:
+                raise ValueError(f"TDMPC2: the prebuilt env {self.env_id!r} gives {env_obs!r} observations "
+                                 f"(obs_dtype {env_id.spec.obs_dtype!r}) but obs={obs!r}; pass obs={env_obs!r}")
         else:
             self.env_id = env_id
             self.env = make_env(env_id, action_repeat=action_repeat, episode_length=episode_length,
-                                env_params=env_params, backend=backend)
+                                env_params=env_params, backend=backend, obs=obs)
         self.spec = self.env.spec
+        #: whether the agent observes pixels (``obs="rgb"``: u8 frame stacks, spec §2 "Pixels")
+        self.pixels = obs == "rgb"
         #: where the seeds run (:class:`~tdmpc2core.run.devices.SeedSharding`)
         self.placement = SeedSharding(devices, host_stepped=bool(getattr(self.env, "steps_on_host", False)))
         self.episode_length = int(self.spec.episode_length)  # T, agent steps
@@ -206,7 +223,11 @@ class TDMPC2:
                 f"(T={self.episode_length} agent steps) ends at tick {self.episode_length}, after the "
                 f"seed-phase burst of updates; use seed_steps >= {self.episode_length * self.n_envs} "
                 f"(default: max(1000, 5 T) = {max(1000, 5 * self.episode_length)})")
-        self.wm = WorldModel(self.cfg, self.spec.obs_dim, self.spec.action_dim)
+        if self.pixels and self.episodic:
+            raise ValueError("TDMPC2: obs='rgb' with episodic=True is not supported (the episodic replay has no "
+                             "frame layout, and the official pixel runs are DMC tasks, which never terminate); use "
+                             "episodic=False for pixels")
+        self.wm = WorldModel(self.cfg, self.spec.obs_dim, self.spec.action_dim, obs_shape=self.spec.obs_shape)
         self._chunk_fns: dict = {}
         self._eval_fns: dict = {}
         #: seconds spent tracing, lowering and compiling each program in this process
@@ -269,7 +290,8 @@ class TDMPC2:
 
         Args:
           params: the agent's parameters of one seed (``state.agent.params`` sliced).
-          obs: [obs_dim]; t0: first step of the episode; eval_mode: no exploration noise;
+          obs: [obs_dim] (f32; u8 frame stacks with pixels); t0: first step of the episode;
+            eval_mode: no exploration noise;
           key: a PRNG key; prev_mean: [H, A] warm start returned by the previous call.
         Returns:
           (action [A] in [-1, 1] (the env adapter maps it to the env's bounds), mean [H, A]).
@@ -278,7 +300,7 @@ class TDMPC2:
             prev_mean = jnp.zeros((self.cfg.horizon, self.spec.action_dim), jnp.float32)
         if not self.cfg.mpc:
             return act_with_policy(self.wm, params, obs, eval_mode, key), prev_mean
-        return plan(self.wm, params, jnp.asarray(obs, jnp.float32), prev_mean, jnp.asarray(t0), bool(eval_mode),
+        return plan(self.wm, params, jnp.asarray(obs, self.spec.obs_dtype), prev_mean, jnp.asarray(t0), bool(eval_mode),
                     self.gamma, key)
 
     # ---- evaluation ------------------------------------------------------------

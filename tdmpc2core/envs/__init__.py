@@ -60,7 +60,7 @@ def __getattr__(name):  # lazy: the environment interface imports JAX; the table
 
 
 def make_env(env_id: str, *, action_repeat: int | None = None, episode_length: int = 1000,
-             env_params=None, backend: str | None = None) -> Env:
+             env_params=None, backend: str | None = None, obs: str = "state") -> Env:
     """Build an :class:`Env` for ``env_id``, by the suite that owns the id (:func:`suite_for`).
 
     Args:
@@ -88,6 +88,9 @@ def make_env(env_id: str, *, action_repeat: int | None = None, episode_length: i
         backend: Playground physics implementation (``"jax"`` = MJX, the default, or
             ``"warp"``); must be ``None`` for the suites that take none (pick Brax's
             pipeline with ``env_params={"backend": ...}``).
+        obs: ``"state"`` (default: flat float32 observations) or ``"rgb"`` (pixels, dm_control
+            ids only, as the official code: uint8 [9 * 64 * 64] frame stacks, spec §2 "Pixels";
+            :class:`tdmpc2core.envs.dmcontrol_env.DMControlEnv`).
 
     Returns:
         An :class:`Env`; ``env.spec`` describes it.
@@ -102,4 +105,4 @@ def make_env(env_id: str, *, action_repeat: int | None = None, episode_length: i
             pip command).
     """
     return suite_for(env_id).make(env_id, action_repeat=action_repeat, episode_length=episode_length,
-                                  env_params=env_params, backend=backend)
+                                  env_params=env_params, backend=backend, obs=obs)

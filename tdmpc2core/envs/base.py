@@ -39,7 +39,8 @@ class EnvSpec:
         env_id: the id given to :func:`make_env`.
         suite: the name of its suite (:mod:`tdmpc2core.envs.registry`): ``"gymnax"``,
             ``"brax"``, ``"playground"``, ``"dmcontrol"`` or one registered at run time.
-        obs_dim: length of the flat float32 observation.
+        obs_dim: length of the flat observation vector (for pixels, the flattened
+            frame stack: 9 * 64 * 64 = 36864).
         action_dim: length of the action vector.
         action_low, action_high: the env's own action bounds (length ``action_dim``);
             agent actions in ``[-1, 1]`` are mapped linearly onto them.
@@ -51,6 +52,11 @@ class EnvSpec:
         can_terminate: whether the env can end an episode before the time limit.
         has_success: whether the suite reports a success flag (``StepOut.success``); the
             report then scores its tasks by success rate, not return.
+        obs_dtype: the observation's dtype name: ``"float32"`` (state observations) or
+            ``"uint8"`` (pixels, spec §2 "Pixels").
+        obs_shape: the unflattened observation shape for pixels, ``(9, 64, 64)``: the
+            official frame stack (3 RGB frames, channels first, oldest first), flattened in C
+            order into the ``obs_dim`` vector; None for state observations.
     """
 
     env_id: str
@@ -65,6 +71,8 @@ class EnvSpec:
     backend: str | None
     can_terminate: bool
     has_success: bool = False
+    obs_dtype: str = "float32"
+    obs_shape: tuple | None = None
 
     @classmethod
     def from_bounds(cls, env_id: str, suite: str, obs_dim: int, low, high, *, action_repeat: int,
@@ -84,7 +92,8 @@ class StepOut(NamedTuple):
     """Result of one agent step (leading batch axes added by vmap, if any).
 
     Attributes:
-        obs: f32[obs_dim], the true next observation (also at episode end).
+        obs: [obs_dim] of dtype ``spec.obs_dtype`` (f32; u8 for pixels), the true next
+            observation (also at episode end).
         reward: f32[], sum of the simulator rewards over the action repeat.
         terminated: bool[], a true terminal state was reached (never the time limit).
         truncated: bool[], the agent-step counter reached T (the time limit).
@@ -245,7 +254,8 @@ class Env:
         Args:
             key: a PRNG key.
         Returns:
-            ``(env_state, obs)`` with ``obs`` f32[obs_dim] and ``env_state.t == 0``.
+            ``(env_state, obs)`` with ``obs`` [obs_dim] of dtype ``spec.obs_dtype`` and
+            ``env_state.t == 0``.
         """
         inner, obs = self._raw_reset(key)
         inner = canonicalize(inner)
@@ -300,7 +310,7 @@ class Env:
 
             init = (
                 env_state.inner,
-                jnp.zeros((self.spec.obs_dim,), jnp.float32),  # replaced at sub-step 0
+                jnp.zeros((self.spec.obs_dim,), self.spec.obs_dtype),  # replaced at sub-step 0
                 jnp.zeros((), jnp.float32),
                 jnp.zeros((), bool),
                 jnp.zeros((), bool),
@@ -314,4 +324,4 @@ class Env:
 
     # ----------------------------------------------------------------- helpers
     def _flat_obs(self, obs) -> jax.Array:
-        return jnp.asarray(obs, jnp.float32).reshape(self.spec.obs_dim)
+        return jnp.asarray(obs, self.spec.obs_dtype).reshape(self.spec.obs_dim)

@@ -49,14 +49,40 @@ draws all episodes of a run from one RandomState seeded once (docs/deviations.md
 
 A diverging simulation (dm_control's ``PhysicsError``) gives NaN observation and reward
 for that step (the state is left as it was); the training loop counts non-finite values
-and stops with a FloatingPointError (docs/deviations.md E6).
+and stops with a FloatingPointError (docs/deviations.md E6). With pixels the frame of such a
+step is black (zeros) and the NaN reward is what the loop sees.
+
+Pixels (``obs="rgb"``; spec §2 "Pixels"; the official ``PixelWrapper``, 5f6fade
+``tdmpc2/envs/wrappers/pixels.py``, over its dm_control wrapper's ``render``): each
+observation is the stack of the last 3 RGB frames of 64x64 pixels, channels first, oldest
+first, (9, 64, 64) uint8, flattened in C order into a uint8 [36864] vector
+(``spec.obs_shape``, ``spec.obs_dtype``). A frame is ``physics.render(64, 64, camera_id)``
+(camera 2 for quadruped, else camera 0, as the official wrapper) taken in the host step after
+the action repeat; at a reset the stack is the reset frame three times (the official wrapper
+renders it three times). The two earlier frames of the stack are carried in the env state
+(:class:`DMCPixelState`), so the host callbacks stay pure functions of their arguments and a
+checkpoint resumes the stack exactly. dm_control's EGL and OSMesa contexts render on the calling thread and can
+be current on one thread only, while ``jax.pure_callback`` calls arrive on XLA's threads (not
+always the same one), so a pixel env runs every host call on one dedicated thread of its own,
+where the context is created and stays current. Headless Linux: when ``MUJOCO_GL`` is unset, no
+display is set, an EGL library is installed and dm_control is not imported yet, building any
+dm_control env sets ``MUJOCO_GL=egl`` (:func:`choose_gl_backend`; the backend GPU machines use
+too); a pixel env renders a frame when it is built, and a failure is a ValueError naming
+``MUJOCO_GL`` and what to set.
 """
 
 from __future__ import annotations
 
+import os
+import queue
+import sys
 import threading
 import time
 import warnings
+import atexit
+import concurrent.futures
+import dataclasses
+import weakref
 from typing import NamedTuple
 
 import jax
@@ -83,7 +109,45 @@ _EPISODE_MODEL_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: pixel observations (spec §2): frames of RENDER_SIZE x RENDER_SIZE RGB pixels, NUM_FRAMES stacked
+RENDER_SIZE = 64
+NUM_FRAMES = 3
+FRAME_SIZE = 3 * RENDER_SIZE * RENDER_SIZE  # one frame, channels first, flattened
+PIXEL_SHAPE = (3 * NUM_FRAMES, RENDER_SIZE, RENDER_SIZE)
+#: the official wrapper's camera per domain (``TimeStepToGymWrapper.render``): 0 unless named here
+_CAMERA = {"quadruped": 2}
+
+
+def camera_id(name: str) -> int:
+    """The camera the official wrapper renders official task ``name`` with (2 for quadruped, else 0)."""
+    domain = name.split("-", 1)[0]
+    return _CAMERA.get(_UNALIAS.get(domain, domain), 0)
+
+
+def choose_gl_backend() -> None:
+    """Set ``MUJOCO_GL=egl`` when it is unset, on Linux without a display, before dm_control is
+    first imported, when an EGL library is found (``ctypes.util.find_library("EGL")``).
+
+    dm_control picks its OpenGL backend once, when it is imported; left to itself it picks GLFW,
+    which cannot render without a display, so pixels would fail on every headless machine
+    (clusters, containers, CI). EGL is what GPU machines render with too. Called before this
+    module imports dm_control (state envs as well: a backend choice changes no number of a state
+    env, and it lets quadruped-escape's terrain upload work headless). Nothing is changed when
+    ``MUJOCO_GL`` is set, a display is set, dm_control is already imported, or no EGL library is
+    installed.
+    """
+    if "MUJOCO_GL" in os.environ or not sys.platform.startswith("linux"):
+        return
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or "dm_control" in sys.modules:
+        return
+    import ctypes.util
+
+    if ctypes.util.find_library("EGL"):
+        os.environ["MUJOCO_GL"] = "egl"
+
+
 def _import_dm_control():
+    choose_gl_backend()
     with warnings.catch_warnings():  # glfw warns when no display is set; rendering is not used
         warnings.simplefilter("ignore")
         import dm_control.suite  # noqa: F401
@@ -125,6 +189,68 @@ class DMCState(NamedTuple):
     model: jax.Array
 
 
+class DMCPixelState(NamedTuple):
+    """The env state of a dm_control task with pixel observations (``obs="rgb"``).
+
+    Attributes:
+        physics, model: as :class:`DMCState`.
+        frames: u8[2 * 3 * 64 * 64]: the two newest frames of the stack (oldest first,
+            each channels first and flattened): with the next step's frame they make the next
+            observation.
+    """
+
+    physics: jax.Array
+    model: jax.Array
+    frames: jax.Array
+
+
+class _RenderThread:
+    """One daemon thread that runs the calls given to :meth:`call`, in order (a pixel env's host
+    work: the OpenGL context lives on it). Not a ``ThreadPoolExecutor``: those refuse work once
+    the interpreter starts exiting, before the exit hook that frees the context has run."""
+
+    def __init__(self, name: str):
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args, fut = item
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 (handed to the caller)
+                fut.set_exception(e)
+
+    def call(self, fn, *args):
+        """``fn(*args)`` run on the thread; its result, or its exception raised here."""
+        if threading.current_thread() is self._thread:
+            return fn(*args)
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((fn, args, fut))
+        return fut.result()
+
+    def stop(self):
+        self._queue.put(None)
+
+
+def _release_render_thread(physics, thread: _RenderThread) -> None:
+    """Free ``physics``'s rendering contexts on ``thread`` (where they are current), then stop
+    it. Run when the env is collected or at exit (idempotent); errors at shutdown are ignored."""
+    def free():
+        if getattr(physics, "_contexts", None):
+            physics._free_rendering_contexts()
+
+    try:
+        thread.call(free)
+    except Exception:  # noqa: BLE001 (interpreter shutdown: nothing left to do)
+        pass
+    thread.stop()
+
+
 class _Host:
     """The host side: one dm_control environment used as a scratch simulator.
 
@@ -132,8 +258,9 @@ class _Host:
     their arguments; a lock serialises them.
     """
 
-    def __init__(self, name: str, action_repeat: int):
+    def __init__(self, name: str, action_repeat: int, pixels: bool = False):
         import mujoco
+
 
         control = _import_dm_control()
         self._mujoco = mujoco
@@ -170,6 +297,26 @@ class _Host:
         self.obs_dim = sum(n for _, n in self.obs_layout)
         self._lock = threading.Lock()
         self.stats = {"calls": 0, "items": 0, "seconds": 0.0}
+        self.pixels = bool(pixels)
+        self.camera_id = camera_id(name)
+        # Pixels: every host call runs on one dedicated thread. dm_control's EGL (and OSMesa)
+        # context renders on the calling thread and can be current on one thread only, while
+        # jax.pure_callback calls come from XLA's threads (a different one from one call to the
+        # next); so the context is created and kept current on this thread.
+        self._render_thread = _RenderThread("tdmpc2-dmc-render") if self.pixels else None
+        if self.pixels:
+            try:
+                self._on_thread(self._frame)
+                # free the OpenGL context on its own thread, when the env is collected or at exit
+                # (registered after dm_control's own exit hook, so it runs first: dm_control's
+                # would free it from the main thread, where EGL refuses the context)
+                atexit.register(weakref.finalize(self, _release_render_thread, self.physics, self._render_thread))
+            except Exception as e:  # no OpenGL context: GLFW without a display, no EGL library, ...
+                raise ValueError(
+                    f"dm_control task {name!r} with obs='rgb' could not render a frame ({type(e).__name__}: {e}); "
+                    f"MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}. Pixels need an OpenGL backend: set MUJOCO_GL=egl "
+                    "(GPU or Mesa EGL) or MUJOCO_GL=osmesa (software) before dm_control is imported (before the "
+                    "first dm_control env of the process is built)") from None
 
     def _count(self, t0, items):
         self.stats["calls"] += 1
@@ -195,6 +342,17 @@ class _Host:
         with self.physics.check_invalid_state():
             self._mujoco.mj_step1(m, d)
 
+    def _on_thread(self, fn, *args):
+        """``fn(*args)``, on the render thread with pixels (see ``__init__``), else here."""
+        if self._render_thread is None:
+            return fn(*args)
+        return self._render_thread.call(fn, *args)
+
+    def _frame(self):
+        """The current frame: u8[3 * 64 * 64], channels first (official ``PixelWrapper._get_obs``)."""
+        img = self.physics.render(height=RENDER_SIZE, width=RENDER_SIZE, camera_id=self.camera_id)
+        return np.ascontiguousarray(np.asarray(img, np.uint8).transpose(2, 0, 1)).reshape(-1)
+
     def _obs(self):
         obs = self.task.get_observation(self.physics)
         return np.concatenate([np.asarray(v).ravel() for v in obs.values()]).astype(np.float32)
@@ -208,27 +366,38 @@ class _Host:
 
     # ---------------------------------------------------------------- batches
     def reset(self, seeds):
+        return self._on_thread(self._reset, seeds)
+
+    def step(self, phys, model, action, repeat, agent_units):
+        return self._on_thread(self._step, phys, model, action, repeat, agent_units)
+
+    def _reset(self, seeds):
         t0 = time.perf_counter()
         seeds = np.asarray(seeds)
         batch = seeds.shape
         phys = np.empty(batch + (2 * self.state_size,), np.uint32)
         model = np.empty(batch + (self.model_words,), np.uint32)
-        obs = np.empty(batch + (self.obs_dim,), np.float32)
+        obs = np.empty(batch + ((FRAME_SIZE,) if self.pixels else (self.obs_dim,)),
+                       np.uint8 if self.pixels else np.float32)
         with self._lock:
             for i in np.ndindex(batch):
                 self.task.random.seed(int(seeds[i]))
                 ts = self.env.reset()
-                obs[i] = np.concatenate([np.asarray(v).ravel() for v in ts.observation.values()]).astype(np.float32)
+                if self.pixels:
+                    obs[i] = self._frame()
+                else:
+                    obs[i] = np.concatenate([np.asarray(v).ravel() for v in ts.observation.values()]).astype(np.float32)
                 self._read(phys[i], model[i])
             self._count(t0, seeds.size)
         return phys, model, obs
 
-    def step(self, phys, model, action, repeat, agent_units):
+    def _step(self, phys, model, action, repeat, agent_units):
         t0 = time.perf_counter()
         batch = phys.shape[:-1]
         action = np.broadcast_to(action, batch + action.shape[-1:])
         phys_out = np.array(phys, np.uint32, copy=True)
-        obs = np.empty(batch + (self.obs_dim,), np.float32)
+        obs = np.empty(batch + ((FRAME_SIZE,) if self.pixels else (self.obs_dim,)),
+                       np.uint8 if self.pixels else np.float32)
         reward = np.empty(batch, np.float32)
         with self._lock:
             for i in np.ndindex(batch):
@@ -244,11 +413,11 @@ class _Host:
                     total = 0.0
                     for _ in range(repeat):
                         total += self._control_step(env_action)
-                    obs[i] = self._obs()
+                    obs[i] = self._frame() if self.pixels else self._obs()
                     reward[i] = np.float32(total)
                     self._read(phys_out[i], None)
                 except self._physics_error:
-                    obs[i] = np.nan
+                    obs[i] = 0 if self.pixels else np.nan
                     reward[i] = np.nan
             self._count(t0, reward.size)
         return phys_out, obs, reward
@@ -262,27 +431,36 @@ class DMControlEnv(Env):
         action_repeat: control steps per agent step (rewards summed; the paper uses 2).
         episode_length: control steps per episode (1000, as every suite task); T =
             episode_length // action_repeat agent steps.
+        obs: ``"state"`` (default; f32[obs_dim], the task's observation dict concatenated) or
+            ``"rgb"`` (u8[9 * 64 * 64], the stack of the last 3 rendered frames; module
+            docstring, spec §2 "Pixels"; ``spec.obs_dtype`` "uint8", ``spec.obs_shape``
+            (9, 64, 64)).
 
     Raises:
         ValueError: unknown or refused id (close matches and the accepted ids named);
-            ``action_repeat`` < 1 or ``episode_length`` not a multiple of it; a task that
-            fails to build (e.g. quadruped-escape needs an OpenGL context:
-            ``MUJOCO_GL=egl`` or ``osmesa``).
+            ``action_repeat`` < 1 or ``episode_length`` not a multiple of it; ``obs`` not
+            "state" or "rgb"; a task that fails to build (e.g. quadruped-escape needs an
+            OpenGL context: ``MUJOCO_GL=egl`` or ``osmesa``) or, with pixels, to render.
     """
 
     steps_on_host = True
 
-    def __init__(self, env_id: str, *, action_repeat: int = 1, episode_length: int = 1000):
+    def __init__(self, env_id: str, *, action_repeat: int = 1, episode_length: int = 1000, obs: str = "state"):
+        from tdmpc2core.envs.registry import check_obs
+
         if env_id not in DMCONTROL_ENVS:
             raise unknown_id_error(env_id)
         check_repeat_and_length(action_repeat, episode_length, check_length=True)
-        host = _Host(dmc_name(env_id), action_repeat)
+        self.pixels = check_obs(obs) == "rgb"
+        host = _Host(dmc_name(env_id), action_repeat, pixels=self.pixels)
         self._host = host
         self._token = None
-        self.spec = EnvSpec.from_bounds(
-            env_id, _suite_name(), host.obs_dim, host.low, host.high,
+        pix = dict(obs_dtype="uint8", obs_shape=PIXEL_SHAPE) if self.pixels else {}
+        spec = EnvSpec.from_bounds(
+            env_id, _suite_name(), NUM_FRAMES * FRAME_SIZE if self.pixels else host.obs_dim, host.low, host.high,
             action_repeat=action_repeat, episode_length=episode_length // action_repeat,
             backend=None, can_terminate=False)
+        self.spec = dataclasses.replace(spec, **pix)
 
     @property
     def dm_env(self):
@@ -325,15 +503,26 @@ class DMControlEnv(Env):
         return jax.random.bits(key, (), jnp.uint32)
 
     def _shapes(self):
+        """Shapes of the host's (physics, model, observation) outputs; the observation is one
+        frame u8[3 * 64 * 64] with pixels."""
         h = self._host
+        obs = (jax.ShapeDtypeStruct((FRAME_SIZE,), jnp.uint8) if self.pixels
+               else jax.ShapeDtypeStruct((h.obs_dim,), jnp.float32))
         return (jax.ShapeDtypeStruct((2 * h.state_size,), jnp.uint32),
-                jax.ShapeDtypeStruct((h.model_words,), jnp.uint32),
-                jax.ShapeDtypeStruct((h.obs_dim,), jnp.float32))
+                jax.ShapeDtypeStruct((h.model_words,), jnp.uint32), obs)
 
     def _raw_reset(self, key):
         phys, model, obs = jax.pure_callback(self._host.reset, self._shapes(), self.reset_seed(key),
                                              vmap_method="broadcast_all")
+        if self.pixels:  # the reset frame fills the stack (official PixelWrapper.reset)
+            return DMCPixelState(phys, model, jnp.tile(obs, NUM_FRAMES - 1)), jnp.tile(obs, NUM_FRAMES)
         return DMCState(phys, model), obs
+
+    def _with_frame(self, inner, phys, frame):
+        """(state, observation) after a host step that rendered ``frame`` u8[3 * 64 * 64]: the
+        stack is the carried frames then the new one; the newest two are carried on."""
+        obs = jnp.concatenate([inner.frames, frame])
+        return DMCPixelState(phys, inner.model, obs[FRAME_SIZE:]), obs
 
     def _host_step(self, inner: DMCState, action, repeat: int, agent_units: bool):
         phys_s, _, obs_s = self._shapes()
@@ -349,17 +538,25 @@ class DMControlEnv(Env):
         del key
         a = jnp.asarray(env_action, jnp.float32).reshape(self.spec.action_dim)
         phys, obs, reward = self._host_step(inner, a, 1, False)
+        if self.pixels:
+            inner, obs = self._with_frame(inner, phys, obs)
+            return inner, obs, reward, jnp.zeros((), bool)
         return DMCState(phys, inner.model), obs, reward, jnp.zeros((), bool)
 
     def step(self, env_state: EnvState, action: jax.Array, key: jax.Array) -> tuple[EnvState, StepOut]:
         """One agent step: ``action_repeat`` control steps in one host call (see the module
         docstring). ``key`` is unused (dm_control steps are deterministic). Returns
-        ``(env_state, StepOut(obs, reward, terminated=False, truncated=t >= T, success=False))``."""
+        ``(env_state, StepOut(obs, reward, terminated=False, truncated=t >= T, success=False))``;
+        with pixels ``obs`` is the u8 frame stack whose newest frame is rendered after the
+        step."""
         del key
         a = jnp.clip(jnp.asarray(action, jnp.float32).reshape(self.spec.action_dim), -1.0, 1.0)
         phys, obs, reward = self._host_step(env_state.inner, a, self.spec.action_repeat, True)
         t = env_state.t + 1
-        inner = DMCState(phys, env_state.inner.model)
+        if self.pixels:  # the frame rendered after the action repeat joins the stack
+            inner, obs = self._with_frame(env_state.inner, phys, obs)
+        else:
+            inner = DMCState(phys, env_state.inner.model)
         return EnvState(inner=inner, t=t), StepOut(obs, reward, jnp.zeros((), bool), t >= self.spec.episode_length,
                                                    jnp.zeros((), bool))
 

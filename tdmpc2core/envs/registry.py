@@ -90,6 +90,10 @@ class Suite:
         frames: ``frames(env) -> FrameSource``: how the suite's own renderer pictures an env's
             states for evaluation videos (:mod:`tdmpc2core.envs.render`), or None: no renderer
             (the report says so instead of showing a video).
+        obs_types: the observation types :attr:`build` can give (``"state"``, and ``"rgb"``
+            for pixels, spec §2 "Pixels"). :meth:`make` refuses any other; :attr:`build` is
+            called with ``obs=`` only for one other than ``"state"`` (so a suite without pixels
+            keeps the signature above).
     """
 
     name: str
@@ -107,6 +111,7 @@ class Suite:
     published: Mapping[str, str] = dataclasses.field(default_factory=dict)
     report: SuiteReport = None  # type: ignore[assignment]
     frames: Optional[Callable[[Any], Any]] = None
+    obs_types: tuple[str, ...] = ("state",)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -190,16 +195,23 @@ class Suite:
         return (float(lo) * sim_steps, float(hi) * sim_steps)
 
     def make(self, env_id: str, *, action_repeat: Optional[int] = None, episode_length: int = 1000,
-             env_params=None, backend: Optional[str] = None):
+             env_params=None, backend: Optional[str] = None, obs: str = "state"):
         """Check the arguments, then :attr:`build` the env (see :func:`tdmpc2core.envs.make_env`).
 
         Raises:
             ValueError: an id this suite does not accept, a bad repeat or length, a ``backend``
                 for a suite that takes none, ``env_params`` the suite refuses
-                (:meth:`env_params`); ImportError: a required package is missing.
+                (:meth:`env_params`), an ``obs`` the suite cannot give (:attr:`obs_types`);
+                ImportError: a required package is missing.
         """
         if env_id not in self.ids:
             raise ValueError(f"env id {env_id!r} is not a {self.name} id; accepted: {list(self.ids)}")
+        check_obs(obs)
+        if obs not in self.obs_types:
+            givers = [s.name for s in suites() if obs in s.obs_types]
+            raise ValueError(f"obs={obs!r} is not available for {env_id!r}: the {self.name} suite gives "
+                             f"{list(self.obs_types)} observations; {obs!r} is given by: {givers} (as in the "
+                             "official code, pixel observations are dm_control's only)")
         action_repeat = self.action_repeat(action_repeat)
         check_repeat_and_length(action_repeat, episode_length, check_length=self.keeps_episode_length)
         if backend is not None and not self.takes_backend:
@@ -211,8 +223,20 @@ class Suite:
         err = self.install_error()
         if err is not None:
             raise err
+        extra = {} if obs == "state" else {"obs": obs}
         return self.build(env_id, action_repeat=action_repeat, episode_length=episode_length,
-                          env_params=env_params, backend=backend)
+                          env_params=env_params, backend=backend, **extra)
+
+
+#: the observation types (spec §2): flat float32 state vectors, or 64x64 RGB frame stacks
+OBS_TYPES = ("state", "rgb")
+
+
+def check_obs(obs) -> str:
+    """``obs`` if it is one of :data:`OBS_TYPES`, else ValueError naming it and the accepted ones."""
+    if not isinstance(obs, str) or obs not in OBS_TYPES:
+        raise ValueError(f"obs={obs!r}; accepted: {list(OBS_TYPES)}")
+    return obs
 
 
 _REGISTRY: dict[str, Suite] = {}
@@ -355,5 +379,5 @@ def check_repeat_and_length(action_repeat: int, episode_length: int, *, check_le
             )
 
 
-__all__ = ["SCORES", "Suite", "SuiteReport", "register_suite", "unregister_suite", "suites", "get_suite",
+__all__ = ["SCORES", "OBS_TYPES", "check_obs", "Suite", "SuiteReport", "register_suite", "unregister_suite", "suites", "get_suite",
            "suite_for", "report_facts", "packages", "check_repeat_and_length"]

@@ -1,7 +1,8 @@
 """``tdmpc2 train-single``: train single-task TD-MPC2 seeds (vmapped) on one task.
 
 Writes ``{outdir}/seed{S}/eval.parquet``, ``metrics.parquet``, ``episodes.parquet`` (the
-seed's replay as an episode dataset, :func:`tdmpc2core.dataset.export_episodes`) and, last,
+seed's replay as an episode dataset, :func:`tdmpc2core.dataset.export_episodes`; not for a
+pixel run, spec ``"agent": {"obs": "rgb"}``: datasets are state-only) and, last,
 ``run.json`` for every seed (docs/artifacts.md), only once training is complete. Progress is logged to stderr
 after every chunk of the schedule and at least every ``--progress-seconds``: agent steps done
 of the total, agent steps/s, time left (from this session's training-tick rate), the last
@@ -151,6 +152,7 @@ def _make_agent(spec: dict, seeds: list, log, devices=None):
     log(f"env {spec['env_id']}: T={agent.episode_length} agent steps, action_repeat={agent.action_repeat}, "
         f"gamma={agent.gamma:.4f}, seed_steps={agent.seed_steps}, seeds={seeds}, {n_timesteps} agent steps"
         + (", episodic (termination head)" if agent.episodic else "")
+        + (", pixels (obs='rgb': 64x64 RGB frame stacks)" if agent.pixels else "")
         + (f", extensions {spec['extensions']}" if spec.get("extensions") else "")
         + f"; env settings: {describe(agent.env.env_params)} (in effect: {describe(agent.env.effective_settings)})"
         + ("; one device" if mesh is None else f"; seeds split over {mesh.devices.size} devices"))
@@ -249,13 +251,19 @@ def _write_seed(args, spec: dict, seeds: list, outdir: Path, log, agent, state, 
     prov = session["provenance"]
     # the run's id: in every row of its episodes (the run_id column) and in its run.json
     rid = provenance.run_id(args.task, seed, spec, agent.config)
-    episodes = export_episodes(agent, state, seed_index=i, name=args.task, seed=seed, run_id=rid,
-                               allow_evicted=bool(spec.get("allow_evicted", False)),
-                               provenance={"spec": spec, **prov})
-    size = save_dataset(episodes, d / "episodes.parquet")
-    log(f"seed {seed}: exported {episodes.num_episodes} episodes ({episodes.num_transitions} agent steps, "
-        f"{size / 1e6:.1f} MB) to {d / 'episodes.parquet'}")
-    atomic.write_json(runjson, _run_json(args, spec, seeds, agent, hist, i, seed, episodes, session))
+    if agent.pixels:  # episode datasets are state-only (as the official ones): no episodes.parquet
+        (d / "episodes.parquet").unlink(missing_ok=True)
+        log(f"seed {seed}: pixel observations (obs='rgb'): no episodes.parquet (episode datasets hold state "
+            "observations only)")
+        episodes = None
+    else:
+        episodes = export_episodes(agent, state, seed_index=i, name=args.task, seed=seed, run_id=rid,
+                                   allow_evicted=bool(spec.get("allow_evicted", False)),
+                                   provenance={"spec": spec, **prov})
+        size = save_dataset(episodes, d / "episodes.parquet")
+        log(f"seed {seed}: exported {episodes.num_episodes} episodes ({episodes.num_transitions} agent steps, "
+            f"{size / 1e6:.1f} MB) to {d / 'episodes.parquet'}")
+    atomic.write_json(runjson, _run_json(args, spec, seeds, agent, hist, i, seed, episodes, session, rid))
 
 
 #: the evaluation video of a job's first seed, beside its eval.parquet (docs/artifacts.md)
@@ -320,7 +328,8 @@ def _compile_s(timings: dict) -> float:
     return float(rec.get("trace_lower_s", 0.0) + rec.get("compile_s", 0.0))
 
 
-def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: int, episodes, session: dict) -> dict:
+def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: int, episodes, session: dict,
+              run_id: str) -> dict:
     """Seed ``seed``'s run.json (docs/artifacts.md, "Single-task run")."""
     import numpy as np
 
@@ -331,7 +340,7 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
 
     n_timesteps, prov, ckdir = session["n_timesteps"], session["provenance"], session["ckdir"]
     return {
-        "task": args.task, "seed": seed, "run_id": episodes.runs[0].run_id,  # the run_id column of its episodes
+        "task": args.task, "seed": seed, "run_id": run_id,  # the run_id column of its episodes
         "seeds_in_job": seeds, "spec": spec,
         # the env's settings (the suite's defaults: {}) and the values in effect (tdmpc2core.envs.Env)
         "env_params": agent.env.env_params, "env_effective": agent.env.effective_settings,
@@ -341,7 +350,9 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
         # an env with a success flag: the last evaluation's success rate in [0, 1] (the last-step rule)
         "final_eval_success": (float(np.mean(hist["eval_success"][-1, i]))
                                if "eval_success" in hist and len(hist["eval_agent_steps"]) else None),
-        "dataset_episodes": episodes.num_episodes, "dataset_agent_steps": episodes.num_transitions,
+        # None for pixel runs (obs='rgb'): no episodes.parquet
+        "dataset_episodes": None if episodes is None else episodes.num_episodes,
+        "dataset_agent_steps": None if episodes is None else episodes.num_transitions,
         "matmul_precision": outputs.matmul_precision_note(agent.config["matmul_precision"], prov["platform"]),
         "code_version": code_version("train_single"),  # the rerun_on_code_change check (pipeline/codeversion.py)
         "compile_seconds": per_program(agent.compile_seconds),

@@ -16,13 +16,13 @@ from tdmpc2core.envs.params import check_dmcontrol
 from tdmpc2core.envs.registry import Suite, SuiteReport
 
 
-def _build(env_id, *, action_repeat, episode_length, env_params, backend):
+def _build(env_id, *, action_repeat, episode_length, env_params, backend, obs="state"):
     if env_params:  # a mapping was refused by check_params already; anything else is refused here
         raise ValueError(f"env_params={env_params!r}: dm_control tasks take none (the official "
                          "construction is used); pass env_params=None")
     from tdmpc2core.envs.dmcontrol_env import DMControlEnv
 
-    return DMControlEnv(env_id, action_repeat=action_repeat, episode_length=episode_length)
+    return DMControlEnv(env_id, action_repeat=action_repeat, episode_length=episode_length, obs=obs)
 
 
 def _refuse(env_id) -> Optional[ValueError]:
@@ -42,6 +42,7 @@ SUITE = Suite(
     requires=("dm-control", "mujoco"),
     default_action_repeat=2,
     refuse=_refuse,
+    obs_types=("state", "rgb"),
     check_params=check_dmcontrol,
     published={i: dmc_name(i) for i in DMCONTROL_ENVS},
     report=SuiteReport(
