@@ -43,6 +43,8 @@ def test_published_pixel_curves_units_names_and_domain():
     schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
     enum = schema["$defs"]["task"]["properties"]["published"]["enum"]
     assert set(enum) - {None} == set(P.published_tasks())
+    from tdmpc2core.pipeline import config as C
+    assert C.PIXEL_SUFFIX == P.PIXEL_SUFFIX
 
 
 def test_published_pixel_resource_is_derived_from_the_official_files():

@@ -233,6 +233,7 @@ def test_toy_suite_passes_the_workflows_configuration_check(toy):
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
     task = {k: v for k, v in toy_workflow_task().items() if k != "action_repeat"}
     config["protocol"] = "toy"
+    config["video"] = "off"  # the toy suite has no renderer (video: last refuses it; tests/test_videos.py)
     config["protocols"] = {"toy": {"label": "toy", "tasks": {"toy": {
         **task, "agent_steps": 4 * TOY_STEPS, "eval_every": TOY_STEPS, "eval_episodes": 1,
         "resources": {"gpu": 0, "runtime": 5, "mem_mb": 1000}}}}}

@@ -439,22 +439,26 @@ def _check_task(proto: str, protocol: dict, name: str, t: dict):
     return T, cfg
 
 
+#: the suffix of the published pixel curves' names (tdmpc2core.report.published.PIXEL_SUFFIX;
+#: the pipeline layer does not import the report's)
+PIXEL_SUFFIX = "-pixels"
+
+
 def _check_observations(where: str, t: dict) -> None:
     """Pixel observations (agent.obs rgb): dm_control tasks only (as the official code), compared
     with a pixel curve (``<task>-pixels``); a state task is not compared with a pixel curve."""
     obs = (t.get("agent") or {}).get("obs", "state")
     rgb = obs == "rgb"
     if rgb:
-        suite = library_envs.suite_of(t["env_id"])
-        if suite != "dmcontrol":
+        suite = library_envs.suite_for(t["env_id"])
+        if "rgb" not in suite.obs_types:
             raise ConfigError(
                 f"config: {where}.agent.obs: rgb observations are rendered by dm_control only (as the official "
-                f"code); env_id {t['env_id']!r} is a {suite} task. Use its dm_control id "
+                f"code); env_id {t['env_id']!r} is a {suite.name} task. Use its dm_control id "
                 "(dmc:<domain>-<task>, docs/dmcontrol.md) or obs: state")
     pub = t.get("published")
     if pub is None:
         return
-    from ..report.published import PIXEL_SUFFIX
     if rgb and not str(pub).endswith(PIXEL_SUFFIX):
         raise ConfigError(
             f"config: {where}.published: {pub!r} is a curve from states, but the task learns from pixels "
