@@ -65,6 +65,11 @@ HEAVY = {
     "tests/test_nonfinite.py": 110,
     "tests/test_update.py": 100,
     "tests/test_dataset.py": 100,
+    # issue 29 (pixels, videos; 2026-12-05, measured on a loaded machine and scaled)
+    "tests/test_videos.py": 90,
+    "tests/test_pixels.py": 80,
+    "tests/test_parity.py": 80,
+    "tests/test_pixels_model.py": 60,
 }
 
 # HEAVY units that run as one unit, on one worker, in this order: the real tiny pipeline
