@@ -431,7 +431,10 @@ def test_non_episodic_run_bit_identical_to_recorded_n_envs_1(runs):
 def test_non_episodic_run_bit_identical_to_recorded_n_envs_2():
     require_baseline_versions()
     agent = TDMPC2("Pendulum-v1", n_envs=2, seed_steps=400, **TINY)
-    state, hist = agent.train(seed=[0, 1], n_timesteps=420, eval_every=420, eval_episodes=2)
+    seen = []  # the on_evaluation hook (the stage's --video every) sees each evaluation, changes nothing
+    state, hist = agent.train(seed=[0, 1], n_timesteps=420, eval_every=420, eval_episodes=2,
+                              on_evaluation=lambda st, tick, ev: seen.append((tick, ev["eval_agent_steps"], st)))
+    assert [(t, s) for t, s, _ in seen] == [(0, 0), (210, 420)] and seen[-1][2] is state
     got = dict(fingerprint(state), eval_returns=np.asarray(hist["eval_returns"], np.float64).tolist())
     assert_matches_a_baseline(got, 2)
     assert np.all(np.asarray(hist["eval_lengths"]) == 200)

@@ -69,6 +69,25 @@ def test_record_episode_is_the_evaluation_episode_drawn_from_its_states(tmp_path
     assert rec0["seconds"]["compile"] == 0.0 and rec0["bytes"] == (tmp_path / "video.mp4").stat().st_size
     assert frames_of(tmp_path / "video.mp4")[1].shape == (201, 192, 192, 3)
     assert "video: seed 3, 201 frames at 20 fps" in logs[0]
+    # --video every: the train-single stage's on_evaluation hook, one video per evaluation, then the
+    # last copied to video.mp4; a video of an evaluation the run does not have (another run's) goes
+    from tdmpc2core.stages.train_single import EveryVideo
+
+    every = EveryVideo(agent, 3, 200, 3, tmp_path / "seed3" / "videos", logs.append)
+    (tmp_path / "seed3" / "videos" / "agent_steps_000000600.mp4").parent.mkdir(parents=True)
+    (tmp_path / "seed3" / "videos" / "agent_steps_000000600.mp4").write_bytes(b"stale")
+    every(state, 200, {"eval_agent_steps": 200})
+    every(state, 400, {"eval_agent_steps": 400})
+    assert every.records[400]["eval_index"] == 2 and every.records[200]["eval_index"] == 1
+    fin = every.finish(state, {"eval_agent_steps": [0, 200, 400]}, tmp_path / "seed3" / "video.mp4")
+    assert fin["file"] == "video.mp4" and fin["every"] == ["videos/agent_steps_000000200.mp4",
+                                                          "videos/agent_steps_000000400.mp4"]
+    assert sorted(p.name for p in (tmp_path / "seed3" / "videos").iterdir()) == [
+        "agent_steps_000000200.mp4", "agent_steps_000000400.mp4"]
+    last = frames_of(tmp_path / "seed3" / "video.mp4")[1]
+    np.testing.assert_array_equal(last, frames_of(tmp_path / "video.mp4")[1])  # the last evaluation's episode
+    assert not np.array_equal(frames_of(tmp_path / "seed3" / "videos" / "agent_steps_000000200.mp4")[1][:50],
+                              last[:50])  # another evaluation: another episode
     with pytest.raises(ValueError, match="seed_index=2: the state holds 2 seed"):
         agent.record_episode(state, 2)
     with pytest.raises(ValueError, match="width=63: a positive even number"):
@@ -82,8 +101,9 @@ def test_video_modes_and_suites_without_a_renderer_are_named():
     from tdmpc2core.envs import Env
 
     assert check_video_mode("last") == "last" and check_video_mode("off") == "off"
-    with pytest.raises(NotBuiltError, match="'every'.*not built"):
-        check_video_mode("every")
+    assert check_video_mode("every") == "every"
+    with pytest.raises(NotBuiltError, match="'every'.*single-task runs only"):
+        check_video_mode("every", every=False)
     with pytest.raises(ValueError, match=r"video='sometimes': accepted \['off', 'last', 'every'\]"):
         check_video_mode("sometimes")
     for env_id in ("Pendulum-v1", "MountainCarContinuous-v0", "CartpoleBalance", "inverted_pendulum",
@@ -108,9 +128,9 @@ def test_pipeline_video_setting(tmp_path):
 
     tasks = {"p": {"env_id": "Pendulum-v1"}, "c": {"env_id": "CartpoleBalance"}}
     assert _check_video(False, tasks, "demo") == "off" and _check_video("off", tasks, "demo") == "off"
-    assert _check_video("last", tasks, "demo") == "last"
-    with pytest.raises(ConfigError, match="video='every'; accepted: off, last"):
-        _check_video("every", tasks, "demo")
+    assert _check_video("last", tasks, "demo") == "last" and _check_video("every", tasks, "demo") == "every"
+    with pytest.raises(ConfigError, match="video='sometimes'; accepted: off, last, every"):
+        _check_video("sometimes", tasks, "demo")
 
 
 # --------------------------------------------------------------------------- renderers

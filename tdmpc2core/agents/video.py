@@ -45,15 +45,15 @@ class NotBuiltError(NotImplementedError, ValueError):
     """A video mode that is not built yet (a ValueError too, so the CLI reports it in one line)."""
 
 
-def check_video_mode(mode: str) -> str:
+def check_video_mode(mode: str, every: bool = True) -> str:
     """``mode`` if it is one of :data:`VIDEO_MODES`; raises ValueError naming it and those
-    accepted, or :class:`NotBuiltError` for ``"every"`` (not built: a run records only its last
-    evaluation)."""
+    accepted, or, with ``every=False`` (the multi-task stage), :class:`NotBuiltError` for
+    ``"every"`` (a multi-task run records its last evaluation only)."""
     if mode not in VIDEO_MODES:
         raise ValueError(f"video={mode!r}: accepted {list(VIDEO_MODES)}")
-    if mode == "every":
-        raise NotBuiltError("video='every' (a video at every evaluation) is not built yet; "
-                                  "use 'last' (the last evaluation's episode) or 'off'")
+    if mode == "every" and not every:
+        raise NotBuiltError("video='every' (a video at every evaluation) is built for single-task runs only; "
+                            "a multi-task run records 'last' (the last evaluation's episodes) or 'off'")
     return mode
 
 

@@ -128,7 +128,7 @@ class Pipeline:
     resolved_yaml: str
     notes: tuple = ()
     logger: dict | None = None
-    #: evaluation videos: "off" or "last" (config key ``video``; docs/artifacts.md)
+    #: evaluation videos: "off", "last" or "every" (config key ``video``; docs/artifacts.md)
     video: str = "off"
 
     def logger_resources(self) -> dict:
@@ -251,6 +251,12 @@ class Pipeline:
         names = [f for f in RUN_FILES if not (pixels and f == EPISODES_FILE)]
         files = [f"{RUNS}/{{task}}/seed{s}/{f}" for s in group for f in names]
         return files + ([] if self.video == "off" else [f"{RUNS}/{{task}}/seed{group[0]}/{VIDEO_FILE}"])
+
+    @property
+    def multi_video(self) -> str:
+        """The multi-task jobs' ``--video``: the config's, but "last" for "every" (a multi-task
+        run records its last evaluation only)."""
+        return "last" if self.video == "every" else self.video
 
     def multi_video_dirs(self) -> list[str]:
         """Every multi-task job's videos folder (results/multi/{pool}/size{size}/videos); [] with
@@ -649,13 +655,13 @@ def resolve(config: dict) -> Pipeline:
 
 
 def _check_video(value, tasks: dict, protocol: str) -> str:
-    """The ``video`` setting as "off" or "last" (YAML's false, an unquoted off, is "off").
-    Raises ConfigError for another value, or for "last" with a task whose suite has no renderer
-    (tdmpc2core.envs.render.cannot_render), naming the task."""
+    """The ``video`` setting as "off", "last" or "every" (YAML's false, an unquoted off, is
+    "off"). Raises ConfigError for another value, or for "last" / "every" with a task whose
+    suite has no renderer (tdmpc2core.envs.render.cannot_render), naming the task."""
     if value is False or value == "off":
         return "off"
-    if value != "last":
-        raise ConfigError(f"config: video={value!r}; accepted: off, last (every: not built)")
+    if value not in ("last", "every"):
+        raise ConfigError(f"config: video={value!r}; accepted: off, last, every")
     from tdmpc2core.envs.render import cannot_render
 
     for t, s in tasks.items():
@@ -666,4 +672,4 @@ def _check_video(value, tasks: dict, protocol: str) -> str:
         if reason is not None:
             raise ConfigError(f"config: protocols.{protocol}.tasks.{t}: {reason}; set video: off "
                               "(the training jobs then write no video)")
-    return "last"
+    return value

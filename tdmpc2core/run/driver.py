@@ -93,6 +93,12 @@ class RunOptions:
       progress_bar: a tqdm progress bar on stderr (steps of this call, the rate, the last
         evaluation's mean); None (default): only when stderr is a terminal. The pipeline's
         jobs pass False (their logs keep their own progress lines).
+      on_evaluation: called on the host after every evaluation of this call as
+        ``on_evaluation(state, tick, evaluation)``: the run state evaluated, its training tick
+        and the evaluation's record (``eval_agent_steps``, ``eval_returns`` [n_seeds,
+        episodes], ...). The training stage's ``--video every`` records an episode there
+        (:meth:`tdmpc2core.TDMPC2.record_episode`). It must not change the state; what it
+        returns is ignored.
     """
 
     checkpoint_dir: Any = None
@@ -104,6 +110,7 @@ class RunOptions:
     progress: Optional[Callable[[dict], None]] = None
     loggers: tuple = ()
     progress_bar: Optional[bool] = None
+    on_evaluation: Optional[Callable[[Any, int, dict], None]] = None
 
     def __post_init__(self):
         object.__setattr__(self, "loggers", tuple(self.loggers or ()))
@@ -826,6 +833,8 @@ class _Call:
     def evaluate(self, tick: int) -> dict:
         ev = self.program.evaluate(self.state, tick, self.run)
         self.hist["evals"].append(ev)
+        if self.opts.on_evaluation is not None:
+            self.opts.on_evaluation(self.state, tick, ev)
         if self.loggers:
             self.log(tick, {f"Eval/{k}": v for k, v in self.program.eval_log(ev).items()})
         if self.bar is not None:

@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--video", default="off", choices=["off", "last", "every"],
                    help="evaluation videos: 'last' records one episode per evaluated task of the first seed "
                         "acting as the last evaluation acts, written to {outdir}/videos/{task}.mp4 "
-                        "(docs/artifacts.md); 'every' is not built yet (refused); default off")
+                        "(docs/artifacts.md); 'every' is for single-task runs only (refused here); default off")
     add_checkpoint_arguments(p, "updates", "only when stopped by a signal and at the end")
     add_logger_arguments(p)
     add_device_arguments(p, processes=True)
@@ -68,7 +68,7 @@ def run(args) -> int:
     spec = parse_spec(args.spec)
     from ..agents.video import check_video_mode
 
-    check_video_mode(getattr(args, "video", "off"))  # 'every': refused before any work
+    check_video_mode(getattr(args, "video", "off"), every=False)  # 'every': single-task only
 
     prefix = f"[train-multi {args.pool} size{args.model_size}]"
     log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)

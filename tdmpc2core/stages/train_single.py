@@ -54,7 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--video", default="off", choices=["off", "last", "every"],
                    help="evaluation video: 'last' records one episode of the first seed acting as the last "
                         "evaluation acts, written to {outdir}/seed{first seed}/video.mp4 (docs/artifacts.md); "
-                        "'every' is not built yet (refused); default off")
+                        "'every' records one at every evaluation, {outdir}/seed{first seed}/videos/"
+                        "agent_steps_<N>.mp4, and copies the last to video.mp4; default off")
     add_checkpoint_arguments(p, "agent steps", "only when stopped by a signal and at the end")
     add_logger_arguments(p)
     add_device_arguments(p, processes=False)
@@ -69,7 +70,7 @@ def run(args) -> int:
     spec = parse_spec(args.spec)
     from ..agents.video import check_video_mode
 
-    check_video_mode(getattr(args, "video", "off"))  # 'every': refused before any work
+    check_video_mode(getattr(args, "video", "off"))
 
     seeds = list(args.seeds)
     outdir = Path(args.outdir)
@@ -190,12 +191,15 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     eval_episodes = int(spec.get("eval_episodes", 10))
     loggers = job_loggers(args, log, f"single/{args.task}", args.task, seeds, lambda:
                           {"task": args.task, "protocol": args.logger_group, "spec": spec, "agent": agent.config})
+    eval_every = int(spec.get("eval_every", 0)) or None
+    every = EveryVideo(agent, seeds[0], eval_every, eval_episodes, outdir / f"seed{seeds[0]}" / VIDEO_DIR, log) \
+        if getattr(args, "video", "off") == "every" else None
     train = functools.partial(
         agent.train, seed=seeds, n_timesteps=n_timesteps, total_timesteps=n_timesteps,
-        eval_every=int(spec.get("eval_every", 0)) or None, eval_episodes=eval_episodes, callback=prog.on_chunk,
+        eval_every=eval_every, eval_episodes=eval_episodes, callback=prog.on_chunk,
         progress=prog.on_progress, max_chunk_seconds=args.max_chunk_seconds, checkpoint_dir=ckdir,
         checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, loggers=loggers,
-        progress_bar=False)
+        progress_bar=False, on_evaluation=every)
     try:
         result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=n_timesteps, steps=prog,
                                compile_seconds=lambda: per_program(agent.compile_seconds))
@@ -216,6 +220,8 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     if getattr(args, "video", "off") == "last":
         session["video"] = write_last_video(agent, state, hist, seeds[0], eval_episodes,
                                             outdir / f"seed{seeds[0]}" / VIDEO_FILE, log)
+    elif every is not None:
+        session["video"] = every.finish(state, hist, outdir / f"seed{seeds[0]}" / VIDEO_FILE)
     for i, seed in enumerate(seeds):
         _write_seed(args, spec, seeds, outdir, log, agent, state, hist, i, seed, session)
     # the outputs are complete: keep only the final checkpoint (the trained agent) and mark the
@@ -282,6 +288,61 @@ def write_last_video(agent, state, hist: dict, seed: int, eval_episodes: int, pa
                                                 width=VIDEO_SIZE, height=VIDEO_SIZE, max_frames=VIDEO_MAX_FRAMES),
         agent.video_renderer, agent.record_seconds, path, log, f"seed {seed}")
     return rec if rec.get("file") is None else {**rec, "seed": seed, "eval_index": eval_index}
+
+
+#: ``--video every``: the first seed's video of each evaluation, in this folder beside video.mp4
+VIDEO_DIR = "videos"
+
+
+def every_video_name(agent_steps: int) -> str:
+    """The file of the evaluation video at ``agent_steps`` (``--video every``)."""
+    return f"agent_steps_{int(agent_steps):09d}.mp4"
+
+
+class EveryVideo:
+    """``--video every``: the :class:`~tdmpc2core.run.driver.RunOptions` ``on_evaluation`` hook
+    that records the job's first seed (position 0) acting as each evaluation acts and writes
+    ``{folder}/agent_steps_<N>.mp4`` (:func:`record_and_write`); :meth:`finish` makes the last
+    one the job's ``video.mp4``. A resumed run keeps the videos of its earlier sessions' evaluations."""
+
+    def __init__(self, agent, seed: int, eval_every, eval_episodes: int, folder: Path, log):
+        self.agent, self.seed, self.eval_every, self.eval_episodes = agent, seed, eval_every, eval_episodes
+        self.folder, self.log, self.records = Path(folder), log, {}
+
+    def __call__(self, state, tick: int, evaluation: dict) -> None:
+        steps = int(evaluation["eval_agent_steps"])
+        eval_index = self.agent.eval_index(tick, self.eval_every)
+        path = self.folder / every_video_name(steps)
+        rec = record_and_write(
+            self.agent.env, lambda: self.agent.record_episode(
+                state, 0, seed=self.seed, eval_index=eval_index, eval_episodes=self.eval_episodes, width=VIDEO_SIZE,
+                height=VIDEO_SIZE, max_frames=VIDEO_MAX_FRAMES),
+            self.agent.video_renderer, self.agent.record_seconds, path, self.log, f"seed {self.seed} at {steps} agent steps")
+        self.records[steps] = rec if rec.get("file") is None else {**rec, "seed": self.seed, "eval_index": eval_index}
+
+    def finish(self, state, hist: dict, path: Path) -> dict:
+        """The run's ``video.mp4`` at ``path``: a copy of its last evaluation's video (recorded
+        now if this session did not evaluate it); the videos of evaluations the run's history
+        does not have (another run's) are removed. Returns the run.json record of ``video.mp4``
+        with ``every``: the file of each evaluation, in order."""
+        from ..io import atomic
+
+        steps = [int(s) for s in hist["eval_agent_steps"]]
+        for old in self.folder.glob("agent_steps_*.mp4"):
+            if old.name not in {every_video_name(s) for s in steps}:
+                old.unlink()
+        if not steps:
+            return {"file": None, "reason": "no evaluation"}
+        last = self.folder / every_video_name(steps[-1])
+        if last.exists():
+            with atomic.atomic_path(path) as tmp:
+                tmp.write_bytes(last.read_bytes())
+            rec = dict(self.records.get(steps[-1]) or {"seed": self.seed, "eval_index": len(steps) - 1})
+            rec["file"] = path.name
+        else:
+            rec = write_last_video(self.agent, state, hist, self.seed, self.eval_episodes, path, self.log)
+        return {**rec, "every": [f"{VIDEO_DIR}/{every_video_name(s)}" for s in steps
+                                 if (self.folder / every_video_name(s)).exists()]}
 
 
 def record_and_write(env, record, renderer_of, record_seconds: dict, path: Path, log, what: str) -> dict:

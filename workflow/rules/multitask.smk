@@ -46,7 +46,7 @@ if MULTITASK:
             max_chunk_seconds=str(MAX_CHUNK_SECONDS),
             launcher=P.cluster.multitask_launcher(),
             devices=P.cluster.devices,
-            video=P.video,  # --video: a resource, no rerun trigger (switching it on adds an output)
+            video=P.multi_video,  # --video: a resource, no rerun trigger (switching it on adds an output)
         params:
             # the multi-task settings: a change reruns the multi-task jobs only
             spec=lambda wc: P.multi_spec(wc.pool),
