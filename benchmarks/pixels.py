@@ -38,6 +38,8 @@ def main(argv=None) -> dict:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--eval-every", type=int, default=1000, help="agent steps between evaluations (and at 0, end)")
+    p.add_argument("--num-channels", type=int, default=32,
+                   help="conv channels (latent_dim = 16 x this: 32 -> 512, the official encoder; fewer for a CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
@@ -46,7 +48,8 @@ def main(argv=None) -> dict:
     from tdmpc2core.agents.single_task import TDMPC2
 
     load0 = os.getloadavg()
-    agent = TDMPC2(args.env, obs="rgb", model_size=1, latent_dim=512, episode_length=args.episode_length,
+    agent = TDMPC2(args.env, obs="rgb", model_size=1, num_channels=args.num_channels,
+                   latent_dim=16 * args.num_channels, episode_length=args.episode_length,
                    seed_steps=args.seed_steps, batch_size=args.batch_size, num_samples=128, num_elites=16,
                    num_pi_trajs=8, iterations=4, horizon=3)
     T = agent.episode_length
