@@ -80,6 +80,11 @@ def main(argv=None) -> dict:
         "return_range": [0.0, float(args.episode_length)],
         "train_returns": [float(np.asarray(r["train_return"]).reshape(-1)[0]) for r in records
                           if np.isfinite(np.asarray(r["train_return"]).reshape(-1)[0])],
+        # the world model's losses per chunk record (seed 0): the first after the seed phase and the last
+        "losses_first_last": {k: [round(v[0], 4), round(v[-1], 4)] for k, v in (
+            (k, [float(np.asarray(r[k]).reshape(-1)[0]) for r in records
+                 if k in r and np.isfinite(np.asarray(r[k]).reshape(-1)[0])])
+            for k in (records[-1] if records else {}) if "loss" in k) if v},
         "wall_s": round(wall, 1), "compile_s": compile_s,
         "agent_steps_per_s": round(args.steps / wall, 2),
         "host_seconds": round(host["seconds"], 1), "host_items": host["items"],
