@@ -60,6 +60,23 @@ def linear(x, kernel, bias, kernels: str, precision: jax.lax.Precision, frozen_i
     return y + jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
 
 
+def conv2d(x, kernel, stride: int, kernels: str, precision: jax.lax.Precision):
+    """A 'VALID' 2-D convolution, channels last: x [N, H, W, C] * kernel [k, k, C, O] ->
+    [N, (H - k) // stride + 1, (W - k) // stride + 1, O] (the rgb encoder's, spec §3.2).
+
+    ``kernels`` "cpu": :func:`kernels_cpu.conv2d` (the k x k strided slices of x concatenated,
+    times the kernel as one matmul: XLA:CPU runs ``conv_general_dilated``'s gradient inside a
+    while loop, the training program's update loop, about 20x slower than at top level, and
+    this matmul form at full speed); "reference": ``jax.lax.conv_general_dilated``. Same
+    values to float32 rounding. Raises ValueError for another ``kernels``.
+    """
+    if kernels == "cpu":
+        return kernels_cpu.conv2d(x, kernel, stride, precision)
+    _only(kernels)
+    return jax.lax.conv_general_dilated(x, kernel, (stride, stride), "VALID",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=precision)
+
+
 def layer_norm_act(h, scale, bias, act: Optional[str], kernels: str):
     """LayerNorm over the last axis (epsilon 1e-5) of h [..., F] with scale, bias [F], then
     Mish if ``act == 'mish'`` (spec §3.1), in at least float32 -> [..., F].

@@ -240,3 +240,20 @@ def global_sq_norm(tree):
     then sums it in one loop instead of splitting the sum into reduce-windows over a stored
     copy (2x faster). The reference is the plain sum (:func:`tdmpc2core.model.kernels.global_sq_norm`)."""
     return sum(jnp.sum(jax.lax.optimization_barrier(jnp.square(x))) for x in jax.tree_util.tree_leaves(tree))
+
+
+def conv2d(x, kernel, stride: int, precision):
+    """'VALID' 2-D convolution x [N, H, W, C] * kernel [k, k, C, O] (HWIO) -> [N, H', W', O] as
+    one matmul: the k x k strided slices of x concatenated on the channel axis in (kh, kw, C)
+    order ([N, H', W', k * k * C], an im2col of slices), times the kernel reshaped to
+    [k * k * C, O]. On XLA:CPU the gradient of ``lax.conv_general_dilated`` inside a while loop
+    (the training program's update loop) ran about 20x slower than at top level (3.3 s against
+    0.13 s per step of the rgb encoder at 64 images, one thread); this form ran in 0.17 s there.
+    Same values as the convolution to float32 rounding (a different summation order)."""
+    k = kernel.shape[0]
+    n, h, w, c = x.shape
+    ho, wo = (h - k) // stride + 1, (w - k) // stride + 1
+    cols = [x[:, i:i + stride * (ho - 1) + 1:stride, j:j + stride * (wo - 1) + 1:stride, :]
+            for i in range(k) for j in range(k)]
+    patches = jnp.concatenate(cols, axis=-1)
+    return jnp.dot(patches, kernel.reshape(k * k * c, kernel.shape[3]), precision=precision)

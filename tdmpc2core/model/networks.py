@@ -164,14 +164,16 @@ class Conv(nn.Module):
     Parameters: ``kernel`` [k, k, C_in, features] (flax's HWIO layout; torch's OIHW weight
     is its transpose (3, 2, 0, 1)) and ``bias`` [features], both initialised as PyTorch's
     default (:func:`torch_default_init`; spec §3.7). Computed by
-    ``jax.lax.conv_general_dilated`` on every backend and kernel choice, at the matmul
-    ``precision`` ("highest": full float32, as :class:`Dense`).
+    :func:`tdmpc2core.model.kernels.conv2d` with ``kernels`` ("auto" resolved on the JAX
+    default backend: the CPU's matmul form there, ``jax.lax.conv_general_dilated`` elsewhere),
+    at the matmul ``precision`` ("highest": full float32, as :class:`Dense`).
     """
 
     features: int
     kernel_size: int
     stride: int
     precision: str = "highest"
+    kernels: str = "auto"
 
     @nn.compact
     def __call__(self, x):
@@ -181,10 +183,10 @@ class Conv(nn.Module):
         bias = self.param("bias", init, (self.features,), jnp.float32)
         # computed channels-last (NHWC) between two transposes: XLA:CPU runs an NCHW convolution
         # inside a while loop (the training chunk's update and tick loops) about 25x slower than
-        # the same convolution at top level, while NHWC runs at full speed in both (same numbers)
-        y = jax.lax.conv_general_dilated(jnp.transpose(x, (0, 2, 3, 1)), kernel, (self.stride, self.stride), "VALID",
-                                         dimension_numbers=("NHWC", "HWIO", "NHWC"),
-                                         precision=K.precision(self.precision))
+        # at top level; NHWC is faster but its gradient is still ~20x slower there, hence the CPU
+        # kernels' matmul form (kernels.conv2d)
+        y = K.conv2d(jnp.transpose(x, (0, 2, 3, 1)), kernel, self.stride, K.concrete(self.kernels),
+                     K.precision(self.precision))
         return jnp.transpose(y, (0, 3, 1, 2)) + bias[None, :, None, None]
 
 
@@ -210,12 +212,13 @@ class ConvEncoder(nn.Module):
     num_channels: int = 32
     simnorm_dim: int = 8
     precision: str = "highest"
+    kernels: str = "auto"
 
     @nn.compact
     def __call__(self, x):
         x = x / 255.0 - 0.5
         for i, (k, s) in enumerate(CONV_LAYERS):
-            x = Conv(self.num_channels, k, s, precision=self.precision)(x)
+            x = Conv(self.num_channels, k, s, precision=self.precision, kernels=self.kernels)(x)
             if i < len(CONV_LAYERS) - 1:
                 x = jax.nn.relu(x)
         x = x.reshape(x.shape[0], -1)
@@ -237,7 +240,7 @@ def build_modules(cfg, obs_dim: int, action_dim: int, task_dim: int = 0) -> dict
     mlp2 = (cfg.mlp_dim, cfg.mlp_dim)
     enc_hidden = (cfg.enc_dim,) * max(cfg.num_enc_layers - 1, 1)
     if getattr(cfg, "obs", "state") == "rgb":
-        encoder = ConvEncoder(cfg.num_channels, cfg.simnorm_dim, cfg.matmul_precision)
+        encoder = ConvEncoder(cfg.num_channels, cfg.simnorm_dim, cfg.matmul_precision, kp["kernels"])
     else:
         encoder = MLP(enc_hidden, cfg.latent_dim, out_act="simnorm", simnorm_dim=cfg.simnorm_dim, **kp)
     mods = {
