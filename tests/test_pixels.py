@@ -137,6 +137,16 @@ def test_dmcontrol_pixels_are_the_official_wrappers_frames_stacked_after_each_st
     np.testing.assert_array_equal(np.asarray(out.obs)[:-FRAME_PX], np.asarray(o0)[FRAME_PX:])
     np.testing.assert_array_equal(np.asarray(after.inner.physics), np.asarray(bad.inner.physics))
 
+    # the evaluation video's renderer (tdmpc2core.envs.render) draws a pixel env's states on the
+    # env's render thread, where its OpenGL context is current (from the main thread it failed:
+    # a fresh user's pixel smoke run); the reset state at 64 x 64 is the observation's frame
+    from tdmpc2core.envs.render import frame_source
+
+    src = frame_source(env)
+    frames = src.render(jax.tree_util.tree_map(lambda x: np.asarray(x)[None], src.state_of(state.inner)), 64, 64)
+    np.testing.assert_array_equal(frames[0].transpose(2, 0, 1).reshape(-1), np.asarray(o0)[-FRAME_PX:])
+    src.close()
+
 
 def test_pixels_are_refused_for_suites_without_them_and_unknown_obs_types_are_named():
     from tdmpc2core.envs import make_env

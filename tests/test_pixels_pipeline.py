@@ -166,3 +166,23 @@ def test_pixel_tasks_train_in_rules_of_their_own_without_an_episode_dataset():
     assert stops.job_name(cmd, seed_tag, p.pixel_tasks) == "train_single_pixels_seeds_1 (task walker-walk)"
     # a protocol without a pixel task keeps its rule names
     assert [n for n, _, _ in resolve(over_demo("seeds: [0]")).train_rules()] == ["train_single_seeds_0"]
+
+
+@pytest.mark.parametrize("plan", ["paper-dmc-pixels", "config"])
+def test_the_report_command_of_the_recorded_plans_parses(plan):
+    """The report rule's command in the recorded dry-run plan parses with the report stage's
+    arguments: a protocol of pixel tasks only has no dataset summary, and its `--datasets` is
+    then given no value (a fresh user's pixel smoke run failed there)."""
+    import argparse
+    import shlex
+
+    from tdmpc2core.stages import report
+
+    line = next(ln for ln in (ROOT / "tests/fixtures/dryrun" / f"{plan}.txt").read_text().splitlines()
+                if "tdmpc2core.cli report " in ln)
+    argv = shlex.split(line.split("tdmpc2core.cli report ", 1)[1].split(" > ", 1)[0])
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    report.add_arguments(parser)
+    args = parser.parse_args(argv)
+    assert args.out == "results/report.html"
+    assert (args.datasets is None) == (plan == "paper-dmc-pixels")

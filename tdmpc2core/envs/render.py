@@ -228,11 +228,16 @@ def _dmcontrol(env) -> FrameSource:
     def state_of(inner):
         return inner.physics, inner.model
 
+    def draw(phys, model, width, height):
+        with host._lock:
+            host._restore(phys, model)
+            return np.asarray(host.physics.render(height=height, width=width, camera_id=camera), np.uint8)
+
     def render_one(st, width, height):
         phys, model = st
-        with host._lock:
-            host._restore(np.asarray(phys), np.asarray(model))
-            return np.asarray(host.physics.render(height=height, width=width, camera_id=camera), np.uint8)
+        # a pixel env's OpenGL context is current on its render thread only (dm_control's EGL
+        # renders on the thread that made it current): draw there, as its observations are drawn
+        return host._on_thread(draw, np.asarray(phys), np.asarray(model), width, height)
 
     dt = float(host.env.control_timestep())
     return FrameSource(state_of, render_one, dt, f"dm_control Physics.render, camera {camera}")

@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tables", default="results/tables", help="folder written by `tdmpc2 tables`")
     parser.add_argument("--figures", default="results/figures", help="folder written by `tdmpc2 figures`")
     parser.add_argument("--benchmarks", default="benchmarks/runs", help="Snakemake benchmark files (optional)")
-    parser.add_argument("--datasets", default=None,
+    parser.add_argument("--datasets", nargs="?", default=None, const=None,  # no value: no dataset (pixel tasks only)
                         help="summary of the episode datasets (results/datasets/summary.parquet; optional)")
     parser.add_argument("--repo", default=".", help="git work tree whose commit is reported")
     parser.add_argument("--no-jax", action="store_true", help="do not import JAX for the report machine's platform")
