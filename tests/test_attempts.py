@@ -141,6 +141,7 @@ def test_train_single_stage_writes_the_stop_record_of_an_error(tmp_path, monkeyp
 
     class Agent:
         episode_length, action_repeat, gamma, seed_steps, episodic, compile_seconds = 200, 1, 0.99, 400, False, {}
+        pixels = False  # state observations (the stage logs pixel runs apart)
         env = types.SimpleNamespace(env_params={}, effective_settings={})  # what the stage logs and records
         spec = types.SimpleNamespace(sim_episode_length=200)
         placement = types.SimpleNamespace(mesh_for=lambda n_seeds: None)  # one device

@@ -270,7 +270,7 @@ def _run_json(agent, spec: dict, seed: int = 0) -> dict:
     session = {"n_timesteps": 1000, "provenance": {"platform": {}}, "ckdir": None, "wall": 0.0,
                "started_at": 0, "attempts": []}
     record = train_single._run_json(SimpleNamespace(task="pendulum"), spec, [seed], agent, hist, 0, seed,
-                                    episodes, session)
+                                    episodes, session, episodes.runs[0].run_id)
     return json.loads(json.dumps(record, default=str))
 
 
