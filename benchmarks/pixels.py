@@ -83,7 +83,7 @@ def main(argv=None) -> dict:
         # the world model's losses per chunk record (seed 0): the first after the seed phase and the last
         "losses_first_last": {k: [round(v[0], 4), round(v[-1], 4)] for k, v in (
             (k, [float(np.asarray(r[k]).reshape(-1)[0]) for r in records
-                 if k in r and np.isfinite(np.asarray(r[k]).reshape(-1)[0])])
+                 if k in r and r.get("phase") != "seed" and np.isfinite(np.asarray(r[k]).reshape(-1)[0])])
             for k in (records[-1] if records else {}) if "loss" in k) if v},
         "wall_s": round(wall, 1), "compile_s": compile_s,
         "agent_steps_per_s": round(args.steps / wall, 2),
