@@ -282,3 +282,37 @@ def summary_lines(comp: pd.DataFrame) -> Sequence[str]:
     """One line per task: ``task: verdict (ours - official = d [lo, hi], margin +-m)``."""
     return [f"{r.task}: {r.verdict} (ours - official = {r.diff:+.1f} [{r.ci90[0]:.1f}, {r.ci90[1]:.1f}], "
             f"margin +-{r.margin:g})" for r in comp.itertuples(index=False)]
+
+
+def report_context(path: str | os.PathLike, reps: int = BOOT_REPS) -> dict:
+    """What results/report.html's "Learning beside the official code" section shows, from the
+    benchmark's results file ``path`` (config key ``learning_parity``): ``path``, ``comparison``
+    (:func:`comparison`; None when no task has both implementations' last points),
+    ``curves`` (:func:`curve_table`), ``figures`` ([(task, "png", bytes)], :func:`plot_task`),
+    ``meta`` (the benchmark's JSON written beside the file, {} without one: settings, schedule,
+    wall time, load), ``margin``, ``alpha``, ``last_points``.
+
+    Raises: FileNotFoundError, ValueError (:func:`read_results`)."""
+    import json
+    import tempfile
+
+    df = read_results(path)
+    curves = curve_table(df, reps=reps)
+    try:
+        comp = comparison(df, reps=reps)
+    except ValueError:
+        comp = None
+    figures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for task in tasks_of(df):
+            p = os.path.join(tmp, f"{task}.png")
+            plot_task(curves, task, p, df=df)
+            with open(p, "rb") as fh:
+                figures.append((task, "png", fh.read()))
+    meta_path = os.path.splitext(os.fspath(path))[0] + ".json"
+    meta = {}
+    if os.path.exists(meta_path):
+        with open(meta_path) as fh:
+            meta = json.load(fh)
+    return dict(path=os.fspath(path), comparison=comp, curves=curves, figures=figures, meta=meta, margin=MARGIN,
+                alpha=ALPHA, last_points=LAST_POINTS)
