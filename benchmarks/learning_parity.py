@@ -85,7 +85,7 @@ SEEDS = (0, 1, 2, 3, 4)
 #: The reduced form (the test): ours alone, one task, two seeds, a few hundred steps.
 REDUCED = dict(tasks=("cartpole-balance",), seeds=(0, 1), steps=600, eval_freq=300, eval_episodes=1,
                seed_steps=500, overrides=dict(enc_dim=16, mlp_dim=16, latent_dim=16, num_q=2, batch_size=8,
-                                              num_samples=16, num_elites=4, num_pi_trajs=2, iterations=1))
+                                              num_samples=16, num_elites=4, num_pi_trajs=2, iterations=1, mpc=False))
 
 
 def uptime() -> str:
