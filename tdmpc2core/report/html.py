@@ -613,8 +613,9 @@ def learning_parity_section(lp: Mapping) -> str:
            f"Equivalence margin ±{num(lp.get('margin'), 0)} return, stated in advance: each seed's score is its "
            f"mean return over the last {esc(lp.get('last_points'))} evaluation points; two one-sided Welch "
            f"t-tests (TOST) at α = {esc(lp.get('alpha'))} on the difference of the mean scores (ours − "
-           f"official). <i>equivalent</i>: its 90% interval lies inside the margin; <i>different</i>: the "
-           f"two-sided test rejects and the interval lies wholly outside it; otherwise <i>inconclusive</i>. "
+           f"official). <i>equivalent</i>: its 90% interval lies inside the margin; otherwise <i>different</i> "
+           f"when the two-sided Welch test of a zero difference rejects at the same α, else "
+           f"<i>inconclusive</i>. "
            f"Intervals of the means: percentile bootstrap over seeds (95%).</p>"]
     if sched or settings:
         keys = ("enc_dim", "mlp_dim", "latent_dim", "num_q", "batch_size", "horizon", "num_samples", "num_elites",
