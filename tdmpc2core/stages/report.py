@@ -365,8 +365,7 @@ def run(args) -> int:
         "simulator": _simulator_text(tasks, suite_of, report_facts(), PV),
         "datasets": datasets, "datasets_figure": datasets_figure,
         "multitask": multitask,
-        "official": official,
-        "learning_parity": _learning_parity(args),
+        "official": official, "learning_parity": _learning_parity(args),
         "extensions": A.extension_table(ext_files),
         "videos": _videos(cfg, args.runs) + _multi_videos(args.multi_runs or ()),
     }
