@@ -114,6 +114,16 @@ def test_the_results_file_is_checked_with_the_key_named(tmp_path):
         lp.read_results(tmp_path / "none.parquet")
 
 
+def test_top_k_ties_pick_the_lowest_indices():
+    """docs/deviations.md N10: on exactly equal values (an untrained planner's: zero-initialized
+    reward and Q heads) our elites are the lowest indices, the policy trajectories first
+    (5f6fade's torch.topk on the CPU picks others)."""
+    import jax
+    import jax.numpy as jnp
+
+    assert jax.lax.top_k(jnp.zeros(64), 8)[1].tolist() == list(range(8))
+
+
 # --------------------------------------------------------------------------- the harness
 def test_every_official_hyperparameter_is_mapped_and_checked_on_our_agent():
     assert set(bench.OURS_NAME) == set(bench.SETTINGS) and bench.OURS_NAME["lr"] == "learning_rate"
