@@ -315,6 +315,20 @@ def test_tables_figures_report_stages(tmp_path, monkeypatch):
     assert "801.5 ± 12.2" in html and "820.0 ± 9.0" in html and "skipped: the metaworld suite needs metaworld" in html
     assert html.count(f"<code>{'ab' * 32}</code>") == 1 and "123,456,789" in html  # each file, listed once
     assert html.count(f"<code>{'cd' * 32}</code>") == 1 and "223,456,789" in html
+    # the learning-parity section (config `learning_parity`): only with the benchmark's results file
+    assert "Learning beside the official code" not in html
+    rng = np.random.default_rng(0)
+    pd.DataFrame([dict(implementation=impl, task=task, seed=s, agent_step=step, env_frames=2 * step,
+                       episode_return=200 + 0.2 * step + rng.normal(0, 10), eval_episodes=2)
+                  for impl in ("official", "ours") for task in ("cartpole-balance", "cup-catch")
+                  for s in range(5) for step in (0, 1000, 2000)]).to_parquet("results/lp.parquet")
+    assert cli.main(["report", "--config", "results/resolved_config.yaml", "--no-jax", "--learning-parity",
+                     "results/lp.parquet", "--out", "results/report_lp.html"]) == 0
+    html = open("results/report_lp.html", encoding="utf-8").read()
+    assert '<h2 id="learning-parity">Learning beside the official code</h2>' in html
+    assert 'href="#learning-parity"' in html and html.count("<b>equivalent</b>") == 2
+    assert html.count("data:image/png;base64,") == 5 + 2  # + one figure per task
+    assert "<td>cartpole-balance</td><td>1,000, 2,000</td>" in html
 
 
 # --------------------------------------------------------------------------- episodic tasks

@@ -189,6 +189,20 @@ def test_official_checkpoints_are_checked(tmp_path):
         official_checkpoints=bad)
 
 
+def test_learning_parity_file_is_optional_and_checked(tmp_path):
+    """Config `learning_parity` (issue 30): absent or null, no section; a file, the report's input."""
+    assert resolve(merged()).learning_parity is None
+    assert resolve(merged(learning_parity=None)).learning_parity is None
+    f = tmp_path / "lp.parquet"
+    f.write_bytes(b"")
+    assert resolve(merged(learning_parity=str(f))).learning_parity == str(f)
+    jsonschema.validate(merged(learning_parity=str(f)), SCHEMA)
+    assert f"config: learning_parity='{tmp_path}/nope.parquet' is not a file" in refusal(
+        learning_parity=str(tmp_path / "nope.parquet"))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(merged(learning_parity=3), SCHEMA)
+
+
 def test_empty_official_pool_folder_is_a_note(tmp_path):
     p = resolve(merged(f"protocols: {{demo: {{official_pools: {{mt: {{src: {tmp_path}, task_set: mt30}}}}}}}}"))
     assert len(p.notes) == 1 and p.notes[0].startswith("note: official_pools.mt.src")

@@ -194,6 +194,21 @@ def test_dry_run_plans_are_recorded(tmp_path, configfile):
     assert plan == record.read_text(), f"the plan of {configfile} differs from {record}"
 
 
+def test_learning_parity_file_is_an_input_of_the_report_only(tmp_path):
+    """Config `learning_parity` (issue 30): the report reads the file (and reruns when it
+    changes); no other job sees it, and without it the command is the recorded one."""
+    from tdmpc2core.pipeline.dryrun import DRY_RUN_ARGS
+
+    wf = copy_workflow(tmp_path)
+    (wf / "lp.parquet").write_bytes(b"")
+    out = ok(snakemake(wf, *DRY_RUN_ARGS, "--config", "learning_parity=lp.parquet"))
+    report = [b for b in re.split(r"\n(?=(?:local)?rule \S+:)", out) if b.strip().startswith("rule report:")]
+    assert len(report) == 1 and "lp.parquet" in report[0].split("output:")[0]
+    assert "--learning-parity lp.parquet --out results/report.html" in report[0]
+    plan = "\n".join(line for line in out.splitlines() if "Command:" not in line)  # snakemake's own command line
+    assert plan.count("lp.parquet") == 2, plan  # the report's input and its command, nothing else
+
+
 @pytest.fixture(scope="module")
 def demo_plan_one_core(tmp_path_factory) -> str:
     """The output of `snakemake -n -p --cores 1` on the demo (a copy of the workflow), run once

@@ -130,6 +130,9 @@ class Pipeline:
     logger: dict | None = None
     #: evaluation videos: "off", "last" or "every" (config key ``video``; docs/artifacts.md)
     video: str = "off"
+    #: the results file of benchmarks/learning_parity.py the report shows (config key
+    #: ``learning_parity``), None without one
+    learning_parity: str | None = None
 
     def logger_resources(self) -> dict:
         """The training rules' ``logger`` resource: the stage's logger flags (``--logger none``
@@ -629,6 +632,7 @@ def resolve(config: dict) -> Pipeline:
     official = _check_official_checkpoints(config.get("official_checkpoints"))
     logger = check_logger(config.get("logger"))
     video = _check_video(config.get("video", "off"), tasks, name)
+    learning_parity = _check_learning_parity(config.get("learning_parity"))
     resolved = {
         "protocol": name, "label": protocol["label"], "seeds": seeds, "seeds_per_job": per_job,
         "threads_per_job": int(config["threads_per_job"]), "jax_cache_dir": config["jax_cache_dir"],
@@ -651,7 +655,23 @@ def resolve(config: dict) -> Pipeline:
         checkpoints=config["checkpoint_dir"], checkpoint_every=int(config["checkpoint_every"]),
         keep_checkpoints=int(config["keep_checkpoints"]), max_chunk_seconds=max_chunk,
         rerun_on_code_change=bool(config.get("rerun_on_code_change", False)),
-        resolved_yaml=_resolved_yaml(resolved), notes=tuple(notes), logger=logger, video=video)
+        resolved_yaml=_resolved_yaml(resolved), notes=tuple(notes), logger=logger, video=video,
+        learning_parity=learning_parity)
+
+
+def _check_learning_parity(value) -> str | None:
+    """The ``learning_parity`` setting: None, or the path of an existing file (relative to the
+    working directory, as Snakemake reads it). Raises ConfigError naming the key and the path
+    when the file does not exist."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"config: learning_parity={value!r}; give the path of a results file of "
+                          "benchmarks/learning_parity.py, or null")
+    if not os.path.isfile(value):
+        raise ConfigError(f"config: learning_parity={value!r} is not a file (relative paths are read from the "
+                          f"working directory {os.getcwd()})")
+    return value
 
 
 def _check_video(value, tasks: dict, protocol: str) -> str:

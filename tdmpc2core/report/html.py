@@ -474,6 +474,7 @@ def _head(ctx: Mapping) -> list[str]:
         + '<a href="#datasets">Datasets</a>'
         + ('<a href="#multitask">Multi-task</a>' if ctx.get("multitask") else "")
         + ('<a href="#official">Released checkpoints</a>' if ctx.get("official") is not None else "")
+        + ('<a href="#learning-parity">Beside the official code</a>' if ctx.get("learning_parity") else "")
         + '<a href="#runtime">Runtime</a>'
         '<a href="#provenance">Provenance</a><a href="#config">Configuration</a></nav>',
     ]
@@ -599,6 +600,57 @@ def _official(ctx: Mapping) -> list[str]:
     return parts
 
 
+def learning_parity_section(lp: Mapping) -> str:
+    """The "Learning beside the official code" section's body from
+    :func:`tdmpc2core.report.learning_parity.report_context`: the method, the per-task
+    comparison (means with bootstrap CIs, the TOST and its verdict), one figure per task."""
+    meta = lp.get("meta") or {}
+    sched, settings = meta.get("schedule") or {}, meta.get("settings") or {}
+    out = [f"<p>The official code (nicklashansen/tdmpc2 at 5f6fade, PyTorch on the CPU, its own training loop, "
+           f"replay buffer and dm_control wrappers, unmodified) and this project's agent, trained on the same "
+           f"dm_control tasks with the same hyperparameters and schedule, several independent seeds each "
+           f"(<code>benchmarks/learning_parity.py</code>; results file <code>{esc(lp.get('path'))}</code>). "
+           f"Equivalence margin ±{num(lp.get('margin'), 0)} return, stated in advance: each seed's score is its "
+           f"mean return over the last {esc(lp.get('last_points'))} evaluation points; two one-sided Welch "
+           f"t-tests (TOST) at α = {esc(lp.get('alpha'))} on the difference of the mean scores (ours − "
+           f"official). <i>equivalent</i>: its 90% interval lies inside the margin; otherwise <i>different</i> "
+           f"when the two-sided Welch test of a zero difference rejects at the same α, else "
+           f"<i>inconclusive</i>. "
+           f"Intervals of the means: percentile bootstrap over seeds (95%).</p>"]
+    if sched or settings:
+        keys = ("enc_dim", "mlp_dim", "latent_dim", "num_q", "batch_size", "horizon", "num_samples", "num_elites",
+                "num_pi_trajs", "iterations", "seed_steps")
+        words = [f"{k} = {sched[k]}" for k in ("steps", "eval_freq", "eval_episodes") if k in sched]
+        words += [f"{k} = {settings[k]}" for k in keys if k in settings]
+        if meta.get("wall_s") is not None:
+            words.append(f"wall time {num(float(meta['wall_s']) / 60, 0)} min")
+        out.append('<p class="muted">Settings (official names, both sides): ' + esc(", ".join(words)) + ".</p>")
+    comp = lp.get("comparison")
+    if comp is not None and not comp.empty:
+        rows = []
+        for r in comp.itertuples(index=False):
+            def ci(v):
+                return f"[{num(v[0])}, {num(v[1])}]"
+            rows.append([esc(r.task), esc(", ".join(f"{int(s):,}" for s in r.steps)),
+                         f"{num(r.official_mean)} {ci(r.official_ci)} ({r.n_official})",
+                         f"{num(r.ours_mean)} {ci(r.ours_ci)} ({r.n_ours})",
+                         f"{num(r.diff)} {ci(r.ci90)}", esc(f"{r.p_tost:.3g}"), f"<b>{esc(r.verdict)}</b>"])
+        out.append(html_table(["Task", "Points (agent steps)", "Official: mean [95% CI] (seeds)",
+                               "Ours: mean [95% CI] (seeds)", "Ours − official [90% CI]", "p (TOST)", "Verdict"],
+                              rows))
+    for task, kind, data in lp.get("figures") or []:
+        out.append(f'<div class="fig">{embed_image(data, kind, f"{task}: official vs ours")}</div>')
+    return "\n".join(out)
+
+
+def _learning_parity(ctx: Mapping) -> list[str]:
+    """The "Learning beside the official code" section (when ``ctx['learning_parity']`` is given)."""
+    lp = ctx.get("learning_parity")
+    if not lp:
+        return []
+    return ['<h2 id="learning-parity">Learning beside the official code</h2>', learning_parity_section(lp)]
+
+
 def _runtime(ctx: Mapping) -> list[str]:
     """Every attempt of each training job, and Snakemake's benchmark files."""
     parts = []
@@ -691,18 +743,21 @@ def render_report(ctx: Mapping) -> str:
     :mod:`tdmpc2core.report.scaling`, ``ranges`` (task -> (low, high) or None), ``settings`` (the
     resolved multitask block) and ``figure`` ((kind, data) or None)), and ``official``
     (optional DataFrame of :func:`tdmpc2core.report.official.official_table`: the "Released
-    checkpoints, our planner" section), and ``extensions`` (optional DataFrame of
+    checkpoints, our planner" section), ``learning_parity`` (optional dict of
+    :func:`tdmpc2core.report.learning_parity.report_context`: the "Learning beside the official
+    code" section), and ``extensions`` (optional DataFrame of
     :func:`tdmpc2core.report.analysis.extension_table`: the "Extension metrics" section, shown
     when not empty), and ``videos`` (optional list of (task, caption, MP4 bytes or None, why
     none) of :func:`videos_section`: the "Evaluation videos" section, after the figures).
     """
     parts = []
-    for section in (_head, _results, _figures, _videos, _datasets, _multitask, _official, _extensions, _runtime,
-                    _provenance):
+    for section in (_head, _results, _figures, _videos, _datasets, _multitask, _official, _learning_parity,
+                    _extensions, _runtime, _provenance):
         parts += section(ctx)
     return "\n".join(parts) + "\n"
 
 
 __all__ = ["render_report", "dataset_stats", "multitask_section", "html_table", "embed_image", "esc", "num", "CSS",
            "final_section", "episode_length_section", "runtime_section", "fmt_value", "matmul_precision_words",
-           "single_task_section", "aggregate_section", "extensions_section", "embed_video", "videos_section"]
+           "single_task_section", "aggregate_section", "extensions_section", "embed_video", "videos_section",
+           "learning_parity_section"]

@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--benchmarks", default="benchmarks/runs", help="Snakemake benchmark files (optional)")
     parser.add_argument("--datasets", nargs="?", default=None, const=None,  # no value: no dataset (pixel tasks only)
                         help="summary of the episode datasets (results/datasets/summary.parquet; optional)")
+    parser.add_argument("--learning-parity", nargs="?", default=None, const=None,  # no value: no section
+                        help="results of benchmarks/learning_parity.py (Parquet; the \"Learning beside the official "
+                             "code\" section; optional)")
     parser.add_argument("--repo", default=".", help="git work tree whose commit is reported")
     parser.add_argument("--no-jax", action="store_true", help="do not import JAX for the report machine's platform")
     parser.add_argument("--out", default="results/report.html", help="the HTML file to write")
@@ -258,6 +261,17 @@ def _caption(rec: dict, seed) -> str:
             f"{rec.get('renderer', '')}")
 
 
+def _learning_parity(args):
+    """The learning-parity section's data (tdmpc2core.report.learning_parity), None without
+    ``--learning-parity``."""
+    path = getattr(args, "learning_parity", None)
+    if not path:
+        return None
+    from ..report import learning_parity as LP
+
+    return LP.report_context(path)
+
+
 def run(args) -> int:
     import pandas as pd
 
@@ -351,7 +365,7 @@ def run(args) -> int:
         "simulator": _simulator_text(tasks, suite_of, report_facts(), PV),
         "datasets": datasets, "datasets_figure": datasets_figure,
         "multitask": multitask,
-        "official": official,
+        "official": official, "learning_parity": _learning_parity(args),
         "extensions": A.extension_table(ext_files),
         "videos": _videos(cfg, args.runs) + _multi_videos(args.multi_runs or ()),
     }

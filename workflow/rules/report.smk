@@ -29,6 +29,8 @@ rule report:
         multitask_runs=P.multi_files("run.json"),
         multitask_videos=P.multi_video_dirs(),
         official=[rules.official_table.output.table] if OFFICIAL_CKPTS else [],
+        # the committed learning-parity results (config `learning_parity`; docs/fidelity.md)
+        learning_parity=[P.learning_parity] if P.learning_parity else [],
     output:
         report(
             "results/report.html",
@@ -50,7 +52,14 @@ rule report:
         tables=lambda wc, input: parent(input.tables[0]),
         figures=lambda wc, input: parent(input.overview),
         benchmarks=BENCHMARKS,
+        # "--learning-parity FILE " with the config key, else nothing (the command as without it)
+        learning_parity=lambda wc, input: (
+            f"--learning-parity {shlex.quote(input.learning_parity[0])} "
+            if input.learning_parity
+            else ""
+        ),
     shell:
         "JAX_PLATFORMS=cpu {resources.tdmpc2} report --config {input.config:q} --runs {params.runs:q} --tables {params.tables:q} "
         "--figures {params.figures:q} --benchmarks {params.benchmarks:q} --datasets {input.datasets:q} "
-        "--multi-runs {input.multitask_runs:q} --official-tables {input.official:q} --out {output:q} > {log:q} 2>&1"
+        "--multi-runs {input.multitask_runs:q} --official-tables {input.official:q} {params.learning_parity}"
+        "--out {output:q} > {log:q} 2>&1"
