@@ -1,12 +1,14 @@
 """Learning beside the official code: the same dm_control tasks, settings and budget, curves compared.
 
     # both implementations (the official side needs PyTorch, tensordict, torchrl, omegaconf,
-    # hydra-core, termcolor, gym 0.26 and dm_control in --official-python's environment)
+    # hydra-core, gym 0.26 and dm_control in --official-python's environment: docs/fidelity.md)
     python benchmarks/learning_parity.py run --official PATH --official-python PY \\
-        [--tasks cartpole-balance ...] [--seeds 0 1 2 3 4] [--steps 6000] [--out benchmarks/results/learning_parity.parquet]
-    python benchmarks/learning_parity.py analyze [--results ...parquet] [--figures benchmarks/results]
-    # the test's reduced form: ours alone, one task, two seeds, a few hundred steps, no statistics
-    python benchmarks/learning_parity.py run --reduced --out /tmp/lp.parquet
+        [--tasks cup-catch ...] [--seeds 0 1 2 3 4] [--steps 5000] [--out benchmarks/results/learning_parity.parquet]
+    python benchmarks/learning_parity.py analyze [--results A.parquet [B.parquet ...]] [--name NAME] [--tasks ...]
+    # the reduced form: one task, two seeds, a tiny model; ours alone (the test: 600 agent steps)
+    # or with --official (1,000 agent steps, evaluations every 500: the official code evaluates
+    # at episode boundaries); written to $TMPDIR/learning_parity_reduced.parquet unless --out
+    python benchmarks/learning_parity.py run --reduced [--official PATH --official-python PY]
 
 What runs (issue 30; docs/fidelity.md, "Learning beside the official code"):
 
@@ -86,6 +88,10 @@ SEEDS = (0, 1, 2, 3, 4)
 REDUCED = dict(tasks=("cartpole-balance",), seeds=(0, 1), steps=600, eval_freq=300, eval_episodes=1,
                seed_steps=500, overrides=dict(enc_dim=16, mlp_dim=16, latent_dim=16, num_q=2, batch_size=8,
                                               num_samples=16, num_elites=4, num_pi_trajs=2, iterations=1, mpc=False))
+#: The reduced form's schedule when the official side runs: it evaluates at episode boundaries only
+REDUCED_WITH_OFFICIAL = dict(steps=2 * EPISODE_LENGTH, eval_freq=EPISODE_LENGTH)
+#: The committed comparison, the default of ``run --out`` and ``analyze --results``
+DEFAULT_RESULTS = ROOT / "benchmarks" / "results" / "learning_parity.parquet"
 
 
 def uptime() -> str:
@@ -330,28 +336,49 @@ def _run_official_cell(args, task, seed, settings, schedule, tmp: Path, log) -> 
     return official_rows(task, seed, res, schedule), dict(res["info"], process_wall_s=wall)
 
 
-def run(args) -> int:
-    from tdmpc2core.io.atomic import write_json, write_parquet
-
+def plan(args) -> tuple[dict, dict, list, list, list, Path]:
+    """``run``'s arguments resolved: (settings, schedule, tasks, seeds, implementations, out).
+    Raises SystemExit (one line) for the official side without a checkout, a schedule the
+    official code cannot follow, or an existing ``out`` without ``--overwrite``."""
     settings = dict(SETTINGS)
     schedule = dict(SCHEDULE)
     tasks, seeds = list(args.tasks or TASKS), list(args.seeds if args.seeds is not None else SEEDS)
+    if args.implementations is None:  # the default: both, or ours alone without a checkout
+        impls = ["ours", "official"] if args.official else ["ours"]
+        if not args.official:
+            print("learning_parity: no --official checkout given: ours only", file=sys.stderr)
+    else:
+        impls = list(dict.fromkeys(args.implementations))
+        if "official" in impls and not args.official:
+            raise SystemExit("error: --implementations official needs --official (a checkout of "
+                             "nicklashansen/tdmpc2 at 5f6fade) and --official-python")
     if args.reduced:
         settings.update(REDUCED["overrides"], seed_steps=REDUCED["seed_steps"])
         schedule.update(steps=REDUCED["steps"], eval_freq=REDUCED["eval_freq"], eval_episodes=REDUCED["eval_episodes"])
+        if "official" in impls:
+            schedule.update(REDUCED_WITH_OFFICIAL)
         tasks, seeds = list(args.tasks or REDUCED["tasks"]), list(args.seeds or REDUCED["seeds"])
     for k in ("steps", "eval_freq", "eval_episodes"):
         if getattr(args, k) is not None:
             schedule[k] = int(getattr(args, k))
-    impls = [i for i in args.implementations if i != "official" or args.official]
-    if "official" in args.implementations and not args.official:
-        print("learning_parity: no --official checkout given: ours only", file=sys.stderr)
     if schedule["steps"] % schedule["eval_freq"]:
         raise SystemExit(f"error: steps={schedule['steps']} must be a multiple of eval_freq={schedule['eval_freq']}")
     if "official" in impls and schedule["eval_freq"] % EPISODE_LENGTH:
         raise SystemExit(f"error: eval_freq={schedule['eval_freq']} must be a multiple of the episode length "
                          f"{EPISODE_LENGTH}: the official code evaluates at episode boundaries only")
-    out = Path(args.out)
+    out = Path(args.out) if args.out else (
+        Path(os.environ.get("TMPDIR", "/tmp")) / "learning_parity_reduced.parquet" if args.reduced else DEFAULT_RESULTS)
+    scratch = args.reduced and not args.out  # the reduced form's own file in $TMPDIR: replaced each time
+    if out.exists() and not (args.overwrite or scratch):
+        what = " (the committed comparison)" if out.resolve() == DEFAULT_RESULTS.resolve() else ""
+        raise SystemExit(f"error: {out} exists{what}; give another --out, or --overwrite to replace it")
+    return settings, schedule, tasks, seeds, impls, out
+
+
+def run(args) -> int:
+    from tdmpc2core.io.atomic import write_json, write_parquet
+
+    settings, schedule, tasks, seeds, impls, out = plan(args)
     tmp = Path(args.workdir or (str(out) + ".work"))
     tmp.mkdir(parents=True, exist_ok=True)
 
@@ -415,15 +442,35 @@ def _frame(rows):
 
 
 def analyze(args) -> int:
+    """The comparison of one results file, or of several pooled (their rows concatenated: e.g.
+    a second batch of seeds beside the first; a row in two files is an error). Writes
+    ``<figures>/<name>_<task>.png`` per task and ``<name>.md`` beside the first file, where
+    ``name`` is ``--name`` or the only file's stem (so analysing another file never writes over
+    the committed comparison's figures)."""
+    import pandas as pd
+
     from tdmpc2core.io.atomic import write_text
     from tdmpc2core.report import learning_parity as lp
 
-    df = lp.read_results(args.results)
-    curves = lp.curve_table(df)
-    comp = lp.comparison(df)
+    results = [Path(p) for p in (args.results or [DEFAULT_RESULTS])]
+    if len(results) > 1 and not args.name:
+        raise SystemExit("error: several --results are pooled under one --name (the figures' and summary's stem)")
+    name = args.name or results[0].stem
+    try:
+        frames = [lp.read_results(p) for p in results]
+        df = lp.check_frame(pd.concat(frames, ignore_index=True), " + ".join(map(str, results)))
+        if args.tasks:
+            unknown = sorted(set(args.tasks) - set(df["task"]))
+            if unknown:
+                raise ValueError(f"--tasks {unknown}: not in the results (tasks {lp.tasks_of(df)})")
+            df = df[df["task"].isin(args.tasks)].reset_index(drop=True)
+        curves = lp.curve_table(df)
+        comp = lp.comparison(df)
+    except (OSError, ValueError) as e:  # a missing or wrong file, named: one line, no traceback
+        raise SystemExit(f"error: {e}")
     figs = Path(args.figures)
     for task in lp.tasks_of(df):
-        lp.plot_task(curves, task, figs / f"learning_parity_{task}.png", df=df)
+        lp.plot_task(curves, task, figs / f"{name}_{task}.png", df=df)
     md = ["# Learning beside the official code", "",
           f"Margin +-{lp.MARGIN:g} return, TOST at alpha {lp.ALPHA} (Welch) on each seed's mean return over the "
           f"last {lp.LAST_POINTS} evaluation points; bootstrap {int(lp.CI_LEVEL * 100)}% CIs over seeds.", "",
@@ -434,14 +481,15 @@ def analyze(args) -> int:
                 for r in g.itertuples()}
         md.append(f"| {task} | {step} | {cell.get('official', '-')} | {cell.get('ours', '-')} |")
     text = "\n".join(md) + "\n"
-    out = Path(args.summary or Path(args.results).with_suffix(".md"))
+    out = Path(args.summary or results[0].with_name(name + ".md"))
     write_text(out, text)
     print(text)
     print("\n".join(lp.summary_lines(comp)))
     return 0
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: ``run``, ``collect``, ``analyze`` (and the hidden ``--worker``)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", choices=["official"], help=argparse.SUPPRESS)
     ap.add_argument("--spec", help=argparse.SUPPRESS)
@@ -451,23 +499,36 @@ def main(argv=None) -> int:
     r.add_argument("--official", help="a checkout of nicklashansen/tdmpc2 at 5f6fade (without it: ours only)")
     r.add_argument("--official-python", default=sys.executable,
                    help="the Python that runs the official side (PyTorch, torchrl, ...; default this one)")
-    r.add_argument("--implementations", nargs="+", default=["ours", "official"], choices=["ours", "official"])
+    r.add_argument("--implementations", nargs="+", choices=["ours", "official"],
+                   help="default: both with --official, ours alone without")
     r.add_argument("--tasks", nargs="+", help=f"dm_control tasks (default {' '.join(TASKS)})")
     r.add_argument("--seeds", nargs="+", type=int, help=f"seeds (default {' '.join(map(str, SEEDS))})")
     r.add_argument("--steps", type=int, help=f"agent steps per run (default {SCHEDULE['steps']})")
     r.add_argument("--eval-freq", dest="eval_freq", type=int, help=f"default {SCHEDULE['eval_freq']}")
     r.add_argument("--eval-episodes", dest="eval_episodes", type=int, help=f"default {SCHEDULE['eval_episodes']}")
-    r.add_argument("--reduced", action="store_true", help="the test's form: one task, two seeds, a tiny model, "
-                   f"{REDUCED['steps']} steps")
-    r.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "learning_parity.parquet"))
+    r.add_argument("--reduced", action="store_true", help="one task, two seeds, a tiny model; "
+                   f"{REDUCED['steps']} agent steps ours alone (the test), {REDUCED_WITH_OFFICIAL['steps']} with "
+                   "--official")
+    r.add_argument("--out", help=f"the Parquet file (default {DEFAULT_RESULTS.relative_to(ROOT)}; with --reduced "
+                   "$TMPDIR/learning_parity_reduced.parquet); a .json beside it")
+    r.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     r.add_argument("--workdir", help="per-cell specs, results and logs (default OUT.work)")
     c = sub.add_parser("collect", help="the Parquet file from a (stopped) run's work folder")
-    c.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "learning_parity.parquet"))
+    c.add_argument("--out", default=str(DEFAULT_RESULTS))
     c.add_argument("--workdir", help="the run's work folder (default OUT.work)")
     a = sub.add_parser("analyze", help="the comparison, its Markdown summary and one figure per task")
-    a.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "learning_parity.parquet"))
-    a.add_argument("--figures", default=str(ROOT / "benchmarks" / "results"))
-    a.add_argument("--summary", help="Markdown output (default RESULTS with .md)")
+    a.add_argument("--results", nargs="+", help=f"results file(s), pooled when several (default "
+                   f"{DEFAULT_RESULTS.relative_to(ROOT)})")
+    a.add_argument("--name", help="stem of the figures and the summary (default: the results file's stem; "
+                   "required with several files)")
+    a.add_argument("--tasks", nargs="+", help="these tasks only (default all in the results)")
+    a.add_argument("--figures", default=str(ROOT / "benchmarks" / "results"), help="folder of the figures")
+    a.add_argument("--summary", help="Markdown output (default NAME.md beside the first results file)")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     if args.worker:
         return _worker(args)

@@ -329,6 +329,18 @@ def test_tables_figures_report_stages(tmp_path, monkeypatch):
     assert 'href="#learning-parity"' in html and html.count("<b>equivalent</b>") == 2
     assert html.count("data:image/png;base64,") == 5 + 2  # + one figure per task
     assert "<td>cartpole-balance</td><td>1,000, 2,000</td>" in html
+    assert "<th>p (difference, two-sided)</th>" in html and "A reduced run" not in html and "No comparison" not in html
+    # a reduced run of ours alone (its .json says so): said in a banner, no verdict made up
+    lp = pd.read_parquet("results/lp.parquet")
+    lp[lp["implementation"] == "ours"].to_parquet("results/lp_ours.parquet")
+    with open("results/lp_ours.json", "w") as fh:
+        json.dump({"reduced": True, "schedule": {"steps": 600}}, fh)
+    assert cli.main(["report", "--config", "results/resolved_config.yaml", "--no-jax", "--learning-parity",
+                     "results/lp_ours.parquet", "--out", "results/report_lp_ours.html"]) == 0
+    html = open("results/report_lp_ours.html", encoding="utf-8").read()
+    assert "<b>A reduced run</b>" in html and "<b>No comparison</b> for cartpole-balance, cup-catch" in html
+    assert html.count("<b>one implementation only</b>") == 2 and not re.search(r"\bnan\b", html)
+    assert "<p>learning_parity: <code>results/lp_ours.parquet</code> (the report's input only).</p>" in html
 
 
 # --------------------------------------------------------------------------- episodic tasks

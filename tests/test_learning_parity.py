@@ -4,7 +4,7 @@ benchmarks/learning_parity.py in its reduced form (ours alone: one task, two see
 steps, no statistics) through the code path that writes the Parquet file, so it cannot rot.
 
 The official side needs a checkout of nicklashansen/tdmpc2 at 5f6fade and a Python with PyTorch,
-torchrl, tensordict, omegaconf, hydra-core, termcolor, gym 0.26 and dm_control: its test runs
+torchrl, tensordict, omegaconf, hydra-core, gym 0.26 and dm_control: its test runs
 when ``TDMPC2_OFFICIAL_CHECKOUT`` (and optionally ``TDMPC2_OFFICIAL_PYTHON``) name them, and
 skips with that reason otherwise (CI has neither).
 """
@@ -146,6 +146,61 @@ def test_reduced_form_of_our_side_writes_the_parquet_file(tmp_path):
     assert (df["env_frames"] == 2 * df["agent_step"]).all() and df["episode_return"].between(0, 1000).all()
     meta = json.loads(out.with_suffix(".json").read_text())
     assert meta["reduced"] is True and meta["implementations"] == ["ours"] and "load average" in meta["uptime_start"]
+
+
+def test_run_arguments_are_resolved_and_refused_before_anything_trains(tmp_path, monkeypatch):
+    def plan(*argv):
+        return bench.plan(bench.build_parser().parse_args(["run", *argv]))
+
+    # the reduced form with the official side: whole episodes between evaluations (the official
+    # code evaluates at episode boundaries), both implementations
+    settings, schedule, tasks, seeds, impls, out = plan("--reduced", "--official", "ck", "--out", str(tmp_path / "r.pq"))
+    assert schedule == dict(steps=1000, eval_freq=500, eval_episodes=1) and impls == ["ours", "official"]
+    assert tasks == ["cartpole-balance"] and seeds == [0, 1] and settings["num_q"] == 2 and out == tmp_path / "r.pq"
+    assert plan("--reduced", "--out", str(tmp_path / "r.pq"))[1]["steps"] == bench.REDUCED["steps"]  # ours alone
+    with pytest.raises(SystemExit, match="--implementations official needs --official"):
+        plan("--implementations", "official", "--out", str(tmp_path / "r.pq"))
+    with pytest.raises(SystemExit, match="must be a multiple of the episode length 500"):
+        plan("--official", "ck", "--eval-freq", "300", "--steps", "600", "--out", str(tmp_path / "r.pq"))
+    # an existing file is never replaced unasked: the committed comparison is the default
+    (tmp_path / "r.pq").write_bytes(b"x")
+    with pytest.raises(SystemExit, match=r"r.pq exists; give another --out, or --overwrite"):
+        plan("--out", str(tmp_path / "r.pq"))
+    assert plan("--out", str(tmp_path / "r.pq"), "--overwrite")[5] == tmp_path / "r.pq"
+    if bench.DEFAULT_RESULTS.exists():
+        with pytest.raises(SystemExit, match=r"exists \(the committed comparison\)"):
+            plan()
+    # the reduced form's own scratch file (no --out) is replaced each time
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    (tmp_path / "learning_parity_reduced.parquet").write_bytes(b"x")
+    assert plan("--reduced")[5] == tmp_path / "learning_parity_reduced.parquet"
+
+
+def test_analyze_names_its_outputs_after_the_results_and_pools_batches(tmp_path, capsys):
+    first, second = tmp_path / "first.parquet", tmp_path / "second.parquet"
+    synthetic(0.0, n=3).to_parquet(first)
+    synthetic(0.0, n=3, seed=1).assign(seed=lambda d: d["seed"] + 3).to_parquet(second)  # seeds 3-5
+    figs = tmp_path / "figs"
+    figs.mkdir()
+    assert bench.main(["analyze", "--results", str(first), "--figures", str(figs)]) == 0
+    assert sorted(p.name for p in figs.iterdir()) == ["first_a.png", "first_b.png"]
+    assert "(3) |" in (tmp_path / "first.md").read_text()
+    # two batches pooled under a name, one task: seeds 0-5 on each side
+    assert bench.main(["analyze", "--results", str(first), str(second), "--name", "pooled", "--tasks", "b",
+                       "--figures", str(figs)]) == 0
+    assert (figs / "pooled_b.png").exists() and not (figs / "pooled_a.png").exists()
+    md = (tmp_path / "pooled.md").read_text()
+    assert "| b |" in md and "| a |" not in md and "(6) |" in md
+    for argv, msg in (([str(first), str(second)], "pooled under one --name"),
+                      ([str(first), str(first), "--name", "x"], "duplicated row"),
+                      ([str(tmp_path / "none.parquet")], "none.parquet do not exist"),
+                      ([str(tmp_path)], "a folder, not the Parquet file"),
+                      ([str(first), "--tasks", "c"], r"--tasks \['c'\]: not in the results")):
+        with pytest.raises(SystemExit, match=msg):
+            bench.main(["analyze", "--results", *argv, "--figures", str(figs)])
+    (tmp_path / "scores.csv").write_text("task,score\na,1\n")
+    with pytest.raises(SystemExit, match=r"scores.csv: not a Parquet file"):
+        bench.main(["analyze", "--results", str(tmp_path / "scores.csv")])
 
 
 def test_official_adapter_runs_one_cell_when_a_checkout_is_given(tmp_path):

@@ -193,12 +193,26 @@ def test_learning_parity_file_is_optional_and_checked(tmp_path):
     """Config `learning_parity` (issue 30): absent or null, no section; a file, the report's input."""
     assert resolve(merged()).learning_parity is None
     assert resolve(merged(learning_parity=None)).learning_parity is None
+    import pandas as pd
+
+    from tdmpc2core.report.learning_parity import COLUMNS
+
     f = tmp_path / "lp.parquet"
-    f.write_bytes(b"")
-    assert resolve(merged(learning_parity=str(f))).learning_parity == str(f)
+    pd.DataFrame([dict(implementation="ours", task="cup-catch", seed=0, agent_step=0, env_frames=0,
+                       episode_return=1.0)]).to_parquet(f)
+    p = resolve(merged(learning_parity=str(f)))
+    assert p.learning_parity == str(f) and "learning_parity" not in p.resolved_yaml  # the report's input only
+    assert "\nvideo: last\n" in p.resolved_yaml  # shown in the report's configuration
     jsonschema.validate(merged(learning_parity=str(f)), SCHEMA)
     assert f"config: learning_parity='{tmp_path}/nope.parquet' is not a file" in refusal(
         learning_parity=str(tmp_path / "nope.parquet"))
+    # a file of another kind stops the plan (not the report job, whose failure removes the last report)
+    (tmp_path / "final_scores.csv").write_text("task,score\ncup-catch,1\n")
+    assert f"config: learning_parity='{tmp_path}/final_scores.csv' is not a Parquet file" in refusal(
+        learning_parity=str(tmp_path / "final_scores.csv"))
+    pd.DataFrame(dict(step=[0], episode_return=[1.0])).to_parquet(tmp_path / "eval.parquet")
+    assert (f"config: learning_parity='{tmp_path}/eval.parquet' lacks the column(s) "
+            f"{[c for c in COLUMNS if c != 'episode_return']}") in refusal(learning_parity=str(tmp_path / "eval.parquet"))
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(merged(learning_parity=3), SCHEMA)
 

@@ -199,8 +199,11 @@ def test_learning_parity_file_is_an_input_of_the_report_only(tmp_path):
     changes); no other job sees it, and without it the command is the recorded one."""
     from tdmpc2core.pipeline.dryrun import DRY_RUN_ARGS
 
+    import pandas as pd
+
     wf = copy_workflow(tmp_path)
-    (wf / "lp.parquet").write_bytes(b"")
+    pd.DataFrame([dict(implementation="ours", task="cup-catch", seed=0, agent_step=0, env_frames=0,
+                       episode_return=1.0)]).to_parquet(wf / "lp.parquet")  # its columns are checked at plan time
     out = ok(snakemake(wf, *DRY_RUN_ARGS, "--config", "learning_parity=lp.parquet"))
     report = [b for b in re.split(r"\n(?=(?:local)?rule \S+:)", out) if b.strip().startswith("rule report:")]
     assert len(report) == 1 and "lp.parquet" in report[0].split("output:")[0]

@@ -645,6 +645,9 @@ def resolve(config: dict) -> Pipeline:
         "multitask": None if multitask is None else {
             "pools": multitask.pools, "model_sizes": multitask.sizes, "seeds": multitask.seeds,
             **{k: v for k, v in multitask.block.items() if k not in ("pools", "model_sizes", "seeds")}},
+        # the evaluation videos (a training setting too); learning_parity is the report's input only and
+        # stays out of this file, which the tables and figures read as well (a new file reruns the report alone)
+        "video": video,
     }
     return Pipeline(
         config=config, protocol_name=name, protocol=protocol, tasks=tasks, task_T=task_T, task_cfg=task_cfg,
@@ -660,9 +663,12 @@ def resolve(config: dict) -> Pipeline:
 
 
 def _check_learning_parity(value) -> str | None:
-    """The ``learning_parity`` setting: None, or the path of an existing file (relative to the
-    working directory, as Snakemake reads it). Raises ConfigError naming the key and the path
-    when the file does not exist."""
+    """The ``learning_parity`` setting: None, or the path of an existing Parquet file with the
+    columns of benchmarks/learning_parity.py's results (relative to the working directory, as
+    Snakemake reads it; only its schema is read here, the rows when the report is made). Raises
+    ConfigError naming the key and the path when the file does not exist, is not Parquet, or
+    lacks a column (named, with the expected ones), so a wrong file stops the plan instead of
+    the report job (whose failure would remove the report made before)."""
     if value is None:
         return None
     if not isinstance(value, str) or not value:
@@ -671,6 +677,19 @@ def _check_learning_parity(value) -> str | None:
     if not os.path.isfile(value):
         raise ConfigError(f"config: learning_parity={value!r} is not a file (relative paths are read from the "
                           f"working directory {os.getcwd()})")
+    import pyarrow.parquet as pq
+
+    from tdmpc2core.report.learning_parity import COLUMNS
+
+    try:
+        names = pq.read_schema(value).names
+    except Exception as e:  # noqa: BLE001 (pyarrow raises several kinds for a file that is not Parquet)
+        raise ConfigError(f"config: learning_parity={value!r} is not a Parquet file ({type(e).__name__}: {e}); give "
+                          "a results file of benchmarks/learning_parity.py") from None
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise ConfigError(f"config: learning_parity={value!r} lacks the column(s) {missing} of a results file of "
+                          f"benchmarks/learning_parity.py (expected {list(COLUMNS)}; it has {names})")
     return value
 
 

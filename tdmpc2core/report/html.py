@@ -625,19 +625,33 @@ def learning_parity_section(lp: Mapping) -> str:
         if meta.get("wall_s") is not None:
             words.append(f"wall time {num(float(meta['wall_s']) / 60, 0)} min")
         out.append('<p class="muted">Settings (official names, both sides): ' + esc(", ".join(words)) + ".</p>")
+    if meta.get("reduced"):
+        out.append('<p class="banner demo"><b>A reduced run</b> (<code>learning_parity.py run --reduced</code>: a '
+                   'tiny model, a few hundred agent steps, two seeds): it checks that the harness runs, and says '
+                   'nothing about learning. The committed comparison is '
+                   '<code>benchmarks/results/learning_parity.parquet</code>.</p>')
     comp = lp.get("comparison")
+    alone = [] if comp is None else [r.task for r in comp.itertuples(index=False)
+                                     if r.verdict == "one implementation only"]
+    if comp is None or alone:
+        out.append('<p class="banner demo"><b>No comparison</b> for ' + esc(", ".join(alone) or "any task")
+                   + ": the results file holds one implementation's runs only (both need at least two seeds "
+                   f"evaluated at the same last {esc(lp.get('last_points'))} points).</p>")
     if comp is not None and not comp.empty:
         rows = []
         for r in comp.itertuples(index=False):
             def ci(v):
-                return f"[{num(v[0])}, {num(v[1])}]"
+                return f"[{num(v[0])}, {num(v[1])}]" if not any(map(math.isnan, v)) else ""
+
+            def p(v):
+                return esc(f"{v:.3g}") if not math.isnan(v) else ""
             rows.append([esc(r.task), esc(", ".join(f"{int(s):,}" for s in r.steps)),
                          f"{num(r.official_mean)} {ci(r.official_ci)} ({r.n_official})",
                          f"{num(r.ours_mean)} {ci(r.ours_ci)} ({r.n_ours})",
-                         f"{num(r.diff)} {ci(r.ci90)}", esc(f"{r.p_tost:.3g}"), f"<b>{esc(r.verdict)}</b>"])
+                         f"{num(r.diff)} {ci(r.ci90)}", p(r.p_tost), p(r.p_diff), f"<b>{esc(r.verdict)}</b>"])
         out.append(html_table(["Task", "Points (agent steps)", "Official: mean [95% CI] (seeds)",
-                               "Ours: mean [95% CI] (seeds)", "Ours − official [90% CI]", "p (TOST)", "Verdict"],
-                              rows))
+                               "Ours: mean [95% CI] (seeds)", "Ours − official [90% CI]", "p (TOST)",
+                               "p (difference, two-sided)", "Verdict"], rows))
     for task, kind, data in lp.get("figures") or []:
         out.append(f'<div class="fig">{embed_image(data, kind, f"{task}: official vs ours")}</div>')
     return "\n".join(out)
@@ -720,6 +734,9 @@ def _provenance(ctx: Mapping) -> list[str]:
     parts.append("<h3>Platform (report machine)</h3>" + kv_table(ctx.get("platform") or {}))
     parts.append('<h2 id="config">Configuration used</h2>')
     parts.append(f"<pre>{esc(ctx.get('config_yaml', ''))}</pre>")
+    lp = ctx.get("learning_parity")
+    if lp:  # a report input only (config key learning_parity): not in the resolved file the other stages read
+        parts.append(f"<p>learning_parity: <code>{esc(lp.get('path'))}</code> (the report's input only).</p>")
     parts.append("</body></html>")
     return parts
 

@@ -77,10 +77,17 @@ def check_frame(df: pd.DataFrame, source: str = "the results") -> pd.DataFrame:
 def read_results(path: str | os.PathLike) -> pd.DataFrame:
     """The benchmark's Parquet file, checked (:func:`check_frame`).
 
-    Raises: FileNotFoundError (the path), ValueError (bad columns, named)."""
+    Raises: FileNotFoundError (the path), ValueError (a folder, a file that is not Parquet, bad
+    columns: named)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"learning-parity results {path!s} do not exist")
-    return check_frame(pd.read_parquet(path), str(path))
+    if not os.path.isfile(path):
+        raise ValueError(f"learning-parity results {path!s}: a folder, not the Parquet file")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:  # noqa: BLE001 (pyarrow's errors of a file that is not Parquet do not name it)
+        raise ValueError(f"learning-parity results {path!s}: not a Parquet file ({type(e).__name__}: {e})") from None
+    return check_frame(df, str(path))
 
 
 # --------------------------------------------------------------------------- statistics
