@@ -195,7 +195,7 @@ def test_learning_parity_file_is_optional_and_checked(tmp_path):
     assert resolve(merged(learning_parity=None)).learning_parity is None
     import pandas as pd
 
-    from tdmpc2core.report.learning_parity import COLUMNS
+    from tdmpc2core.io.learning_parity import COLUMNS
 
     f = tmp_path / "lp.parquet"
     pd.DataFrame([dict(implementation="ours", task="cup-catch", seed=0, agent_step=0, env_frames=0,

@@ -679,7 +679,7 @@ def _check_learning_parity(value) -> str | None:
                           f"working directory {os.getcwd()})")
     import pyarrow.parquet as pq
 
-    from tdmpc2core.report.learning_parity import COLUMNS
+    from tdmpc2core.io.learning_parity import COLUMNS
 
     try:
         names = pq.read_schema(value).names
