@@ -387,6 +387,7 @@ def run(args) -> int:
 
     rows, cells = [], {}
     partial = tmp / "rows.jsonl"
+    partial.write_text("")  # this run's cells only: `collect` after a stop must not mix in an older run's
     start = time.perf_counter()
     meta = dict(settings=settings, schedule=schedule, tasks=tasks, seeds=seeds, implementations=impls,
                 episode_length=EPISODE_LENGTH, action_repeat=ACTION_REPEAT, ours_name=OURS_NAME,
@@ -410,10 +411,16 @@ def run(args) -> int:
                 with open(partial, "a") as f:
                     f.writelines(json.dumps(x) + "\n" for x in r)
     meta.update(cells=cells, wall_s=time.perf_counter() - start, uptime_end=uptime())
+    failed = sorted(k for k, v in cells.items() if not v.get("ok", True))
     df = _frame(rows)
+    if df.empty:
+        raise SystemExit(f"error: no cell finished ({', '.join(failed)} failed: their logs are in {tmp}); nothing written")
     write_parquet(out, df)
-    write_json(out.with_suffix(".json"), meta)
+    write_json(out.with_suffix(".json"), dict(meta, failed_cells=failed))
     log(f"wrote {out} ({len(df)} rows) and {out.with_suffix('.json')}; {meta['wall_s']:.0f} s in all")
+    if failed:
+        raise SystemExit(f"error: {len(failed)} cell(s) failed: {', '.join(failed)} (logs in {tmp}); {out} holds "
+                         f"the others")
     return 0
 
 
@@ -425,7 +432,11 @@ def collect(args) -> int:
     src = Path(args.workdir or (str(args.out) + ".work")) / "rows.jsonl"
     if not src.exists():
         raise SystemExit(f"error: {src} does not exist (no cell finished, or another --workdir)")
+    if Path(args.out).exists() and not args.overwrite:
+        raise SystemExit(f"error: {args.out} exists; give another --out, or --overwrite to replace it")
     rows = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
+    if not rows:
+        raise SystemExit(f"error: {src} holds no rows (no cell finished)")
     df = _frame(rows).drop_duplicates(["implementation", "task", "seed", "agent_step"], keep="last")
     write_parquet(args.out, df)
     print(f"wrote {args.out}: {len(df)} rows from {src}", file=sys.stderr)
@@ -468,10 +479,14 @@ def analyze(args) -> int:
         comp = lp.comparison(df)
     except (OSError, ValueError) as e:  # a missing or wrong file, named: one line, no traceback
         raise SystemExit(f"error: {e}")
-    figs = Path(args.figures)
+    figs = Path(args.figures) if args.figures else results[0].parent
     for task in lp.tasks_of(df):
         lp.plot_task(curves, task, figs / f"{name}_{task}.png", df=df)
+    metas = [r.with_suffix(".json") for r in results]
+    reduced = [str(r) for r, m in zip(results, metas) if m.exists() and json.loads(m.read_text()).get("reduced")]
     md = ["# Learning beside the official code", "",
+          *([f"**A reduced run** ({', '.join(reduced)}: `run --reduced`, a tiny model, a few hundred agent steps): "
+             "it checks that the harness runs and says nothing about learning.", ""] if reduced else []),
           f"Margin +-{lp.MARGIN:g} return, TOST at alpha {lp.ALPHA} (Welch) on each seed's mean return over the "
           f"last {lp.LAST_POINTS} evaluation points; bootstrap {int(lp.CI_LEVEL * 100)}% CIs over seeds.", "",
           lp.comparison_markdown(comp), "## Per evaluation point", "",
@@ -516,13 +531,14 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("collect", help="the Parquet file from a (stopped) run's work folder")
     c.add_argument("--out", default=str(DEFAULT_RESULTS))
     c.add_argument("--workdir", help="the run's work folder (default OUT.work)")
+    c.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     a = sub.add_parser("analyze", help="the comparison, its Markdown summary and one figure per task")
     a.add_argument("--results", nargs="+", help=f"results file(s), pooled when several (default "
                    f"{DEFAULT_RESULTS.relative_to(ROOT)})")
     a.add_argument("--name", help="stem of the figures and the summary (default: the results file's stem; "
                    "required with several files)")
     a.add_argument("--tasks", nargs="+", help="these tasks only (default all in the results)")
-    a.add_argument("--figures", default=str(ROOT / "benchmarks" / "results"), help="folder of the figures")
+    a.add_argument("--figures", help="folder of the figures (default: the first results file's folder)")
     a.add_argument("--summary", help="Markdown output (default NAME.md beside the first results file)")
     return ap
 

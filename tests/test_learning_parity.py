@@ -112,6 +112,8 @@ def test_the_results_file_is_checked_with_the_key_named(tmp_path):
         lp.check_frame(df.assign(seed=df["seed"].astype(float)))
     with pytest.raises(FileNotFoundError, match="do not exist"):
         lp.read_results(tmp_path / "none.parquet")
+    with pytest.raises(ValueError, match="no rows"):
+        lp.check_frame(df.iloc[:0])
 
 
 def test_top_k_ties_pick_the_lowest_indices():
@@ -192,15 +194,34 @@ def test_analyze_names_its_outputs_after_the_results_and_pools_batches(tmp_path,
     md = (tmp_path / "pooled.md").read_text()
     assert "| b |" in md and "| a |" not in md and "(6) |" in md
     for argv, msg in (([str(first), str(second)], "pooled under one --name"),
-                      ([str(first), str(first), "--name", "x"], "duplicated row"),
+                      ([str(first), str(first), "--name", "x"], r"duplicated row \{'implementation': 'official', 'task': 'a', 'seed': 0"),
                       ([str(tmp_path / "none.parquet")], "none.parquet do not exist"),
                       ([str(tmp_path)], "a folder, not the Parquet file"),
                       ([str(first), "--tasks", "c"], r"--tasks \['c'\]: not in the results")):
         with pytest.raises(SystemExit, match=msg):
             bench.main(["analyze", "--results", *argv, "--figures", str(figs)])
+    # figures beside the results file by default (never into benchmarks/results for another file)
+    assert bench.main(["analyze", "--results", str(first)]) == 0 and (tmp_path / "first_a.png").exists()
     (tmp_path / "scores.csv").write_text("task,score\na,1\n")
     with pytest.raises(SystemExit, match=r"scores.csv: not a Parquet file"):
         bench.main(["analyze", "--results", str(tmp_path / "scores.csv")])
+
+
+def test_failed_cells_fail_the_run_and_collect_never_replaces_unasked(tmp_path):
+    out = tmp_path / "lp.parquet"
+    # the official side from a folder that is no checkout: each cell fails in its worker (its log kept)
+    with pytest.raises(SystemExit, match=r"no cell finished \(official/cartpole-balance/0 failed"):
+        bench.main(["run", "--reduced", "--implementations", "official", "--official", str(tmp_path / "nope"),
+                    "--seeds", "0", "--out", str(out)])
+    assert not out.exists() and (tmp_path / "lp.parquet.work" / "official-cartpole-balance-0.log").exists()
+    with pytest.raises(SystemExit, match="holds no rows"):  # the run reset its rows.jsonl
+        bench.main(["collect", "--out", str(out)])
+    synthetic(0.0, n=2).to_parquet(out)
+    (tmp_path / "lp.parquet.work" / "rows.jsonl").write_text(json.dumps(dict(
+        implementation="ours", task="a", seed=0, agent_step=0, env_frames=0, episode_return=1.0, eval_episodes=1)) + "\n")
+    with pytest.raises(SystemExit, match="lp.parquet exists; give another --out, or --overwrite"):
+        bench.main(["collect", "--out", str(out)])
+    assert bench.main(["collect", "--out", str(out), "--overwrite"]) == 0 and len(pd.read_parquet(out)) == 1
 
 
 def test_official_adapter_runs_one_cell_when_a_checkout_is_given(tmp_path):

@@ -210,6 +210,9 @@ def test_learning_parity_file_is_optional_and_checked(tmp_path):
     (tmp_path / "final_scores.csv").write_text("task,score\ncup-catch,1\n")
     assert f"config: learning_parity='{tmp_path}/final_scores.csv' is not a Parquet file" in refusal(
         learning_parity=str(tmp_path / "final_scores.csv"))
+    pd.read_parquet(f).iloc[:0].to_parquet(tmp_path / "empty.parquet")
+    assert f"config: learning_parity='{tmp_path}/empty.parquet' has no rows" in refusal(
+        learning_parity=str(tmp_path / "empty.parquet"))
     pd.DataFrame(dict(step=[0], episode_return=[1.0])).to_parquet(tmp_path / "eval.parquet")
     assert (f"config: learning_parity='{tmp_path}/eval.parquet' lacks the column(s) "
             f"{[c for c in COLUMNS if c != 'episode_return']}") in refusal(learning_parity=str(tmp_path / "eval.parquet"))

@@ -26,12 +26,14 @@ def check_frame(df: pd.DataFrame, source: str = "the results") -> pd.DataFrame:
     """``df`` with its columns checked and typed (see :data:`COLUMNS`).
 
     Raises:
-      ValueError: a missing column or one of the wrong kind (named), an implementation other
+      ValueError: a missing column or one of the wrong kind (named), no rows, an implementation other
         than :data:`IMPLEMENTATIONS`, a duplicated (implementation, task, seed, agent_step) row.
     """
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"{source}: missing column(s) {missing}; expected {list(COLUMNS)}")
+    if df.empty:
+        raise ValueError(f"{source}: no rows (no evaluation was recorded)")
     for c, kind in {**COLUMNS, **{k: v for k, v in OPTIONAL_COLUMNS.items() if k in df.columns}}.items():
         got = df[c].dtype.kind
         ok = got in ("O", "U", "S") or str(df[c].dtype) in ("string", "str") if kind == "O" else (
@@ -45,7 +47,7 @@ def check_frame(df: pd.DataFrame, source: str = "the results") -> pd.DataFrame:
     dup = df.duplicated(key)
     if dup.any():
         row = df[dup].iloc[0]
-        raise ValueError(f"{source}: duplicated row {dict(row[key])}")
+        raise ValueError(f"{source}: duplicated row {({k: row[k].item() if hasattr(row[k], 'item') else row[k] for k in key})}")
     out = df.copy()
     out["episode_return"] = out["episode_return"].astype(np.float64)
     return out.sort_values(key, kind="stable").reset_index(drop=True)

@@ -682,7 +682,8 @@ def _check_learning_parity(value) -> str | None:
     from tdmpc2core.io.learning_parity import COLUMNS
 
     try:
-        names = pq.read_schema(value).names
+        meta = pq.read_metadata(value)
+        names = meta.schema.to_arrow_schema().names
     except Exception as e:  # noqa: BLE001 (pyarrow raises several kinds for a file that is not Parquet)
         raise ConfigError(f"config: learning_parity={value!r} is not a Parquet file ({type(e).__name__}: {e}); give "
                           "a results file of benchmarks/learning_parity.py") from None
@@ -690,6 +691,8 @@ def _check_learning_parity(value) -> str | None:
     if missing:
         raise ConfigError(f"config: learning_parity={value!r} lacks the column(s) {missing} of a results file of "
                           f"benchmarks/learning_parity.py (expected {list(COLUMNS)}; it has {names})")
+    if meta.num_rows == 0:
+        raise ConfigError(f"config: learning_parity={value!r} has no rows (no evaluation was recorded)")
     return value
 
 
