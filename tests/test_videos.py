@@ -131,6 +131,8 @@ def test_pipeline_video_setting(tmp_path):
     assert _check_video("last", tasks, "demo") == "last" and _check_video("every", tasks, "demo") == "every"
     with pytest.raises(ConfigError, match="video='sometimes'; accepted: off, last, every"):
         _check_video("sometimes", tasks, "demo")
+    with pytest.raises(ConfigError, match="video=True; .*unquoted on, yes or true as true: write last or every"):
+        _check_video(True, tasks, "demo")  # `video: on` in YAML
 
 
 # --------------------------------------------------------------------------- renderers

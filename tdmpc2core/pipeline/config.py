@@ -703,7 +703,9 @@ def _check_video(value, tasks: dict, protocol: str) -> str:
     if value is False or value == "off":
         return "off"
     if value not in ("last", "every"):
-        raise ConfigError(f"config: video={value!r}; accepted: off, last, every")
+        hint = (" (YAML reads an unquoted on, yes or true as true: write last or every)"
+                if value is True else "")
+        raise ConfigError(f"config: video={value!r}; accepted: off, last, every{hint}")
     from tdmpc2core.envs.render import cannot_render
 
     for t, s in tasks.items():
