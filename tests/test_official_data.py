@@ -17,8 +17,9 @@ if os.environ.get("CI"):  # CI installs the official extra (.ci/run): missing th
     import tensordict
     import torch
 else:
-    torch = pytest.importorskip("torch")
-    tensordict = pytest.importorskip("tensordict")
+    _why = "is not installed: pip install -e '.[official]' to run the official-dataset tests"
+    torch = pytest.importorskip("torch", reason=f"PyTorch {_why}", exc_type=ImportError)
+    tensordict = pytest.importorskip("tensordict", reason=f"tensordict {_why}", exc_type=ImportError)
 
 from tdmpc2core.cli import main  # noqa: E402
 from tdmpc2core.dataset import RunInfo, load_dataset  # noqa: E402

@@ -75,7 +75,8 @@ def test_convert_and_train_on_an_official_format_chunk(tmp_path):
     of 501 rows) and trains a tiny model on it for 200 updates, the pool kept in host memory
     (over its device budget), evaluated on dm_control's cartpole-balance."""
     if not os.environ.get("CI"):  # CI installs both (.ci/run): there a missing one fails
-        pytest.importorskip("tensordict")
+        pytest.importorskip("tensordict", reason="tensordict is not installed: pip install -e '.[official]' to "
+                            "run the official-dataset workflow test", exc_type=ImportError)
         pytest.importorskip("dm_control")
     import pandas as pd
 

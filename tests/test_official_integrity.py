@@ -130,8 +130,14 @@ def test_damaged_deflated_member_truncated_empty_text_and_legacy_files(tmp_path)
 
 
 # ------------------------------------------------------------------ checkpoints (torch)
+def _needs(module: str):
+    """``module`` (torch or tensordict), or a skip naming the extra that installs it."""
+    return pytest.importorskip(module, reason=f"{module} is not installed: pip install -e '.[official]' to run "
+                                              "the official checkpoint and chunk checks", exc_type=ImportError)
+
+
 def test_load_official_refuses_a_flipped_checkpoint_that_torch_loads_silently(tmp_path):
-    torch = pytest.importorskip("torch")
+    torch = _needs("torch")
     from tdmpc2core.agents.official_eval import CheckpointMismatchError, load_checkpoint
     from tdmpc2core.io.official import DamagedCheckpointError, OfficialCheckpointError, load_official, read_official
 
@@ -158,7 +164,7 @@ def test_load_official_refuses_a_flipped_checkpoint_that_torch_loads_silently(tm
 
 
 def test_evaluate_official_cli_refuses_a_flipped_checkpoint_in_one_line_and_writes_nothing(tmp_path):
-    pytest.importorskip("torch")
+    _needs("torch")
     bad = tmp_path / "corrupt.pt"
     member = flipped_copy(SINGLE, bad)
     res = cli("evaluate-official", "--checkpoint", bad, "--task", "dmc:cartpole-balance", "--episodes", 1,
@@ -173,8 +179,8 @@ def test_evaluate_official_cli_refuses_a_flipped_checkpoint_in_one_line_and_writ
 def chunks(tmp_path):
     """An intact official-format chunk (a TensorDict of 2 mt30 episodes) and a bit-flipped copy,
     each alone in a folder."""
-    pytest.importorskip("torch")
-    pytest.importorskip("tensordict")
+    _needs("torch")
+    _needs("tensordict")
     from test_official_data import official_episodes, save_chunk
 
     good, bad = tmp_path / "good", tmp_path / "bad"

@@ -24,8 +24,11 @@ def frames_of(path):
     """(meta, frames uint8 [N, H, W, 3]) of a video file, decoded by imageio-ffmpeg's ffmpeg."""
     import imageio_ffmpeg
 
+    from tdmpc2core.io.video import _no_python_in_forked_child
+
     gen = imageio_ffmpeg.read_frames(str(path))
-    meta = next(gen)
+    with _no_python_in_forked_child():  # as write_video starts ffmpeg
+        meta = next(gen)
     w, h = meta["size"]
     frames = np.stack([np.frombuffer(f, np.uint8).reshape(h, w, 3) for f in gen])
     return meta, frames
@@ -201,6 +204,30 @@ def test_write_video_is_h264_yuv420p_written_atomically(tmp_path):
         write_video(tmp_path / "bad.mp4", frames, 0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v"]  # nothing left by the refused writes
     assert [p.name for p in path.parent.iterdir()] == ["video.mp4"]
+
+
+def test_write_video_runs_no_python_in_a_forked_child(tmp_path, monkeypatch):
+    """ffmpeg starts without imageio-ffmpeg's preexec_fn: no fork of the JAX process (its
+    at-fork warning "os.fork() was called ... deadlock" is absent), the switch is put back, and a
+    user's own setting of it is kept."""
+    import warnings
+
+    from tdmpc2core.io.video import _NO_PREEXEC, write_video
+
+    jax.numpy.zeros(2).block_until_ready()  # JAX's threads are up: its at-fork hook would warn
+    frames = np.zeros((3, 16, 16, 3), np.uint8)
+    monkeypatch.delenv(_NO_PREEXEC, raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        write_video(tmp_path / "a.mp4", frames, 5.0)
+    assert not [w for w in caught if "os.fork()" in str(w.message)]
+    assert _NO_PREEXEC not in os.environ
+    monkeypatch.setenv(_NO_PREEXEC, "0")  # the user's choice: imageio-ffmpeg's default
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        write_video(tmp_path / "b.mp4", frames, 5.0)
+    assert os.environ[_NO_PREEXEC] == "0"
+    assert [w for w in caught if "os.fork()" in str(w.message)]  # the check above can fail
 
 
 # --------------------------------------------------------------------------- the report in a browser

@@ -5,11 +5,15 @@ the result in a ``<video>`` element (``+faststart``: the index comes first).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
 
 from .atomic import atomic_path
+
+#: imageio-ffmpeg's switch that starts ffmpeg without its ``preexec_fn=os.setpgrp``
+_NO_PREEXEC = "IMAGEIO_FFMPEG_NO_PREVENT_SIGINT"
 
 #: the media type of the files :func:`write_video` writes (the report's data URIs)
 VIDEO_MIME = "video/mp4"
@@ -48,7 +52,8 @@ def write_video(path: str | os.PathLike, frames, fps: float, *, crf: int = 28) -
             macro_block_size=2, quality=None, bitrate=None,
             output_params=["-crf", str(int(crf)), "-preset", "medium", "-movflags", "+faststart"],
             ffmpeg_log_level="error")
-        writer.send(None)
+        with _no_python_in_forked_child():
+            writer.send(None)  # starts ffmpeg
         try:
             for f in frames:
                 writer.send(np.ascontiguousarray(f))
@@ -58,6 +63,28 @@ def write_video(path: str | os.PathLike, frames, fps: float, *, crf: int = 28) -
             writer.close()
         size = os.path.getsize(tmp)
     return int(size)
+
+
+@contextlib.contextmanager
+def _no_python_in_forked_child():
+    """Start ffmpeg with no Python ``preexec_fn`` (unless the user set imageio-ffmpeg's switch).
+
+    imageio-ffmpeg puts ffmpeg in its own process group with ``preexec_fn=os.setpgrp``, which
+    makes subprocess fork the whole interpreter and run Python in the child before ``exec``. In
+    a process with JAX's threads that can deadlock (imageio-ffmpeg issue #58), and JAX warns
+    "os.fork() was called ... will likely lead to a deadlock" in every training job's log.
+    Without it subprocess starts ffmpeg by vfork/exec, running no Python in the child. The one
+    change: a Ctrl-C in the terminal reaches ffmpeg as well, which the atomic write handles (no
+    partial file is left under the video's name).
+    """
+    if _NO_PREEXEC in os.environ:
+        yield
+        return
+    os.environ[_NO_PREEXEC] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(_NO_PREEXEC, None)
 
 
 __all__ = ["VIDEO_MIME", "write_video"]
