@@ -285,6 +285,8 @@ def evaluate(agent, state, num_episodes: int) -> dict:
         args = (state.agent.params, eval_keys(seeds, updates, i)) + ((state.ext,) if metrics else ())
         out = agent._eval_fn(i, int(num_episodes))(*args)
         rets.append(np.asarray(out[0]))
+        # a host simulator's exception (its items gave NaN): the evaluation stops with it
+        agent.eval_envs[i].raise_host_error(f"in the evaluation of task {agent.task_names[i]!r} at {updates} updates")
         lens.append(np.asarray(out[1]))
         flags = success_dict(out[2])
         nan = np.full(rets[-1].shape, np.nan)

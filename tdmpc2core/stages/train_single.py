@@ -144,7 +144,7 @@ def _make_agent(spec: dict, seeds: list, log, devices=None):
     from ..extensions import make_extensions
 
     agent = TDMPC2(spec["env_id"], n_envs=int(spec.get("n_envs", 1)),
-                   episode_length=int(spec.get("episode_length", 1000)),
+                   episode_length=None if spec.get("episode_length") is None else int(spec["episode_length"]),
                    action_repeat=(None if spec.get("action_repeat") is None else int(spec["action_repeat"])),
                    env_params=spec.get("env_params") or None, backend=spec.get("backend"),
                    extensions=make_extensions(spec.get("extensions") or []), devices=devices, **spec.get("agent", {}))
