@@ -361,6 +361,7 @@ def _run_json(args, spec: dict, seeds: list, dataset, agent, state, hist: dict, 
         if "eval_success_rate" in hist:  # tasks with a success flag: their rate in [0, 1] (last-step rule)
             final["success_rate"] = {n: [float(x) for x in hist["eval_success_rate"][-1][:, k]]
                                      for k, n in enumerate(names) if not np.isnan(hist["eval_success_rate"][-1][:, k]).all()}
+            final["success_rate_rule"] = outputs.FINAL_SUCCESS_RULE
     speeds = [r["updates_per_s"] for r in records[1:]] or [r["updates_per_s"] for r in records]
     prov = session["provenance"]
     return {

@@ -411,6 +411,7 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
         # an env with a success flag: the last evaluation's success rate in [0, 1] (the last-step rule)
         "final_eval_success": (float(np.mean(hist["eval_success"][-1, i]))
                                if "eval_success" in hist and len(hist["eval_agent_steps"]) else None),
+        **({"final_eval_success_rule": outputs.FINAL_SUCCESS_RULE} if "eval_success" in hist else {}),
         # None for pixel runs (obs='rgb'): no episodes.parquet
         "dataset_episodes": None if episodes is None else episodes.num_episodes,
         "dataset_agent_steps": None if episodes is None else episodes.num_transitions,
