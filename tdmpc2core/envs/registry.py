@@ -96,6 +96,9 @@ class Suite:
         frames: ``frames(env) -> FrameSource``: how the suite's own renderer pictures an env's
             states for evaluation videos (:mod:`tdmpc2core.envs.render`), or None: no renderer
             (the report says so instead of showing a video).
+        frames_opengl: whether :attr:`frames` draws through MuJoCo's OpenGL context (True: the
+            MuJoCo suites; False: a drawing without OpenGL, gymnax's), so that a run with videos
+            checks the OpenGL backend before it trains (:func:`tdmpc2core.envs.render.check_opengl`).
         obs_types: the observation types :attr:`build` can give (``"state"``, and ``"rgb"``
             for pixels, spec §2 "Pixels"). :meth:`make` refuses any other; :attr:`build` is
             called with ``obs=`` only for one other than ``"state"`` (so a suite without pixels
@@ -117,6 +120,7 @@ class Suite:
     published: Mapping[str, str] = dataclasses.field(default_factory=dict)
     report: SuiteReport = None  # type: ignore[assignment]
     frames: Optional[Callable[[Any], Any]] = None
+    frames_opengl: bool = True
     obs_types: tuple[str, ...] = ("state",)
 
     def __post_init__(self):

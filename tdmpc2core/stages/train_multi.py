@@ -201,6 +201,11 @@ def _run(args, spec: dict, log) -> int:
 
     t_start = time.perf_counter()
     dataset, agent = _make_agent(args, spec, log)
+    from .train_single import check_rendering
+
+    # the videos need MuJoCo's OpenGL rendering: checked before training, not after it
+    check_rendering([env for env in (agent.eval_envs or []) if env is not None], getattr(args, "video", "off"),
+                    False, log)
     updates = int(spec["updates"])
     ckdir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
     # this session's record beside the checkpoints (before the folder is opened: a finished run's

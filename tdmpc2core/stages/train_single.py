@@ -55,7 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="evaluation video: 'last' records one episode of the first seed acting as the last "
                         "evaluation acts, written to {outdir}/seed{first seed}/video.mp4 (docs/artifacts.md); "
                         "'every' records one at every evaluation, {outdir}/seed{first seed}/videos/"
-                        "agent_steps_<N>.mp4, and copies the last to video.mp4; default off")
+                        "agent_steps_<N>.mp4, and copies the last to video.mp4; default off. MuJoCo's OpenGL "
+                        "rendering is checked before training; a recording that still fails costs the video "
+                        "alone (run.json's video.error; video.mp4 is then an empty file)")
     add_checkpoint_arguments(p, "agent steps", "only when stopped by a signal and at the end")
     add_logger_arguments(p)
     add_device_arguments(p, processes=False)
@@ -76,6 +78,9 @@ def run(args) -> int:
     outdir = Path(args.outdir)
     prefix = f"[train-single {args.task}]"
     log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
+    # videos and pixels need MuJoCo's OpenGL rendering: checked now, not after training
+    check_rendering([spec["env_id"]], getattr(args, "video", "off"),
+                    (spec.get("agent") or {}).get("obs", "state") == "rgb", log)
     from ..run.lock import FolderInUseError, exclusive_folder
 
     with library_log(prefix):  # checkpoints written, resumes: into this job's log
@@ -222,6 +227,16 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
                                             outdir / f"seed{seeds[0]}" / VIDEO_FILE, log)
     elif every is not None:
         session["video"] = every.finish(state, hist, outdir / f"seed{seeds[0]}" / VIDEO_FILE)
+    if session["video"] is not None and session["video"].get("error"):
+        # the recording failed after training: the run's outputs are written all the same, with the
+        # failure in run.json; an empty video.mp4 stands for the video (the workflow's rule declares it)
+        from ..io import atomic
+
+        empty = outdir / f"seed{seeds[0]}" / VIDEO_FILE
+        empty.parent.mkdir(parents=True, exist_ok=True)
+        with atomic.atomic_path(empty) as tmp:
+            tmp.write_bytes(b"")
+        session["video"]["empty_file"] = VIDEO_FILE
     for i, seed in enumerate(seeds):
         _write_seed(args, spec, seeds, outdir, log, agent, state, hist, i, seed, session)
     # the outputs are complete: keep only the final checkpoint (the trained agent) and mark the
@@ -345,12 +360,37 @@ class EveryVideo:
                                  if (self.folder / every_video_name(s)).exists()]}
 
 
+def check_rendering(env_ids, video: str, pixels: bool, log) -> None:
+    """Before a training stage builds anything: when its evaluation videos (``video`` other
+    than ``"off"``, for an env whose suite draws through MuJoCo) or its pixel observations need
+    MuJoCo's OpenGL rendering, check that it works here
+    (:func:`tdmpc2core.envs.render.check_opengl`; logged).
+
+    Raises:
+      tdmpc2core.envs.render.OpenGLError: one line naming the backend and what to install or set
+        (a ValueError: the CLI's one-line error, exit status 1).
+    """
+    import os
+
+    from ..envs.render import cannot_render, check_opengl, needs_opengl
+
+    what = ["pixel observations (agent.obs rgb)"] if pixels else []
+    if video != "off" and any(cannot_render(e) is None and needs_opengl(e) for e in env_ids):
+        what.append(f"evaluation videos (--video {video})")
+    if what:
+        seconds = check_opengl(" and ".join(what))
+        log(f"rendering: MuJoCo's OpenGL context works here (MUJOCO_GL={os.environ.get('MUJOCO_GL') or 'unset'}; "
+            f"checked in {seconds:.1f} s) for the {' and '.join(what)}")
+
+
 def record_and_write(env, record, renderer_of, record_seconds: dict, path: Path, log, what: str) -> dict:
     """``record()`` (an agent's ``record_episode`` call) and the MP4 of its frames at ``path``,
     written atomically; returns what run.json records of the video: the file's name, frames,
     fps, stride, size, the episode's return and length (agent steps), the renderer and the
     seconds spent (compile, rollout, render, encode); for an env that cannot be rendered
-    ``{"file": None, "reason": ...}`` (logged, no file)."""
+    ``{"file": None, "reason": ...}`` (logged, no file). A recording, drawing or encoding that
+    raises costs the video alone: ``{"file": None, "reason": "recording failed: ...", "error":
+    "<type>: <message>"}`` (logged; no file at ``path``), and the run goes on to write its outputs."""
     from ..envs.render import NoRendererError, cannot_render
     from ..io.video import write_video
 
@@ -362,11 +402,21 @@ def record_and_write(env, record, renderer_of, record_seconds: dict, path: Path,
     t0 = time.perf_counter()
     try:
         rec = record()
+        t1 = time.perf_counter()
+        size = write_video(path, rec.frames, rec.fps)
     except NoRendererError as exc:
         log(f"video: none ({exc})")
         return {"file": None, "reason": str(exc)}
-    t1 = time.perf_counter()
-    size = write_video(path, rec.frames, rec.fps)
+    except Exception as exc:  # noqa: BLE001 - a renderer or encoder failing: the video alone is lost
+        error = " ".join(f"{type(exc).__name__}: {exc}".split())
+        log(f"video: {what}: recording failed ({error}); the run's outputs are written without this video")
+        try:
+            renderer = renderer_of()
+            if renderer is not None:
+                renderer.close()
+        except Exception:  # noqa: BLE001 - a broken context may not close either
+            pass
+        return {"file": None, "reason": f"recording failed: {error}", "error": error}
     renderer = renderer_of()
     render_s = renderer.seconds
     renderer.close()  # its OpenGL context, now: freed at interpreter exit, EGL complains

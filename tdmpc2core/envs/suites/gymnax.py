@@ -42,4 +42,5 @@ SUITE = Suite(
     refuse=_refuse,
     report=SuiteReport(label="gymnax", rank=2),
     frames=_frames,  # evaluation videos (tdmpc2core.envs.render._gymnax)
+    frames_opengl=False,  # a Pillow drawing: no OpenGL context
 )
