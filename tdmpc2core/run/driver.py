@@ -659,6 +659,7 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
         loggers: each gets ``log(step, {"Train/<name>": ...})`` after every chunk record and
         ``log(step, {"Eval/episodic mean reward": ...})`` after every evaluation, seed means,
         or ``log_seeds(step, {seed: ...})`` with each seed's values where it has that method,
+        and ``flush()`` (where it has one) once a step's records are all given,
         :mod:`tdmpc2core.run.loggers`; ``progress_bar``: a tqdm bar on stderr).
         ``progress`` gets a dict after every call of the compiled program: ``phase``,
         ``step``, ``start``/``end`` of this call and ``total`` (steps), ``ticks``, ``steps``
@@ -682,6 +683,7 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
     try:
         if call.eval_at_start:
             call.evaluate(0)
+            call.flush_loggers()
         for chunk in call.chunks:
             call.run_chunk(chunk, callback)
     finally:
@@ -830,6 +832,21 @@ class _Call:
                 warnings.warn(f"logger {type(lg).__name__} raised {msg}; it is dropped, training goes on",
                               RuntimeWarning, stacklevel=2)
 
+    def flush_loggers(self) -> None:
+        """Every record of a step has been given: ``flush()`` the loggers that have it (W&B
+        commits the step's row); one that raises is warned about once and dropped."""
+        for lg in list(self.loggers):
+            flush = getattr(lg, "flush", None)
+            if not callable(flush):
+                continue
+            try:
+                flush()
+            except Exception as e:  # a logger never stops training
+                self.loggers.remove(lg)
+                msg = " ".join(f"{type(e).__name__}: {e}".split())
+                warnings.warn(f"logger {type(lg).__name__} raised {msg}; it is dropped, training goes on",
+                              RuntimeWarning, stacklevel=2)
+
     def evaluate(self, tick: int) -> dict:
         ev = self.program.evaluate(self.state, tick, self.run)
         self.hist["evals"].append(ev)
@@ -918,6 +935,8 @@ class _Call:
             ev = self.evaluate(b)
             rec["eval_position"] = len(self.hist["evals"]) - 1
             program.attach_eval(rec, ev)
+        if self.loggers:  # the step's records are all given
+            self.flush_loggers()
         self.hist["chunks"].append(rec)
         if callback is not None:
             callback(rec)
