@@ -297,7 +297,7 @@ def test_optimizer_settings_in_the_configuration():
     """learning_rate (a number or a named schedule), weight_decay and updates_per_step are agent
     settings the workflow takes (checked by the library's TDMPC2Config when it loads) and the
     schema refuses in one line where it can (a schedule's kind, a negative decay)."""
-    resolve(merged("protocols: {demo: {defaults: {agent: {weight_decay: 0.01, updates_per_step: 0.5, learning_rate: "
+    resolve(merged("protocols: {demo: {defaults: {agent: {weight_decay: 0.01, updates_per_step: 2, learning_rate: "
                    "{kind: warmup_cosine, init_value: 0.0, peak_value: 3.0e-4, warmup_steps: 100, "
                    "decay_steps: 6000}}}}}"))
     assert _schema_error(merged("protocols: {demo: {defaults: {agent: {learning_rate: {kind: cosine, "

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..envs import Env, make_env
 from ..envs.registry import check_obs
-from ..model.config import TDMPC2Config, burst_tick, config_record, resolve_config
+from ..model.config import TDMPC2Config, burst_tick, config_record, first_update_agent_steps, resolve_config
 from ..model.planner import act_with_policy, plan
 from ..model.world_model import WorldModel
 from ..run import driver
@@ -645,6 +645,20 @@ class OnlineProgram(RunProgram):
     def start(self, state, run: Run) -> None:
         self._seeds = list(run.seeds)
         self._seen_nonfinite = np.asarray(state.nonfinite).copy()
+        agent = self.agent
+        first = first_update_agent_steps(agent.seed_steps, agent.n_envs)
+        if run.total_steps < first:  # the whole run, not this call: a run continued later is fine
+            warnings.warn(
+                f"{agent.env_id}: the run of {run.total_steps} agent steps ends before its first update (the "
+                f"seed-phase burst, once seed_steps={agent.seed_steps} random agent steps are done: the tick that "
+                f"reaches {first} agent steps with n_envs={agent.n_envs}), so it trains nothing; give at least "
+                f"{first} agent steps (n_timesteps, or total_timesteps for a run in several calls) or lower "
+                "seed_steps", RuntimeWarning, stacklevel=4)
+
+    def compile_seconds(self) -> float:
+        from ..run.compiled import compiling_seconds
+
+        return compiling_seconds(self.agent.compile_seconds)
 
     def _report_nonfinite(self, state, agent_steps) -> None:
         """Log each newly dropped episode (seed, env index, agent step); stop past the limit."""

@@ -71,8 +71,10 @@ def parse_spec(text: str) -> dict:
 def run(args) -> int:
     spec = parse_spec(args.spec)
     from ..agents.video import check_video_mode
+    from ..run.driver import check_eval_every
 
     check_video_mode(getattr(args, "video", "off"))
+    check_eval_every(spec.get("eval_every"), "agent steps")  # before anything is built or recorded
 
     seeds = list(args.seeds)
     outdir = Path(args.outdir)
@@ -100,8 +102,10 @@ class _Progress:
 
     def __init__(self, log, agent, n_timesteps: int, progress_seconds: float):
         self.log, self.agent, self.total, self.every = log, agent, n_timesteps, progress_seconds
-        # the rate of this session's training ticks (seed-phase ticks are far faster)
+        # the rate of this session's training ticks (seed-phase ticks are far faster), without the
+        # seconds its calls spent compiling (a resumed session compiles in its first training call)
         self.last_log, self.train_steps, self.train_seconds = time.perf_counter(), 0, 0.0
+        self.chunk_steps, self.chunk_seconds = 0, 0.0  # the chunk in progress, compiling left out
         self.last_eval, self.start, self.step = None, None, None
 
     def status(self, done: int, total: int, phase: str, rate: float) -> str:
@@ -121,9 +125,12 @@ class _Progress:
         self.step = p["agent_steps"]
         if p["last_eval_return"] is not None:
             self.last_eval = p["last_eval_return"]
+        running = max(p["seconds"] - p.get("compile_seconds", 0.0), 0.0)
+        self.chunk_steps += p["steps"]
+        self.chunk_seconds += running
         if p["phase"] == "train":
-            self.train_steps += p["agent_steps_per_s"] * p["seconds"]
-            self.train_seconds += p["seconds"]
+            self.train_steps += p["steps"]
+            self.train_seconds += running
         now = time.perf_counter()
         if now - self.last_log >= self.every and p["agent_steps"] < p["total_agent_steps"]:
             self.last_log = now
@@ -134,11 +141,14 @@ class _Progress:
         if "eval_return" in rec:
             self.last_eval = rec["eval_return"]
         self.last_log = time.perf_counter()
+        # the chunk's rate without compiling (the record's own includes it), when its calls were reported
+        rate = self.chunk_steps / self.chunk_seconds if self.chunk_seconds > 0 else rec["agent_steps_per_s"]
+        self.chunk_steps, self.chunk_seconds = 0, 0.0
         if rec["phase"] == "burst":
             self.log(f"{rec['agent_steps']}/{self.total} agent steps: seed-phase burst of {self.agent.seed_steps} "
                      f"updates took {rec['chunk_seconds']:.0f} s")
         else:
-            self.log(self.status(rec["agent_steps"], self.total, rec["phase"], rec["agent_steps_per_s"]))
+            self.log(self.status(rec["agent_steps"], self.total, rec["phase"], rate))
 
 
 def _make_agent(spec: dict, seeds: list, log, devices=None):
@@ -196,7 +206,9 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     eval_episodes = int(spec.get("eval_episodes", 10))
     loggers = job_loggers(args, log, f"single/{args.task}", args.task, seeds, lambda:
                           {"task": args.task, "protocol": args.logger_group, "spec": spec, "agent": agent.config})
-    eval_every = int(spec.get("eval_every", 0)) or None
+    from ..run.driver import check_eval_every
+
+    eval_every = check_eval_every(spec.get("eval_every"), "agent steps")  # 0 is refused, not "no evaluation"
     every = EveryVideo(agent, seeds[0], eval_every, eval_episodes, outdir / f"seed{seeds[0]}" / VIDEO_DIR, log) \
         if getattr(args, "video", "off") == "every" else None
     train = functools.partial(
