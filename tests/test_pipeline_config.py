@@ -149,8 +149,8 @@ REFUSALS = [
     ("protocols: {demo: {multitask: {agent: {model_size: 5}}}}",
      "config: protocols.demo.multitask.agent.model_size: the model sizes are multitask.model_sizes"),
     ("protocols: {mine: {label: x, tasks: {t: {env_id: Pendulum-v1}}}}\nprotocol: mine",
-     "config: task 't' of protocol 'mine' lacks ['episode_length', 'agent_steps', 'eval_every', 'eval_episodes', "
-     "'agent']; set them under protocols.mine.defaults or under the task"),
+     "config: task 't' of protocol 'mine' lacks ['agent_steps', 'eval_every', 'eval_episodes', "
+     "'agent']; set them under protocols.mine.defaults or under the task"),  # episode_length: the suite's or 1000
     ("protocols: {mine: {label: x, tasks: {}}}\nprotocol: mine",
      "config: protocols.mine.tasks is empty; name at least one task (or official_pools)"),
     ("protocols: {demo: {official_pools: {demo: {src: /nonexistent, task_set: mt30}}}}",

@@ -517,11 +517,7 @@ class TDMPC2:
             episode terminated too early); names the env, the longest episode and H.
             (Updates wait for such an episode, with a warning, instead of failing at the
             burst: docs/deviations.md R3.)
-          FloatingPointError: non-finite observations or rewards from the env.
-          tdmpc2core.envs.base.SimulatorError: a host-stepped simulator (dm_control, Meta-World,
-            MyoSuite) raised inside a call (its type and message named; dm_control's diverging
-            physics aside: NaN, docs/deviations.md E6), after that call, before any further
-            checkpoint.
+          FloatingPointError / tdmpc2core.envs.base.SimulatorError: non-finite env data / a host simulator's error.
           TrainingInterrupted: ``should_stop`` returned True.
           tdmpc2core.io.checkpoint.CheckpointMismatchError: the newest checkpoint of
             ``checkpoint_dir`` was made with other settings (named).

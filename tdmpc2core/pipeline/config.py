@@ -435,8 +435,15 @@ def _check_task(proto: str, protocol: dict, name: str, t: dict):
         task_sets = "episode_length" in ((protocol.get("tasks") or {}).get(name) or {})
         src = f"{where}.episode_length" if task_sets else f"protocols.{proto}.defaults.episode_length"
         raise ConfigError(f"config: {where}: env_id {t['env_id']!r} (episode_length set in {src}): {e}") from None
-    # the resolved configuration, the job's spec and the report hold the length in effect
-    t["episode_length"] = length
+    # the resolved configuration, the job's spec and the report hold the length in effect (the key
+    # after action_repeat, where the defaults always put it)
+    items = [(k, v) for k, v in t.items() if k != "episode_length"]
+    t.clear()
+    for k, v in items:
+        t[k] = v
+        if k == "action_repeat":
+            t["episode_length"] = length
+    t.setdefault("episode_length", length)
     T = length // int(t["action_repeat"])
     n = int(t.get("n_envs") or 1)
     try:
