@@ -126,10 +126,11 @@ class _Progress:
         if p["last_eval_return"] is not None:
             self.last_eval = p["last_eval_return"]
         running = max(p["seconds"] - p.get("compile_seconds", 0.0), 0.0)
-        self.chunk_steps += p["steps"]
+        steps = p.get("steps", p["agent_steps_per_s"] * p["seconds"])
+        self.chunk_steps += steps
         self.chunk_seconds += running
         if p["phase"] == "train":
-            self.train_steps += p["steps"]
+            self.train_steps += steps
             self.train_seconds += running
         now = time.perf_counter()
         if now - self.last_log >= self.every and p["agent_steps"] < p["total_agent_steps"]:
