@@ -376,7 +376,6 @@ def test_rendering_is_checked_before_training_naming_the_backend(tmp_path, monke
 
     from tdmpc2core import cli
     from tdmpc2core.envs import render
-    from tdmpc2core.stages.train_single import check_rendering
 
     backends = {"glfw": "GLFW needs a display (DISPLAY is not set)"}
     if ctypes.util.find_library("OSMesa") is None:  # .ci/run installs EGL only
@@ -385,10 +384,11 @@ def test_rendering_is_checked_before_training_naming_the_backend(tmp_path, monke
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
     for backend, hint in backends.items():
         monkeypatch.setenv("MUJOCO_GL", backend)
-        monkeypatch.setattr(render, "_CHECKED", {})
+        monkeypatch.setattr(render, "_CHECKED", {}, raising=False)
         for video, agent, what in (("last", {}, "evaluation videos (--video last)"),
                                    ("off", {"obs": "rgb"}, "pixel observations (agent.obs rgb)")):
-            spec = {"env_id": "dmc:cartpole-balance", "agent_steps": 10, "agent": {**TINY, **agent}}
+            # a valid run (T = 500: seed_steps 500), which 10c895d trained before its video failed
+            spec = {"env_id": "dmc:cartpole-balance", "agent_steps": 10, "agent": {**TINY, "seed_steps": 500, **agent}}
             t0 = time.perf_counter()
             rc = cli.main(["train-single", "--task", "cart", "--spec", json.dumps(spec), "--seeds", "0",
                            "--outdir", str(tmp_path / "out"), "--video", video])
@@ -397,6 +397,8 @@ def test_rendering_is_checked_before_training_naming_the_backend(tmp_path, monke
             assert f"{what} need MuJoCo's OpenGL rendering, which fails here (MUJOCO_GL={backend}: " in err[0]
             assert hint in err[0] and "MUJOCO_GL=egl" in err[0]
             assert time.perf_counter() - t0 < 60 and not (tmp_path / "out").exists()  # nothing built, nothing trained
+    from tdmpc2core.stages.train_single import check_rendering
+
     logs = []
     check_rendering(["Pendulum-v1"], "last", False, logs.append)  # a Pillow drawing: nothing to check
     assert logs == []

@@ -253,7 +253,8 @@ class WandbLogger:
     logged or at :meth:`flush` (the run driver calls it once a step's records are all given) or
     :meth:`close`; after a ``flush`` log only later steps (W&B drops a row of an earlier one).
     W&B writes committed rows to a run's ``.wandb`` file every :attr:`FLUSH_SECONDS` (its
-    ``x_transaction_log_flush_interval``; W&B's own default, 15 s, lost the end of killed runs),
+    ``x_transaction_log_flush_interval``, where the installed W&B has it, as 0.31 does; W&B's
+    own default, 15 s, lost the end of killed runs),
     so a process killed (``kill -9``) loses at most the rows of its last seconds.
     :meth:`close` returns once every run's ``.wandb`` file is complete (its last record W&B's
     ``exit``), not merely when W&B says the run finished.
@@ -295,8 +296,10 @@ class WandbLogger:
         self.project, self.group, self.name, self.entity = project, group, name, entity
         self.config, self.tags, self.job_type = _json_safe(config), list(tags or []) or None, job_type
         self.dir = None if dir is None else Path(os.fspath(dir))
-        self.settings = {"console": "off", "x_transaction_log_flush_interval": self.FLUSH_SECONDS,
-                         **dict(settings or {})}
+        defaults = {"console": "off"}
+        if "x_transaction_log_flush_interval" in getattr(self._wandb.Settings, "model_fields", {}):
+            defaults["x_transaction_log_flush_interval"] = self.FLUSH_SECONDS  # wandb 0.31 has it
+        self.settings = {**defaults, **dict(settings or {})}
         self.runs: dict = {}
         #: seed (None: the ``log`` run) -> the folder of its W&B run (``offline-run-*`` offline)
         self.run_dirs: dict = {}

@@ -3,10 +3,13 @@
 Writes ``{outdir}/seed{S}/eval.parquet``, ``metrics.parquet``, ``episodes.parquet`` (the
 seed's replay as an episode dataset, :func:`tdmpc2core.dataset.export_episodes`; not for a
 pixel run, spec ``"agent": {"obs": "rgb"}``: datasets are state-only) and, last,
-``run.json`` for every seed (docs/artifacts.md), only once training is complete. Progress is logged to stderr
+``run.json`` for every seed (docs/artifacts.md), only once training is complete. A job whose videos
+(``--video``) or pixel observations need MuJoCo's OpenGL rendering checks it first and refuses
+to start, in one line, where it cannot work (:func:`check_rendering`); a video that still fails
+after training costs the video alone (:func:`record_and_write`). Progress is logged to stderr
 after every chunk of the schedule and at least every ``--progress-seconds``: agent steps done
-of the total, agent steps/s, time left (from this session's training-tick rate), the last
-evaluation return.
+of the total, agent steps/s, time left (from this session's training-tick rate, the seconds its
+calls spent compiling left out), the last evaluation return.
 
 With ``--checkpoint-dir`` the job can be stopped and resumed (docs/pipeline.md,
 "Preemption"): SIGTERM or SIGINT stops training at the next boundary between calls of the
