@@ -59,7 +59,7 @@ def test_ids_names_and_published_names():
 
     listed = list_env_ids()
     assert tuple(listed["metaworld"]) == METAWORLD_ENVS and tuple(listed["myosuite"]) == MYOSUITE_ENVS
-    assert time_limit("mw-reach") == 100 and time_limit("myo-pose", episode_length=1000) == 100
+    assert time_limit("mw-reach") == 100 and time_limit("myo-pose") == 100 == time_limit("myo-pose", episode_length=100)
     assert R.suite_for("mw-reach").default_action_repeat == 2 and R.suite_for("myo-reach").default_action_repeat == 1
 
 
@@ -310,3 +310,141 @@ def test_mt80_resolves_to_80_runnable_tasks_and_names_the_extra_when_missing(mon
     monkeypatch.setattr(R.Suite, "missing", lambda self: ["metaworld"] if self.name == "metaworld" else real(self))
     assert "pip install 'tdmpc2core[metaworld]'" in OT.unavailable_reason("mw-reach")
     assert OT.unavailable_reason("cup-spin") is None
+
+
+# ------------------------------------------------- episode lengths in effect, simulator errors (issue 44)
+def test_episode_lengths_a_suite_would_not_keep_are_refused_naming_the_limit(tmp_path, capsys):
+    """Meta-World keeps its own 100-agent-step episodes: another episode_length is refused where
+    the configuration is resolved (library, `tdmpc2 train-single`, the workflow's check that
+    `snakemake -n` runs) with the limit named, never run as 200 simulator steps without a word;
+    the adapter refuses an episode past Meta-World's max_path_length (it would step into
+    Meta-World's truncation error); the lengths in effect are what is recorded."""
+    import copy
+    import json
+
+    import yaml
+
+    from tdmpc2core import TDMPC2, cli
+    from tdmpc2core.envs import time_limit
+    from tdmpc2core.envs.metaworld_env import MetaWorldEnv
+    from tdmpc2core.pipeline.config import ConfigError, resolve
+
+    limit = r"episode_length=2000 for 'mw-reach': the metaworld suite ends its episodes at its own time limit, 200 " \
+            r"simulator steps \(T = 100 agent steps at action_repeat=2\)"
+    with pytest.raises(ValueError, match=limit):
+        TDMPC2("mw-reach", episode_length=2000, action_repeat=2)
+    with pytest.raises(ValueError, match="episode_length=1000 for 'myo-pose'.* 100 simulator steps"):
+        time_limit("myo-pose", episode_length=1000)
+    from tdmpc2core.envs import sim_episode_length
+
+    assert sim_episode_length("mw-reach") == 200 == sim_episode_length("mw-reach", episode_length=200)
+    with pytest.raises(ValueError, match=r"episode_length=500 for 'mw-reach': Meta-World refuses to step past "
+                                         r"max_path_length=500 .* at most 499 \(498 at action_repeat=2"):
+        MetaWorldEnv("mw-reach", action_repeat=2, episode_length=500)
+    # the CLI: one line, exit 1, before anything is built or trained
+    spec = {"env_id": "mw-reach", "episode_length": 2000, "agent_steps": 1000}
+    assert cli.main(["train-single", "--task", "mw", "--spec", json.dumps(spec), "--seeds", "0",
+                     "--outdir", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "200 simulator steps" in err[-1] and not (tmp_path / "out").exists()
+    # the workflow (what `snakemake -n` calls): refused with the key that set it, else recorded as in effect
+    config = yaml.safe_load(open(os.path.join(ROOT, "workflow/configs/metaworld-smoke.yaml")))
+    demo = yaml.safe_load(open(os.path.join(ROOT, "config.yaml")))
+    merged = {**demo, **{k: v for k, v in config.items() if k != "protocols"}, "protocols": config["protocols"]}
+    bad = copy.deepcopy(merged)
+    bad["protocols"]["metaworld-smoke"]["tasks"]["mw-reach"]["episode_length"] = 1200
+    with pytest.raises(ConfigError, match=r"^config: protocols.metaworld-smoke.tasks.mw-reach: env_id 'mw-reach' "
+                                          r"\(episode_length set in protocols.metaworld-smoke.tasks.mw-reach"
+                                          r".episode_length\): episode_length=1200 .* 200 simulator steps"):
+        resolve(bad)
+    del merged["protocols"]["metaworld-smoke"]["defaults"]["episode_length"]  # not needed: the suite's own
+    p = resolve(merged)
+    assert p.tasks["mw-reach"]["episode_length"] == 200 and p.task_T["mw-reach"] == 100
+    assert yaml.safe_load(p.resolved_yaml)["tasks"]["mw-reach"]["episode_length"] == 200
+    assert json.loads(p.task_spec("mw-reach"))["episode_length"] == 200
+    demo_p = resolve(copy.deepcopy(demo))  # the demo's gymnax Pendulum: its own 200, no longer 1000
+    assert yaml.safe_load(demo_p.resolved_yaml)["tasks"]["pendulum"]["episode_length"] == 200
+
+
+def test_an_exception_inside_the_host_simulator_stops_the_run_with_its_message():
+    """Meta-World raising inside a jitted step (here its truncation error, the env's
+    max_path_length lowered so that the 30th agent step runs past it) gives NaN for that
+    call's items, and the env raises SimulatorError with Meta-World's message after the call,
+    as the training loop (after every call of its program) and the evaluations do."""
+    import types
+
+    import jax
+
+    from tdmpc2core.agents.single_task import OnlineProgram
+
+    env = env_of("mw-reach")
+    env._host.env.max_path_length = 50  # the reset takes a step: agent step 25 (steps 50, 51) is past it
+
+    @jax.jit
+    def run(key):
+        state, _ = env.reset(key)
+
+        def body(state, k):
+            state, out = env.step(state, jax.numpy.zeros(env.spec.action_dim), k)
+            return state, out.obs[0]
+
+        return jax.lax.scan(body, state, jax.random.split(key, 30))[1]
+
+    first = np.asarray(run(jax.random.key(0)))
+    assert np.isfinite(first[:24]).all() and np.isnan(first[24:]).all()
+    with pytest.raises(Exception, match=r"^mw-reach: the metaworld simulator raised ValueError: You must reset "
+                                        r"the env manually once truncate==True in a host step at the end of") as e:
+        env.raise_host_error("at the end of the test's call")
+    from tdmpc2core.envs.base import SimulatorError
+
+    assert type(e.value) is SimulatorError
+    env.raise_host_error()  # raised once
+    # the training loop asks after every call of its program, before its other checks
+    env._host.errors.add("step", ValueError("boom"))
+    prog = OnlineProgram(types.SimpleNamespace(n_envs=1, seed_steps=10, env=env))
+    with pytest.raises(SimulatorError, match=r"ValueError: boom in a host step in the call of the training "
+                                             r"program that ended at agent step 7"):
+        prog.after_call(None, 7)
+
+
+def test_the_records_hold_what_ran_the_env_the_rules_and_the_lengths(tmp_path):
+    """run.json names Meta-World's env (reach-v3-goal-observable), its reward function version
+    and max_path_length, and the rule of final_eval_success; eval.parquet's success columns say
+    their rule in the file (field metadata); the report's return ranges come from the recorded
+    lengths, never a guessed 1000 (issue 44)."""
+    import json
+    import types
+
+    import pyarrow.parquet as pq
+
+    from tdmpc2core import TDMPC2
+    from tdmpc2core.envs import report_facts, suite_of
+    from tdmpc2core.report import analysis as A
+    from tdmpc2core.stages import outputs as O
+    from tdmpc2core.stages import train_single
+
+    agent = TDMPC2("mw-reach", model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16, num_elites=4,
+                   num_pi_trajs=2, iterations=1, batch_size=16)
+    spec = train_single.effective_spec({"env_id": "mw-reach", "agent_steps": 1000}, agent)
+    E = 2
+    hist = {"eval_return": np.zeros((1, 1)), "eval_agent_steps": np.array([0]), "eval_env_frames": np.array([0]),
+            "eval_returns": np.zeros((1, 1, E)), "eval_lengths": np.full((1, 1, E), 100),
+            "eval_success": np.array([[[True, False]]]), "eval_success_any": np.array([[[True, True]]]),
+            "wall_seconds": 0.0}
+    session = {"n_timesteps": 1000, "provenance": {"platform": {}}, "ckdir": None, "wall": 0.0, "started_at": 0,
+               "attempts": []}
+    run = json.loads(json.dumps(train_single._run_json(types.SimpleNamespace(task="mw-reach"), spec, [0], agent, hist,
+                                                       0, 0, None, session, "rid"), default=str))
+    assert run["spec"]["episode_length"] == 200
+    assert run["env_effective"] == {"env_name": "reach-v3-goal-observable", "env_class": "ReachV3GoalObservable",
+                                    "reward_function_version": "v2", "max_path_length": 500}
+    assert run["final_eval_success"] == 0.5 and "last step" in run["final_eval_success_rule"]
+    O.write_table(tmp_path / "eval.parquet", "single_eval", O.single_eval_columns("mw-reach", 0, 0, hist, E))
+    schema = pq.read_schema(tmp_path / "eval.parquet")
+    assert b"last step" in schema.field("success").metadata[b"description"]
+    assert b"any step" in schema.field("success_any").metadata[b"description"]
+    assert pq.read_table(tmp_path / "eval.parquet")["success"].to_pylist() == [True, False]
+    # normalisation: the recorded length (a run's record first), none without one
+    tasks = {"cart": {"env_id": "dmc:cartpole-balance", "episode_length": 200}, "bare": {"env_id": "dmc:cartpole-balance"}}
+    assert A.return_ranges(tasks, suite_of, report_facts()) == {"cart": (0.0, 200.0), "bare": None}
+    assert A.return_ranges(tasks, suite_of, report_facts(), lengths={"bare": 1000})["bare"] == (0.0, 1000.0)

@@ -99,7 +99,10 @@ def test_pendulum_spec(pendulum):
     assert (s.suite, s.obs_dim, s.action_dim) == ("gymnax", 3, 1)
     assert s.action_low == (-2.0,) and s.action_high == (2.0,)
     assert (s.action_repeat, s.episode_length, s.sim_episode_length) == (1, 200, 200)
-    assert time_limit("Pendulum-v1", episode_length=1000) == s.episode_length  # gymnax: its own limit
+    assert time_limit("Pendulum-v1") == s.episode_length == time_limit("Pendulum-v1", episode_length=200)  # its own
+    with pytest.raises(ValueError, match="episode_length=1000 for 'Pendulum-v1': the gymnax suite ends its episodes "
+                                         "at its own time limit, 200 simulator steps"):
+        time_limit("Pendulum-v1", episode_length=1000)  # would not take effect: refused, not ignored
     assert time_limit("Pendulum-v1", action_repeat=3) == make_env("Pendulum-v1", action_repeat=3).spec.episode_length
     assert s.backend is None and s.can_terminate is False
     # the action repeat make_env takes when none is given: the paper's 2 for DM Control only

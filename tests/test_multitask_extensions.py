@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import warnings
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -92,6 +93,88 @@ def test_logger_registry():
         lg.register_logger("not-callable", 3)
     with pytest.raises(TypeError, match="log\\(step, metrics\\)"):
         TDMPC2MultiTask(pool(), batch_size=8, **TINY).train(n_timesteps=1, loggers=[object()])
+
+
+# the W&B logger of a process that is killed (kill -9) after logging the rows of five steps the way
+# the run driver does (each step's Train and Eval records, then flush); it then waits to be killed
+_KILLED_WANDB = """
+import sys, time
+from tdmpc2core.run import loggers as lg
+w = lg.make_logger("wandb", project="t", group="g", name="n", dir=sys.argv[1], mode="offline",
+                   settings={"x_disable_stats": True, "silent": True})
+for i in range(5):
+    w.log_seeds(100 * i, {0: {"Train/x": float(i)}, 1: {"Train/x": float(i)}})
+    w.log_seeds(100 * i, {0: {"Eval/y": 2.0 * i}, 1: {"Eval/y": 2.0 * i}})
+    getattr(w, "flush", lambda: None)()  # what the run driver calls once a step's records are given
+print("logged", flush=True)
+time.sleep(120)
+"""
+
+
+def _history_steps(records) -> list:
+    return [int(r["history"]["item"]["_step"]) for r in records if r["type"] == "history"]
+
+
+def test_wandb_keeps_what_was_logged_seconds_before_a_kill(tmp_path):
+    """kill -9 a process a few seconds after it logged five steps: every step's row is in each
+    seed's .wandb file (W&B's reader, `wandb leet inspect`), Train and Eval of a step in one row
+    (issue 44: W&B's 15 s write interval and a held last row lost all but 4 of 19 steps)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("wandb")
+    root = str(Path(__file__).resolve().parents[1])  # this checkout's tdmpc2core in the subprocess
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(
+        os.pathsep) if p]))
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WANDB, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        assert proc.stdout.readline().strip() == "logged"
+        time.sleep(3.0)  # "a few seconds" before the kill (WandbLogger.FLUSH_SECONDS: 1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2
+    for run in runs:
+        records = readback.wandb_records(run)
+        rows = [r["history"]["item"] for r in records if r["type"] == "history"]
+        assert _history_steps(records) == [0, 100, 200, 300, 400]
+        assert [(float(r["Train/x"]), float(r["Eval/y"])) for r in rows] == [(i, 2.0 * i) for i in range(5)]
+
+
+def test_wandb_close_returns_when_the_files_are_complete(tmp_path, monkeypatch):
+    """W&B finishes writing a run's .wandb file after ``finish`` returns (here made to happen
+    0.5 s later, as it sometimes did: 7 bytes right after close): close() returns only once
+    every file is complete, its last record W&B's exit."""
+    import threading
+
+    pytest.importorskip("wandb")
+    from wandb.sdk import wandb_run
+
+    real = wandb_run.Run.finish
+
+    def late(self, *a, **k):
+        real(self, *a, **k)
+        for f in Path(self.dir).parent.glob("run-*.wandb"):
+            whole = f.read_bytes()
+            f.write_bytes(whole[:7])  # the header only, as seen right after close
+            threading.Timer(0.5, f.write_bytes, (whole,)).start()
+
+    monkeypatch.setattr(wandb_run.Run, "finish", late)
+    w = lg.make_logger("wandb", project="t", group="g", name="n", dir=tmp_path, mode="offline",
+                       settings={"x_disable_stats": True, "silent": True})
+    w.log_seeds(0, {0: {"Train/x": 1.0}, 1: {"Train/x": 2.0}})
+    w.log_seeds(100, {0: {"Train/x": 3.0}, 1: {"Train/x": 4.0}})
+    w.close()
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(next(r.glob("run-*.wandb")).stat().st_size > 7 for r in runs)
+    for run in runs:
+        records = readback.wandb_records(run)
+        assert records[-1]["type"] == "exit" and _history_steps(records) == [0, 100]
 
 
 class Failing:

@@ -149,8 +149,8 @@ REFUSALS = [
     ("protocols: {demo: {multitask: {agent: {model_size: 5}}}}",
      "config: protocols.demo.multitask.agent.model_size: the model sizes are multitask.model_sizes"),
     ("protocols: {mine: {label: x, tasks: {t: {env_id: Pendulum-v1}}}}\nprotocol: mine",
-     "config: task 't' of protocol 'mine' lacks ['episode_length', 'agent_steps', 'eval_every', 'eval_episodes', "
-     "'agent']; set them under protocols.mine.defaults or under the task"),
+     "config: task 't' of protocol 'mine' lacks ['agent_steps', 'eval_every', 'eval_episodes', "
+     "'agent']; set them under protocols.mine.defaults or under the task"),  # episode_length: the suite's or 1000
     ("protocols: {mine: {label: x, tasks: {}}}\nprotocol: mine",
      "config: protocols.mine.tasks is empty; name at least one task (or official_pools)"),
     ("protocols: {demo: {official_pools: {demo: {src: /nonexistent, task_set: mt30}}}}",
@@ -297,7 +297,7 @@ def test_optimizer_settings_in_the_configuration():
     """learning_rate (a number or a named schedule), weight_decay and updates_per_step are agent
     settings the workflow takes (checked by the library's TDMPC2Config when it loads) and the
     schema refuses in one line where it can (a schedule's kind, a negative decay)."""
-    resolve(merged("protocols: {demo: {defaults: {agent: {weight_decay: 0.01, updates_per_step: 0.5, learning_rate: "
+    resolve(merged("protocols: {demo: {defaults: {agent: {weight_decay: 0.01, updates_per_step: 2, learning_rate: "
                    "{kind: warmup_cosine, init_value: 0.0, peak_value: 3.0e-4, warmup_steps: 100, "
                    "decay_steps: 6000}}}}}"))
     assert _schema_error(merged("protocols: {demo: {defaults: {agent: {learning_rate: {kind: cosine, "

@@ -259,3 +259,149 @@ def test_train_refuses_an_unknown_keyword_with_the_closest_and_every_accepted_on
         with pytest.raises(TypeError, match=f"'{name}' is a setting of the agent, not of train: pass it to the "
                                             f"agent's constructor"):
             agent.train(0, 10, **{name: None})
+
+
+# ------------------------------------------------------------------ issue 44, item 5
+def test_a_distributed_join_that_times_out_is_one_line_and_a_clean_exit(tmp_path):
+    """A process of a 2-process job whose peers never come: after --distributed-timeout
+    seconds, one line naming the coordinator and the timeout and exit status 5 (JAX alone
+    aborted with 134, a C++ stack trace and "another task died")."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-m", "tdmpc2core.cli", "train-multi", "--pool", "p", "--model-size", "1",
+                          "--dataset", str(tmp_path / "none.parquet"), "--spec", '{"updates": 10}', "--seeds", "0",
+                          "--outdir", str(tmp_path / "out"), "--coordinator", f"127.0.0.1:{port}",
+                          "--num-processes", "2", "--process-id", "1", "--distributed-timeout", "2"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    errors = [ln for ln in res.stderr.splitlines() if "error" in ln.lower() or "stack trace" in ln]
+    assert res.returncode == 5, res.stderr[-2000:]
+    from tdmpc2core.run.devices import JOIN_TIMEOUT_EXIT
+
+    assert JOIN_TIMEOUT_EXIT == 5
+    assert len(errors) == 1 and errors[0].startswith("error: jax.distributed: not every process joined within 2 s "
+                                                     f"(coordinator 127.0.0.1:{port}, process 1 of 2)"), errors
+    assert "Check failure" not in res.stderr and "another task died" not in res.stderr
+
+
+def test_progress_right_after_a_resume_leaves_the_compiling_out_of_the_rate():
+    """A resumed session's first call compiles (here 0.4 s of it): the progress dict gives that
+    share apart and a rate without it, and the stage's line shows the training speed and a time
+    to go from it (it showed 0.0 agent steps/s and hours to go); loggers with flush() get it
+    once a step's records are all given."""
+    import time
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from tdmpc2core.run import driver
+    from tdmpc2core.stages.train_single import _Progress
+
+    class Program(driver.RunProgram):
+        unit, unit_key = "agent steps", "agent_steps"
+
+        def __init__(self):
+            self.compiled, self.calls = 0.0, 0
+
+        def state_tick(self, state):
+            return state["tick"]
+
+        def advance(self, state, start_tick, n_ticks):
+            if self.calls == 0:  # the session's first call compiles
+                time.sleep(0.4)
+                self.compiled += 0.4
+            self.calls += 1
+            time.sleep(0.002 * n_ticks)
+            return {"tick": start_tick + n_ticks}
+
+        def compile_seconds(self):
+            return self.compiled
+
+        def chunk_record(self, state, record, chunk, run):
+            return state
+
+        def evaluate(self, state, tick, run):
+            return {"eval_agent_steps": tick}
+
+        def eval_fields(self, n_seeds, eval_episodes):
+            return [driver.EvalField("eval_agent_steps", "agent_steps", np.int64)]
+
+        def eval_log(self, evaluation):
+            return {"episodic mean reward": 0.0}
+
+        def progress_fields(self, history):
+            return {"last_eval_return": None}
+
+    class Logger:
+        calls: list = []
+
+        def log(self, step, metrics):
+            self.calls.append(("log", step, sorted(metrics)[0].split("/")[0]))
+
+        def flush(self):
+            self.calls.append(("flush",))
+
+        def close(self):
+            pass
+
+    seen, lines = [], []
+    stage = _Progress(lines.append, SimpleNamespace(seed_steps=0), 100, progress_seconds=0.0)
+    prog, logger = Program(), Logger()
+
+    def progress(p):
+        seen.append(p)
+        stage.on_progress(p)
+
+    driver.train(prog, [0], 50, eval_every=25, state={"tick": 50}, total_steps=100,  # resumed at 50 of 100
+                 options=driver.RunOptions(progress=progress, max_chunk_seconds=0.05, loggers=(logger,)))
+    rate = float(re.search(r"([0-9.]+) agent steps/s", lines[0]).group(1))
+    left = re.search(r"~([0-9:]+) left", lines[0]).group(1)
+    assert rate > 20 and left == "0:00", lines[0]  # 49 ticks of 2 ms to go, not 49 x 0.4 s
+    first = seen[0]
+    assert first["ticks"] == 1 and 0.4 <= first["compile_seconds"] <= first["seconds"]
+    assert first["rate"] == pytest.approx(1 / (first["seconds"] - first["compile_seconds"]))
+    assert first["rate"] > 10 * (1 / first["seconds"])  # the compiling is no speed
+    assert Logger.calls == [("log", 75, "Train"), ("log", 75, "Eval"), ("flush",),
+                            ("log", 100, "Train"), ("log", 100, "Eval"), ("flush",)]
+
+
+def test_small_settings_that_did_nothing_are_said_or_refused(tmp_path, capsys):
+    """A run shorter than its seed phase (no update) is warned about; eval_every=0 is refused
+    (library and stage) instead of turning evaluations off; updates_per_step whose product with
+    n_envs is not whole is refused instead of rounded (library and workflow)."""
+    import json
+    from types import SimpleNamespace
+
+    import numpy as np
+    import yaml
+
+    from tdmpc2core import TDMPC2, cli
+    from tdmpc2core.pipeline.config import ConfigError, resolve
+    from tdmpc2core.run import driver
+
+    tiny = dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16, num_elites=4, num_pi_trajs=2,
+                iterations=1, batch_size=16, seed_steps=400)
+    agent = TDMPC2("Pendulum-v1", **tiny)
+    prog = agent.program()
+    with pytest.warns(RuntimeWarning, match=r"Pendulum-v1: the run of 300 agent steps ends before its first update "
+                                            r"\(the seed-phase burst, once seed_steps=400 .*401 agent steps"):
+        prog.start(SimpleNamespace(nonfinite=np.zeros((1, 1), np.int64)), driver.Run((0,), 300, None, 10))
+    with pytest.raises(ValueError, match=r"^eval_every=0 is not accepted; accepted: a whole number >= 1 of agent "
+                                         r"steps between evaluations, or None"):
+        agent.train(seed=0, n_timesteps=10, eval_every=0)
+    spec = {"env_id": "Pendulum-v1", "agent_steps": 500, "eval_every": 0, "agent": tiny}
+    assert cli.main(["train-single", "--task", "p", "--spec", json.dumps(spec), "--seeds", "0",
+                     "--outdir", str(tmp_path / "out")]) == 1
+    assert "eval_every=0 is not accepted" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match=r"updates_per_step=0.5 with n_envs=1 asks for 0.5 updates per tick .* "
+                                         r"or n_envs=2 for 0.5"):
+        TDMPC2("Pendulum-v1", updates_per_step=0.5, **tiny)
+    assert TDMPC2("Pendulum-v1", n_envs=2, updates_per_step=0.5, **{**tiny, "seed_steps": 400}).cfg.updates_per_step \
+        == 0.5
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["protocols"]["demo"]["defaults"]["agent"]["updates_per_step"] = 1.5
+    with pytest.raises(ConfigError, match=r"protocols.demo.tasks.pendulum.agent .*updates_per_step=1.5 with n_envs=1"):
+        resolve(config)

@@ -275,7 +275,6 @@ protocols:
     label: "SLURM test run: NOT the paper's protocol"
     defaults:
       action_repeat: 1
-      episode_length: 1000
       agent_steps: 700
       eval_every: 200
       eval_episodes: 2

@@ -92,7 +92,7 @@ def test_eval_episode_success_last_and_any_and_none_for_return_suites(succ_toy):
         ret, n, succ = jax.jit(lambda k, env=env: eval_episode(env, act, T, 1, 1, k))(key)
         assert (bool(succ[0]), bool(succ[1]), int(n)) == (last, anyv, length), env_id
         assert success_dict(succ) == {"success": np.asarray(last), "success_any": np.asarray(anyv)}
-    env = make_env("Pendulum-v1", episode_length=T)
+    env = make_env("Pendulum-v1")  # a suite without a success flag (its own 200-step episodes; T steps traced)
     assert jax.eval_shape(lambda k: eval_episode(env, act, T, 1, 1, k), key)[2] is None  # traced, not run
     assert success_dict(None) == {}
 

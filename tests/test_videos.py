@@ -362,3 +362,99 @@ def test_multitask_record_episode_is_the_task_evaluation_episode(tmp_path):
         agent.record_episode(state, "wide")
     with pytest.raises(ValueError, match="task='nope': not a task of the dataset"):
         agent.record_episode(state, "nope")
+
+
+# --------------------------------------------------- rendering checked first; a failing video (issue 44)
+def test_rendering_is_checked_before_training_naming_the_backend(tmp_path, monkeypatch, capsys):
+    """A run that needs MuJoCo's OpenGL rendering (a video of a MuJoCo suite, pixel observations)
+    with a backend that cannot work here (GLFW without a display; OSMesa where it is not
+    installed) is refused before anything is built or trained: one line naming the backend and
+    what to install or set, exit status 1 (a subprocess makes the context: this process's
+    MuJoCo keeps its own). gymnax's drawings need no OpenGL: not checked."""
+    import ctypes.util
+    import time
+
+    from tdmpc2core import cli
+    from tdmpc2core.envs import render
+
+    backends = {"glfw": "GLFW needs a display (DISPLAY is not set)"}
+    if ctypes.util.find_library("OSMesa") is None:  # .ci/run installs EGL only
+        backends["osmesa"] = "the OSMesa library is missing or unusable: install it (Debian/Ubuntu: apt-get install"
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    for backend, hint in backends.items():
+        monkeypatch.setenv("MUJOCO_GL", backend)
+        monkeypatch.setattr(render, "_CHECKED", {}, raising=False)
+        for video, agent, what in (("last", {}, "evaluation videos (--video last)"),
+                                   ("off", {"obs": "rgb"}, "pixel observations (agent.obs rgb)")):
+            # a valid run (T = 500: seed_steps 500), which 10c895d trained before its video failed
+            spec = {"env_id": "dmc:cartpole-balance", "agent_steps": 10, "agent": {**TINY, "seed_steps": 500, **agent}}
+            t0 = time.perf_counter()
+            rc = cli.main(["train-single", "--task", "cart", "--spec", json.dumps(spec), "--seeds", "0",
+                           "--outdir", str(tmp_path / "out"), "--video", video])
+            err = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+            assert rc == 1 and len(err) == 1, err
+            assert f"{what} need MuJoCo's OpenGL rendering, which fails here (MUJOCO_GL={backend}: " in err[0]
+            assert hint in err[0] and "MUJOCO_GL=egl" in err[0]
+            assert time.perf_counter() - t0 < 60 and not (tmp_path / "out").exists()  # nothing built, nothing trained
+    from tdmpc2core.stages.train_single import check_rendering
+
+    logs = []
+    check_rendering(["Pendulum-v1"], "last", False, logs.append)  # a Pillow drawing: nothing to check
+    assert logs == []
+    monkeypatch.setenv("MUJOCO_GL", "egl")  # what .ci/run and the tdmpc2 command use headless
+    check_rendering(["dmc:cartpole-balance"], "last", False, logs.append)
+    assert "rendering: MuJoCo's OpenGL context works here (MUJOCO_GL=egl" in logs[0]
+
+
+@pytest.mark.parametrize("mode", ["last", "every"])
+def test_a_video_failing_after_training_costs_the_video_alone(tmp_path, monkeypatch, mode):
+    """The recording fails after training (here the renderer raises as a missing OpenGL platform
+    does): the run's outputs are written all the same, run.json records the failure, video.mp4 is
+    an empty file standing for it (the workflow declares it), and the report says why there is
+    no video. Training itself is stood in for (an untrained state, one evaluation of return 0, a
+    one-episode export): not the point."""
+    from types import SimpleNamespace
+
+    from tdmpc2core import TDMPC2
+    from tdmpc2core.report import html as R
+    from tdmpc2core.stages import report as report_stage
+    from tdmpc2core.stages import train_single
+
+    def train(self, *, seed, n_timesteps, **kw):
+        S = len(seed)  # one evaluation at the end, of return 0
+        hist = {"eval_agent_steps": np.array([n_timesteps]), "eval_env_frames": np.array([n_timesteps]),
+                "eval_returns": np.zeros((1, S, 2)), "eval_lengths": np.full((1, S, 2), 200, np.int32),
+                "eval_return": np.zeros((1, S)), "chunks": [], "wall_seconds": 0.0}
+        return self.init(seed, n_timesteps), hist
+
+    def broken(self, *a, **k):
+        raise RuntimeError("an OpenGL platform library has not been loaded into this process")
+
+    def export(agent, state, seed_index=None, *, name=None, seed=0, **kw):  # an untrained replay holds none
+        from tdmpc2core.dataset import TaskInfo, from_episodes
+
+        T, nan = agent.episode_length, np.float32(np.nan)
+        task = TaskInfo(name, 3, 1, T, 1, agent.gamma, "Pendulum-v1")
+        return from_episodes([{"obs": np.zeros((T + 1, 3), np.float32), "terminated": np.zeros(T + 1, bool),
+                               "action": np.r_[[[nan]], np.zeros((T, 1), np.float32)],
+                               "reward": np.r_[nan, np.zeros(T, np.float32)]}], task, {"kind": "export"}, seed=seed)
+
+    monkeypatch.setattr(TDMPC2, "train", train)
+    monkeypatch.setattr(TDMPC2, "record_episode", broken)
+    monkeypatch.setattr("tdmpc2core.agents.export.export_episodes", export)
+    spec = {"env_id": "Pendulum-v1", "agent_steps": 400, "eval_episodes": 2, "agent": TINY}
+    args = SimpleNamespace(task="pendulum", spec=json.dumps(spec), seeds=[0], outdir=str(tmp_path / "pendulum"),
+                           video=mode, checkpoint_dir=None, checkpoint_every=None, keep_checkpoints=2,
+                           max_chunk_seconds=None, progress_seconds=60.0, logger=None, devices=None)
+    assert train_single.run(args) == 0
+    d = tmp_path / "pendulum" / "seed0"
+    assert all((d / f).exists() for f in ("eval.parquet", "metrics.parquet", "episodes.parquet", "run.json"))
+    rec = json.loads((d / "run.json").read_text())["video"]
+    assert rec["file"] is None and rec["error"] == ("RuntimeError: an OpenGL platform library has not been loaded "
+                                                    "into this process") and rec["empty_file"] == "video.mp4"
+    assert rec["reason"].startswith("recording failed: RuntimeError") and (d / "video.mp4").stat().st_size == 0
+    videos = report_stage._videos({"tasks": {"pendulum": {}}, "seeds": [0]}, str(tmp_path))
+    assert videos == [("pendulum", "", None, rec["reason"])]
+    assert "<b>pendulum</b>: no video (recording failed: RuntimeError: an OpenGL platform library" in \
+        R.videos_section(videos)

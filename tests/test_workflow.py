@@ -389,6 +389,11 @@ def test_unknown_config_keys_are_refused(tmp_path):
             ("defaults: {agent: {num_elites: 65}}",
              "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): num_elites=65 exceeds num_samples=64"),
             ("tasks: {cartpole-balance: {episode_length: 999}}", "episode_length=999 (simulator steps) is not divisible"),
+            # a length a suite with its own time limit would not keep (issue 44): refused, the limit named
+            ("tasks: {mw: {env_id: mw-reach, action_repeat: 2, episode_length: 1200}}",
+             "episode_length=1200 for 'mw-reach': the metaworld suite ends its episodes at its own time limit, 200 "
+             "simulator steps (T = 100 agent steps at action_repeat=2)"),
+            ("defaults: {agent: {updates_per_step: 0.5}}", "updates_per_step=0.5 with n_envs=1 asks for 0.5 updates"),
             # a batch larger than the replay holds at the first update: Pendulum's 5 episodes of 201
             # rows before the burst at seed_steps 1000 give 5 x (201 - 3) slices of horizon + 1 rows
             ("tasks: {pendulum: {agent: {batch_size: 991}}}",
@@ -916,7 +921,6 @@ protocols:
     label: "Preemption test: NOT the paper's protocol"
     defaults:
       action_repeat: 1
-      episode_length: 1000
       agent_steps: 700
       eval_every: 200
       eval_episodes: 2

@@ -599,8 +599,10 @@ class TDMPC2MultiTask:
             if int(eval_episodes) < 1:
                 raise ValueError(f"eval_episodes={eval_episodes!r}: at least 1 accepted")
             key = jax.random.split(mt_eval.eval_keys([s], u, task)[0], int(eval_episodes))[0]
-        return video.record(fn, source, params, key, action_repeat=env.spec.action_repeat, width=width,
-                            height=height, max_frames=max_frames)
+        rec = video.record(fn, source, params, key, action_repeat=env.spec.action_repeat, width=width,
+                           height=height, max_frames=max_frames)
+        env.raise_host_error("while an episode was recorded")
+        return rec
 
     def video_renderer(self, task: int):
         """Task ``task``'s :class:`tdmpc2core.envs.render.FrameSource` of :meth:`record_episode`

@@ -39,14 +39,16 @@ def _keeps_own_time_limit(suite_name: str) -> bool:
 def task_env(t, backend=None, env_id=None):
     """The env of task ``t`` (a dataset's :class:`~tdmpc2core.io.dataset.TaskInfo`) built again
     as its data was collected: ``env_id`` (default the task table's), the task's action repeat,
-    ``T x action repeat`` simulator steps and the task table's ``env_params`` (None: the suite's
-    defaults); ``backend`` for a suite that takes one. Raises ValueError (an id, a setting the
-    suite refuses)."""
-    from ..envs import make_env
+    ``T x action repeat`` simulator steps (a suite that keeps its own time limit: its own, which
+    :func:`_make_eval_env` compares with the table's T) and the task table's ``env_params``
+    (None: the suite's defaults); ``backend`` for a suite that takes one. Raises ValueError (an
+    id, a setting the suite refuses)."""
+    from ..envs import make_env, suite_for
 
     env_id = t.env_id if env_id is None else env_id
+    own = not suite_for(env_id).keeps_episode_length
     return make_env(env_id, action_repeat=int(t.action_repeat),
-                    episode_length=int(t.episode_length) * int(t.action_repeat),
+                    episode_length=None if own else int(t.episode_length) * int(t.action_repeat),
                     env_params=getattr(t, "env_params", None) or None,
                     backend=backend if _takes_backend(env_id) else None)
 
@@ -285,6 +287,8 @@ def evaluate(agent, state, num_episodes: int) -> dict:
         args = (state.agent.params, eval_keys(seeds, updates, i)) + ((state.ext,) if metrics else ())
         out = agent._eval_fn(i, int(num_episodes))(*args)
         rets.append(np.asarray(out[0]))
+        # a host simulator's exception (its items gave NaN): the evaluation stops with it
+        agent.eval_envs[i].raise_host_error(f"in the evaluation of task {agent.task_names[i]!r} at {updates} updates")
         lens.append(np.asarray(out[1]))
         flags = success_dict(out[2])
         nan = np.full(rets[-1].shape, np.nan)

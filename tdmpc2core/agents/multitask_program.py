@@ -117,6 +117,11 @@ class OfflineProgram(RunProgram):
         evals = hist["evals"]
         return {"last_normalized_score": np.asarray(evals[-1]["normalized_score"]) if evals else None}
 
+    def compile_seconds(self) -> float:
+        from ..run.compiled import compiling_seconds
+
+        return compiling_seconds(self.agent.compile_seconds)
+
     def identity(self) -> dict:
         """The class, the configuration (hyperparameters and the task table), the data's
         SHA-256 and the evaluation envs: what makes a checkpoint this agent's."""

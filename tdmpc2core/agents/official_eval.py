@@ -313,8 +313,9 @@ def evaluate_official(checkpoint, tasks="all", *, model_size: Optional[int] = No
         the official set of the checkpoint's task count).
       episodes: episodes per task (official default 10); seed: the evaluation seed (the
         initial states and the planner's draws derive from it; official default 1).
-      episode_length: simulator steps per episode (the official 1000, i.e. 500 agent steps at
-        the paper's action repeat 2; shorter only for smoke tests).
+      episode_length: simulator steps per episode of the dm_control tasks (the official 1000,
+        i.e. 500 agent steps at the paper's action repeat 2; shorter only for smoke tests);
+        Meta-World tasks keep their own 200 (:meth:`_Protocol.length_of`).
       planner: overrides of :data:`PLANNER_KEYS` (the paper's values otherwise).
       progress: called with one line (no newline) at each task's start and end, after its
         first measured agent step and then at most every 30 s, each with the time it expects
@@ -382,6 +383,14 @@ class _Protocol:
     repeats: dict = dataclasses.field(default_factory=dict)
     compile_seconds: dict = dataclasses.field(default_factory=dict)
 
+    def length_of(self, env_id: str):
+        """The ``episode_length`` to build ``env_id`` with: :attr:`episode_length` for a suite
+        whose caller sets the time limit (dm_control), None for one that keeps its own
+        (Meta-World: 100 agent steps, whatever the protocol's length)."""
+        from ..envs import suite_for
+
+        return self.episode_length if suite_for(env_id).keeps_episode_length else None
+
     def tracker(self, tasks):
         """An :class:`~tdmpc2core.run.progress.EvalProgress` of ``tasks`` ((name, agent steps)
         each) reporting to :attr:`emit`, or None when there is none."""
@@ -429,8 +438,8 @@ def _evaluate_single(ckpt: OfficialCheckpoint, selected, proto: _Protocol):
 
     widths = ckpt.architecture.config_kwargs()
     (name, _), = selected
-    agent = TDMPC2(env_id_of(name), model_size=widths.pop("model_size"), episode_length=proto.episode_length,
-                   **widths, **proto.planner)
+    agent = TDMPC2(env_id_of(name), model_size=widths.pop("model_size"),
+                   episode_length=proto.length_of(env_id_of(name)), **widths, **proto.planner)
     env = agent.env
     _check_dims(ckpt, env, name)
     params = agent_state(agent.wm, ckpt.weights).params
@@ -460,7 +469,7 @@ def _evaluate_multi(ckpt: OfficialCheckpoint, selected, proto: _Protocol):
     from .common import eval_key
 
     arch = ckpt.architecture
-    envs = {name: make_env(env_id_of(name), episode_length=proto.episode_length) for name, _ in selected}
+    envs = {name: make_env(env_id_of(name), episode_length=proto.length_of(env_id_of(name))) for name, _ in selected}
     masks = ckpt.weights.buffers.get("_action_masks")  # the later (nested) layout stores them
     for name, index in selected:
         _check_dims(ckpt, envs[name], name)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..envs import Env, make_env
 from ..envs.registry import check_obs
-from ..model.config import TDMPC2Config, burst_tick, config_record, resolve_config
+from ..model.config import TDMPC2Config, burst_tick, config_record, first_update_agent_steps, resolve_config
 from ..model.planner import act_with_policy, plan
 from ..model.world_model import WorldModel
 from ..run import driver
@@ -88,8 +88,11 @@ class TDMPC2:
       n_envs: environments in lockstep; the planner plans for each, and each tick runs
         ``n_envs`` updates (``updates_per_step`` scales it; the reference uses 1;
         docs/deviations.md O2).
-      episode_length: simulator steps per episode (Brax, Playground); T = episode_length /
-        action_repeat agent steps. gymnax uses its params' ``max_steps_in_episode``.
+      episode_length: simulator steps per episode (Brax, Playground, dm_control; None, the
+        default: 1000); T = episode_length / action_repeat agent steps. A suite that keeps its
+        own time limit (gymnax's ``max_steps_in_episode``, Meta-World's 200, MyoSuite's 100
+        simulator steps) takes None or that limit; another value is refused (ValueError naming
+        the limit: it would not take effect; :func:`tdmpc2core.envs.make_env`).
       action_repeat: simulator steps per agent step (rewards summed); None (default): the
         paper's for the suite, 2 for DM Control tasks (so the default 1000-step episode is
         T = 500 agent steps, spec §2) and 1 for gymnax and Brax (docs/deviations.md E9).
@@ -170,7 +173,7 @@ class TDMPC2:
     """
 
     def __init__(self, env_id: str, n_envs: int = 1, model_size: int = 5, *,
-                 episode_length: int = 1000, action_repeat: Optional[int] = None, env_params=None,
+                 episode_length: Optional[int] = None, action_repeat: Optional[int] = None, env_params=None,
                  backend: Optional[str] = None, max_nonfinite: int = 10, post_update: Optional[UpdateHook] = None,
                  extensions: Sequence = (), devices=None, **hyperparameters):
         check_hyperparameters("TDMPC2", hyperparameters, TDMPC2Config)
@@ -282,7 +285,9 @@ class TDMPC2:
 
             fn = self._chunk_fns[("init", run_agent_steps)] = per_seed(
                 one, name="init", compile_seconds=self.compile_seconds, devices=self.placement)
-        return fn(keys)
+        state = fn(keys)
+        self.env.raise_host_error("while the initial states were made")  # a host simulator's reset
+        return state
 
     # ---- acting ----------------------------------------------------------------
     def act(self, params, obs, t0, eval_mode: bool, key, prev_mean=None):
@@ -329,9 +334,13 @@ class TDMPC2:
         keys = jnp.stack([eval_key(s, eval_index) for s in seeds])
         if self.extensions is None or not self.extensions.has("eval_metrics"):
             ret, length, succ = fn(state.agent.params, keys)
-            return np.asarray(ret), np.asarray(length), success_dict(succ), {}
+            ret = np.asarray(ret)
+            self.env.raise_host_error(f"in an evaluation (index {eval_index})")  # a host simulator's exception
+            return ret, np.asarray(length), success_dict(succ), {}
         ret, length, succ, ext = fn(state.agent.params, keys, state.ext)
-        return (np.asarray(ret), np.asarray(length), success_dict(succ),
+        ret = np.asarray(ret)
+        self.env.raise_host_error(f"in an evaluation (index {eval_index})")
+        return (ret, np.asarray(length), success_dict(succ),
                 {k: np.asarray(v, np.float64) for k, v in ext.items()})
 
     def record_episode(self, state, seed_index: int = 0, *, seed: Optional[int] = None, eval_index: int = 0,
@@ -388,8 +397,10 @@ class TDMPC2:
         params = jax.tree_util.tree_map(lambda x: x[int(seed_index)], state.agent.params)
         if key is None:
             key = video.episode_key(int(seed_index) if seed is None else int(seed), eval_index, eval_episodes)
-        return video.record(fn, source, params, key, action_repeat=self.action_repeat, width=width,
-                            height=height, max_frames=max_frames)
+        rec = video.record(fn, source, params, key, action_repeat=self.action_repeat, width=width,
+                           height=height, max_frames=max_frames)
+        self.env.raise_host_error("while an episode was recorded")
+        return rec
 
     def video_renderer(self):
         """The env's :class:`tdmpc2core.envs.render.FrameSource` that :meth:`record_episode`
@@ -506,7 +517,7 @@ class TDMPC2:
             episode terminated too early); names the env, the longest episode and H.
             (Updates wait for such an episode, with a warning, instead of failing at the
             burst: docs/deviations.md R3.)
-          FloatingPointError: non-finite observations or rewards from the env.
+          FloatingPointError / tdmpc2core.envs.base.SimulatorError: non-finite env data / a host simulator's error.
           TrainingInterrupted: ``should_stop`` returned True.
           tdmpc2core.io.checkpoint.CheckpointMismatchError: the newest checkpoint of
             ``checkpoint_dir`` was made with other settings (named).
@@ -610,6 +621,8 @@ class OnlineProgram(RunProgram):
 
     def after_call(self, state, agent_steps):
         agent = self.agent
+        # a host simulator's exception inside the call (its items gave NaN): the run stops with it
+        agent.env.raise_host_error(f"in the call of the training program that ended at agent step {agent_steps}")
         term = int(np.max(np.asarray(state.terminations)))
         if term > 0 and not agent.cfg.episodic:
             raise TerminationError(
@@ -628,6 +641,20 @@ class OnlineProgram(RunProgram):
     def start(self, state, run: Run) -> None:
         self._seeds = list(run.seeds)
         self._seen_nonfinite = np.asarray(state.nonfinite).copy()
+        agent = self.agent
+        first = first_update_agent_steps(agent.seed_steps, agent.n_envs)
+        if run.total_steps < first:  # the whole run, not this call: a run continued later is fine
+            warnings.warn(
+                f"{agent.env_id}: the run of {run.total_steps} agent steps ends before its first update (the "
+                f"seed-phase burst, once seed_steps={agent.seed_steps} random agent steps are done: the tick that "
+                f"reaches {first} agent steps with n_envs={agent.n_envs}), so it trains nothing; give at least "
+                f"{first} agent steps (n_timesteps, or total_timesteps for a run in several calls) or lower "
+                "seed_steps", RuntimeWarning, stacklevel=4)
+
+    def compile_seconds(self) -> float:
+        from ..run.compiled import compiling_seconds
+
+        return compiling_seconds(self.agent.compile_seconds)
 
     def _report_nonfinite(self, state, agent_steps) -> None:
         """Log each newly dropped episode (seed, env index, agent step); stop past the limit."""

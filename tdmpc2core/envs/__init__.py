@@ -21,7 +21,7 @@ from __future__ import annotations
 
 # plain Python: the ids, their suites and time limits (no JAX; :mod:`.ids`, :mod:`.registry`)
 from tdmpc2core.envs.ids import (check_env_params, check_repeat_and_length, default_action_repeat, list_env_ids,
-                                 suite_of, time_limit)
+                                 sim_episode_length, suite_of, time_limit)
 from tdmpc2core.envs.registry import Suite, SuiteReport, register_suite, report_facts, suite_for, suites
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "Suite",
     "SuiteReport",
     "time_limit",
+    "sim_episode_length",
     "check_env_params",
     "default_action_repeat",
     "PAPER_ACTION_REPEAT",
@@ -59,7 +60,7 @@ def __getattr__(name):  # lazy: the environment interface imports JAX; the table
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def make_env(env_id: str, *, action_repeat: int | None = None, episode_length: int = 1000,
+def make_env(env_id: str, *, action_repeat: int | None = None, episode_length: int | None = None,
              env_params=None, backend: str | None = None, obs: str = "state") -> Env:
     """Build an :class:`Env` for ``env_id``, by the suite that owns the id (:func:`suite_for`).
 
@@ -74,10 +75,13 @@ def make_env(env_id: str, *, action_repeat: int | None = None, episode_length: i
             T = 500; 1 for gymnax and Brax).
         episode_length: simulator steps per episode, so the time limit is
             T = ``episode_length // action_repeat`` agent steps (must be divisible by
-            ``action_repeat``; dm_control: control steps, 1000 for every suite task).
-            IGNORED for gymnax (a suite with ``own_time_limit``), whose time limit is the
-            env's own ``params.max_steps_in_episode`` simulator steps
-            (T = ``max_steps_in_episode // action_repeat``, rounded down).
+            ``action_repeat``; dm_control: control steps, 1000 for every suite task); None
+            (default): 1000. A suite that keeps its own time limit (``own_time_limit``: gymnax's
+            ``params.max_steps_in_episode``, Meta-World's 200 and MyoSuite's 100 simulator
+            steps) sets T = that limit ``// action_repeat``; there ``episode_length`` may be
+            left out or given as that limit, and any other value is refused (it would not take
+            effect; gymnax: change the limit with ``env_params={"max_steps_in_episode": N}``).
+            ``env.spec.sim_episode_length`` is the value in effect.
         env_params: suite-specific environment settings (:mod:`tdmpc2core.envs.params`):
             gymnax ``EnvParams`` (or a dict of fields to replace); Brax constructor kwargs
             (dict); Playground extra ``config_overrides`` (dict: ``ctrl_dt``, ``sim_dt``,
@@ -98,7 +102,8 @@ def make_env(env_id: str, *, action_repeat: int | None = None, episode_length: i
     Raises:
         ValueError: unknown id (lists accepted ids), discrete-action gymnax id (lists the
             continuous ones), ``action_repeat < 1``, ``episode_length`` not a positive
-            multiple of ``action_repeat`` (Brax/Playground/dm_control), ``backend`` given
+            multiple of ``action_repeat`` (Brax/Playground/dm_control) or not the time limit
+            of a suite that keeps its own (named), ``backend`` given
             for a non-Playground env, or bad ``env_params`` (an unknown key, a value of the
             wrong type).
         ImportError: a package the suite needs is not installed (one line: which, and the

@@ -165,6 +165,46 @@ def fresh_dicts(state):
     return state.replace(**updates) if updates else state
 
 
+class SimulatorError(RuntimeError):
+    """A host-stepped simulator (dm_control, Meta-World, MyoSuite) raised inside a call of a
+    compiled program; the message is its type and message, the env id and where the run
+    stood. Raised after the call (:meth:`Env.raise_host_error`): the run stops there."""
+
+
+class HostErrors:
+    """The exceptions a host simulator raised inside ``jax.pure_callback`` calls, kept until
+    the caller asks (an exception cannot leave a compiled program mid-call; the items of the
+    call give NaN meanwhile). Thread-safe; counts every one, keeps the first's line."""
+
+    def __init__(self):
+        import threading
+
+        self._lock = threading.Lock()
+        self.first, self.count = None, 0
+
+    def add(self, what: str, exc: BaseException) -> None:
+        """Record ``exc`` raised in a host ``what`` (``"step"``, ``"reset"``)."""
+        line = " ".join(f"{type(exc).__name__}: {exc}".split())
+        with self._lock:
+            self.count += 1
+            if self.first is None:
+                self.first = (what, line)
+
+    def raise_first(self, env_id: str, suite: str, where: str = "") -> None:
+        """Raise :class:`SimulatorError` for the first kept exception (then forget them all),
+        or return when there is none."""
+        with self._lock:
+            first, count = self.first, self.count
+            self.first, self.count = None, 0
+        if first is None:
+            return
+        what, line = first
+        more = f" (and {count - 1} more host call item(s) failed)" if count > 1 else ""
+        raise SimulatorError(f"{env_id}: the {suite} simulator raised {line} in a host {what}"
+                             f"{' ' + where if where else ''}{more}; the run stops here instead of going on with "
+                             "the NaN observations and rewards it gave from then on")
+
+
 def bounds_tuple(x) -> tuple[float, ...]:
     """Action bounds as a tuple of Python floats, each the shortest decimal that
     round-trips through float32 (so a float32 0.1 is recorded as 0.1, not 0.10000000149)."""
@@ -231,6 +271,11 @@ class Env:
             + (f", backend={s.backend!r}" if s.backend is not None else "")
             + ")"
         )
+
+    def raise_host_error(self, where: str = "") -> None:
+        """Raise :class:`SimulatorError` for an exception a host-stepped simulator raised inside
+        the compiled calls since the last check (``where``: the run's position, for the
+        message); nothing for an env stepped in JAX (the default)."""
 
     # ------------------------------------------------------------ to implement
     def _raw_reset(self, key):  # pragma: no cover - abstract

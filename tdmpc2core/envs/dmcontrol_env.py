@@ -50,7 +50,10 @@ draws all episodes of a run from one RandomState seeded once (docs/deviations.md
 A diverging simulation (dm_control's ``PhysicsError``) gives NaN observation and reward
 for that step (the state is left as it was); the training loop counts non-finite values
 and stops with a FloatingPointError (docs/deviations.md E6). With pixels the frame of such a
-step is black (zeros) and the NaN reward is what the loop sees.
+step is black (zeros) and the NaN reward is what the loop sees. Any other exception raised
+inside a host call (a bug in a task, a renderer that fails) gives NaN as well, is kept, and is
+raised after the call as :class:`~tdmpc2core.envs.base.SimulatorError` with its message
+(:meth:`DMControlEnv.raise_host_error`, called by the agents): the run stops there.
 
 Pixels (``obs="rgb"``; spec §2 "Pixels"; the official ``PixelWrapper``, 5f6fade
 ``tdmpc2/envs/wrappers/pixels.py``, over its dm_control wrapper's ``render``): each
@@ -89,7 +92,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tdmpc2core.envs.base import Env, EnvSpec, EnvState, StepOut, check_repeat_and_length
+from tdmpc2core.envs.base import Env, EnvSpec, EnvState, HostErrors, StepOut, check_repeat_and_length
 from tdmpc2core.envs.dmcontrol_ids import (_SUITE_TASKS, _UNALIAS, DMCONTROL_ENVS, MT30_TASKS, PREFIX, REFUSED_TASKS,  # noqa: F401
                                             SUITE_TASKS, dmc_name, official_name, unknown_id_error)
 from tdmpc2core.envs.dmcontrol_tasks import CUSTOM_TASKS, REFUSED  # noqa: F401
@@ -297,6 +300,9 @@ class _Host:
         self.obs_dim = sum(n for _, n in self.obs_layout)
         self._lock = threading.Lock()
         self.stats = {"calls": 0, "items": 0, "seconds": 0.0}
+        #: exceptions other than PhysicsError raised inside host calls (NaN results), until
+        #: raised after the call (DMControlEnv.raise_host_error)
+        self.errors = HostErrors()
         self.pixels = bool(pixels)
         self.camera_id = camera_id(name)
         # Pixels: every host call runs on one dedicated thread. dm_control's EGL (and OSMesa)
@@ -381,13 +387,18 @@ class _Host:
                        np.uint8 if self.pixels else np.float32)
         with self._lock:
             for i in np.ndindex(batch):
-                self.task.random.seed(int(seeds[i]))
-                ts = self.env.reset()
-                if self.pixels:
-                    obs[i] = self._frame()
-                else:
-                    obs[i] = np.concatenate([np.asarray(v).ravel() for v in ts.observation.values()]).astype(np.float32)
-                self._read(phys[i], model[i])
+                try:
+                    self.task.random.seed(int(seeds[i]))
+                    ts = self.env.reset()
+                    if self.pixels:
+                        obs[i] = self._frame()
+                    else:
+                        obs[i] = np.concatenate([np.asarray(v).ravel()
+                                                 for v in ts.observation.values()]).astype(np.float32)
+                    self._read(phys[i], model[i])
+                except Exception as e:  # noqa: BLE001 - kept, raised after the call (raise_host_error)
+                    self.errors.add("reset", e)
+                    obs[i] = 0 if self.pixels else np.nan
             self._count(t0, seeds.size)
         return phys, model, obs
 
@@ -416,7 +427,11 @@ class _Host:
                     obs[i] = self._frame() if self.pixels else self._obs()
                     reward[i] = np.float32(total)
                     self._read(phys_out[i], None)
-                except self._physics_error:
+                except self._physics_error:  # diverging physics: NaN, the episode dropped (E6, O8)
+                    obs[i] = 0 if self.pixels else np.nan
+                    reward[i] = np.nan
+                except Exception as e:  # noqa: BLE001 - anything else: kept, raised after the call
+                    self.errors.add("step", e)
                     obs[i] = 0 if self.pixels else np.nan
                     reward[i] = np.nan
             self._count(t0, reward.size)
@@ -461,6 +476,13 @@ class DMControlEnv(Env):
             action_repeat=action_repeat, episode_length=episode_length // action_repeat,
             backend=None, can_terminate=False)
         self.spec = dataclasses.replace(spec, **pix)
+
+    def raise_host_error(self, where: str = "") -> None:
+        """Raise :class:`~tdmpc2core.envs.base.SimulatorError` for the first exception other
+        than dm_control's ``PhysicsError`` (diverging physics gives NaN and a dropped episode:
+        docs/deviations.md E6) raised inside a host call since the last check; nothing
+        otherwise. The agents call it after every call of their compiled programs."""
+        self._host.errors.raise_first(self.spec.env_id, self.spec.suite, where)
 
     @property
     def dm_env(self):

@@ -10,8 +10,8 @@ Semantics:
 
 * One simulator step is one ``env.step_env`` call (gymnax's step without its auto-reset).
 * The time limit is the env's ``params.max_steps_in_episode`` (in simulator steps);
-  T = ``max_steps_in_episode // action_repeat`` agent steps. ``make_env``'s
-  ``episode_length`` argument is ignored for gymnax.
+  T = ``max_steps_in_episode // action_repeat`` agent steps. ``make_env`` refuses an
+  ``episode_length`` other than that limit (:meth:`tdmpc2core.envs.registry.Suite.sim_episode_length`).
 * ``step_env`` never applies gymnax's time limit (only ``Environment.step`` does, via
   ``is_truncated``). ``terminated`` is ``env.is_terminal(state, params')`` with
   ``params'.max_steps_in_episode`` set huge, so the time limit cannot leak into it even

@@ -19,6 +19,13 @@ Attributes that are views into MuJoCo's ``data``/``model`` arrays are not carrie
 MuJoCo state restores them). A numeric attribute that appears after the layout was fixed, or
 changes shape or type, raises ``RuntimeError`` naming it (the state would not be restorable).
 
+An exception raised by the suite's simulator inside a host call (a step past Meta-World's
+``max_path_length``, a bug in a task) cannot stop the compiled program mid-call: the call's
+items from then on give NaN observations and rewards, and the exception's one line is kept on
+the host; :meth:`HostMujocoEnv.raise_host_error` (which the agents call after every call of
+their compiled programs) raises it as :class:`~tdmpc2core.envs.base.SimulatorError`, so the
+run stops with that message instead of training on NaN.
+
 Subclasses of :class:`MujocoHost` build the env and say how one simulator step and one reset
 run; :class:`HostMujocoEnv` is the :class:`~tdmpc2core.envs.base.Env` adapter.
 """
@@ -33,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tdmpc2core.envs.base import Env, EnvSpec, EnvState, StepOut, check_repeat_and_length
+from tdmpc2core.envs.base import Env, EnvSpec, EnvState, HostErrors, StepOut, check_repeat_and_length
 
 
 class HostState(NamedTuple):
@@ -249,6 +256,11 @@ class MujocoHost(abc.ABC):
     def _sim_step(self, action: np.ndarray):
         """One simulator step with an action in the env's units: (obs, reward, success)."""
 
+    def settings(self) -> dict:
+        """What identifies the suite's env in use (its name, versions), as plain data for the
+        run's record (:attr:`HostMujocoEnv.effective_settings`); ``{}`` by default."""
+        return {}
+
     def _finish_init(self, low, high, warmup_action):
         import mujoco
 
@@ -290,6 +302,8 @@ class MujocoHost(abc.ABC):
         self.obs_dim = int(np.asarray(obs).size)
         self._lock = threading.Lock()
         self.stats = {"calls": 0, "items": 0, "seconds": 0.0}
+        #: exceptions raised by the simulator inside host calls (NaN results), until raised
+        self.errors = HostErrors()
 
     # ---------------------------------------------------------------- one item
     def _read(self, phys_out, model_out, attrs_out):
@@ -324,15 +338,20 @@ class MujocoHost(abc.ABC):
         obs = np.empty(batch + (self.obs_dim,), np.float32)
         with self._lock:
             for i in np.ndindex(batch):
-                obs[i] = np.asarray(self._reset_episode(int(seeds[i])), np.float32).reshape(-1)
-                self._read(phys[i], model[i], attrs[i])
+                try:
+                    obs[i] = np.asarray(self._reset_episode(int(seeds[i])), np.float32).reshape(-1)
+                    self._read(phys[i], model[i], attrs[i])
+                except Exception as e:  # noqa: BLE001 - kept, raised after the call (raise_host_error)
+                    self.errors.add("reset", e)
+                    obs[i] = np.nan
             self._count(t0, seeds.size)
         return phys, model, attrs, obs
 
     def step(self, phys, model, attrs, action, repeat: int):
         """``repeat`` simulator steps with ``action`` (env units, float32) from each state:
         (physics, attrs, obs, reward summed, success of the last step). A step that raises
-        (a diverging simulation) gives NaN observation and reward and leaves the state as it was."""
+        gives NaN observation and reward, leaves the state as it was and keeps the exception
+        (:attr:`errors`; raised after the call by :meth:`HostMujocoEnv.raise_host_error`)."""
         t0 = time.perf_counter()
         batch = phys.shape[:-1]
         action = np.broadcast_to(action, batch + action.shape[-1:])
@@ -351,8 +370,8 @@ class MujocoHost(abc.ABC):
                     for _ in range(repeat):
                         o, r, succ = self._sim_step(a.copy())
                         total += float(r)
-                except Exception as e:  # noqa: BLE001 - a diverging simulation; reported as NaN
-                    self.last_error = f"{type(e).__name__}: {e}"
+                except Exception as e:  # noqa: BLE001 - kept, raised after the call (raise_host_error)
+                    self.errors.add("step", e)
                     obs[i] = np.nan
                     reward[i] = np.nan
                     continue
@@ -388,6 +407,19 @@ class HostMujocoEnv(Env):
         self.spec = EnvSpec.from_bounds(env_id, suite, host.obs_dim, host.low, host.high, action_repeat=action_repeat,
                                         episode_length=episode_length // action_repeat, backend=None,
                                         can_terminate=False, has_success=True)
+
+    @property
+    def effective_settings(self) -> dict:
+        """The suite's env in use, as its host names it (:meth:`MujocoHost.settings`: Meta-World's
+        env name, reward function version and ``max_path_length``; MyoSuite's registry id)."""
+        return self._host.settings()
+
+    def raise_host_error(self, where: str = "") -> None:
+        """Raise :class:`~tdmpc2core.envs.base.SimulatorError` for the first exception the
+        simulator raised inside a host call since the last check (its type and message, the
+        env id, ``where``), or nothing. The agents call it after every call of their compiled
+        programs, so a run stops at the call's end instead of going on with NaN."""
+        self._host.errors.raise_first(self.spec.env_id, self.spec.suite, where)
 
     def host_stats(self, reset: bool = False) -> dict:
         """Host work since the env was built (or the last ``reset=True``): ``calls``,

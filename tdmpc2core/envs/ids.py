@@ -144,23 +144,34 @@ def default_action_repeat(env_id: str) -> int:
     return suite_for(env_id).default_action_repeat
 
 
-def time_limit(env_id: str, *, action_repeat: int | None = None, episode_length: int = 1000,
+def time_limit(env_id: str, *, action_repeat: int | None = None, episode_length: int | None = None,
                env_params=None) -> int:
     """T, the time limit in agent steps, of the environment ``make_env`` would build with
     these arguments, without building it.
 
-    gymnax (a suite with ``own_time_limit``): ``max_steps_in_episode // action_repeat``, the
-    env's own limit (``GYMNAX_MAX_STEPS[env_id]``, or ``env_params["max_steps_in_episode"]``
-    when a mapping sets it; ``episode_length`` is ignored, as by ``make_env``); Brax,
-    Playground and dm_control: ``episode_length // action_repeat``.
+    A suite with its own time limit (gymnax, Meta-World, MyoSuite: ``own_time_limit``): that
+    limit ``// action_repeat`` (gymnax: ``GYMNAX_MAX_STEPS[env_id]``, or
+    ``env_params["max_steps_in_episode"]`` when a mapping sets it); Brax, Playground and
+    dm_control: ``episode_length // action_repeat`` (``episode_length`` None: 1000).
 
     Raises:
         ValueError: an id :func:`suite_of` refuses, a bad ``action_repeat`` or
-          ``episode_length`` (:func:`check_repeat_and_length`), or a gymnax time limit
-          shorter than ``action_repeat``.
+          ``episode_length`` (:func:`check_repeat_and_length`), an own time limit shorter than
+          ``action_repeat``, or an ``episode_length`` given for a suite with its own time
+          limit that is not that limit (one line naming the limit: it would not take effect).
     """
     suite = suite_for(env_id)
     return suite.time_limit(env_id, suite.action_repeat(action_repeat), episode_length, env_params)
+
+
+def sim_episode_length(env_id: str, *, action_repeat: int | None = None, episode_length: int | None = None,
+                       env_params=None) -> int:
+    """The simulator steps of an episode that take effect for these arguments (T x
+    ``action_repeat``, :func:`time_limit`): the ``episode_length`` a run and the workflow's
+    resolved configuration record (gymnax's Pendulum-v1: 200, whatever the default). Plain
+    Python. Raises ValueError as :func:`time_limit`."""
+    suite = suite_for(env_id)
+    return suite.sim_episode_length(env_id, suite.action_repeat(action_repeat), episode_length, env_params)
 
 
 def check_env_params(env_id: str, env_params) -> dict:
@@ -187,6 +198,7 @@ def __getattr__(name):
 
 
 __all__ = ["SUITES", "GYMNAX_CONTINUOUS", "GYMNAX_DISCRETE", "GYMNAX_MAX_STEPS", "BRAX_ENVS",
-           "PLAYGROUND_DMC_ENVS", "PAPER_ACTION_REPEAT", "list_env_ids", "suite_of", "time_limit", "check_env_params",
+           "PLAYGROUND_DMC_ENVS", "PAPER_ACTION_REPEAT", "list_env_ids", "suite_of", "time_limit", "sim_episode_length",
+           "check_env_params",
            "default_action_repeat", "check_repeat_and_length",
            "discrete_error"]

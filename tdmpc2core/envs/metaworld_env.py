@@ -113,6 +113,7 @@ class _Host(MujocoHost):
         from gymnasium.utils import seeding
 
         self._seeding = seeding
+        self.env_id = env_id
         self.env = make_metaworld_env(env_id, seed=0)
         self.env.seeded_rand_vec = True  # goals from env.np_random, seeded at each reset
         self.model, self.data = self.env.model, self.env.data
@@ -130,6 +131,14 @@ class _Host(MujocoHost):
         obs, reward, _, _, info = self.env.step(action)
         return obs, reward, float(info["success"]) > 0.5
 
+    def settings(self) -> dict:
+        """Meta-World's env in use: its name (``<name>-v3-goal-observable``), reward function
+        version (Meta-World 3 has ``v1`` and ``v2``; the env's default, ``v2``, as the official
+        construction) and ``max_path_length`` (simulator steps before it refuses to step)."""
+        return {"env_name": metaworld_env_name(self.env_id), "env_class": type(self.env).__name__,
+                "reward_function_version": str(self.env.reward_function_version),
+                "max_path_length": int(self.env.max_path_length)}
+
 
 class MetaWorldEnv(HostMujocoEnv):
     """A Meta-World task behind the :class:`~tdmpc2core.envs.base.Env` interface (see the module
@@ -138,16 +147,41 @@ class MetaWorldEnv(HostMujocoEnv):
     Args:
         env_id: an id in :data:`METAWORLD_ENVS` (``"mw-reach"``).
         action_repeat: simulator steps per agent step (the official: 2).
-        episode_length: simulator steps per episode (200: T = 100 agent steps at repeat 2).
+        episode_length: simulator steps per episode (200: T = 100 agent steps at repeat 2); at
+            most ``MAX_PATH_LENGTH - 1`` = 499 (:data:`tdmpc2core.envs.suites.metaworld.MAX_PATH_LENGTH`:
+            Meta-World refuses to step past its ``max_path_length``, and the reset takes one step).
 
     Spec: obs f32[39], action [-1, 1]^4, ``has_success`` True, ``can_terminate`` False.
 
     Raises:
-        ValueError: unknown id, bad repeat or length.
+        ValueError: unknown id, bad repeat or length (one line naming Meta-World's limit for a
+            length past it).
     """
 
     def __init__(self, env_id: str, *, action_repeat: int = 2, episode_length: int = 200):
+        from tdmpc2core.envs.suites.metaworld import MAX_PATH_LENGTH
+
+        check_episode_fits(env_id, action_repeat, episode_length, MAX_PATH_LENGTH)
         self._build(env_id, _Host, _suite_name(), action_repeat, episode_length)
+        # the installed Meta-World's limit, in case it is not the one the check above assumed
+        check_episode_fits(env_id, action_repeat, episode_length, int(self._host.env.max_path_length))
+
+
+def check_episode_fits(env_id: str, action_repeat, episode_length, max_path_length: int) -> None:
+    """Refuse an episode of ``episode_length`` simulator steps that Meta-World cannot run: its
+    env raises ``ValueError: You must reset the env manually once truncate==True`` at a step
+    past ``max_path_length``, and the official reset takes one step, so at most
+    ``max_path_length - 1`` steps (ValueError naming the limit; other bad values are left to
+    :func:`~tdmpc2core.envs.base.check_repeat_and_length`)."""
+    if isinstance(episode_length, bool) or not isinstance(episode_length, int) \
+            or isinstance(action_repeat, bool) or not isinstance(action_repeat, int) or action_repeat < 1:
+        return
+    most = ((max_path_length - 1) // action_repeat) * action_repeat
+    if episode_length > most:
+        raise ValueError(
+            f"episode_length={episode_length} for {env_id!r}: Meta-World refuses to step past max_path_length="
+            f"{max_path_length} simulator steps and the reset takes one, so an episode lasts at most "
+            f"{max_path_length - 1} ({most} at action_repeat={action_repeat}: T = {most // action_repeat} agent steps)")
 
 
 def _suite_name() -> str:
@@ -157,4 +191,4 @@ def _suite_name() -> str:
     return SUITE.name
 
 
-__all__ = ["MetaWorldEnv", "make_metaworld_env", "compatible_weld_reset", "WELD_ROW"]
+__all__ = ["MetaWorldEnv", "make_metaworld_env", "compatible_weld_reset", "check_episode_fits", "WELD_ROW"]

@@ -63,6 +63,7 @@ class _Host(MujocoHost):
                  "mj_instability_termination", "normalize_act", "render_mode"}
 
     def __init__(self, env_id: str):
+        self.env_id = env_id
         self.model_fields = EPISODE_MODEL_FIELDS.get(env_id, ())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -78,6 +79,10 @@ class _Host(MujocoHost):
     def _sim_step(self, action):
         obs, reward, _, _, info = self.env.step(action)
         return obs, reward, bool(np.asarray(info["solved"]).item())
+
+    def settings(self) -> dict:
+        """MyoSuite's env in use: its registry id (``myoHandReachFixed-v0``) and class."""
+        return {"env_name": MYOSUITE_TASKS[self.env_id], "env_class": type(self.env).__name__}
 
 
 class MyoSuiteEnv(HostMujocoEnv):

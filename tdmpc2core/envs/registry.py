@@ -27,6 +27,9 @@ from tdmpc2core.envs.suggest import close_ids, shown, similarity, unknown_messag
 
 #: What a suite's score means for the report (:attr:`SuiteReport.score`).
 SCORES = ("return", "success")
+#: simulator steps per episode when ``episode_length`` is not given, for a suite whose caller
+#: sets the time limit (the paper's DMC episodes: 1000 steps)
+DEFAULT_EPISODE_LENGTH = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,15 +69,18 @@ class Suite:
         build: ``build(env_id, *, action_repeat, episode_length, env_params, backend) -> Env``;
             imports the suite's packages inside (never at module import). Arguments are
             already checked by :meth:`make` (id accepted, repeat and length valid, ``backend``
-            only if :attr:`takes_backend`).
+            only if :attr:`takes_backend`); ``episode_length`` is the simulator steps of an
+            episode that takes effect (:meth:`sim_episode_length`: T x ``action_repeat``).
         requires: the distributions (pip names) :attr:`build` needs; checked from the
             installed metadata, nothing imported.
         pip_extra: the tdmpc2core extra that installs them (``pip install 'tdmpc2core[x]'``), or
             None when they are core dependencies.
         default_action_repeat: the action repeat when none is given (the paper's: 2 for DMC).
         own_time_limit: env id -> simulator steps per episode when the env keeps its own time
-            limit (gymnax; ``episode_length`` is then ignored), or None: the caller's
-            ``episode_length`` (a multiple of the action repeat) sets T.
+            limit (gymnax, Meta-World, MyoSuite): T is that limit ``// action_repeat``, and an
+            ``episode_length`` given is refused unless it is that limit (or ``T x
+            action_repeat``); or None: the caller's ``episode_length`` (a multiple of the action
+            repeat; :data:`DEFAULT_EPISODE_LENGTH` when not given) sets T.
         takes_backend: whether ``backend`` (a physics implementation) applies.
         backend_hint: appended to the error for a ``backend`` given to a suite that takes none.
         refuse: ``refuse(env_id) -> ValueError | None``: the error for an id this suite
@@ -90,6 +96,9 @@ class Suite:
         frames: ``frames(env) -> FrameSource``: how the suite's own renderer pictures an env's
             states for evaluation videos (:mod:`tdmpc2core.envs.render`), or None: no renderer
             (the report says so instead of showing a video).
+        frames_opengl: whether :attr:`frames` draws through MuJoCo's OpenGL context (True: the
+            MuJoCo suites; False: a drawing without OpenGL, gymnax's), so that a run with videos
+            checks the OpenGL backend before it trains (:func:`tdmpc2core.envs.render.check_opengl`).
         obs_types: the observation types :attr:`build` can give (``"state"``, and ``"rgb"``
             for pixels, spec §2 "Pixels"). :meth:`make` refuses any other; :attr:`build` is
             called with ``obs=`` only for one other than ``"state"`` (so a suite without pixels
@@ -111,6 +120,7 @@ class Suite:
     published: Mapping[str, str] = dataclasses.field(default_factory=dict)
     report: SuiteReport = None  # type: ignore[assignment]
     frames: Optional[Callable[[Any], Any]] = None
+    frames_opengl: bool = True
     obs_types: tuple[str, ...] = ("state",)
 
     def __post_init__(self):
@@ -167,25 +177,52 @@ class Suite:
             return canonical(env_params, env_id)
         return self.check_params(env_id, env_params)
 
-    def time_limit(self, env_id: str, action_repeat: int, episode_length: int, env_params=None) -> int:
-        """T in agent steps of ``env_id`` (checked arguments; see :func:`tdmpc2core.envs.time_limit`):
-        ``episode_length // action_repeat``, or for a suite with its own time limit, that limit
+    def time_limit(self, env_id: str, action_repeat: int, episode_length: Optional[int], env_params=None) -> int:
+        """T in agent steps of ``env_id`` (see :func:`tdmpc2core.envs.time_limit`):
+        ``episode_length // action_repeat`` (``episode_length`` None:
+        :data:`DEFAULT_EPISODE_LENGTH`), or for a suite with its own time limit, that limit
         (``env_params[time_limit_key]`` when set) ``// action_repeat``.
 
         Raises:
-            ValueError: bad ``action_repeat``/``episode_length``, or an own time limit shorter
-                than ``action_repeat``.
+            ValueError: bad ``action_repeat``/``episode_length``; an own time limit shorter
+                than ``action_repeat``; for a suite with its own time limit, an
+                ``episode_length`` other than that limit (the limit named: the value would
+                not take effect).
         """
-        check_repeat_and_length(action_repeat, episode_length, check_length=self.keeps_episode_length)
+        return self.sim_episode_length(env_id, action_repeat, episode_length, env_params) // action_repeat
+
+    def sim_episode_length(self, env_id: str, action_repeat: int, episode_length: Optional[int],
+                           env_params=None) -> int:
+        """The simulator steps of an episode of ``env_id`` that take effect, T x
+        ``action_repeat`` (:meth:`time_limit`; what runs and the resolved configuration record
+        as ``episode_length``). Plain Python: nothing is built.
+
+        Raises:
+            ValueError: as :meth:`time_limit`.
+        """
+        given = episode_length is not None
+        length = episode_length if given else DEFAULT_EPISODE_LENGTH
+        check_repeat_and_length(action_repeat, length, check_length=self.keeps_episode_length)
         if self.keeps_episode_length:
-            return episode_length // action_repeat
-        steps = self.own_time_limit[env_id]
+            return length
+        if given and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+            raise ValueError(f"episode_length must be a positive integer (simulator steps) or None, got {length!r}")
+        steps, where = self.own_time_limit[env_id], "its own time limit"
         if self.time_limit_key is not None and isinstance(env_params, Mapping) and self.time_limit_key in env_params:
-            steps = int(env_params[self.time_limit_key])
+            steps, where = int(env_params[self.time_limit_key]), f"env_params {self.time_limit_key}"
         if steps // action_repeat < 1:
             raise ValueError(f"{env_id!r}: max_steps_in_episode={steps} is shorter than "
                              f"action_repeat={action_repeat}")
-        return steps // action_repeat
+        effective = (steps // action_repeat) * action_repeat
+        if episode_length is not None and episode_length not in (steps, effective):
+            how = (f"; a longer or shorter episode: env_params {{{self.time_limit_key}: N}}"
+                   if self.time_limit_key is not None else "")
+            raise ValueError(
+                f"episode_length={episode_length} for {env_id!r}: the {self.name} suite ends its episodes at {where}, "
+                f"{steps} simulator steps (T = {steps // action_repeat} agent steps at action_repeat="
+                f"{action_repeat}), so that length would not take effect; leave episode_length out or "
+                f"give {effective}{how}")
+        return effective
 
     def return_range(self, sim_steps: int) -> Optional[tuple[float, float]]:
         """(low, high) returns of an episode of ``sim_steps`` simulator steps, or None."""
@@ -194,12 +231,14 @@ class Suite:
         lo, hi = self.report.reward_per_step
         return (float(lo) * sim_steps, float(hi) * sim_steps)
 
-    def make(self, env_id: str, *, action_repeat: Optional[int] = None, episode_length: int = 1000,
+    def make(self, env_id: str, *, action_repeat: Optional[int] = None, episode_length: Optional[int] = None,
              env_params=None, backend: Optional[str] = None, obs: str = "state"):
         """Check the arguments, then :attr:`build` the env (see :func:`tdmpc2core.envs.make_env`).
 
         Raises:
-            ValueError: an id this suite does not accept, a bad repeat or length, a ``backend``
+            ValueError: an id this suite does not accept, a bad repeat or length (an
+                ``episode_length`` a suite with its own time limit would not keep, the limit
+                named: :meth:`sim_episode_length`), a ``backend``
                 for a suite that takes none, ``env_params`` the suite refuses
                 (:meth:`env_params`), an ``obs`` the suite cannot give (:attr:`obs_types`);
                 ImportError: a required package is missing.
@@ -213,7 +252,8 @@ class Suite:
                              f"{list(self.obs_types)} observations; {obs!r} is given by: {givers} (as in the "
                              "official code, pixel observations are dm_control's only)")
         action_repeat = self.action_repeat(action_repeat)
-        check_repeat_and_length(action_repeat, episode_length, check_length=self.keeps_episode_length)
+        check_repeat_and_length(action_repeat, DEFAULT_EPISODE_LENGTH if episode_length is None else episode_length,
+                                check_length=self.keeps_episode_length)
         if backend is not None and not self.takes_backend:
             takers = [s.name for s in suites() if s.takes_backend]
             raise ValueError(f"backend={backend!r} applies only to {' and '.join(takers)} envs; {env_id!r} is a "
@@ -223,6 +263,12 @@ class Suite:
         err = self.install_error()
         if err is not None:
             raise err
+        params_given = env_params if isinstance(env_params, Mapping) else None
+        if self.time_limit_key is not None and env_params is not None and params_given is None:
+            # an EnvParams object: its time-limit field, for the length in effect
+            steps = getattr(env_params, self.time_limit_key, None)
+            params_given = {} if steps is None else {self.time_limit_key: int(steps)}
+        episode_length = self.sim_episode_length(env_id, action_repeat, episode_length, params_given)
         extra = {} if obs == "state" else {"obs": obs}
         return self.build(env_id, action_repeat=action_repeat, episode_length=episode_length,
                           env_params=env_params, backend=backend, **extra)
@@ -379,5 +425,5 @@ def check_repeat_and_length(action_repeat: int, episode_length: int, *, check_le
             )
 
 
-__all__ = ["SCORES", "OBS_TYPES", "check_obs", "Suite", "SuiteReport", "register_suite", "unregister_suite", "suites", "get_suite",
+__all__ = ["SCORES", "DEFAULT_EPISODE_LENGTH", "OBS_TYPES", "check_obs", "Suite", "SuiteReport", "register_suite", "unregister_suite", "suites", "get_suite",
            "suite_for", "report_facts", "packages", "check_repeat_and_length"]

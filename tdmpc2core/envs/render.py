@@ -25,7 +25,9 @@ The suites' own renderers draw the frames:
 Each suite names its renderer in its registry entry (:attr:`tdmpc2core.envs.registry.Suite.frames`);
 a suite without one raises :class:`NoRendererError` from :func:`frame_source`.
 MuJoCo rendering needs an OpenGL context: headless, ``MUJOCO_GL=egl`` (Mesa's EGL) or
-``osmesa``.
+``osmesa``. :func:`check_opengl` tries one in a subprocess, so that a training stage with
+videos or pixels refuses to start (one line: the backend, what to install or set) instead of
+failing after training.
 """
 from __future__ import annotations
 
@@ -38,6 +40,11 @@ import numpy as np
 class NoRendererError(ValueError):
     """The environment's suite (or this env of it) has no renderer here; the message names
     the env id, its suite and the suites that have one."""
+
+
+class OpenGLError(ValueError):
+    """MuJoCo cannot render on this machine with its OpenGL backend (``MUJOCO_GL``): one line
+    naming the backend, what failed and what to install or set (:func:`check_opengl`)."""
 
 
 class FrameSource:
@@ -137,6 +144,106 @@ def _suites():
     from .registry import suites
 
     return suites()
+
+
+def needs_opengl(env_id, obs: str = "state") -> bool:
+    """Whether rendering ``env_id`` (an id or a prebuilt :class:`~tdmpc2core.envs.Env`) needs
+    MuJoCo's OpenGL context: pixel observations (``obs="rgb"``) always do; an evaluation video
+    does when the suite's renderer draws through MuJoCo (:attr:`~tdmpc2core.envs.registry.Suite.frames_opengl`;
+    gymnax's drawings do not). False for a suite without a renderer (nothing is drawn). Plain
+    Python; an id no suite knows gives the registry's ValueError."""
+    if obs == "rgb":
+        return True
+    from .registry import get_suite, suite_for
+
+    suite = get_suite(env_id.spec.suite, None) if hasattr(env_id, "spec") else suite_for(str(env_id))
+    return suite is not None and suite.frames is not None and bool(suite.frames_opengl)
+
+
+#: a subprocess that makes MuJoCo's OpenGL context (MUJOCO_GL as this process has it) and renders
+#: one small frame: "ok", or the exception's type and message on its last line
+_PROBE = """
+import sys
+try:
+    import mujoco
+    m = mujoco.MjModel.from_xml_string("<mujoco><worldbody><light pos='0 0 1'/><geom size='.1'/></worldbody></mujoco>")
+    r = mujoco.Renderer(m, height=16, width=16)
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    r.update_scene(d)
+    r.render()
+    r.close()
+except BaseException as e:
+    print("error: " + " ".join(f"{type(e).__module__}.{type(e).__name__}: {e}".split()), flush=True)
+    sys.exit(3)
+print("ok", flush=True)
+"""
+
+_CHECKED: dict = {}
+
+
+def opengl_hint(backend: str | None, display: str | None = None) -> str:
+    """What to install or set for MuJoCo's OpenGL backend ``backend`` (``MUJOCO_GL``; None:
+    unset, MuJoCo's default GLFW on Linux), in words."""
+    headless = "on a machine without a display set MUJOCO_GL=egl (Mesa's EGL or a GPU driver) or MUJOCO_GL=osmesa"
+    if backend in (None, "", "glfw"):
+        which = "MUJOCO_GL is unset, so MuJoCo uses GLFW, which" if not backend else "GLFW"
+        return (f"{which} needs a display ({'DISPLAY=' + repr(display) if display else 'DISPLAY is not set'}): "
+                f"{headless}")
+    if backend == "egl":
+        return ("EGL could not make a context: install Mesa's EGL (Debian/Ubuntu: apt-get install libegl1 "
+                "libgl1-mesa-dri libegl-mesa0) or a GPU driver with EGL, or set MUJOCO_GL=osmesa (software "
+                "rendering: apt-get install libosmesa6)")
+    if backend == "osmesa":
+        return ("the OSMesa library is missing or unusable: install it (Debian/Ubuntu: apt-get install libosmesa6), "
+                "or set MUJOCO_GL=egl (Mesa's EGL: apt-get install libegl1 libgl1-mesa-dri libegl-mesa0)")
+    return f"MUJOCO_GL={backend!r} is not a backend MuJoCo knows; accepted: egl, osmesa, glfw"
+
+
+def check_opengl(what: str = "rendering", timeout: float = 120.0) -> float:
+    """Check that MuJoCo can render here, before a run that needs it (an evaluation video of a
+    MuJoCo suite, pixel observations) trains: a subprocess with this process's environment
+    makes MuJoCo's OpenGL context (``MUJOCO_GL``: ``egl``, ``osmesa``, ``glfw``) and renders a
+    16x16 frame (a backend that fails can also abort a process, or fail only when MuJoCo is
+    imported, so not here). The answer is kept per (``MUJOCO_GL``, ``DISPLAY``) for the process.
+
+    Args:
+      what: what needs it, for the message (``"evaluation videos (--video last)"``).
+      timeout: seconds the subprocess may take.
+    Returns:
+      the seconds the check took (0.0 when already checked).
+    Raises:
+      OpenGLError: one line naming ``what``, the backend, the error and what to install or set.
+    """
+    import os
+    import subprocess
+    import sys
+    import time
+
+    backend, display = os.environ.get("MUJOCO_GL"), os.environ.get("DISPLAY")
+    key = (backend, display)
+    t0 = time.perf_counter()
+    if key not in _CHECKED:
+        try:
+            res = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
+                                 env=dict(os.environ))
+            lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+            if res.returncode == 0 and lines and lines[-1] == "ok":
+                err = None
+            elif lines and lines[-1].startswith("error: "):
+                err = lines[-1][len("error: "):]
+            else:
+                tail = " ".join((res.stderr or "").split()[-40:])
+                err = f"the renderer's process ended with exit status {res.returncode}" + (f" ({tail})" if tail else "")
+        except subprocess.TimeoutExpired:
+            err = f"making an OpenGL context took more than {timeout:g} s"
+        _CHECKED[key] = err
+    err = _CHECKED[key]
+    if err is not None:
+        shown = f"MUJOCO_GL={backend}" if backend else "MUJOCO_GL unset"
+        raise OpenGLError(f"{what} need MuJoCo's OpenGL rendering, which fails here ({shown}: {err}); "
+                          f"{opengl_hint(backend, display)}")
+    return time.perf_counter() - t0
 
 
 # ---------------------------------------------------------------- MuJoCo (shared)
@@ -323,4 +430,5 @@ def _draw_mountain_car(st, width, height, params) -> np.ndarray:
     return np.asarray(img, np.uint8)
 
 
-__all__ = ["FrameSource", "NoRendererError", "cannot_render", "frame_source"]
+__all__ = ["FrameSource", "NoRendererError", "OpenGLError", "cannot_render", "frame_source", "needs_opengl",
+           "check_opengl", "opengl_hint"]

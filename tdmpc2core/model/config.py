@@ -404,7 +404,8 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int,
         (512 for the default 32 channels), values the architecture cannot take (num_bins < 2, the
         official 0 / 1 regression variants, is refused; vmin >= vmax), or T too short
         for a slice of horizon + 1 rows (T >= H + 1; episodic mode, whose episodes may end
-        earlier anyway: T >= H), or (with ``n_envs``) a first update the replay cannot feed;
+        earlier anyway: T >= H), or (with ``n_envs``) a first update the replay cannot feed or
+        ``n_envs x updates_per_step`` not a whole number (:func:`check_updates_per_tick`);
         ``kernels`` or ``matmul_precision`` not one of the accepted values.
     """
     check_kernel_fields(cfg.kernels, cfg.matmul_precision)
@@ -462,8 +463,27 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int,
     out = dataclasses.replace(cfg, **widths, gamma=float(gamma), seed_steps=int(seed_steps), iterations=iterations,
                               kernels=kernels)
     if n_envs is not None:
+        check_updates_per_tick(out, n_envs)
         check_first_update(out, episode_length=episode_length, n_envs=n_envs)
     return out
+
+
+def check_updates_per_tick(cfg, n_envs: int) -> int:
+    """The updates of a tick of ``n_envs`` agent steps, ``n_envs x updates_per_step``, when it is
+    a whole number (within 1e-9); raises ValueError (one line: the product, the nearest whole
+    numbers and the settings that give them) otherwise: it would be rounded without a word
+    (0.5 with one env gave one update per agent step)."""
+    ups, n = float(cfg.updates_per_step), int(n_envs)
+    x = n * ups
+    if abs(x - round(x)) > 1e-9 or round(x) < 1:
+        lo, hi = max(1, math.floor(x)), max(1, math.ceil(x))
+        raise ValueError(
+            f"updates_per_step={cfg.updates_per_step!r} with n_envs={n} asks for {x:g} updates per tick (a tick is "
+            f"one agent step of each of the n_envs environments), not a whole number; accepted: a value whose "
+            f"product with n_envs is a whole number >= 1, e.g. updates_per_step="
+            + (f"{lo / n:g}" if lo == hi else f"{lo / n:g} or {hi / n:g}")
+            + (f", or n_envs={round(1 / ups)} for {ups:g}" if ups < 1 and abs(1 / ups - round(1 / ups)) < 1e-9 else ""))
+    return int(round(x))
 
 
 def validate_config(cfg: TDMPC2Config, *, episode_length: int, n_envs: int = 1) -> TDMPC2Config:
@@ -611,4 +631,5 @@ __all__ = [
     "check_kernel_fields", "validate_config", "config_from_kwargs",
     "discount_from_episode_length", "seed_steps_from_episode_length", "slices_in_episodes",
     "capacity_episodes", "burst_tick", "first_update_agent_steps", "first_update_slices", "episodes_held_at_end", "check_batch_size", "check_first_update",
+    "check_updates_per_tick",
 ]

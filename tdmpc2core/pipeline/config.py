@@ -345,7 +345,9 @@ def _merge_task(proto: str, name: str, defaults: dict, task: dict) -> dict:
             out["action_repeat"] = library_envs.default_action_repeat(out["env_id"])
         except ValueError as e:  # an id no suite accepts: named before the keys it would have filled
             raise ConfigError(f"config: protocols.{proto}.tasks.{name}: env_id {out['env_id']!r}: {e}") from None
-    missing = [k for k in SPEC_KEYS if k not in out]
+    # episode_length: filled by _check_task (the value in effect: the suite's own time limit,
+    # or the library's default 1000 for a suite whose caller sets it)
+    missing = [k for k in SPEC_KEYS if k not in out and k != "episode_length"]
     if missing:
         raise ConfigError(
             f"config: task {name!r} of protocol {proto!r} lacks {missing}; set them under "
@@ -409,8 +411,11 @@ def check_extensions(where: str, names) -> None:
 def _check_task(proto: str, protocol: dict, name: str, t: dict):
     """What the training job would refuse at its start, refused now by the same code
     (tdmpc2core.model.config.validate_config, tdmpc2core.envs): every agent setting, the env id,
-    its environment settings and the time limit they give, and a batch larger than the replay
-    holds at the first update. Returns (T, cfg)."""
+    its environment settings and the time limit they give (an episode_length that a suite with
+    its own time limit would not keep, the limit named), and a batch larger than the replay
+    holds at the first update. Sets ``t["episode_length"]`` to the simulator steps per episode
+    in effect (tdmpc2core.envs.sim_episode_length: gymnax Pendulum-v1's 200; 1000 where none
+    is set and the suite takes one). Returns (T, cfg)."""
     where = f"protocols.{proto}.tasks.{name}"
     _unknown_agent_keys(f"{where}.agent", t["agent"], AGENT_KEYS,
                         (f"protocols.{proto}.defaults.agent", (protocol.get("defaults") or {}).get("agent") or {}))
@@ -421,11 +426,25 @@ def _check_task(proto: str, protocol: dict, name: str, t: dict):
         raise ConfigError(f"config: {where}: env_id {t['env_id']!r}: {e}") from None
     env_params = _check_env_params(proto, protocol, name, t)
     _check_observations(where, t)
+    given = t.get("episode_length")
     try:
-        T = library_envs.time_limit(t["env_id"], action_repeat=int(t["action_repeat"]),
-                                    episode_length=int(t["episode_length"]), env_params=env_params)
+        length = library_envs.sim_episode_length(
+            t["env_id"], action_repeat=int(t["action_repeat"]), episode_length=None if given is None else int(given),
+            env_params=env_params)
     except ValueError as e:
-        raise ConfigError(f"config: {where}: env_id {t['env_id']!r}: {e}") from None
+        task_sets = "episode_length" in ((protocol.get("tasks") or {}).get(name) or {})
+        src = f"{where}.episode_length" if task_sets else f"protocols.{proto}.defaults.episode_length"
+        raise ConfigError(f"config: {where}: env_id {t['env_id']!r} (episode_length set in {src}): {e}") from None
+    # the resolved configuration, the job's spec and the report hold the length in effect (the key
+    # after action_repeat, where the defaults always put it)
+    items = [(k, v) for k, v in t.items() if k != "episode_length"]
+    t.clear()
+    for k, v in items:
+        t[k] = v
+        if k == "action_repeat":
+            t["episode_length"] = length
+    t.setdefault("episode_length", length)
+    T = length // int(t["action_repeat"])
     n = int(t.get("n_envs") or 1)
     try:
         cfg = library_config.validate_config(library_config.TDMPC2Config(**t["agent"]), episode_length=T, n_envs=n)

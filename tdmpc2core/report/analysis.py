@@ -694,12 +694,15 @@ def simulator_text(tasks: Mapping[str, Mapping], suite_of,
     return used, " ".join(notes)
 
 
-def return_ranges(tasks: Mapping[str, Mapping], suite_of,
-                  suites: Mapping[str, Mapping]) -> dict[str, Optional[tuple[float, float]]]:
+def return_ranges(tasks: Mapping[str, Mapping], suite_of, suites: Mapping[str, Mapping],
+                  lengths: Optional[Mapping[str, int]] = None) -> dict[str, Optional[tuple[float, float]]]:
     """{task: (low, high) returns of an episode, or None} from each task's suite's
-    ``reward_per_step`` (report facts of :func:`tdmpc2core.envs.report_facts`) times its
-    ``episode_length`` (simulator steps per episode; settings key, default 1000); None
-    where there is none (an id no suite accepts, a suite without a declared reward range).
+    ``reward_per_step`` (report facts of :func:`tdmpc2core.envs.report_facts`) times the
+    simulator steps of its episodes as recorded: ``lengths[task]`` (a run's record, run.json's
+    ``spec.episode_length``) when given, else the task's ``episode_length`` setting (the
+    resolved configuration records the length in effect for every task). None where there is
+    none: an id no suite accepts, a suite without a declared reward range, or no recorded
+    length (never a guessed one).
     """
     out = {}
     for task, settings in tasks.items():
@@ -708,8 +711,9 @@ def return_ranges(tasks: Mapping[str, Mapping], suite_of,
         except ValueError:
             facts = {}
         per_step = facts.get("reward_per_step")
-        steps = int(settings.get("episode_length", 1000))
-        out[task] = None if per_step is None else (float(per_step[0]) * steps, float(per_step[1]) * steps)
+        steps = (lengths or {}).get(task, settings.get("episode_length"))
+        out[task] = None if per_step is None or steps is None else (float(per_step[0]) * int(steps),
+                                                                    float(per_step[1]) * int(steps))
     return out
 
 

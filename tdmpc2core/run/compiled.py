@@ -35,6 +35,12 @@ def _signature(args) -> tuple:
     return tree, tuple(sig)
 
 
+def compiling_seconds(timings: dict) -> float:
+    """The seconds spent tracing, lowering and compiling in a timings dict (``{program:
+    {"trace_lower_s", "compile_s", ...}}``, :class:`Compiled`), all programs together."""
+    return float(sum(float(t.get("trace_lower_s", 0.0)) + float(t.get("compile_s", 0.0)) for t in timings.values()))
+
+
 class Compiled:
     """``jitted`` (a ``jax.jit`` function of positional arguments) compiled ahead of time per
     input signature, its trace+lower and compile seconds added to ``timings[name]``.

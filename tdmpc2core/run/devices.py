@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from typing import Optional, Sequence
 
 import numpy as np
@@ -415,6 +416,11 @@ def initialize_distributed(settings: Optional[DistributedSettings] = None) -> bo
     nothing (a one-process job). CPU collectives go through gloo (set in every case: it
     changes nothing on GPUs). Called twice: the second call does nothing.
 
+    A join that does not complete within ``settings.initialization_timeout`` seconds (a process
+    that never started, a coordinator that cannot be reached) ends the process with exit status
+    :data:`JOIN_TIMEOUT_EXIT` and one line on stderr naming the coordinator and the timeout
+    (left to itself, JAX aborts it: exit 134, a C++ stack trace and "another task died").
+
     Returns True when this process is part of a multi-process job.
     Raises:
       ValueError: a coordinator without ``num_processes`` and ``process_id``, or a bad address.
@@ -444,23 +450,59 @@ def initialize_distributed(settings: Optional[DistributedSettings] = None) -> bo
                            "initialize_distributed first (before building an agent or an array)")
     # CPU collectives (fake devices in tests, CPU-only jobs) through gloo; no effect on GPU programs
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    kw = {"initialization_timeout": int(s.initialization_timeout)}
+    timeout = int(s.initialization_timeout)
+    # JAX's own deadline comes later: the watchdog below ends a join that times out first, cleanly
+    kw = {"initialization_timeout": timeout + JOIN_GRACE_SECONDS}
     import logging
 
     where = (f"coordinator {s.coordinator}, process {s.process_id} of {s.num_processes}" if s.coordinator is not None
-             else "coordinator and process index from SLURM's environment")
-    # said before the call: an unreachable coordinator ends the process from inside JAX after the timeout
+             else "coordinator and process index from SLURM's environment"
+             + (f" (coordinator {_slurm_coordinator()})" if _slurm_coordinator() else ""))
     logging.getLogger("tdmpc2core").warning(
         "joining jax.distributed (%s); waiting up to %d s for every process (identical arguments in each)",
-        where, int(s.initialization_timeout))
-    if s.coordinator is not None:
-        jax.distributed.initialize(str(s.coordinator), int(s.num_processes), int(s.process_id), **kw)
-    else:
-        jax.distributed.initialize(**kw)
+        where, timeout)
+    watchdog = threading.Timer(timeout, _join_timed_out, (where, timeout))
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        if s.coordinator is not None:
+            jax.distributed.initialize(str(s.coordinator), int(s.num_processes), int(s.process_id), **kw)
+        else:
+            jax.distributed.initialize(**kw)
+    finally:
+        watchdog.cancel()
     _INITIALIZED["multi"] = True
     return True
 
 
+#: exit status of a process whose jax.distributed join timed out (:func:`initialize_distributed`)
+JOIN_TIMEOUT_EXIT = 5
+#: seconds JAX's own join deadline is set past ours, so that ours (a clean exit) comes first
+JOIN_GRACE_SECONDS = 30
+
+
+def _slurm_coordinator() -> Optional[str]:
+    """The first node of the SLURM step (where jax.distributed's SLURM detection puts the
+    coordinator), or None outside SLURM."""
+    nodes = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+    return nodes.split(",")[0] if nodes else None
+
+
+def _join_timed_out(where: str, timeout: int) -> None:
+    """The watchdog of a join that did not complete in time: one line on stderr, then the
+    process ends with :data:`JOIN_TIMEOUT_EXIT` (the join cannot be interrupted from Python;
+    JAX would abort the process with a C++ stack trace)."""
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.write(f"error: jax.distributed: not every process joined within {timeout} s ({where}); check that "
+                     "every process of the job started with the same coordinator and process count, that process 0 "
+                     "runs on the coordinator's host and its port is reachable from the others, or raise the "
+                     f"timeout (--distributed-timeout); exit status {JOIN_TIMEOUT_EXIT}\n")
+    sys.stderr.flush()
+    os._exit(JOIN_TIMEOUT_EXIT)
+
+
 __all__ = ["SEED_AXIS", "DATA_AXIS", "device_list", "put", "SeedSharding", "DataParallel", "ONE_DEVICE", "local", "to_host",
            "is_primary", "process_index", "process_count", "any_process", "agree", "record", "DistributedSettings",
-           "in_slurm_step", "initialize_distributed", "use_fake_cpu_devices"]
+           "in_slurm_step", "initialize_distributed", "use_fake_cpu_devices", "JOIN_TIMEOUT_EXIT"]

@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import numbers
 import sys
 import time
 import warnings
@@ -366,6 +367,12 @@ class RunProgram:
         """Entries of the progress dict from the history so far."""
         return {}
 
+    def compile_seconds(self) -> float:
+        """Seconds this process has spent tracing, lowering and compiling the program's
+        compiled programs so far (the driver takes a call's share out of its rate: the first
+        call of a session, e.g. right after a resume, compiles); 0.0 when not measured."""
+        return 0.0
+
     def eval_log(self, evaluation: dict) -> dict:
         """What the loggers get of an evaluation, ``{name: value}`` (logged as ``Eval/<name>``,
         per-seed values as their mean): at least ``episodic mean reward``."""
@@ -659,10 +666,13 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
         loggers: each gets ``log(step, {"Train/<name>": ...})`` after every chunk record and
         ``log(step, {"Eval/episodic mean reward": ...})`` after every evaluation, seed means,
         or ``log_seeds(step, {seed: ...})`` with each seed's values where it has that method,
+        and ``flush()`` (where it has one) once a step's records are all given,
         :mod:`tdmpc2core.run.loggers`; ``progress_bar``: a tqdm bar on stderr).
         ``progress`` gets a dict after every call of the compiled program: ``phase``,
         ``step``, ``start``/``end`` of this call and ``total`` (steps), ``ticks``, ``steps``
-        and ``seconds`` of the call, ``rate`` (steps/s), ``unit``; the same position under
+        and ``seconds`` (wall) of the call, ``compile_seconds`` (its share spent compiling:
+        the first call of a session compiles), ``rate`` (steps per second of the call without
+        its compiling), ``unit``; the same position under
         the unit's names (e.g. ``agent_steps``, ``start_agent_steps``, ``end_agent_steps``,
         ``total_agent_steps``, ``agent_steps_per_s``); and the program's fields (the last
         evaluation's summary).
@@ -670,8 +680,9 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
       (state, history) as :func:`finalize_history` describes.
     Raises:
       TrainingInterrupted: ``should_stop`` returned True (after the checkpoint).
-      ValueError: seeds disagreeing with the state, a call past ``total_steps``, resume=False
-        with checkpoints in the folder, or what the program's checks raise.
+      ValueError: seeds disagreeing with the state, a call past ``total_steps``, an
+        ``eval_every`` of 0 or less (:func:`check_eval_every`), resume=False with checkpoints
+        in the folder, or what the program's checks raise.
       tdmpc2core.io.checkpoint.CheckpointMismatchError / CorruptCheckpointError: the
         folder's newest checkpoint has other settings (named) / none is usable.
     """
@@ -682,6 +693,7 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
     try:
         if call.eval_at_start:
             call.evaluate(0)
+            call.flush_loggers()
         for chunk in call.chunks:
             call.run_chunk(chunk, callback)
     finally:
@@ -716,7 +728,7 @@ def _start_call(program: RunProgram, seeds, n_steps, eval_every, eval_episodes, 
     """The state, run settings and schedule of one :func:`train` call (resumed, fresh or
     continued), as a :class:`_Call`."""
     n = program.steps_per_tick
-    eval_every = int(eval_every) if eval_every else None
+    eval_every = check_eval_every(eval_every, program.unit)
     extra = dict(extra or {})
     seeds = None if seeds is None else [int(s) for s in np.atleast_1d(np.asarray(seeds))]
     if opts.checkpoint_dir is not None and state is None:
@@ -745,6 +757,22 @@ def _start_call(program: RunProgram, seeds, n_steps, eval_every, eval_episodes, 
     chunks, eval_at_start = schedule(program, start_tick, end_tick, -(-int(total_steps) // n), run)
     return _Call(program, opts, run, state, working_history(program, history), start_tick, end_tick,
                  -(-int(total_steps) // n), chunks, eval_at_start)
+
+
+def check_eval_every(eval_every, unit: str = "steps") -> Optional[int]:
+    """``eval_every`` as an int >= 1, or None (no evaluation).
+
+    Raises:
+      ValueError: 0, a negative number or not a whole number (one line: the value and what is
+        accepted; 0 used to turn the evaluations off without a word).
+    """
+    if eval_every is None:
+        return None
+    if isinstance(eval_every, bool) or not isinstance(eval_every, numbers.Integral) and not (
+            isinstance(eval_every, float) and float(eval_every).is_integer()) or int(eval_every) < 1:
+        raise ValueError(f"eval_every={eval_every!r} is not accepted; accepted: a whole number >= 1 of {unit} "
+                         "between evaluations, or None for no evaluation")
+    return int(eval_every)
 
 
 def _per_seed(values: dict, seeds: Sequence[int]) -> dict:
@@ -830,6 +858,21 @@ class _Call:
                 warnings.warn(f"logger {type(lg).__name__} raised {msg}; it is dropped, training goes on",
                               RuntimeWarning, stacklevel=2)
 
+    def flush_loggers(self) -> None:
+        """Every record of a step has been given: ``flush()`` the loggers that have it (W&B
+        commits the step's row); one that raises is warned about once and dropped."""
+        for lg in list(self.loggers):
+            flush = getattr(lg, "flush", None)
+            if not callable(flush):
+                continue
+            try:
+                flush()
+            except Exception as e:  # a logger never stops training
+                self.loggers.remove(lg)
+                msg = " ".join(f"{type(e).__name__}: {e}".split())
+                warnings.warn(f"logger {type(lg).__name__} raised {msg}; it is dropped, training goes on",
+                              RuntimeWarning, stacklevel=2)
+
     def evaluate(self, tick: int) -> dict:
         ev = self.program.evaluate(self.state, tick, self.run)
         self.hist["evals"].append(ev)
@@ -865,11 +908,12 @@ class _Call:
                                                                    self.run.eval_episodes),
                                       tick * self.n, info, unit=self.program.unit)
 
-    def progress(self, chunk: Chunk, tick: int, k: int, dt: float) -> None:
+    def progress(self, chunk: Chunk, tick: int, k: int, dt: float, compiled: float = 0.0) -> None:
         n, u = self.n, self.program.unit_key
-        rate = k * n / max(dt, 1e-9)
+        rate = k * n / max(dt - compiled, 1e-9)  # the compiling a call did is not its speed
         p = {"phase": chunk.phase, "step": tick * n, "start": self.start_tick * n, "end": self.end_tick * n,
-             "total": self.total_ticks * n, "ticks": k, "steps": k * n, "seconds": dt, "rate": rate,
+             "total": self.total_ticks * n, "ticks": k, "steps": k * n, "seconds": dt,
+             "compile_seconds": compiled, "rate": rate,
              "unit": self.program.unit, u: tick * n, f"start_{u}": self.start_tick * n, f"end_{u}": self.end_tick * n,
              f"total_{u}": self.total_ticks * n, f"{u}_per_s": rate}
         p.update(self.program.progress_fields(self.hist))
@@ -885,9 +929,11 @@ class _Call:
                 stop_at = min(b, -(-((tick * n) // self.every + 1) * self.every // n))
             # every process of a multi-process job calls the program with process 0's count
             k = devices.agree(self.sizer.ticks(chunk.phase, stop_at - tick))
+            c0 = self.program.compile_seconds()
             t0 = time.perf_counter()
             self.state = self.program.advance(self.state, tick, k)
             dt = time.perf_counter() - t0
+            compiled = min(max(self.program.compile_seconds() - c0, 0.0), dt)
             self.sizer.record(chunk.phase, k, dt)
             seconds += dt
             tick += k
@@ -895,7 +941,7 @@ class _Call:
                 self.bar.update(k * n)
             self.program.after_call(self.state, tick * n)
             if self.opts.progress is not None:
-                self.progress(chunk, tick, k, dt)
+                self.progress(chunk, tick, k, dt, compiled)
             if tick < b:  # a boundary inside a chunk of the schedule
                 if self.checkpoint_due(tick):
                     self.save(tick)
@@ -918,6 +964,8 @@ class _Call:
             ev = self.evaluate(b)
             rec["eval_position"] = len(self.hist["evals"]) - 1
             program.attach_eval(rec, ev)
+        if self.loggers:  # the step's records are all given
+            self.flush_loggers()
         self.hist["chunks"].append(rec)
         if callback is not None:
             callback(rec)

@@ -22,6 +22,11 @@ A logger that also has ``log_seeds(step, {seed: metrics})`` gets each seed's own
 instead (a value shared by the seeds, such as ``env_frames``, in each): :class:`WandbLogger`
 (one W&B run per seed) and :class:`TensorBoardLogger` (one event folder per seed) do.
 
+A logger that also has ``flush()`` gets it once every record of a step has been given (after a
+chunk record and the evaluation that follows it at the same step): :class:`WandbLogger` then
+commits the step's row, so what was logged is written to its files within
+:attr:`WandbLogger.FLUSH_SECONDS` even if the process is then killed.
+
 A logger that raises is reported once as a one-line warning and dropped for the rest of the
 call; training goes on. The caller owns its loggers and closes them (the driver never does,
 so one logger may serve several ``train`` calls of a run).
@@ -52,7 +57,8 @@ from ..io.atomic import write_text
 @runtime_checkable
 class Logger(Protocol):
     """What the run driver calls: ``log(step, metrics)`` with the run's position (int) and a
-    ``{name: float}`` mapping; ``close()`` when the owner is done with it."""
+    ``{name: float}`` mapping; ``close()`` when the owner is done with it (and, when the logger
+    has it, ``flush()`` once a step's records are all given: module docstring)."""
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None: ...
 
@@ -238,10 +244,20 @@ class WandbLogger:
 
     ``log_seeds`` (what the run driver calls) logs each seed into its own run, named
     ``{name}-seed{S}`` and grouped under ``group`` (so W&B shows the seeds of a task together);
-    ``log`` (direct use) into one run named ``name``. A run is created at its first record;
-    ``config`` (the resolved settings, plus ``seed``) is attached to it. The W&B step is the
-    logger's ``step`` (agent steps or updates); ``Train/env_frames`` / ``Eval/env_frames``
+    ``log`` (direct use) into one run named ``name``. A run is created at its first committed
+    row; ``config`` (the resolved settings, plus ``seed``) is attached to it. The W&B step is
+    the logger's ``step`` (agent steps or updates); ``Train/env_frames`` / ``Eval/env_frames``
     carry env frames.
+
+    Rows: the metrics logged at one step make one W&B row, committed when a later step is
+    logged or at :meth:`flush` (the run driver calls it once a step's records are all given) or
+    :meth:`close`; after a ``flush`` log only later steps (W&B drops a row of an earlier one).
+    W&B writes committed rows to a run's ``.wandb`` file every :attr:`FLUSH_SECONDS` (its
+    ``x_transaction_log_flush_interval``, where the installed W&B has it, as 0.31 does; W&B's
+    own default, 15 s, lost the end of killed runs),
+    so a process killed (``kill -9``) loses at most the rows of its last seconds.
+    :meth:`close` returns once every run's ``.wandb`` file is complete (its last record W&B's
+    ``exit``), not merely when W&B says the run finished.
 
     Offline runs are folders ``{dir}/wandb/offline-run-*`` (a ``.wandb`` file each); upload
     them later with ``wandb sync {dir}/wandb/offline-run-*`` (``wandb sync --sync-all`` from
@@ -256,13 +272,18 @@ class WandbLogger:
       mode: ``"offline"``, ``"online"`` or ``"disabled"``; None: the ``WANDB_MODE`` environment
         variable if set, else ``"offline"``.
       entity, tags, job_type: as ``wandb.init``'s.
-      settings: more ``wandb.Settings`` fields (default: W&B's console capture off).
+      settings: more ``wandb.Settings`` fields (default: W&B's console capture off, the
+        transaction log written every :attr:`FLUSH_SECONDS`).
     Raises:
       MissingExtraError: wandb is not installed (``pip install -e '.[wandb]'``).
       ValueError: an unknown ``mode``.
     """
 
     MODES = ("offline", "online", "disabled")
+    #: seconds between W&B's writes of committed rows to a run's ``.wandb`` file
+    FLUSH_SECONDS = 1.0
+    #: the longest :meth:`close` waits for the ``.wandb`` files to be complete (then a warning)
+    CLOSE_TIMEOUT = 60.0
 
     def __init__(self, project: str = "tdmpc2", *, group: Optional[str] = None, name: Optional[str] = None,
                  config: Optional[Mapping] = None, dir=None, mode: Optional[str] = None,
@@ -275,10 +296,14 @@ class WandbLogger:
         self.project, self.group, self.name, self.entity = project, group, name, entity
         self.config, self.tags, self.job_type = _json_safe(config), list(tags or []) or None, job_type
         self.dir = None if dir is None else Path(os.fspath(dir))
-        self.settings = {"console": "off", **dict(settings or {})}
+        defaults = {"console": "off"}
+        if "x_transaction_log_flush_interval" in getattr(self._wandb.Settings, "model_fields", {}):
+            defaults["x_transaction_log_flush_interval"] = self.FLUSH_SECONDS  # wandb 0.31 has it
+        self.settings = {**defaults, **dict(settings or {})}
         self.runs: dict = {}
         #: seed (None: the ``log`` run) -> the folder of its W&B run (``offline-run-*`` offline)
         self.run_dirs: dict = {}
+        self._rows: dict = {}  # seed -> (step, metrics) of the row not yet committed
 
     def _run(self, seed):
         run = self.runs.get(seed)
@@ -297,20 +322,101 @@ class WandbLogger:
             self.run_dirs[seed] = Path(run.dir).parent
         return run
 
+    def _add(self, seed, step: int, metrics: Mapping[str, float]) -> None:
+        pending = self._rows.get(seed)
+        if pending is not None and pending[0] != int(step):
+            self._commit(seed)
+        self._rows.setdefault(seed, (int(step), {}))[1].update(metrics)
+
+    def _commit(self, seed) -> None:
+        step, row = self._rows.pop(seed)
+        self._run(seed).log(row, step=step, commit=True)
+
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         """Log ``metrics`` at ``step`` into the run named ``name``."""
-        self._run(None).log(dict(metrics), step=int(step))
+        self._add(None, step, dict(metrics))
 
     def log_seeds(self, step: int, by_seed: Mapping[int, Mapping[str, float]]) -> None:
         """Log each seed's ``metrics`` at ``step`` into that seed's run."""
         for seed, metrics in by_seed.items():
-            self._run(int(seed)).log(dict(metrics), step=int(step))
+            self._add(int(seed), step, dict(metrics))
+
+    def flush(self) -> None:
+        """Commit the row of the last step logged in every run (W&B writes it to the run's
+        ``.wandb`` file within :attr:`FLUSH_SECONDS`)."""
+        for seed in list(self._rows):
+            self._commit(seed)
 
     def close(self) -> None:
-        """Finish every run (an offline run's files are then complete)."""
-        runs, self.runs = list(self.runs.values()), {}
-        for run in runs:
+        """Commit the last rows, finish every run and return once their ``.wandb`` files are
+        complete (W&B finishes writing them after ``finish`` returns; a one-line warning after
+        :attr:`CLOSE_TIMEOUT` seconds)."""
+        import time
+
+        self.flush()
+        runs, self.runs = dict(self.runs), {}
+        for run in runs.values():
             run.finish()
+        if self.mode == "disabled":
+            return
+        files = [f for seed in runs for f in sorted(self.run_dirs[seed].glob("run-*.wandb"))]
+        deadline = time.monotonic() + self.CLOSE_TIMEOUT
+        while files:
+            files = [f for f in files if not wandb_file_complete(f)]
+            if files and time.monotonic() > deadline:
+                warnings.warn(f"WandbLogger.close: W&B's file(s) {[str(f) for f in files]} are not complete "
+                              f"{self.CLOSE_TIMEOUT:g} s after their runs finished", RuntimeWarning, stacklevel=2)
+                break
+            if files:
+                time.sleep(0.02)
+
+
+#: W&B's ``.wandb`` transaction log: a 7-byte header (``:W&B``, magic, version), then records in
+#: 32 KiB blocks counted from the file's start; each piece has a 7-byte header (checksum u32, length
+#: u16, kind u8: 1 whole, 2 first, 3 middle, 4 last) and a block's last < 7 bytes are padding
+_WANDB_HEADER, _WANDB_BLOCK = 7, 32768
+
+
+def wandb_records(path) -> list:
+    """The complete records of a W&B ``.wandb`` file, in order, as W&B's ``Record`` protobufs
+    (``wandb.proto.wandb_internal_pb2``); a record cut short at the end (a file being written)
+    is left out. Raises ValueError: not a W&B transaction log."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = Path(os.fspath(path)).read_bytes()
+    if not data.startswith(b":W&B"):
+        raise ValueError(f"{path}: not a W&B transaction log (no ':W&B' header)")
+    out, pos, part = [], _WANDB_HEADER, b""
+    while True:
+        left = _WANDB_BLOCK - pos % _WANDB_BLOCK
+        if left < 7:
+            pos += left
+            continue
+        if pos + 7 > len(data):
+            break
+        _, n, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind not in (1, 2, 3, 4) or pos + 7 + n > len(data):
+            break  # padding or a piece still being written
+        piece, pos = data[pos + 7:pos + 7 + n], pos + 7 + n
+        part = piece if kind in (1, 2) else part + piece
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(part)
+            out.append(rec)
+            part = b""
+    return out
+
+
+def wandb_file_complete(path) -> bool:
+    """Whether a W&B ``.wandb`` file is complete: its last record is W&B's ``exit`` (written when
+    the run finished). False for a missing, empty or unreadable file."""
+    try:
+        recs = wandb_records(path)
+    except (OSError, ValueError):
+        return False
+    return bool(recs) and recs[-1].WhichOneof("record_type") == "exit"
 
 
 register_logger("csv", CSVLogger)
@@ -398,4 +504,4 @@ class LoggingConfig:
 
 
 __all__ = ["Logger", "CSVLogger", "TensorBoardLogger", "WandbLogger", "LoggingConfig", "MissingExtraError",
-           "register_logger", "make_logger", "logger_kinds"]
+           "register_logger", "make_logger", "logger_kinds", "wandb_records", "wandb_file_complete"]

@@ -129,7 +129,10 @@ def run(args) -> int:
         "success": pa.array(col("success"), pa.bool_()), "success_any": pa.array(col("success_any"), pa.bool_()),
     })
     meta = json.dumps({**info, "provenance": prov}, sort_keys=True, default=atomic._json_default)
-    table = table.replace_schema_metadata({b"tdmpc2.provenance": meta.encode()})
+    from .outputs import describe_columns
+
+    # the success columns and the normalized score say their rule in the file (field metadata)
+    table = describe_columns(table.replace_schema_metadata({b"tdmpc2.provenance": meta.encode()}))
     # the marker of completeness goes first, comes back last: a refused or failed evaluation
     # (everything above) leaves an earlier complete one as it was
     if runjson.exists():

@@ -16,7 +16,10 @@ evaluation and seed (and task, multi-task), the same on every episode row of it.
 ``success`` and ``success_any`` (both agents' eval tables, Arrow bool): the env's success flag
 at the episode's last step (the official rule: ``info['success']`` at the last step) and at any
 step of the episode (Meta-World's maintainers' rule); null where the task's suite has no
-success flag (``EnvSpec.has_success`` False: DMControl, Playground, Brax, gymnax).
+success flag (``EnvSpec.has_success`` False: DMControl, Playground, Brax, gymnax). Each file
+says so itself: the Arrow field metadata ``description`` of these columns holds
+:data:`COLUMN_RULES` (``pq.read_schema(path).field("success").metadata``), and run.json's
+``final_eval_success_rule`` the rule of its ``final_eval_success``.
 
 Not a stage itself (``tdmpc2core/cli.py`` lists the stages).
 """
@@ -52,6 +55,33 @@ SCHEMAS: dict[str, tuple[tuple[str, str], ...]] = {
                       ("eval_mean_return", _F), ("normalized_score", _F)),
 }
 SCHEMAS["single_metrics_episodic"] = SCHEMAS["single_metrics"] + tuple((k, _F) for k in EPISODIC_METRICS)
+
+
+#: what a column of the eval tables means where its name does not say it all: written into the
+#: files themselves (Arrow field metadata ``description``, :func:`describe_columns`)
+COLUMN_RULES: dict[str, str] = {
+    "success": ("the env's success flag at the episode's last step taken (the official TD-MPC2 rule: Meta-World's "
+                "info['success'], MyoSuite's info['solved'], of the last simulator step); null where the task's "
+                "suite has no success flag"),
+    "success_any": ("the env's success flag at any step of the episode (Meta-World's maintainers' rule; shown "
+                    "beside the official one, not compared); null where the task's suite has no success flag"),
+    "normalized_score": ("a task with a success flag: 100 x success (the paper's Meta-World and MyoSuite score); "
+                         "otherwise 100 (return - return_low) / (return_high - return_low) with the task's return "
+                         "range (multi-task), or return / 10 (a released checkpoint's DMControl task), NaN without one"),
+}
+#: run.json's ``final_eval_success``: the rule it follows
+FINAL_SUCCESS_RULE = ("the last evaluation's success rate in [0, 1]: the mean over its episodes of `success` "
+                      "(the env's success flag at the episode's last step, the official rule)")
+
+
+def describe_columns(table):
+    """``table`` (a ``pyarrow.Table``) with :data:`COLUMN_RULES` as the ``description``
+    metadata of the columns it has (the values are unchanged)."""
+    import pyarrow as pa
+
+    fields = [f.with_metadata({**(f.metadata or {}), b"description": COLUMN_RULES[f.name].encode()})
+              if f.name in COLUMN_RULES else f for f in table.schema]
+    return table.cast(pa.schema(fields, metadata=table.schema.metadata))
 
 
 #: the prefix of the extensions' eval-metric columns (and history keys)
@@ -92,7 +122,7 @@ def write_table(path, output: str, columns: Mapping[str, object]) -> None:
     schema = pa.schema([pa.field(name, pa.type_for_alias(kind)) for name, kind in SCHEMAS[output]]
                        + [pa.field(name, pa.float64()) for name in extra])
     arrays = [pa.array(columns[name], type=field.type) for name, field in zip(names, schema)]
-    atomic.write_parquet(Path(path), pa.Table.from_arrays(arrays, schema=schema))
+    atomic.write_parquet(Path(path), describe_columns(pa.Table.from_arrays(arrays, schema=schema)))
 
 
 def single_eval_columns(task: str, seed: int, index: int, hist: Mapping, eval_episodes: int) -> dict:
@@ -193,7 +223,8 @@ def multi_metrics_columns(pool: str, model_size: int, seeds: Sequence[int], reco
     return met
 
 
-__all__ = ["SCHEMAS", "TRAINING_METRICS", "EPISODIC_METRICS", "EXT_PREFIX", "ext_keys", "write_table", "single_eval_columns",
+__all__ = ["SCHEMAS", "TRAINING_METRICS", "EPISODIC_METRICS", "EXT_PREFIX", "COLUMN_RULES", "FINAL_SUCCESS_RULE",
+           "describe_columns", "ext_keys", "write_table", "single_eval_columns",
            "single_metrics_columns", "multi_eval_columns", "multi_metrics_columns"]
 
 

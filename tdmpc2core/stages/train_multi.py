@@ -17,7 +17,9 @@ of the compiled program, writes a checkpoint and exits with 143/130 without outp
 command run again resumes, and its outputs equal an uninterrupted run's (wall-clock columns
 aside). Exit code 2: the checkpoint folder belongs to another run (settings named) or holds
 only damaged checkpoints; 4: another process holds the checkpoint folder (its lock,
-:mod:`tdmpc2core.run.lock`). As ``tdmpc2 train-single`` (docs/pipeline.md, "Preemption"), the
+:mod:`tdmpc2core.run.lock`); 5: a job of several processes whose jax.distributed join did not
+complete within ``--distributed-timeout`` (one line naming the coordinator and the timeout,
+:func:`tdmpc2core.run.devices.initialize_distributed`). As ``tdmpc2 train-single`` (docs/pipeline.md, "Preemption"), the
 session's record in ``attempts.json`` gets a ``stop`` (in updates) when a signal or an exception
 ends it (:func:`~tdmpc2core.stages.resumable.train_session`).
 """
@@ -67,8 +69,10 @@ def parse_spec(text: str) -> dict:
 def run(args) -> int:
     spec = parse_spec(args.spec)
     from ..agents.video import check_video_mode
+    from ..run.driver import check_eval_every
 
     check_video_mode(getattr(args, "video", "off"), every=False)  # 'every': single-task only
+    check_eval_every(spec.get("eval_every"), "updates")  # before anything is built or recorded
 
     prefix = f"[train-multi {args.pool} size{args.model_size}]"
     log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
@@ -128,7 +132,7 @@ def _make_agent(args, spec: dict, log):
         + f"; {agent.placement.n_devices} device(s)"
         + (f" (batch split over {dict(agent.placement.mesh.shape)})" if agent.placement.mesh is not None else "")
         + f"; seeds {list(args.seeds)}, {int(spec['updates'])} updates, evaluation every "
-          f"{int(spec.get('eval_every', 0)) or None} updates"
+          f"{spec.get('eval_every')} updates"
         + (f"; extensions {spec['extensions']}" if spec.get("extensions") else ""))
     from ..envs.params import describe
 
@@ -159,7 +163,7 @@ class _Progress:
             self.start = p["start_updates"]
         else:
             self.updates += p["steps"]
-            self.seconds += p["seconds"]
+            self.seconds += max(p["seconds"] - p.get("compile_seconds", 0.0), 0.0)  # compiling is no speed
         self.done = self.step = p["updates"]
         if p["last_normalized_score"] is not None:
             self.score = p["last_normalized_score"]
@@ -201,6 +205,11 @@ def _run(args, spec: dict, log) -> int:
 
     t_start = time.perf_counter()
     dataset, agent = _make_agent(args, spec, log)
+    from .train_single import check_rendering
+
+    # the videos need MuJoCo's OpenGL rendering: checked before training, not after it
+    check_rendering([env for env in (agent.eval_envs or []) if env is not None], getattr(args, "video", "off"),
+                    False, log)
     updates = int(spec["updates"])
     ckdir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
     # this session's record beside the checkpoints (before the folder is opened: a finished run's
@@ -281,7 +290,7 @@ def _train_arguments(args, spec: dict) -> dict:
     """The ``train`` arguments of the job (every process of a multi-process job passes the same)."""
     updates = int(spec["updates"])
     return dict(seed=list(args.seeds), n_timesteps=updates, total_timesteps=updates,
-                eval_every=int(spec.get("eval_every", 0)) or None, eval_episodes=int(spec.get("eval_episodes", 10)),
+                eval_every=spec.get("eval_every"), eval_episodes=int(spec.get("eval_episodes", 10)),
                 log_every=int(spec.get("log_every", 0)) or None, max_chunk_seconds=args.max_chunk_seconds,
                 checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
                 checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, progress_bar=False)
@@ -361,6 +370,7 @@ def _run_json(args, spec: dict, seeds: list, dataset, agent, state, hist: dict, 
         if "eval_success_rate" in hist:  # tasks with a success flag: their rate in [0, 1] (last-step rule)
             final["success_rate"] = {n: [float(x) for x in hist["eval_success_rate"][-1][:, k]]
                                      for k, n in enumerate(names) if not np.isnan(hist["eval_success_rate"][-1][:, k]).all()}
+            final["success_rate_rule"] = outputs.FINAL_SUCCESS_RULE
     speeds = [r["updates_per_s"] for r in records[1:]] or [r["updates_per_s"] for r in records]
     prov = session["provenance"]
     return {

@@ -3,10 +3,13 @@
 Writes ``{outdir}/seed{S}/eval.parquet``, ``metrics.parquet``, ``episodes.parquet`` (the
 seed's replay as an episode dataset, :func:`tdmpc2core.dataset.export_episodes`; not for a
 pixel run, spec ``"agent": {"obs": "rgb"}``: datasets are state-only) and, last,
-``run.json`` for every seed (docs/artifacts.md), only once training is complete. Progress is logged to stderr
+``run.json`` for every seed (docs/artifacts.md), only once training is complete. A job whose videos
+(``--video``) or pixel observations need MuJoCo's OpenGL rendering checks it first and refuses
+to start, in one line, where it cannot work (:func:`check_rendering`); a video that still fails
+after training costs the video alone (:func:`record_and_write`). Progress is logged to stderr
 after every chunk of the schedule and at least every ``--progress-seconds``: agent steps done
-of the total, agent steps/s, time left (from this session's training-tick rate), the last
-evaluation return.
+of the total, agent steps/s, time left (from this session's training-tick rate, the seconds its
+calls spent compiling left out), the last evaluation return.
 
 With ``--checkpoint-dir`` the job can be stopped and resumed (docs/pipeline.md,
 "Preemption"): SIGTERM or SIGINT stops training at the next boundary between calls of the
@@ -55,7 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="evaluation video: 'last' records one episode of the first seed acting as the last "
                         "evaluation acts, written to {outdir}/seed{first seed}/video.mp4 (docs/artifacts.md); "
                         "'every' records one at every evaluation, {outdir}/seed{first seed}/videos/"
-                        "agent_steps_<N>.mp4, and copies the last to video.mp4; default off")
+                        "agent_steps_<N>.mp4, and copies the last to video.mp4; default off. MuJoCo's OpenGL "
+                        "rendering is checked before training; a recording that still fails costs the video "
+                        "alone (run.json's video.error; video.mp4 is then an empty file)")
     add_checkpoint_arguments(p, "agent steps", "only when stopped by a signal and at the end")
     add_logger_arguments(p)
     add_device_arguments(p, processes=False)
@@ -69,13 +74,18 @@ def parse_spec(text: str) -> dict:
 def run(args) -> int:
     spec = parse_spec(args.spec)
     from ..agents.video import check_video_mode
+    from ..run.driver import check_eval_every
 
     check_video_mode(getattr(args, "video", "off"))
+    check_eval_every(spec.get("eval_every"), "agent steps")  # before anything is built or recorded
 
     seeds = list(args.seeds)
     outdir = Path(args.outdir)
     prefix = f"[train-single {args.task}]"
     log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
+    # videos and pixels need MuJoCo's OpenGL rendering: checked now, not after training
+    check_rendering([spec["env_id"]], getattr(args, "video", "off"),
+                    (spec.get("agent") or {}).get("obs", "state") == "rgb", log)
     from ..run.lock import FolderInUseError, exclusive_folder
 
     with library_log(prefix):  # checkpoints written, resumes: into this job's log
@@ -95,8 +105,10 @@ class _Progress:
 
     def __init__(self, log, agent, n_timesteps: int, progress_seconds: float):
         self.log, self.agent, self.total, self.every = log, agent, n_timesteps, progress_seconds
-        # the rate of this session's training ticks (seed-phase ticks are far faster)
+        # the rate of this session's training ticks (seed-phase ticks are far faster), without the
+        # seconds its calls spent compiling (a resumed session compiles in its first training call)
         self.last_log, self.train_steps, self.train_seconds = time.perf_counter(), 0, 0.0
+        self.chunk_steps, self.chunk_seconds = 0, 0.0  # the chunk in progress, compiling left out
         self.last_eval, self.start, self.step = None, None, None
 
     def status(self, done: int, total: int, phase: str, rate: float) -> str:
@@ -116,9 +128,13 @@ class _Progress:
         self.step = p["agent_steps"]
         if p["last_eval_return"] is not None:
             self.last_eval = p["last_eval_return"]
+        running = max(p["seconds"] - p.get("compile_seconds", 0.0), 0.0)
+        steps = p.get("steps", p["agent_steps_per_s"] * p["seconds"])
+        self.chunk_steps += steps
+        self.chunk_seconds += running
         if p["phase"] == "train":
-            self.train_steps += p["agent_steps_per_s"] * p["seconds"]
-            self.train_seconds += p["seconds"]
+            self.train_steps += steps
+            self.train_seconds += running
         now = time.perf_counter()
         if now - self.last_log >= self.every and p["agent_steps"] < p["total_agent_steps"]:
             self.last_log = now
@@ -129,11 +145,14 @@ class _Progress:
         if "eval_return" in rec:
             self.last_eval = rec["eval_return"]
         self.last_log = time.perf_counter()
+        # the chunk's rate without compiling (the record's own includes it), when its calls were reported
+        rate = self.chunk_steps / self.chunk_seconds if self.chunk_seconds > 0 else rec["agent_steps_per_s"]
+        self.chunk_steps, self.chunk_seconds = 0, 0.0
         if rec["phase"] == "burst":
             self.log(f"{rec['agent_steps']}/{self.total} agent steps: seed-phase burst of {self.agent.seed_steps} "
                      f"updates took {rec['chunk_seconds']:.0f} s")
         else:
-            self.log(self.status(rec["agent_steps"], self.total, rec["phase"], rec["agent_steps_per_s"]))
+            self.log(self.status(rec["agent_steps"], self.total, rec["phase"], rate))
 
 
 def _make_agent(spec: dict, seeds: list, log, devices=None):
@@ -144,7 +163,7 @@ def _make_agent(spec: dict, seeds: list, log, devices=None):
     from ..extensions import make_extensions
 
     agent = TDMPC2(spec["env_id"], n_envs=int(spec.get("n_envs", 1)),
-                   episode_length=int(spec.get("episode_length", 1000)),
+                   episode_length=None if spec.get("episode_length") is None else int(spec["episode_length"]),
                    action_repeat=(None if spec.get("action_repeat") is None else int(spec["action_repeat"])),
                    env_params=spec.get("env_params") or None, backend=spec.get("backend"),
                    extensions=make_extensions(spec.get("extensions") or []), devices=devices, **spec.get("agent", {}))
@@ -191,7 +210,9 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
     eval_episodes = int(spec.get("eval_episodes", 10))
     loggers = job_loggers(args, log, f"single/{args.task}", args.task, seeds, lambda:
                           {"task": args.task, "protocol": args.logger_group, "spec": spec, "agent": agent.config})
-    eval_every = int(spec.get("eval_every", 0)) or None
+    from ..run.driver import check_eval_every
+
+    eval_every = check_eval_every(spec.get("eval_every"), "agent steps")  # 0 is refused, not "no evaluation"
     every = EveryVideo(agent, seeds[0], eval_every, eval_episodes, outdir / f"seed{seeds[0]}" / VIDEO_DIR, log) \
         if getattr(args, "video", "off") == "every" else None
     train = functools.partial(
@@ -222,6 +243,16 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
                                             outdir / f"seed{seeds[0]}" / VIDEO_FILE, log)
     elif every is not None:
         session["video"] = every.finish(state, hist, outdir / f"seed{seeds[0]}" / VIDEO_FILE)
+    if session["video"] is not None and session["video"].get("error"):
+        # the recording failed after training: the run's outputs are written all the same, with the
+        # failure in run.json; an empty video.mp4 stands for the video (the workflow's rule declares it)
+        from ..io import atomic
+
+        empty = outdir / f"seed{seeds[0]}" / VIDEO_FILE
+        empty.parent.mkdir(parents=True, exist_ok=True)
+        with atomic.atomic_path(empty) as tmp:
+            tmp.write_bytes(b"")
+        session["video"]["empty_file"] = VIDEO_FILE
     for i, seed in enumerate(seeds):
         _write_seed(args, spec, seeds, outdir, log, agent, state, hist, i, seed, session)
     # the outputs are complete: keep only the final checkpoint (the trained agent) and mark the
@@ -345,12 +376,37 @@ class EveryVideo:
                                  if (self.folder / every_video_name(s)).exists()]}
 
 
+def check_rendering(env_ids, video: str, pixels: bool, log) -> None:
+    """Before a training stage builds anything: when its evaluation videos (``video`` other
+    than ``"off"``, for an env whose suite draws through MuJoCo) or its pixel observations need
+    MuJoCo's OpenGL rendering, check that it works here
+    (:func:`tdmpc2core.envs.render.check_opengl`; logged).
+
+    Raises:
+      tdmpc2core.envs.render.OpenGLError: one line naming the backend and what to install or set
+        (a ValueError: the CLI's one-line error, exit status 1).
+    """
+    import os
+
+    from ..envs.render import cannot_render, check_opengl, needs_opengl
+
+    what = ["pixel observations (agent.obs rgb)"] if pixels else []
+    if video != "off" and any(cannot_render(e) is None and needs_opengl(e) for e in env_ids):
+        what.append(f"evaluation videos (--video {video})")
+    if what:
+        seconds = check_opengl(" and ".join(what))
+        log(f"rendering: MuJoCo's OpenGL context works here (MUJOCO_GL={os.environ.get('MUJOCO_GL') or 'unset'}; "
+            f"checked in {seconds:.1f} s) for the {' and '.join(what)}")
+
+
 def record_and_write(env, record, renderer_of, record_seconds: dict, path: Path, log, what: str) -> dict:
     """``record()`` (an agent's ``record_episode`` call) and the MP4 of its frames at ``path``,
     written atomically; returns what run.json records of the video: the file's name, frames,
     fps, stride, size, the episode's return and length (agent steps), the renderer and the
     seconds spent (compile, rollout, render, encode); for an env that cannot be rendered
-    ``{"file": None, "reason": ...}`` (logged, no file)."""
+    ``{"file": None, "reason": ...}`` (logged, no file). A recording, drawing or encoding that
+    raises costs the video alone: ``{"file": None, "reason": "recording failed: ...", "error":
+    "<type>: <message>"}`` (logged; no file at ``path``), and the run goes on to write its outputs."""
     from ..envs.render import NoRendererError, cannot_render
     from ..io.video import write_video
 
@@ -362,11 +418,21 @@ def record_and_write(env, record, renderer_of, record_seconds: dict, path: Path,
     t0 = time.perf_counter()
     try:
         rec = record()
+        t1 = time.perf_counter()
+        size = write_video(path, rec.frames, rec.fps)
     except NoRendererError as exc:
         log(f"video: none ({exc})")
         return {"file": None, "reason": str(exc)}
-    t1 = time.perf_counter()
-    size = write_video(path, rec.frames, rec.fps)
+    except Exception as exc:  # noqa: BLE001 - a renderer or encoder failing: the video alone is lost
+        error = " ".join(f"{type(exc).__name__}: {exc}".split())
+        log(f"video: {what}: recording failed ({error}); the run's outputs are written without this video")
+        try:
+            renderer = renderer_of()
+            if renderer is not None:
+                renderer.close()
+        except Exception:  # noqa: BLE001 - a broken context may not close either
+            pass
+        return {"file": None, "reason": f"recording failed: {error}", "error": error}
     renderer = renderer_of()
     render_s = renderer.seconds
     renderer.close()  # its OpenGL context, now: freed at interpreter exit, EGL complains
@@ -411,6 +477,7 @@ def _run_json(args, spec: dict, seeds: list, agent, hist: dict, i: int, seed: in
         # an env with a success flag: the last evaluation's success rate in [0, 1] (the last-step rule)
         "final_eval_success": (float(np.mean(hist["eval_success"][-1, i]))
                                if "eval_success" in hist and len(hist["eval_agent_steps"]) else None),
+        **({"final_eval_success_rule": outputs.FINAL_SUCCESS_RULE} if "eval_success" in hist else {}),
         # None for pixel runs (obs='rgb'): no episodes.parquet
         "dataset_episodes": None if episodes is None else episodes.num_episodes,
         "dataset_agent_steps": None if episodes is None else episodes.num_transitions,

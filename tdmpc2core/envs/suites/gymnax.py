@@ -1,7 +1,7 @@
 """The gymnax suite: gymnax 1.0.1's continuous-action ids (pure JAX; :mod:`tdmpc2core.envs.gymnax_env`).
 
 Not in the paper: action repeat 1 by default, and each env keeps its own time limit
-(``params.max_steps_in_episode``; ``episode_length`` is ignored; ``env_params`` may set it).
+(``params.max_steps_in_episode``; an ``episode_length`` other than it is refused; ``env_params`` may set it).
 Discrete-action ids are recognised and refused with the list of continuous ones.
 ``env_params``: fields of the env's ``EnvParams`` (:data:`tdmpc2core.envs.params.GYMNAX_PARAMS`).
 """
@@ -42,4 +42,5 @@ SUITE = Suite(
     refuse=_refuse,
     report=SuiteReport(label="gymnax", rank=2),
     frames=_frames,  # evaluation videos (tdmpc2core.envs.render._gymnax)
+    frames_opengl=False,  # a Pillow drawing: no OpenGL context
 )

@@ -4,7 +4,8 @@ with a weld-reset compatibility layer (docs/metaworld.md), stepped on the host i
 program (:mod:`tdmpc2core.envs.metaworld_env`).
 
 The paper's protocol: action repeat 2 (rewards summed), 100 agent steps per episode (the suite's
-own time limit, 200 simulator steps: ``episode_length`` is ignored), never terminated early, state
+own time limit, 200 simulator steps: an ``episode_length`` other than 200 is refused, as is a
+length past what Meta-World's simulator allows, :data:`MAX_PATH_LENGTH`), never terminated early, state
 observations; the score is the success rate (``info['success']`` at an episode's last step,
 ``StepOut.success``). No ``env_params``. Published curves: the same ``mw-<name>``.
 """
@@ -18,6 +19,10 @@ from tdmpc2core.envs.registry import Suite, SuiteReport
 #: the distributions the suite needs beyond the core ones (the [metaworld] extra pins them)
 REQUIRES = ("metaworld",)
 ACTION_REPEAT = 2
+#: Meta-World 3.0.0's ``max_path_length``: its env raises ``ValueError: You must reset the env
+#: manually once truncate==True`` at a step past it. The official wrapper's reset takes one
+#: step (a zero action), so an episode may last at most MAX_PATH_LENGTH - 1 simulator steps.
+MAX_PATH_LENGTH = 500
 
 
 def _check_params(env_id: str, env_params: Mapping) -> dict:
@@ -36,7 +41,8 @@ def _build(env_id, *, action_repeat, episode_length, env_params, backend):
         raise ValueError(f"env_params={env_params!r}: Meta-World tasks take none; pass env_params=None")
     from tdmpc2core.envs.metaworld_env import MetaWorldEnv
 
-    return MetaWorldEnv(env_id, action_repeat=action_repeat, episode_length=((DOMAIN_EPISODE_STEPS * ACTION_REPEAT) // action_repeat) * action_repeat)
+    # episode_length: the suite's own limit in effect (Suite.sim_episode_length)
+    return MetaWorldEnv(env_id, action_repeat=action_repeat, episode_length=episode_length)
 
 
 def _frames(env):

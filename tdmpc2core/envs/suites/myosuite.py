@@ -3,7 +3,7 @@ code names them (myosuite 3.0.0 on mujoco 3.17, stepped on the host inside the c
 :mod:`tdmpc2core.envs.myosuite_env`).
 
 The paper's protocol: no action repeat, 100 agent steps per episode (the suite's own time limit:
-``episode_length`` is ignored), never terminated early; the score is the success rate
+an ``episode_length`` other than 100 is refused), never terminated early; the score is the success rate
 (``info['solved']`` at an episode's last step, ``StepOut.success``). No ``env_params``.
 Published curves: ``myo-hand-<name>``.
 """
@@ -33,7 +33,8 @@ def _build(env_id, *, action_repeat, episode_length, env_params, backend):
         raise ValueError(f"env_params={env_params!r}: MyoSuite tasks take none; pass env_params=None")
     from tdmpc2core.envs.myosuite_env import MyoSuiteEnv
 
-    return MyoSuiteEnv(env_id, action_repeat=action_repeat, episode_length=((DOMAIN_EPISODE_STEPS) // action_repeat) * action_repeat)
+    # episode_length: the suite's own limit in effect (Suite.sim_episode_length)
+    return MyoSuiteEnv(env_id, action_repeat=action_repeat, episode_length=episode_length)
 
 
 def _frames(env):
