@@ -115,14 +115,29 @@ def _setup_site() -> None:
     print(f"[accelerator] site set up in {time.perf_counter() - t:.0f} s", flush=True)
 
 
+def _joined_cache_tars(folder: Path) -> list:
+    """Each returned cache tar (``cache-STAMP.tar.partNN`` files joined in order) as a
+    temporary file."""
+    stamps = sorted({p.name.split(".tar.part")[0] for p in folder.glob("cache-*.tar.part*")})
+    blobs = []
+    for stamp in stamps:
+        blob = Path(tempfile.mkdtemp()) / f"{stamp}.tar"
+        with open(blob, "wb") as f:
+            for part in sorted(folder.glob(f"{stamp}.tar.part*")):
+                f.write(part.read_bytes())
+        blobs.append(blob)
+    return blobs
+
+
 def run(args) -> int:
     out = Path(os.environ.get("OUT", tempfile.mkdtemp(prefix="accel-out-")))
     _setup_site()
     cache = Path(args.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
-    for tar in sorted((ACCEL / "cache").glob("*.tar")):
-        with tarfile.open(tar) as t:
+    for blob in _joined_cache_tars(ACCEL / "cache"):
+        with tarfile.open(blob) as t:
             t.extractall(cache, filter="data")
+        blob.unlink()
     before = {p.name for p in cache.iterdir()}
     print(f"[accelerator] compilation cache {cache}: {len(before)} entries carried in", flush=True)
     env = dict(os.environ)
@@ -142,38 +157,35 @@ def run(args) -> int:
         print(f"[accelerator] stopped at the {args.timeout} s limit", flush=True)
     print(f"[accelerator] exit {rc} after {time.perf_counter() - t:.0f} s", flush=True)
     new = sorted(p for p in cache.iterdir() if p.name not in before and p.is_file())
-    chunks, size, skipped = [[]], 0, []
-    for p in new:
-        s = p.stat().st_size
-        if s > CACHE_CHUNK:
-            skipped.append(p.name)
-            continue
-        if size + s > CACHE_CHUNK:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(p)
-        size += s
     stamp = time.strftime("%Y%m%d%H%M%S")
-    for i, chunk in enumerate(c for c in chunks if c):
-        if i >= args.max_cache_files:
-            skipped += [p.name for p in chunk]
-            continue
-        with tarfile.open(out / f"cache-{stamp}-{i}.tar", "w") as tar:
-            for p in chunk:
+    if new:
+        # one tar of the new entries, split into parts of at most 15 MiB (the machine returns
+        # files of at most 16 MiB); ``keep`` and the next ``run`` join the parts again
+        blob = Path(tempfile.mkdtemp()) / "cache.tar"
+        with tarfile.open(blob, "w") as tar:
+            for p in new:
                 tar.add(p, arcname=p.name)
+        n_parts = -(-blob.stat().st_size // CACHE_CHUNK)
+        if n_parts > args.max_cache_files:
+            print(f"[accelerator] the new cache entries need {n_parts} files of 15 MiB, more than "
+                  f"--max-cache-files {args.max_cache_files}: not returned", flush=True)
+        else:
+            with open(blob, "rb") as f:
+                for i in range(n_parts):
+                    (out / f"cache-{stamp}.tar.part{i:02d}").write_bytes(f.read(CACHE_CHUNK))
+        blob.unlink()
     print(f"[accelerator] {len(new)} new cache entries ({sum(p.stat().st_size for p in new) / 2 ** 20:.1f} MiB) "
-          f"packed into $OUT/cache-{stamp}-*.tar" + (f"; left out (too large or too many): {skipped}" if skipped else ""),
-          flush=True)
+          f"in $OUT/cache-{stamp}.tar.part*", flush=True)
     return rc
 
 
 def keep(args) -> int:
     dest = ACCEL / "cache"
     dest.mkdir(parents=True, exist_ok=True)
-    got = sorted(Path(args.dir).glob("cache-*.tar"))
+    got = sorted(Path(args.dir).glob("cache-*.tar.part*"))
     for p in got:
         shutil.copyfile(p, dest / p.name)
-    total = sum(p.stat().st_size for p in dest.glob("*.tar"))
+    total = sum(p.stat().st_size for p in dest.glob("cache-*"))
     print(f"kept {len(got)} cache file(s) in {dest} ({total / 2 ** 20:.1f} MiB in all)")
     return 0
 
@@ -185,10 +197,10 @@ def main(argv=None) -> int:
     r = sub.add_parser("run", help="set up, run a command with the cache, pack the new cache entries (there)")
     r.add_argument("--timeout", type=int, default=540, help="seconds the command may run (default 540)")
     r.add_argument("--cache-dir", default="/tmp/tdmpc2-accel-cache")
-    r.add_argument("--max-cache-files", type=int, default=5, help="cache tar files at most (the machine returns 8 "
-                   "files per call)")
+    r.add_argument("--max-cache-files", type=int, default=4, help="cache files (15 MiB parts) at most (the machine "
+                   "returns 8 files per call)")
     r.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command ($OUT is expanded)")
-    k = sub.add_parser("keep", help="copy the returned cache-*.tar files into .accel/cache (here)")
+    k = sub.add_parser("keep", help="copy the returned cache-*.tar.part* files into .accel/cache (here)")
     k.add_argument("dir", help="the folder the call's files came back to")
     args = ap.parse_args(argv)
     if args.cmd == "run":
