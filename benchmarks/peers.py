@@ -497,6 +497,37 @@ class Worker:
                 self.proc.wait()
 
 
+class InProcess:
+    """A peer run in the harness's own process, with :class:`Worker`'s interface
+    (``--in-process``): on an accelerator that one process at a time may hold (a TPU chip),
+    the JAX peers cannot each have a worker, so they share this process and its device. Their
+    programs and the matmul peak are then timed one after another on the same device, as the
+    workers' are."""
+
+    def __init__(self, peer, opts):
+        self.peer, self.opts, self.impl, self._pending, self.info = peer, opts, None, None, None
+
+    def started(self):
+        self.impl = WORKERS[self.peer](self.opts)
+        self.info = self.impl.info
+        return self.info
+
+    def send(self, op, **kw):
+        self._pending = (op, kw)
+
+    def _read(self):
+        op, kw = self._pending
+        self._pending = None
+        return {"ok": True, "result": getattr(self.impl, op)(**kw)}
+
+    def call(self, op, **kw):
+        self.send(op, **kw)
+        return self._read()["result"]
+
+    def close(self):
+        self.impl = None
+
+
 # =================================================================== the harness
 def size_spec(size, batch, horizon, tiny):
     """The resolved config (dict of tdmpc2core.model.config.TDMPC2Config) every peer gets."""
@@ -516,6 +547,9 @@ def spread(xs):
 def run(args) -> dict:
     from tdmpc2core.model import flops
     peers = ["ours"] + [p for p in args.peers if p != "none"]
+    if args.in_process and "official" in peers:
+        raise SystemExit("error: --in-process runs the JAX peers (ours, tdmpc2-jax) in one process; leave official "
+                         "out of --peers")
     for p in peers[1:]:
         path = getattr(args, p.replace("-", "_"))
         if not path:
@@ -548,7 +582,10 @@ def run(args) -> dict:
     # the other peers' idle workers) that made the official update 5-10x slower than with
     # passive waiting, measured here (load 6-9: 0.3-0.6 against 2.6-3.4 updates/s at size 1)
     env = {"official": {} if args.omp_wait_policy == "default" else {"OMP_WAIT_POLICY": args.omp_wait_policy}}
-    workers = {p: Worker(p, pythons[p], opts, env.get(p)) for p in peers}
+    if args.in_process:
+        workers = {p: InProcess(p, opts) for p in peers}
+    else:
+        workers = {p: Worker(p, pythons[p], opts, env.get(p)) for p in peers}
     try:
         info = {p: w.started() for p, w in workers.items()}
         setup = {p: {} for p in peers}
@@ -624,12 +661,18 @@ def run(args) -> dict:
         "meta": {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime(t_start)), "wall_s": time.time() - t_start,
                  "uptime_start": load_start, "uptime_end": load_end, "cpu_count": os.cpu_count(),
                  "rounds": args.rounds, "sizes": args.sizes, "tiny": args.tiny, "env": ENV_ID,
+                 "in_process": bool(args.in_process), "device": _device_kind(),
                  "obs_dim": OBS_DIM, "action_dim": ACTION_DIM, "plan_calls_per_block": args.plan_calls,
                  "configs": {s: specs[s][1] for s in args.sizes}, "peers": info,
                  "timed_call": {p: TIMED[p] for p in peers}},
         "results": results, "ratios": ratios,
         "matmul_gflop_per_s": matmul, "matmul_peak_gflop_per_s": peak,
     }
+
+
+def _device_kind() -> str:
+    import jax
+    return f"{jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}"
 
 
 def markdown(out) -> str:
@@ -716,6 +759,9 @@ def main(argv=None):
     ap.add_argument("--plan-calls", type=int, default=3, help="planning calls per timed block (0: no planning)")
     ap.add_argument("--matmul-shapes", type=parse_shape, nargs="+", default=list(MATMUL_SHAPES))
     ap.add_argument("--matmul-seconds", type=float, default=0.5, help="seconds of matmuls per shape per round")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run the JAX peers (ours, tdmpc2-jax) in this one process, on its device, instead of a "
+                         "worker each (an accelerator one process at a time may hold, e.g. a TPU chip)")
     ap.add_argument("--tiny", action="store_true", help="tiny widths, batch 8, small planner (a test of the harness)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)

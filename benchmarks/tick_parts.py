@@ -89,8 +89,8 @@ class Part:
         self.per_call_units = per_call_units
 
 
-def build_parts(agent, S: int, seed_states):
-    """The parts of one tick for ``S`` seeds (each a :class:`Part`)."""
+def build_parts(agent, S: int, only=()):
+    """The parts of one tick for ``S`` seeds (each a :class:`Part`; those in ``only``, or all)."""
     import jax
     import jax.numpy as jnp
 
@@ -103,8 +103,10 @@ def build_parts(agent, S: int, seed_states):
 
     cfg, env, wm = agent.cfg, agent.env, agent.wm
     O, A, H, T = env.spec.obs_dim, env.spec.action_dim, cfg.horizon, agent.episode_length
-    rs = seed_states
-    params = rs.agent.params
+    run_steps = 10 * T
+    needs_state = not only or {"plan", "update"} & set(only)
+    rs = agent.init(list(range(S)), run_steps) if needs_state else None  # params, optimizer states
+    params = rs.agent.params if needs_state else None
     keys = jax.vmap(lambda i: jax.random.PRNGKey(i))(jnp.arange(S))
 
     def fori(body, carry, n):
@@ -126,7 +128,7 @@ def build_parts(agent, S: int, seed_states):
                      lambda c: jax.vmap(plan_one)(c[0], c[1], c[2], c[3]), (params, obs0, mean0, keys))
 
     # env step: one env per seed, the same action each time
-    env_state = jax.vmap(env.reset)(keys)[0]
+    env_state = jax.vmap(env.reset)(keys)[0] if not only or "env_step" in only else None
 
     def step_body(c, i):
         st, key = c
@@ -138,7 +140,10 @@ def build_parts(agent, S: int, seed_states):
                      lambda c: jax.vmap(lambda s, k: env.step(s, jnp.zeros(A), k))(c[0], c[1]), (env_state, keys))
 
     # a full replay per seed: random rows, every slot committed
-    replay = rs.replay
+    from tdmpc2core.agents.online import replay_layout
+    one = rp.init_replay(rp.capacity_episodes(cfg.buffer_size, run_steps, T), agent.n_envs, T, O, A,
+                         **replay_layout(env.spec))
+    replay = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (S,) + x.shape), one)
     k_r = jax.random.PRNGKey(7)
     shape = replay.obs.shape
     replay = replay._replace(
@@ -175,19 +180,17 @@ def build_parts(agent, S: int, seed_states):
 
     update_part = Part("update", lambda c, n: fori(update_body, c, n),
                        lambda c: jax.vmap(lambda s, k: update(wm, s, batch, agent.gamma, k))(c[0], c[1]),
-                       (rs.agent, keys))
-    return [plan_part, step_part, write_part, sample_part, update_part]
+                       (rs.agent if needs_state else None, keys))
+    parts = [plan_part, step_part, write_part, sample_part, update_part]
+    return [p for p in parts if not only or p.name in only]
 
 
 def measure_parts(agent, S: int, reps: int, repeats: int, only) -> dict:
     import jax
     import jax.numpy as jnp
 
-    rs = agent.init(list(range(S)), 10 * agent.episode_length)
     out = {}
-    for part in build_parts(agent, S, rs):
-        if only and part.name not in only:
-            continue
+    for part in build_parts(agent, S, only):
         looped = jax.jit(part.looped)
         n = jnp.int32(reps)
         t0 = time.perf_counter()
@@ -333,7 +336,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="CheetahRun")
     ap.add_argument("--size", type=int, default=5, help="model size (default 5)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 8, 16], help="vmapped seed counts")
+    ap.add_argument("--seeds", type=int, nargs="+", help="vmapped seed counts (default 1 8 16)")
     ap.add_argument("--precision", default="highest", choices=["highest", "high", "default"],
                     help="matmul precision: the Dense layers' (configuration field) and jax_default_matmul_precision")
     ap.add_argument("--kernels", default="auto", choices=["auto", "reference", "cpu"])
@@ -349,9 +352,10 @@ def main(argv=None) -> int:
     agent_kwargs = json.loads(args.agent_json)
     if args.reduced:
         for k, v in REDUCED.items():
-            if k != "agent":
-                setattr(args, k.replace("-", "_"), v)
+            if k != "agent" and not (k == "seeds" and args.seeds):
+                setattr(args, k, v)
         agent_kwargs = dict(REDUCED["agent"], **agent_kwargs)
+    args.seeds = args.seeds or [1, 8, 16]
 
     import jax
     import jaxlib

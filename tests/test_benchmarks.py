@@ -108,3 +108,63 @@ def test_peer_benchmark_rejects_a_bad_figure():
            "matmul_peak_gflop_per_s": 10.0}
     with pytest.raises(ValueError, match=r"non-positive or non-finite figures: \['ours size 1'\]"):
         peers.check(out)
+
+
+def test_peer_benchmark_in_process_runs_the_jax_peers_in_this_process(tmp_path, monkeypatch):
+    """``--in-process`` (an accelerator one process at a time may hold): no worker process; the
+    official PyTorch peer is refused there."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import peers
+    monkeypatch.setattr(peers.Worker, "__init__", lambda *a, **k: pytest.fail("a worker process was started"))
+    out = tmp_path / "peers.json"
+    assert peers.main(["--peers", "none", "--in-process", "--tiny", "--rounds", "1", "--sizes", "1", "--horizon", "1",
+                       "--plan-calls", "1", "--matmul-shapes", "64x64x64", "--matmul-seconds", "0.01",
+                       "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["meta"]["in_process"] is True and data["meta"]["device"].startswith("cpu (cpu), jax ")
+    assert data["results"]["ours"]["1"]["updates_per_s"]["median"] > 0
+    with pytest.raises(SystemExit, match="--in-process runs the JAX peers"):
+        peers.main(["--peers", "official", "--official", str(tmp_path), "--in-process"])
+
+
+def test_tick_parts_benchmark_times_parts_and_writes_its_table(tmp_path):
+    """benchmarks/tick_parts.py in its reduced CPU form, two cheap parts, two seeds vmapped: the
+    parts harness (fori_loop of repetitions, vmapped seeds), its cost analysis and tables."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import tick_parts
+    out = tmp_path / "parts.json"
+    assert tick_parts.main(["--reduced", "--seeds", "2", "--parts", "replay_write", "replay_sample",
+                            "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["meta"]["backend"] == "cpu" and data["meta"]["precision"] == "highest"
+    assert set(data["seeds"]) == {"2"}
+    for s in ("2",):
+        assert set(data["seeds"][s]) == {"replay_write", "replay_sample"}
+        r = data["seeds"][s]["replay_sample"]
+        assert r["seconds_per_call"] > 0 and r["while_lowered"] >= 1 and r["cost"]["bytes_accessed"] > 0
+    md = out.with_suffix(".md").read_text()
+    assert "| replay_sample | " in md and "2 seeds: ms/call" in md
+
+
+def test_accelerator_cache_round_trip_splits_and_joins_parts(tmp_path, monkeypatch):
+    """benchmarks/accelerator.py: the cache entries a command adds come back as one tar split into
+    parts of at most CACHE_CHUNK bytes; ``keep`` copies them and the next ``run`` joins and
+    unpacks them (no accelerator needed: the command is a plain Python one)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import accelerator as acc
+    monkeypatch.setattr(acc, "ACCEL", tmp_path / "accel")
+    monkeypatch.setattr(acc, "CACHE_CHUNK", 4000)
+    monkeypatch.setattr(acc, "_setup_site", lambda: None)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    out.mkdir()
+    monkeypatch.setenv("OUT", str(out))
+    write = f"import os; open(os.path.join({str(cache)!r}, 'entry'), 'wb').write(bytes(range(256)) * 10)"
+    assert acc.main(["run", "--cache-dir", str(cache), "--", "python", "-c", write]) == 0
+    parts = sorted(out.glob("cache-*.tar.part*"))
+    assert len(parts) == 3 and all(p.stat().st_size <= 4000 for p in parts)  # a 10240-byte tar
+    assert acc.main(["keep", str(out)]) == 0
+    cache2 = tmp_path / "cache2"
+    assert acc.main(["run", "--cache-dir", str(cache2), "--", "python", "-c", "pass"]) == 0
+    assert (cache2 / "entry").read_bytes() == bytes(range(256)) * 10
+    assert acc.main(["run", "--timeout", "1", "--cache-dir", str(cache2), "--", "python", "-c",
+                     "import time; time.sleep(5)"]) == 124
