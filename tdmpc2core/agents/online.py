@@ -85,6 +85,22 @@ def zero_metrics(cfg=None):
     return {k: jnp.zeros((), jnp.float32) for k in (METRIC_KEYS if cfg is None else metric_keys(cfg))}
 
 
+def over_envs(fn, n_envs: int):
+    """``jax.vmap(fn)`` over the environments' axis (every argument and result mapped on axis 0).
+    With one environment, ``fn`` on its slice and the axis put back on the results instead: the
+    same computation without a batching pass over a one-long axis, which inside the seeds' vmap
+    halves the time to trace an MJX environment's reset and step (the paper's runs have one
+    environment per seed)."""
+    if n_envs != 1:
+        return jax.vmap(fn)
+
+    def one(*args):
+        out = fn(*jax.tree_util.tree_map(lambda x: x[0], args))
+        return jax.tree_util.tree_map(lambda x: x[None], out)
+
+    return one
+
+
 def placeholder_env_state(env, keys):
     """(env_state, obs) of ``jax.vmap(env.reset)(keys)``'s shapes and dtypes, all zeros,
     without the reset's computation in the program.
@@ -161,7 +177,7 @@ def _drop(rs: RunState, bad, steps_before) -> RunState:
 
 def _reset(agent, rs: RunState, key, steps_before) -> RunState:
     n = agent.n_envs
-    env_state, obs = jax.vmap(agent.env.reset)(jax.random.split(key, n))
+    env_state, obs = over_envs(agent.env.reset, n)(jax.random.split(key, n))
     kept = ~rs.discard
     replay = rp.start_episodes(rs.replay, obs, rs.active, kept)
     finished = jnp.where(rs.active, jnp.sum(kept), 0).astype(jnp.int32)
@@ -216,7 +232,7 @@ def _env_step(agent, rs: RunState, action, prev_mean, key, write_row, steps_befo
     observation the agent acts on next is zeros until the env restarts: at once in the
     episodic mode (``done``), at the next episode boundary otherwise (every env resets then).
     """
-    env_state, out = jax.vmap(agent.env.step)(rs.env_state, action, jax.random.split(key, agent.n_envs))
+    env_state, out = over_envs(agent.env.step, agent.n_envs)(rs.env_state, action, jax.random.split(key, agent.n_envs))
     finite = _finite_obs(out.obs) & jnp.isfinite(out.reward)
     replay = write_row(rs.replay, rs.ep_t + 1, out.obs, action, out.reward, out.terminated)
     rs = _drop(rs, ~finite, steps_before)
@@ -263,9 +279,9 @@ def _act(agent, rs: RunState, steps_before, t0, k_rand, k_plan):
     def planned_actions(_):
         keys = jax.random.split(k_plan, n)
         if cfg.mpc:
-            return jax.vmap(lambda o, m, f, k: plan(agent.wm, rs.agent.params, o, m, f, False, agent.gamma, k))(
+            return over_envs(lambda o, m, f, k: plan(agent.wm, rs.agent.params, o, m, f, False, agent.gamma, k), n)(
                 rs.obs, rs.prev_mean, t0, keys)
-        a = jax.vmap(lambda o, k: act_with_policy(agent.wm, rs.agent.params, o, False, k))(rs.obs, keys)
+        a = over_envs(lambda o, k: act_with_policy(agent.wm, rs.agent.params, o, False, k), n)(rs.obs, keys)
         return a, rs.prev_mean
 
     return jax.lax.cond(steps_before <= cfg.seed_steps, random_actions, planned_actions, None)
@@ -295,7 +311,7 @@ def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
 
     # 1. commit finished episodes, restart those envs
     ending = rs.done & rs.active & ~rs.discard  # a dropped episode is not committed
-    reset_state, reset_obs = jax.vmap(env.reset)(jax.random.split(k_reset, n))
+    reset_state, reset_obs = over_envs(env.reset, n)(jax.random.split(k_reset, n))
     restart = rs.done
     ok = _finite_obs(reset_obs)
     replay = rp.commit_and_restart(rs.replay, ending, rs.ep_t, restart, reset_obs, cfg.horizon + 1)
