@@ -54,7 +54,7 @@ INDEX_PACKAGES = ("absl-py", "aiofiles", "contourpy", "cycler", "etils", "fontto
                   "protobuf", "psutil", "pyarrow", "pygments", "pyparsing", "python-dateutil", "pytz", "pyyaml",
                   "rich", "seaborn", "simplejson", "six", "tensorstore", "tqdm", "treescope", "typing-extensions",
                   "tzdata", "zipp", "filelock", "jsonschema", "jsonschema-specifications", "referencing",
-                  "rpds-py", "attrs")
+                  "rpds-py", "attrs", "einops", "jaxtyping", "wadler-lindig")  # the last three: tdmpc2-jax
 #: folders of the installed wheels that no measurement imports (MB saved in the bundle)
 PRUNE = ("mujoco/experimental", "mujoco/mjx/test_data", "mujoco/include", "bin")
 #: Playground suites whose assets are dropped (their modules stay importable; DM Control stays)
