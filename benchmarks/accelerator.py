@@ -33,6 +33,7 @@ import argparse
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -150,11 +151,23 @@ def run(args) -> int:
         cmd[0] = sys.executable
     print(f"[accelerator] running {shlex.join(cmd)} (limit {args.timeout} s)", flush=True)
     t = time.perf_counter()
+    # a session of its own, so that the time limit stops the command's whole process group (a
+    # `bash -c 'python ...; python ...'` leaves its Python holding the chip if only bash is killed)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
     try:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=args.timeout).returncode
+        rc = proc.wait(timeout=args.timeout)
     except subprocess.TimeoutExpired:
         rc = 124
         print(f"[accelerator] stopped at the {args.timeout} s limit", flush=True)
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=wait)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
     print(f"[accelerator] exit {rc} after {time.perf_counter() - t:.0f} s", flush=True)
     new = sorted(p for p in cache.iterdir() if p.name not in before and p.is_file())
     stamp = time.strftime("%Y%m%d%H%M%S")

@@ -166,5 +166,11 @@ def test_accelerator_cache_round_trip_splits_and_joins_parts(tmp_path, monkeypat
     cache2 = tmp_path / "cache2"
     assert acc.main(["run", "--cache-dir", str(cache2), "--", "python", "-c", "pass"]) == 0
     assert (cache2 / "entry").read_bytes() == bytes(range(256)) * 10
-    assert acc.main(["run", "--timeout", "1", "--cache-dir", str(cache2), "--", "python", "-c",
-                     "import time; time.sleep(5)"]) == 124
+    # the time limit stops the whole process group: a grandchild (the Python under `bash -c`) too
+    marker = tmp_path / "survived"
+    grandchild = f"import time; time.sleep(3); open({str(marker)!r}, 'w').write('x')"
+    assert acc.main(["run", "--timeout", "1", "--cache-dir", str(cache2), "--", "bash", "-c",
+                     f"python3 -c \"{grandchild}\"; true"]) == 124
+    import time
+    time.sleep(3.5)
+    assert not marker.exists()
