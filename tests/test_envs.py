@@ -453,3 +453,25 @@ def test_step_success_is_that_of_the_last_simulator_step_taken(repeat, end, expe
         got.append(bool(out.success))
     assert got == expect
     assert env.spec.has_success and not make_env("Pendulum-v1").spec.has_success
+
+
+def test_simulator_products_run_at_full_float32_whatever_the_global_default():
+    """The env adapters trace the simulator's own products at HIGHEST (base.SIMULATOR_MATMUL_PRECISION):
+    a TPU's global default is one bf16 pass and a recent GPU's TF32, which would step other
+    physics than a CPU. MJX's step has matrix products; each carries the precision."""
+    import jax
+    import jax.numpy as jnp
+
+    from tdmpc2core.envs import make_env
+    from tdmpc2core.envs.base import SIMULATOR_MATMUL_PRECISION
+
+    assert SIMULATOR_MATMUL_PRECISION == "highest"
+    env = make_env("CartpoleBalance", action_repeat=1, episode_length=10)
+    state, _ = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
+    with jax.default_matmul_precision("bfloat16"):
+        text = jax.jit(env.step).lower(state, jnp.zeros(env.spec.action_dim), jax.random.PRNGKey(0)).as_text()
+        reset_text = jax.jit(env.reset).lower(jax.random.PRNGKey(0)).as_text()
+    for t in (text, reset_text):
+        dots = [line for line in t.splitlines() if "stablehlo.dot_general" in line]
+        assert dots, "no matrix product in the simulator's step: the check checks nothing"
+        assert all("HIGHEST" in line for line in dots), [d for d in dots if "HIGHEST" not in d][:2]

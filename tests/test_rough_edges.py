@@ -235,11 +235,13 @@ def test_an_unset_jax_matmul_precision_is_said_in_words_beside_the_dense_layers_
     from tdmpc2core.stages.outputs import matmul_precision_note
 
     note = matmul_precision_note("highest", {"jax_default_matmul_precision": None})
-    assert note == ("float32 (HIGHEST) in the Dense layers; jax_default_matmul_precision unset (the backend's "
-                    "default) elsewhere")
+    assert note == ("float32 (HIGHEST) in the Dense layers; float32 (HIGHEST) in the simulators' JAX physics; "
+                    "jax_default_matmul_precision unset (the backend's default) elsewhere")
     assert "None" not in note and matmul_precision_words(note).startswith("full float32")
     assert matmul_precision_note("high", {"jax_default_matmul_precision": "high"}) == (
-        "float32 (HIGH) in the Dense layers; jax_default_matmul_precision high elsewhere")
+        "float32 (HIGH) in the Dense layers; float32 (HIGHEST) in the simulators' JAX physics; "
+        "jax_default_matmul_precision high elsewhere")
+    assert matmul_precision_words(matmul_precision_note("high", {})).endswith("(JAX precision HIGH)")
     assert fmt_value("jax_default_matmul_precision", None).startswith("unset: the backend's default")
     assert fmt_value("jax_default_matmul_precision", "highest") == "highest"
 

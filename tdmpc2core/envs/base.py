@@ -30,6 +30,13 @@ import numpy as np
 
 from tdmpc2core.envs.registry import check_repeat_and_length  # noqa: F401 (re-exported)
 
+#: the precision of the simulators' own matrix products (MJX, Brax, gymnax; dm_control and the
+#: other host-stepped suites compute in float64 on the CPU): full float32 on every backend,
+#: whatever JAX's global default is where the agent's programs are traced (one bf16 pass on a
+#: TPU, TF32 on a recent GPU), so that an accelerator steps the same physics as a CPU; the
+#: networks' own precision is the configuration's ``matmul_precision``
+SIMULATOR_MATMUL_PRECISION = "highest"
+
 
 @dataclasses.dataclass(frozen=True)
 class EnvSpec:
@@ -287,7 +294,8 @@ class Env:
         raise NotImplementedError
 
     def _raw_step5(self, inner, env_action, key):
-        out = self._raw_step(inner, env_action, key)
+        with jax.default_matmul_precision(SIMULATOR_MATMUL_PRECISION):
+            out = self._raw_step(inner, env_action, key)
         if len(out) == 5:
             return out
         return (*out, jnp.zeros((), bool))
@@ -302,7 +310,8 @@ class Env:
             ``(env_state, obs)`` with ``obs`` [obs_dim] of dtype ``spec.obs_dtype`` and
             ``env_state.t == 0``.
         """
-        inner, obs = self._raw_reset(key)
+        with jax.default_matmul_precision(SIMULATOR_MATMUL_PRECISION):
+            inner, obs = self._raw_reset(key)
         inner = canonicalize(inner)
         obs = self._flat_obs(obs)
         return EnvState(inner=inner, t=jnp.zeros((), jnp.int32)), obs

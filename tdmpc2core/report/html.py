@@ -70,7 +70,7 @@ def matmul_precision_words(raw) -> str:
     or ``highest``) in words, the JAX name after it."""
     if raw is None or raw is pd.NA:
         return "not recorded"
-    text = str(raw)
+    text = str(raw).split(";")[0]  # the Dense layers' part (run.json's note says the rest after it)
     import re
 
     for name in ("HIGHEST", "HIGH", "DEFAULT"):

@@ -231,9 +231,13 @@ __all__ = ["SCHEMAS", "TRAINING_METRICS", "EPISODIC_METRICS", "EXT_PREFIX", "COL
 def matmul_precision_note(dense_precision: str, platform: Mapping) -> str:
     """run.json's ``matmul_precision``: the Dense layers' precision (the model's configuration,
     e.g. ``"highest"``: full float32) and JAX's global ``jax_default_matmul_precision`` from the
-    provenance's ``platform`` record, which only the products outside those layers follow;
+    provenance's ``platform`` record, which only the products outside those layers and outside
+    the simulators follow (:data:`tdmpc2core.envs.base.SIMULATOR_MATMUL_PRECISION`);
     ``None`` there is said as "unset" (the backend's default)."""
+    from ..envs.base import SIMULATOR_MATMUL_PRECISION
+
     default = platform.get("jax_default_matmul_precision")
     rest = "unset (the backend's default)" if default is None else str(default)
     return (f"float32 ({str(dense_precision).upper()}) in the Dense layers; "
+            f"float32 ({SIMULATOR_MATMUL_PRECISION.upper()}) in the simulators' JAX physics; "
             f"jax_default_matmul_precision {rest} elsewhere")
