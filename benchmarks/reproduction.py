@@ -390,7 +390,8 @@ def run(args) -> int:
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     workdir = Path(args.workdir) if args.workdir else (tmp / "reproduction-reduced" if args.reduced else ROOT)
     workdir.mkdir(parents=True, exist_ok=True)
-    results = Path(args.results) if args.results else (tmp / "reproduction_reduced.parquet" if args.reduced else RESULTS)
+    results = Path(args.results) if args.results else (
+        tmp / "reproduction_reduced.parquet" if args.reduced else RESULTS)
     if args.reduced and not args.results:
         for p in (results, results.with_suffix(".json")):  # the reduced form's scratch files: each run anew
             p.unlink(missing_ok=True)
@@ -449,7 +450,7 @@ def run(args) -> int:
              f"{record['agent_steps_to']} of {record['total_agent_steps']}"
              + (f"; {record['agent_steps_per_s_training']} agent steps/s after compiling: the rest needs about "
                 f"{record['seconds_left_estimate']:.0f} s of training (+ compiling in each call)"
-                if record.get("seconds_left_estimate") is not None else ""))
+                if record.get("seconds_left_estimate") and rc != 0 else ""))
         if rc != 0:
             return {"stopped at the budget": 0, "killed at the budget": 3}.get(outcome, 1)
     rows_added = collect_task(P, task, workdir, results, commit, args.overwrite, meta)
@@ -466,7 +467,8 @@ def collect(args) -> int:
     P = load_pipeline(args.config, reduced=args.reduced, task=only[0] if only else None)
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     workdir = Path(args.workdir) if args.workdir else (tmp / "reproduction-reduced" if args.reduced else ROOT)
-    results = Path(args.results) if args.results else (tmp / "reproduction_reduced.parquet" if args.reduced else RESULTS)
+    results = Path(args.results) if args.results else (
+        tmp / "reproduction_reduced.parquet" if args.reduced else RESULTS)
     commit = the_commit(args.commit, args.reduced)
     _, meta = _read(results)
     meta = _base_meta(meta, P, args.config, args.reduced, only=only)
@@ -508,7 +510,8 @@ def merge(args) -> int:
         meta["reduced"] = bool(meta.get("reduced", False) or other.get("reduced", False))
         for task, info in (other.get("tasks") or {}).items():
             meta.setdefault("tasks", {})[task] = info
-        added = [c for c in other.get("calls") or [] if (c.get("task"), c.get("started_utc"), c.get("host")) not in seen]
+        added = [c for c in other.get("calls") or []
+                 if (c.get("task"), c.get("started_utc"), c.get("host")) not in seen]
         meta.setdefault("calls", []).extend(added)
         seen |= {(c.get("task"), c.get("started_utc"), c.get("host")) for c in added}
         n = 0
@@ -542,7 +545,8 @@ def analyze(args) -> int:
     for task in sorted(set(df["task"])):
         RP.plot_task(df, task, figs / f"{stem}_{task}.png", max_env_steps=plan.get(task))
     lines = [f"# {stem}: the paper's numbers, reproduced", "", f"**{head['text']}.**", ""]
-    lines += [f"- {r.task}: {r.verdict}" + (f" (outside at {', '.join(f'{s:,}' for s in r.outside)})" if r.outside else "")
+    lines += [f"- {r.task}: {r.verdict}"
+              + (f" (outside at {', '.join(f'{s:,}' for s in r.outside)})" if r.outside else "")
               + (f" (missing {', '.join(f'{s:,}' for s in r.missing)})" if r.missing else "")
               for r in tasks.itertuples(index=False)]
     notes = RP.partial_notes(df, points, meta)

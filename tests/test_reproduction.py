@@ -117,7 +117,8 @@ def test_verdicts_on_hand_computed_cases():
     assert pts.loc[("cheetah-run", 200_000), "verdict"] == "missing"     # planned, not reached
     w = pts.loc[("walker-run", 100_000)]
     assert w.verdict == "outside" and math.isclose(w["mean"], 591.0) and math.isclose(w.band_low, 591.5)
-    assert pts.loc[("cup-catch", 100_000), "verdict"] == "missing" and math.isnan(pts.loc[("cup-catch", 100_000), "mean"])
+    cup = pts.loc[("cup-catch", 100_000)]
+    assert cup.verdict == "missing" and math.isnan(cup["mean"])
     assert ("walker-run", 200_000) not in pts.index          # beyond the planned length: not judged
     tv = RP.task_verdicts(RP.point_table(df, plan)).set_index("task")
     assert tv.loc["cheetah-run", "verdict"] == "incomplete" and tv.loc["cheetah-run", "missing"] == (200_000,)
@@ -232,7 +233,8 @@ for i, s in enumerate(seeds):
     d = out / f"seed{s}"
     d.mkdir(parents=True, exist_ok=True)
     evals = list(range(0, total + 1, every))
-    pd.DataFrame({"agent_steps": [e for e in evals for _ in range(2)], "env_frames": [2 * e for e in evals for _ in range(2)],
+    pd.DataFrame({"agent_steps": [e for e in evals for _ in range(2)],
+                  "env_frames": [2 * e for e in evals for _ in range(2)],
                   "episode": [k for _ in evals for k in range(2)],
                   "return": [10.0 * s + e / 100 + k for e in evals for k in range(2)]}).to_parquet(d / "eval.parquet")
     (d / "run.json").write_text(json.dumps({"task": opt("--task"), "seed": s, "run_id": f"stand-in/{s}",
@@ -277,7 +279,8 @@ def test_runner_stops_at_its_budget_resumes_and_collects(tmp_path, monkeypatch, 
     assert info["spec"]["agent_steps"] == 600 and info["agent_config"]["model_size"] == 1
     calls = [json.loads(x) for x in (work / "stand_in_calls.jsonl").read_text().splitlines()]
     assert len(calls) == 2 and all(c["MUJOCO_GL"] == "disabled" and c["PJRT_NPROC"] == "1" for c in calls)
-    assert calls[0]["argv"][calls[0]["argv"].index("--checkpoint-dir") + 1] == "checkpoints/single/cartpole-swingup/seeds_0_1"
+    argv = calls[0]["argv"]
+    assert argv[argv.index("--checkpoint-dir") + 1] == "checkpoints/single/cartpole-swingup/seeds_0_1"
     assert Path(calls[0]["cwd"]) == work
     # a third call: the file has the task's rows, nothing runs
     assert R.main(args) == 0 and len(json.loads(results.with_suffix(".json").read_text())["calls"]) == 2
@@ -289,7 +292,8 @@ def test_runner_stops_at_its_budget_resumes_and_collects(tmp_path, monkeypatch, 
     with pytest.raises(SystemExit, match="already holds 6 of the new rows"):
         R.main(["merge", str(other), "--results", str(results)])
     assert R.main(["merge", str(other), "--results", str(results), "--overwrite"]) == 0
-    assert len(IO.read_results(results)) == 6 and len(json.loads(results.with_suffix(".json").read_text())["calls"]) == 2
+    assert len(IO.read_results(results)) == 6
+    assert len(json.loads(results.with_suffix(".json").read_text())["calls"]) == 2
     with pytest.raises(SystemExit, match="is of a reduced run"):
         R.main(["merge", str(other)])  # never into the committed benchmarks/results/reproduction.parquet
     with pytest.raises(SystemExit, match="--budget-seconds 1.0 must exceed --stop-grace 90"):
@@ -333,7 +337,8 @@ def test_report_section_renders_from_the_committed_fixture():
     assert "commit " + "0" * 40 in body and "device fixture-device" in body and "matmul precision highest" in body
     assert "cheetah-run 2 call(s), 14.0 min" in body and body.count("data:image/png;base64,") == 3
     md = RP.points_markdown(ctx["points"])
-    assert "| cup-catch | 100,000 | 943.3 (880.0, 990.0, 960.0) | 981.2 [973.3, 986.7] (3) | [873.3, 1086.7] | inside |" in md
+    assert ("| cup-catch | 100,000 | 943.3 (880.0, 990.0, 960.0) | 981.2 [973.3, 986.7] (3) | [873.3, 1086.7] "
+            "| inside |") in md
 
 
 def test_accelerator_bundle_keeps_dm_control_for_the_configured_tasks_only(tmp_path):
@@ -345,7 +350,8 @@ def test_accelerator_bundle_keeps_dm_control_for_the_configured_tasks_only(tmp_p
     spec.loader.exec_module(acc)
     assert acc.dmc_domains(CONFIG) == ["ball_in_cup", "cartpole", "cheetah", "finger", "pendulum", "reacher", "walker"]
     pkg = tmp_path / "dm_control"
-    for rel in ("__init__.py", "locomotion/arenas/a.py", "composer/b.py", "mujoco/engine.py", "mujoco/testing/assets/m.xml",
+    for rel in ("__init__.py", "locomotion/arenas/a.py", "composer/b.py", "mujoco/engine.py",
+                "mujoco/testing/assets/m.xml",
                 "mujoco/engine_test.py", "suite/__init__.py", "suite/cheetah.py", "suite/cheetah.xml", "suite/dog.py",
                 "suite/dog.xml", "suite/dog_assets/skin.skn", "suite/common/materials.xml", "suite/all_domains.png",
                 "suite/suite_test.py", "rl/control.py", "utils/rewards.py", "_render/__init__.py", "viewer/app.py"):

@@ -51,7 +51,8 @@ def published_points(task: str, max_env_steps: Optional[int] = None, margin: flo
     if max_env_steps is not None:
         r = r[r["env_steps"] <= int(max_env_steps)]
     return pd.DataFrame({
-        "env_steps": r["env_steps"].astype(np.int64).to_numpy(), "agent_steps": r["agent_steps"].astype(np.int64).to_numpy(),
+        "env_steps": r["env_steps"].astype(np.int64).to_numpy(),
+        "agent_steps": r["agent_steps"].astype(np.int64).to_numpy(),
         "pub_n": r["n_seeds"].astype(np.int64).to_numpy(), "pub_mean": r["mean_return"].to_numpy(np.float64),
         "pub_min": r["min_return"].to_numpy(np.float64), "pub_max": r["max_return"].to_numpy(np.float64),
         # to the table's 2 decimals, so that a return on an edge is on it (454.4 - 100 is 354.40000000000003)
@@ -146,7 +147,8 @@ def partial_notes(df: pd.DataFrame, points: pd.DataFrame, meta: Optional[Mapping
     for task, g in points[points["verdict"] == MISSING].groupby("task", sort=True):
         if task in absent:
             continue
-        notes.append(f"{task}: no evaluation yet at {', '.join(f'{int(s):,}' for s in g['env_steps'])} simulator steps.")
+        steps = ", ".join(f"{int(s):,}" for s in g["env_steps"])
+        notes.append(f"{task}: no evaluation yet at {steps} simulator steps.")
     for task, p in sorted(plan.items()):
         want = sorted(int(s) for s in p.get("seeds") or [])
         have = sorted(int(s) for s in df.loc[df["task"] == task, "seed"].unique())
@@ -179,7 +181,8 @@ def plot_task(df: pd.DataFrame, task: str, path: str | os.PathLike, max_env_step
     fig, ax = plt.subplots(figsize=(5.0, 3.2))
     ax.fill_between(pub["env_steps"], pub["band_low"], pub["band_high"], color="#1f77b4", alpha=0.12, lw=0,
                     label=f"published [min, max] ± {margin:g}")
-    ax.errorbar(pub["env_steps"], pub["pub_mean"], yerr=[pub["pub_mean"] - pub["pub_min"], pub["pub_max"] - pub["pub_mean"]],
+    ax.errorbar(pub["env_steps"], pub["pub_mean"],
+                yerr=[pub["pub_mean"] - pub["pub_min"], pub["pub_max"] - pub["pub_mean"]],
                 color="#1f77b4", lw=1.5, capsize=4, marker="o", ms=4,
                 label=f"published seeds (n={int(pub['pub_n'].max()) if len(pub) else 0}): mean, [min, max]")
     for _, s in ours.groupby("seed"):
@@ -206,7 +209,8 @@ def points_markdown(points: pd.DataFrame) -> str:
             "|---|---|---|---|---|---|\n")
     lines = []
     for r in points.itertuples(index=False):
-        ours = "—" if r.verdict == MISSING else (f"{r.mean:.1f} (" + ", ".join(f"{v:.1f}" for v in r.seed_returns) + ")")
+        ours = "—" if r.verdict == MISSING else (
+            f"{r.mean:.1f} (" + ", ".join(f"{v:.1f}" for v in r.seed_returns) + ")")
         lines.append(f"| {r.task} | {r.env_steps:,} | {ours} | {r.pub_mean:.1f} [{r.pub_min:.1f}, {r.pub_max:.1f}] "
                      f"({r.pub_n}) | [{r.band_low:.1f}, {r.band_high:.1f}] | {r.verdict} |")
     return head + "\n".join(lines) + "\n"
@@ -234,7 +238,8 @@ def report_context(path: str | os.PathLike) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for task in sorted(set(df["task"])):
             p = os.path.join(tmp, f"{task}.png")
-            plot_task(df, task, p, max_env_steps=max(plan.get(task, 0), int(df.loc[df["task"] == task, "env_steps"].max())))
+            last = int(df.loc[df["task"] == task, "env_steps"].max())
+            plot_task(df, task, p, max_env_steps=max(plan.get(task, 0), last))
             with open(p, "rb") as fh:
                 figures.append((task, "png", fh.read()))
     calls = {}
