@@ -326,35 +326,46 @@ def _stop(proc: subprocess.Popen, sig: int) -> None:
 
 
 def run_trainer(argv: list, env: dict, cwd: Path, budget: float, grace: float) -> tuple[int, str, float]:
-    """Run the trainer ``argv`` in ``cwd`` with ``env``; SIGTERM at ``budget - grace`` seconds,
-    SIGKILL at ``budget``. Returns (exit code, outcome, wall seconds): outcome "finished" (0),
-    "stopped at the budget" (stopped by our SIGTERM, checkpoint written: exit 143), "killed at
-    the budget" (SIGKILL), or "failed (exit N)"."""
+    """Run the trainer ``argv`` in ``cwd`` with ``env`` (in a session of its own); SIGTERM at
+    ``budget - grace`` seconds, SIGKILL at ``budget`` if it still runs. A SIGTERM or SIGINT to this
+    process (Ctrl-C) is passed on as SIGTERM at once (SIGKILL ``grace`` seconds later). Returns
+    (exit code, outcome, wall seconds): outcome "finished" (0), "stopped at the budget" / "stopped
+    on request" (stopped by our SIGTERM, checkpoint written: exit 143), "killed at the budget" /
+    "killed on request" (SIGKILL), or "failed (exit N)"."""
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True)
-    termed = killed = False
-    while True:
-        try:
-            rc = proc.wait(timeout=0.2)
-            break
-        except subprocess.TimeoutExpired:
-            pass
-        elapsed = time.monotonic() - t0
-        if not termed and elapsed >= budget - grace:
-            _log(f"budget: SIGTERM to the trainer after {elapsed:.0f} s (it checkpoints and exits)")
-            _stop(proc, signal.SIGTERM)
-            termed = True
-        elif not killed and elapsed >= budget:
-            _log(f"budget: the trainer did not stop within {grace:.0f} s of SIGTERM: SIGKILL")
-            _stop(proc, signal.SIGKILL)
-            killed = True
+    asked = []  # a SIGTERM / SIGINT to this process: passed on to the trainer (its own session)
+    handlers = {sig: signal.signal(sig, lambda signum, frame: asked.append(signum))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True)
+        termed = killed = False
+        while True:
+            try:
+                rc = proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            elapsed = time.monotonic() - t0
+            if not termed and (asked or elapsed >= budget - grace):
+                why = "asked to stop" if asked else "budget"
+                _log(f"{why}: SIGTERM to the trainer after {elapsed:.0f} s (it checkpoints and exits)")
+                _stop(proc, signal.SIGTERM)
+                termed, deadline = True, max(budget, elapsed + grace)
+            elif termed and not killed and elapsed >= deadline:
+                _log(f"the trainer did not stop within {grace:.0f} s of SIGTERM: SIGKILL")
+                _stop(proc, signal.SIGKILL)
+                killed = True
+    finally:
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
     wall = time.monotonic() - t0
     if rc == 0:
         return rc, "finished", wall
+    where = "on request" if asked else "at the budget"
     if killed:
-        return rc, "killed at the budget", wall
+        return rc, f"killed {where}", wall
     if termed and rc == 128 + signal.SIGTERM:
-        return rc, "stopped at the budget", wall
+        return rc, f"stopped {where}", wall
     return rc, f"failed (exit {rc})", wall
 
 
@@ -452,7 +463,8 @@ def run(args) -> int:
                 f"{record['seconds_left_estimate']:.0f} s of training (+ compiling in each call)"
                 if record.get("seconds_left_estimate") and rc != 0 else ""))
         if rc != 0:
-            return {"stopped at the budget": 0, "killed at the budget": 3}.get(outcome, 1)
+            return {"stopped at the budget": 0, "stopped on request": 0}.get(
+                outcome, 3 if outcome.startswith("killed") else 1)
     rows_added = collect_task(P, task, workdir, results, commit, args.overwrite, meta)
     return 0 if rows_added else 1
 
