@@ -162,8 +162,9 @@ def plot_task(df: pd.DataFrame, task: str, path: str | os.PathLike, max_env_step
               margin: float = MARGIN) -> None:
     """One figure of ``task``: each of our seeds (thin lines) and their mean (thick) against the
     published seeds at the published points up to ``max_env_steps`` (default: our last
-    evaluation, at least 100,000): their [min, max] (bars), mean (line) and the band widened by
-    ``margin`` (shaded). x: simulator steps. Written atomically (PNG or SVG, by ``path``'s suffix).
+    evaluation, at least 100,000): each published seed's return (open circles; with three seeds
+    the middle one is 3 x mean - min - max of the packaged table, within 0.03), their [min, max]
+    (bars), mean (line) and the band widened by ``margin`` (shaded). x: simulator steps. Written atomically (PNG or SVG, by ``path``'s suffix).
 
     Raises: ValueError when ``df`` has no row of ``task``; KeyError for a task without a
     published curve."""
@@ -184,7 +185,14 @@ def plot_task(df: pd.DataFrame, task: str, path: str | os.PathLike, max_env_step
     ax.errorbar(pub["env_steps"], pub["pub_mean"],
                 yerr=[pub["pub_mean"] - pub["pub_min"], pub["pub_max"] - pub["pub_mean"]],
                 color="#1f77b4", lw=1.5, capsize=4, marker="o", ms=4,
-                label=f"published seeds (n={int(pub['pub_n'].max()) if len(pub) else 0}): mean, [min, max]")
+                label=f"published seeds (n={int(pub['pub_n'].max()) if len(pub) else 0}): each, mean, [min, max]")
+    # each published seed's return: with three seeds the middle one is 3 x mean - min - max
+    trio = pub[pub["pub_n"] == 3]
+    if len(trio):
+        mid = 3 * trio["pub_mean"] - trio["pub_min"] - trio["pub_max"]
+        xs = np.repeat(trio["env_steps"].to_numpy(), 3)
+        ys = np.column_stack([trio["pub_min"], mid, trio["pub_max"]]).ravel()
+        ax.scatter(xs, ys, s=14, facecolors="none", edgecolors="#1f77b4", lw=0.8, zorder=3)
     for _, s in ours.groupby("seed"):
         s = s.sort_values("env_steps")
         ax.plot(s["env_steps"], s["eval_return"], color="#d62728", lw=0.7, alpha=0.45, marker=".", ms=3)
