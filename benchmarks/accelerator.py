@@ -6,6 +6,7 @@ dependencies, no network, and a ten-minute limit per command; it starts bare eac
 subcommands make one measurement one command there:
 
     python benchmarks/accelerator.py bundle              # here (with network): .accel/site.tar.xz
+    python benchmarks/accelerator.py check               # here: the bundle's dm_control steps the tasks
     python3 benchmarks/accelerator.py run -- python benchmarks/tick_parts.py --out '$OUT/parts.json'
                                                          # there, the repository's root as cwd
     python benchmarks/accelerator.py keep DIR            # here: the returned cache into .accel/cache/
@@ -14,6 +15,21 @@ subcommands make one measurement one command there:
 manylinux x86-64), installs them into a staging folder, drops what no measurement imports
 (MuJoCo's experimental studio, MJX's test data, Playground's locomotion and manipulation
 assets) and packs the rest into ``.accel/site.tar.xz`` (git-ignored; carry ``.accel``).
+
+dm_control, the paper's own simulator (benchmarks/reproduction.py, issue 45), is in the bundle
+too, pruned (:func:`prune_dm_control`): its wheel is 56 MB, almost all of it the locomotion
+assets and the dog's meshes. What stays is the Python package ``import dm_control.suite`` needs
+(``suite``, ``rl``, ``mujoco`` without its test assets, ``utils``, ``_render``) with the suite's
+shared model files (``suite/common``) and the model file of each domain of the tasks of
+:data:`DMC_CONFIG` (``--dmc-config``); every other domain module stays importable (the suite's
+``__init__`` imports them all) and fails only when loaded (its XML is gone). dm-env (pure Python)
+comes with it; labmaze (locomotion only), glfw and PyOpenGL (rendering) do not: the state tasks
+never render, and the runs set ``MUJOCO_GL=disabled``. ``check`` (here) unpacks the bundle into
+a scratch folder and, in a fresh ``python -S`` that sees only the bundle, this repository and
+links to what the machine brings itself (its JAX, NumPy, SciPy and the :data:`INDEX_PACKAGES`,
+taken from this environment), imports ``dm_control.suite`` and steps each of those tasks
+through tdmpc2core's dm_control env (the host callback inside a jitted program), with
+``MUJOCO_GL`` unset and with ``disabled``.
 
 ``run`` (on the machine) unpacks that bundle once per machine into ``/tmp/tdmpc2-accel``,
 installs :data:`INDEX_PACKAGES` from the machine's own index (``file:///opt/pypi/simple``)
@@ -46,7 +62,9 @@ ACCEL = ROOT / ".accel"
 #: wheels the machine's own index lacks (or has at other versions), pinned as pyproject.toml
 WHEELS = ("mujoco==3.17.0", "mujoco-mjx==3.17.0", "playground==0.2.0", "brax==0.14.2", "flax==0.12.8",
           "optax==0.2.8", "gymnax==1.0.1", "gymnasium==1.3.0", "mediapy==1.2.7", "trimesh==5.2.0",
-          "jaxopt==0.8.5", "cloudpickle==3.1.3", "farama-notifications==0.0.6")
+          "jaxopt==0.8.5", "cloudpickle==3.1.3", "farama-notifications==0.0.6",
+          # dm_control (pruned: DMC_KEEP) and what its suite imports beyond the machine's packages
+          "dm-control==1.0.50", "dm-env==1.6")
 #: what those and tdmpc2core import, from the machine's own index (names only, no dependencies:
 #: the machine's JAX, jaxlib, NumPy and SciPy are used as they are)
 INDEX_PACKAGES = ("absl-py", "aiofiles", "contourpy", "cycler", "etils", "fonttools", "fsspec", "humanize",
@@ -60,6 +78,14 @@ INDEX_PACKAGES = ("absl-py", "aiofiles", "contourpy", "cycler", "etils", "fontto
 PRUNE = ("mujoco/experimental", "mujoco/mjx/test_data", "mujoco/include", "bin")
 #: Playground suites whose assets are dropped (their modules stay importable; DM Control stays)
 PRUNE_ASSETS = ("mujoco_playground/_src/locomotion", "mujoco_playground/_src/manipulation")
+#: the configuration whose tasks' dm_control model files the bundle keeps
+DMC_CONFIG = "workflow/configs/reproduction-dmc.yaml"
+#: the parts of the dm_control package kept (relative to dm_control/); the rest is dropped
+DMC_KEEP = ("__init__.py", "_render", "mujoco", "rl", "suite", "utils")
+#: inside those, dropped: MuJoCo's test assets, the dog's meshes, the suite's picture, tests
+DMC_DROP = ("mujoco/testing", "suite/dog_assets", "suite/all_domains.png", "suite/demos", "suite/explore.py")
+#: what the machine has itself (its own JAX stack), linked from this environment by ``check``
+MACHINE_PACKAGES = ("jax", "jaxlib", "numpy", "scipy", "ml-dtypes", "opt-einsum")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64")
 SITE = Path("/tmp/tdmpc2-accel")
@@ -84,15 +110,141 @@ def bundle(args) -> int:
             for p in (Path(stage) / rel).rglob("*"):
                 if p.is_file() and p.suffix != ".py":
                     p.unlink()
+        kept = prune_dm_control(Path(stage) / "dm_control", dmc_domains(args.dmc_config))
+        print(f"dm_control: kept the model files of {kept}")
         for p in Path(stage).rglob("__pycache__"):
             shutil.rmtree(p, ignore_errors=True)
         out = ACCEL / "site.tar.xz"
+        ACCEL.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")
         with tarfile.open(tmp, "w:xz") as tar:
             tar.add(stage, arcname="wheels")
         os.replace(tmp, out)
     print(f"wrote {out} ({out.stat().st_size / 2 ** 20:.1f} MiB); carry .accel")
     return 0
+
+
+def dmc_domains(config: str = DMC_CONFIG) -> list[str]:
+    """The dm_control domains (``ball_in_cup``, ``cheetah``, ...) of the ``dmc:`` tasks of the
+    workflow configuration ``config`` (its selected protocol's tasks, config.yaml merged under it).
+
+    Raises ValueError naming a task that is not one of dm_control's own suite (a custom task of
+    the paper needs its own files, which the bundle does not keep)."""
+    sys.path.insert(0, str(ROOT))
+    from tdmpc2core.envs.dmcontrol_ids import PREFIX, SUITE_TASKS
+    from tdmpc2core.pipeline.config import load_workflow_config, resolve
+
+    P = resolve(load_workflow_config([config], root=ROOT))
+    domains = set()
+    for task, spec in P.tasks.items():
+        env_id = str(spec["env_id"])
+        if not env_id.startswith(PREFIX):
+            continue
+        name = env_id[len(PREFIX):]
+        if name not in SUITE_TASKS:
+            raise ValueError(f"{config}: task {task!r} ({env_id}) is not a task of dm_control's suite; the bundle "
+                             "keeps the suite's model files only")
+        domains.add(SUITE_TASKS[name][0])
+    return sorted(domains)
+
+
+def prune_dm_control(pkg: Path, domains) -> list[str]:
+    """Prune the installed dm_control package ``pkg`` in place to what ``import dm_control.suite``
+    and the suite tasks of ``domains`` need: the parts of :data:`DMC_KEEP` less :data:`DMC_DROP`,
+    no tests, and of the suite's model files ``common/`` and ``<domain>.xml`` of ``domains``.
+    Returns the domains whose model file was kept. Raises FileNotFoundError for a domain without
+    one (a misspelt name)."""
+    for p in pkg.iterdir():
+        if p.name not in DMC_KEEP and p.name != "__pycache__":
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    for rel in DMC_DROP:
+        p = pkg / rel
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+    for p in list(pkg.rglob("*_test.py")):
+        p.unlink()
+    keep = {f"{d}.xml" for d in domains}
+    missing = sorted(k for k in keep if not (pkg / "suite" / k).exists())
+    if missing:
+        raise FileNotFoundError(f"dm_control suite has no model file(s) {missing}")
+    for p in (pkg / "suite").glob("*.xml"):
+        if p.name not in keep:
+            p.unlink()
+    return sorted(domains)
+
+
+def _machine_site(dest: Path, names) -> None:
+    """Links in ``dest`` to the top-level modules of the installed distributions ``names`` (from
+    this environment): what the accelerator machine brings itself, for :func:`check`."""
+    from importlib import metadata
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:  # not installed here: nothing here needs it either
+            print(f"[check] {name} is not installed here: not linked")
+            continue
+        tops = {str(f).split("/")[0] for f in dist.files or () if not str(f).startswith(("..", "/"))}
+        for top in tops:
+            if top.endswith((".dist-info", ".data")) or top == "__pycache__":
+                continue
+            src = Path(dist.locate_file(top))
+            if src.exists() and not (dest / top).exists():
+                (dest / top).symlink_to(src)
+
+
+PROBE = """
+import os, sys, warnings
+import jax, jax.numpy as jnp
+import dm_control.suite
+from tdmpc2core.envs import make_env
+assert not any(p.endswith("site-packages") for p in sys.path), sys.path
+for t in sys.argv[1:]:
+    env = make_env("dmc:" + t)
+    st, obs = jax.jit(env.reset)(jax.random.key(0))
+    step = jax.jit(env.step)
+    total = 0.0
+    for i in range(5):
+        st, out = step(st, jnp.full((env.spec.action_dim,), 0.3, jnp.float32), jax.random.key(i))
+        total += float(out.reward)
+    print(f"{t}: obs {obs.shape}, 5 agent steps, reward {total:.4f}, MUJOCO_GL={os.environ.get('MUJOCO_GL')}")
+print("dm_control from", dm_control.__file__)
+"""
+
+
+def check(args) -> int:
+    """Unpack the bundle into a scratch folder and step each task of ``--dmc-config`` there in a
+    Python that sees only the bundle, the machine's own packages (linked from this environment)
+    and this repository, with MUJOCO_GL unset and ``disabled``. Exit 0 when both pass."""
+    tasks = []
+    sys.path.insert(0, str(ROOT))
+    from tdmpc2core.envs.dmcontrol_ids import PREFIX
+    from tdmpc2core.pipeline.config import load_workflow_config, resolve
+
+    P = resolve(load_workflow_config([args.dmc_config], root=ROOT))
+    tasks = [str(s["env_id"])[len(PREFIX):] for s in P.tasks.values() if str(s["env_id"]).startswith(PREFIX)]
+    bundle = ACCEL / "site.tar.xz"
+    if not bundle.exists():
+        raise SystemExit(f"error: {bundle} does not exist: run `python benchmarks/accelerator.py bundle` first")
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(bundle) as tar:
+            tar.extractall(tmp, filter="data")
+        machine = Path(tmp) / "machine"
+        _machine_site(machine, MACHINE_PACKAGES + INDEX_PACKAGES)
+        path = os.pathsep.join((str(Path(tmp) / "wheels"), str(machine), str(ROOT)))
+        rc = 0
+        for gl in (None, "disabled"):
+            env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYTHONPATH")}
+            env.update(PYTHONPATH=path, JAX_PLATFORMS="cpu", **({"MUJOCO_GL": gl} if gl else {}))
+            res = subprocess.run([sys.executable, "-S", "-c", PROBE, *tasks], env=env, cwd=tmp, capture_output=True,
+                                 text=True, timeout=600)
+            print(f"--- MUJOCO_GL={gl or 'unset'}: exit {res.returncode}")
+            print(res.stdout + (res.stderr[-3000:] if res.returncode else ""))
+            rc = rc or res.returncode
+    return rc
 
 
 def _setup_site() -> None:
@@ -206,7 +358,11 @@ def keep(args) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("bundle", help="download and pack the wheels the machine lacks (here)")
+    b = sub.add_parser("bundle", help="download and pack the wheels the machine lacks (here)")
+    b.add_argument("--dmc-config", default=DMC_CONFIG, help="the configuration whose dm_control tasks' model "
+                   f"files are kept (default {DMC_CONFIG})")
+    ch = sub.add_parser("check", help="step the --dmc-config's dm_control tasks with the bundle alone (here)")
+    ch.add_argument("--dmc-config", default=DMC_CONFIG, help=f"default {DMC_CONFIG}")
     r = sub.add_parser("run", help="set up, run a command with the cache, pack the new cache entries (there)")
     r.add_argument("--timeout", type=int, default=540, help="seconds the command may run (default 540)")
     r.add_argument("--cache-dir", default="/tmp/tdmpc2-accel-cache")
@@ -221,7 +377,7 @@ def main(argv=None) -> int:
             args.command = args.command[1:]
         if not args.command:
             ap.error("run: give the command after --")
-    return {"bundle": bundle, "run": run, "keep": keep}[args.cmd](args)
+    return {"bundle": bundle, "check": check, "run": run, "keep": keep}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -341,6 +341,22 @@ def test_tables_figures_report_stages(tmp_path, monkeypatch):
     assert "<b>A reduced run</b>" in html and "<b>No comparison</b> for cartpole-balance, cup-catch" in html
     assert html.count("<b>one implementation only</b>") == 2 and not re.search(r"\bnan\b", html)
     assert "<p>learning_parity: <code>results/lp_ours.parquet</code> (the report's input only).</p>" in html
+    # the reproduction section (config `reproduction`, issue 45) from the committed test fixture
+    # (fabricated rows; tests/test_reproduction.py checks its numbers)
+    assert "numbers, reproduced" not in html
+    import shutil
+    from pathlib import Path
+
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    for ext in ("parquet", "json"):
+        shutil.copy2(fixtures / f"reproduction_fixture.{ext}", f"results/rp.{ext}")
+    assert cli.main(["report", "--config", "results/resolved_config.yaml", "--no-jax", "--reproduction",
+                     "results/rp.parquet", "--out", "results/report_rp.html"]) == 0
+    html = open("results/report_rp.html", encoding="utf-8").read()
+    assert '<h2 id="reproduction">The paper\'s numbers, reproduced</h2>' in html and 'href="#reproduction"' in html
+    assert "<b>2 of 3 tasks inside at 100,000 simulator steps" in html and "<b>A partial run</b>" in html
+    assert html.count("data:image/png;base64,") == 5 + 3  # + one figure per task of the file
+    assert "<p>reproduction: <code>results/rp.parquet</code> (the report's input only).</p>" in html
 
 
 # --------------------------------------------------------------------------- episodic tasks

@@ -220,6 +220,55 @@ def test_learning_parity_file_is_optional_and_checked(tmp_path):
         jsonschema.validate(merged(learning_parity=3), SCHEMA)
 
 
+def test_reproduction_file_is_optional_and_checked(tmp_path):
+    """Config `reproduction` (issue 45): absent or null, no section; a results file of
+    benchmarks/reproduction.py (the test fixture), the report's input with the JSON beside it."""
+    import pandas as pd
+
+    from tdmpc2core.io.reproduction import COLUMNS
+
+    assert resolve(merged()).reproduction is None and resolve(merged()).reproduction_inputs() == []
+    fixture = ROOT / "tests" / "fixtures" / "reproduction_fixture.parquet"
+    p = resolve(merged(reproduction=str(fixture)))
+    assert p.reproduction == str(fixture) and "reproduction" not in p.resolved_yaml  # the report's input only
+    assert p.reproduction_inputs() == [str(fixture), str(fixture.with_suffix(".json"))]
+    jsonschema.validate(merged(reproduction=str(fixture)), SCHEMA)
+    alone = tmp_path / "rp.parquet"
+    shutil.copy2(fixture, alone)
+    assert resolve(merged(reproduction=str(alone))).reproduction_inputs() == [str(alone)]  # no JSON beside it
+    assert f"config: reproduction='{tmp_path}/nope.parquet' is not a file" in refusal(
+        reproduction=str(tmp_path / "nope.parquet"))
+    (tmp_path / "x.csv").write_text("task\ncup-catch\n")
+    assert f"config: reproduction='{tmp_path}/x.csv' is not a Parquet file" in refusal(reproduction=str(tmp_path / "x.csv"))
+    pd.read_parquet(fixture).drop(columns=["device", "commit"]).to_parquet(tmp_path / "old.parquet")
+    assert (f"config: reproduction='{tmp_path}/old.parquet' lacks the column(s) ['device', 'commit'] of a results "
+            f"file of benchmarks/reproduction.py (expected {list(COLUMNS)}") in refusal(reproduction=str(tmp_path / "old.parquet"))
+    pd.read_parquet(fixture).iloc[:0].to_parquet(tmp_path / "empty.parquet")
+    assert f"config: reproduction='{tmp_path}/empty.parquet' has no rows" in refusal(
+        reproduction=str(tmp_path / "empty.parquet"))
+
+
+def test_load_workflow_config_merges_and_fills_defaults_as_snakemake():
+    """load_workflow_config (the workflow's configuration without Snakemake: benchmarks/reproduction.py)
+    merges config.yaml and the files as `merged` (Snakemake's --configfile) and fills the schema's
+    defaults; a schema refusal is one line."""
+    from tdmpc2core.pipeline.config import load_workflow_config
+
+    for name in ("reproduction-dmc", "paper-dmc-dmcontrol"):
+        path = f"workflow/configs/{name}.yaml"
+        got = load_workflow_config([path], root=ROOT)
+        want = resolve(merged((ROOT / path).read_text()))
+        p = resolve(got)
+        assert {t: p.task_spec(t) for t in p.tasks} == {t: want.task_spec(t) for t in want.tasks}, name
+        assert p.resolved_yaml == want.resolved_yaml and p.cluster == want.cluster, name
+    got = load_workflow_config([], root=ROOT, overrides={"seeds": [3]})
+    assert got["seeds"] == [3] and got["learning_parity"] is None and got["reproduction"] is None  # defaults filled
+    with pytest.raises(ConfigError, match=r"^config: seeds_per_job: 0 is less than the minimum of 1$"):
+        load_workflow_config([], root=ROOT, overrides={"seeds_per_job": 0})
+    with pytest.raises(FileNotFoundError, match="config file nope.yaml does not exist"):
+        load_workflow_config(["nope.yaml"], root=ROOT)
+
+
 def test_empty_official_pool_folder_is_a_note(tmp_path):
     p = resolve(merged(f"protocols: {{demo: {{official_pools: {{mt: {{src: {tmp_path}, task_set: mt30}}}}}}}}"))
     assert len(p.notes) == 1 and p.notes[0].startswith("note: official_pools.mt.src")

@@ -662,6 +662,15 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
     # a logger block added to finished work reruns nothing (docs/pipeline.md, "Loggers")
     (wf / "logged.yaml").write_text("logger:\n  kind: csv\n")
     assert "Nothing to be done" in ok(snakemake(wf, "-n", "--configfile", "small.yaml", "logged.yaml"))
+    # config `reproduction` (issue 45): a new results file (with its JSON) on finished work replans
+    # the report alone, its command naming the file; no other job reads it
+    for ext in ("parquet", "json"):
+        shutil.copy2(ROOT / "tests" / "fixtures" / f"reproduction_fixture.{ext}", wf / f"rp.{ext}")
+    out = ok(snakemake(wf, "-n", "-p", "--configfile", "small.yaml", "--config", "reproduction=rp.parquet"))
+    assert job_stats(out) == {"report": 1, "all": 1, "total": 2}
+    report = [b for b in re.split(r"\n(?=(?:local)?rule \S+:)", out) if b.strip().startswith(("rule report:", "localrule report:"))]
+    assert len(report) == 1 and "rp.json" in report[0].split("output:")[0], out[-3000:]
+    assert "--reproduction rp.parquet --out results/report.html" in report[0]
 
     # a deleted run folder: a plain rerun rebuilds exactly that seed's job and what depends on it
     report = wf / "results/report.html"
@@ -1101,6 +1110,15 @@ def test_real_dmcontrol_run_of_two_seeds_produces_report(tmp_path):
         assert ev["return"].between(0, 200).all()
         info = json.loads((run / "run.json").read_text())
         assert "dm-control" in json.dumps(info)
+    # the reproduction's results rows (benchmarks/reproduction.py, issue 45) from these real runs
+    from tdmpc2core.io.reproduction import rows_from_runs
+
+    rows, _ = rows_from_runs(wf / "results/single/cartpole-balance", "cartpole-balance", [0, 1], commit="a" * 40)
+    assert len(rows) == 6 and sorted(set(rows["env_steps"])) == [0, 600, 1200] and (rows["eval_episodes"] == 2).all()
+    assert set(rows["device"]) == {"cpu"} and set(rows["precision"]) == {"highest"} and set(rows["model_size"]) == {1}
+    ev = pd.read_parquet(wf / "results/single/cartpole-balance/seed1/eval.parquet")
+    assert np.isclose(rows[(rows["seed"] == 1) & (rows["agent_steps"] == 300)]["eval_return"].item(),
+                      ev[ev["agent_steps"] == 300]["return"].mean())
     from tdmpc2core.dataset import load_dataset
 
     ds = load_dataset(wf / "results/datasets/tasks/cartpole-balance.parquet")

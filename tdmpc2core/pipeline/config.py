@@ -133,6 +133,17 @@ class Pipeline:
     #: the results file of benchmarks/learning_parity.py the report shows (config key
     #: ``learning_parity``), None without one
     learning_parity: str | None = None
+    #: the results file of benchmarks/reproduction.py the report shows (config key
+    #: ``reproduction``), None without one
+    reproduction: str | None = None
+
+    def reproduction_inputs(self) -> list[str]:
+        """The report's inputs of config ``reproduction``: the results file and, when it exists, the
+        JSON beside it (its plan and the calls' wall time, which the section shows); [] without it."""
+        if not self.reproduction:
+            return []
+        meta = os.path.splitext(self.reproduction)[0] + ".json"
+        return [self.reproduction] + ([meta] if os.path.isfile(meta) else [])
 
     def logger_resources(self) -> dict:
         """The training rules' ``logger`` resource: the stage's logger flags (``--logger none``
@@ -159,6 +170,43 @@ class Pipeline:
         return " ".join(shlex.quote(f) for f in flags)
 
     # ---- what the stages receive ----------------------------------------------------
+    def train_single_command(self, task: str, group, tdmpc2) -> list[str]:
+        """The argv of the training rule's command for ``task`` and the seed ``group``
+        (workflow/rules/train.smk: ``{tdmpc2} train-single --task ... --devices ...`` and the
+        logger's flags), ``tdmpc2`` the command's prefix as a list (``[python, "-m",
+        "tdmpc2core.cli"]``). Relative paths as the rule has them (the run's folder
+        ``results/single/<task>``, the checkpoints under ``checkpoint_dir``), for a process whose
+        working directory is the workflow's. tests/test_reproduction.py checks it against the
+        recorded dry-run plan of workflow/configs/reproduction-dmc.yaml. Raises KeyError for a task
+        the protocol lacks."""
+        if task not in self.tasks:
+            raise KeyError(f"task {task!r} is not under protocols.{self.protocol_name}.tasks "
+                           f"(have: {sorted(self.tasks)})")
+        group = tuple(int(s) for s in group)
+        return [*tdmpc2, "train-single", "--task", task, "--spec", self.task_spec(task),
+                "--seeds", *[str(s) for s in group], "--outdir", f"{RUNS}/{task}", "--video", self.video,
+                "--checkpoint-dir", f"{self.checkpoints}/single/{task}/{seed_tag(group)}",
+                "--checkpoint-every", str(self.checkpoint_every), "--keep-checkpoints", str(self.keep_checkpoints),
+                "--max-chunk-seconds", str(self.max_chunk_seconds), "--devices", str(self.cluster.devices),
+                *shlex.split(self.logger_flags())]
+
+    def train_single_env(self, task: str, cores: int | None = None) -> dict:
+        """The environment variables the training rule's shell exports for ``task``'s jobs
+        (workflow/rules/train.smk): ``PJRT_NPROC`` and ``OMP_NUM_THREADS`` (the job's threads,
+        lowered to ``cores`` as Snakemake lowers them to --cores), ``JAX_COMPILATION_CACHE_DIR``,
+        the cluster's JAX settings (:meth:`Cluster.jax_env`) and, for one thread, the XLA flag of
+        single-threaded Eigen kernels (appended to ``XLA_FLAGS``: the returned value holds the flag
+        alone)."""
+        res = self.tasks[task]["resources"]
+        threads = self.cluster.job_threads(res)
+        if cores is not None:
+            threads = max(1, min(threads, int(cores)))
+        env = {"PJRT_NPROC": str(threads), "OMP_NUM_THREADS": str(threads), "JAX_COMPILATION_CACHE_DIR": self.jax_cache}
+        env.update(item.split("=", 1) for item in shlex.split(self.cluster.jax_env(res["gpu"])))
+        if threads == 1:
+            env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false"
+        return env
+
     def task_spec(self, task: str) -> str:
         """The merged settings of one task, as the JSON the training stage receives."""
         t = self.tasks[task]
@@ -614,6 +662,66 @@ def _resolved_yaml(p: dict) -> str:
             + yaml.safe_dump(p, sort_keys=False, default_flow_style=False))
 
 
+def load_workflow_config(configfiles, root: str | os.PathLike = ".", overrides: dict | None = None) -> dict:
+    """The configuration ``snakemake --configfile F ...`` hands the workflow, without Snakemake:
+    ``root``/config.yaml (the Snakefile's ``configfile``), then each of ``configfiles`` and last
+    ``overrides`` (as ``--config``) merged over it key by key (nested mappings merge, anything
+    else replaces), validated against ``root``/workflow/schemas/config.schema.yaml with the
+    schema's defaults filled in as Snakemake's ``validate`` fills them (the jsonschema recipe
+    Snakemake uses: a property's ``default`` is set where the property is absent, at every level
+    the validation reaches). Pass the result to :func:`resolve`. For tools that run a stage as
+    the workflow would (benchmarks/reproduction.py) where Snakemake is not installed.
+
+    Raises:
+      FileNotFoundError: a config file that does not exist (named).
+      ConfigError: a file that is not a YAML mapping, or a schema refusal (one line: the key path
+        and jsonschema's message).
+    """
+    import jsonschema
+    from jsonschema import validators
+
+    root = Path(root)
+
+    def read(path):
+        p = Path(path)
+        if not p.is_absolute() and not p.exists():
+            p = root / p
+        if not p.exists():
+            raise FileNotFoundError(f"config file {path} does not exist")
+        data = yaml.safe_load(p.read_text())
+        if not isinstance(data, dict):
+            raise ConfigError(f"config: {path} is not a YAML mapping")
+        return data
+
+    def update(base, over):
+        for k, v in over.items():
+            base[k] = update(base.get(k, {}), v) if isinstance(v, dict) and isinstance(base.get(k), dict) else copy.deepcopy(v)
+        return base
+
+    config = read(root / "config.yaml")
+    for f in configfiles:
+        update(config, read(f))
+    update(config, overrides or {})
+    schema = yaml.safe_load((root / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    base = validators.validator_for(schema)
+    properties = base.VALIDATORS["properties"]
+
+    def set_defaults(validator, props, instance, sch):
+        if isinstance(instance, dict):
+            for name, sub in props.items():
+                if isinstance(sub, dict) and "default" in sub:
+                    instance.setdefault(name, copy.deepcopy(sub["default"]))
+        yield from properties(validator, props, instance, sch)
+
+    filling = validators.extend(base, {"properties": set_defaults})
+    try:
+        filling(schema).validate(config)
+    except jsonschema.ValidationError as e:
+        where = ".".join(str(x) for x in e.absolute_path) or "(top level)"
+        raise ConfigError(f"config: {where}: {e.message}") from None
+    return config
+
+
 def resolve(config: dict) -> Pipeline:
     """The workflow's configuration checked and resolved (module docstring).
 
@@ -652,6 +760,7 @@ def resolve(config: dict) -> Pipeline:
     logger = check_logger(config.get("logger"))
     video = _check_video(config.get("video", "off"), tasks, name)
     learning_parity = _check_learning_parity(config.get("learning_parity"))
+    reproduction = _check_reproduction(config.get("reproduction"))
     resolved = {
         "protocol": name, "label": protocol["label"], "seeds": seeds, "seeds_per_job": per_job,
         "threads_per_job": int(config["threads_per_job"]), "jax_cache_dir": config["jax_cache_dir"],
@@ -664,8 +773,9 @@ def resolve(config: dict) -> Pipeline:
         "multitask": None if multitask is None else {
             "pools": multitask.pools, "model_sizes": multitask.sizes, "seeds": multitask.seeds,
             **{k: v for k, v in multitask.block.items() if k not in ("pools", "model_sizes", "seeds")}},
-        # the evaluation videos (a training setting too); learning_parity is the report's input only and
-        # stays out of this file, which the tables and figures read as well (a new file reruns the report alone)
+        # the evaluation videos (a training setting too); learning_parity and reproduction are the report's
+        # inputs only and stay out of this file, which the tables and figures read as well (a new file reruns
+        # the report alone)
         "video": video,
     }
     return Pipeline(
@@ -678,40 +788,53 @@ def resolve(config: dict) -> Pipeline:
         keep_checkpoints=int(config["keep_checkpoints"]), max_chunk_seconds=max_chunk,
         rerun_on_code_change=bool(config.get("rerun_on_code_change", False)),
         resolved_yaml=_resolved_yaml(resolved), notes=tuple(notes), logger=logger, video=video,
-        learning_parity=learning_parity)
+        learning_parity=learning_parity, reproduction=reproduction)
 
 
 def _check_learning_parity(value) -> str | None:
     """The ``learning_parity`` setting: None, or the path of an existing Parquet file with the
-    columns of benchmarks/learning_parity.py's results (relative to the working directory, as
+    columns of benchmarks/learning_parity.py's results (:func:`_check_results_file`)."""
+    from tdmpc2core.io.learning_parity import COLUMNS
+
+    return _check_results_file("learning_parity", value, COLUMNS, "benchmarks/learning_parity.py")
+
+
+def _check_reproduction(value) -> str | None:
+    """The ``reproduction`` setting: None, or the path of an existing Parquet file with the
+    columns of benchmarks/reproduction.py's results (:func:`_check_results_file`)."""
+    from tdmpc2core.io.reproduction import COLUMNS
+
+    return _check_results_file("reproduction", value, COLUMNS, "benchmarks/reproduction.py")
+
+
+def _check_results_file(key: str, value, columns, benchmark: str) -> str | None:
+    """A report-only results file setting (``learning_parity``, ``reproduction``): None, or the
+    path of an existing Parquet file with ``columns`` (relative to the working directory, as
     Snakemake reads it; only its schema is read here, the rows when the report is made). Raises
-    ConfigError naming the key and the path when the file does not exist, is not Parquet, or
-    lacks a column (named, with the expected ones), so a wrong file stops the plan instead of
-    the report job (whose failure would remove the report made before)."""
+    ConfigError naming the key and the path when the file does not exist, is not Parquet, lacks
+    a column (named, with the expected ones) or has no rows, so a wrong file stops the plan
+    instead of the report job (whose failure would remove the report made before)."""
     if value is None:
         return None
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"config: learning_parity={value!r}; give the path of a results file of "
-                          "benchmarks/learning_parity.py, or null")
+        raise ConfigError(f"config: {key}={value!r}; give the path of a results file of {benchmark}, or null")
     if not os.path.isfile(value):
-        raise ConfigError(f"config: learning_parity={value!r} is not a file (relative paths are read from the "
+        raise ConfigError(f"config: {key}={value!r} is not a file (relative paths are read from the "
                           f"working directory {os.getcwd()})")
     import pyarrow.parquet as pq
-
-    from tdmpc2core.io.learning_parity import COLUMNS
 
     try:
         meta = pq.read_metadata(value)
         names = meta.schema.to_arrow_schema().names
     except Exception as e:  # noqa: BLE001 (pyarrow raises several kinds for a file that is not Parquet)
-        raise ConfigError(f"config: learning_parity={value!r} is not a Parquet file ({type(e).__name__}: {e}); give "
-                          "a results file of benchmarks/learning_parity.py") from None
-    missing = [c for c in COLUMNS if c not in names]
+        raise ConfigError(f"config: {key}={value!r} is not a Parquet file ({type(e).__name__}: {e}); give "
+                          f"a results file of {benchmark}") from None
+    missing = [c for c in columns if c not in names]
     if missing:
-        raise ConfigError(f"config: learning_parity={value!r} lacks the column(s) {missing} of a results file of "
-                          f"benchmarks/learning_parity.py (expected {list(COLUMNS)}; it has {names})")
+        raise ConfigError(f"config: {key}={value!r} lacks the column(s) {missing} of a results file of "
+                          f"{benchmark} (expected {list(columns)}; it has {names})")
     if meta.num_rows == 0:
-        raise ConfigError(f"config: learning_parity={value!r} has no rows (no evaluation was recorded)")
+        raise ConfigError(f"config: {key}={value!r} has no rows (no evaluation was recorded)")
     return value
 
 

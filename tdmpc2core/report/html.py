@@ -475,6 +475,7 @@ def _head(ctx: Mapping) -> list[str]:
         + ('<a href="#multitask">Multi-task</a>' if ctx.get("multitask") else "")
         + ('<a href="#official">Released checkpoints</a>' if ctx.get("official") is not None else "")
         + ('<a href="#learning-parity">Beside the official code</a>' if ctx.get("learning_parity") else "")
+        + ('<a href="#reproduction">Reproduced</a>' if ctx.get("reproduction") else "")
         + '<a href="#runtime">Runtime</a>'
         '<a href="#provenance">Provenance</a><a href="#config">Configuration</a></nav>',
     ]
@@ -665,6 +666,77 @@ def _learning_parity(ctx: Mapping) -> list[str]:
     return ['<h2 id="learning-parity">Learning beside the official code</h2>', learning_parity_section(lp)]
 
 
+def reproduction_section(rp: Mapping) -> str:
+    """The "The paper's numbers, reproduced" section's body from
+    :func:`tdmpc2core.report.reproduction.report_context`: what ran and the rule stated in
+    advance, "N of M tasks inside" at 100,000 simulator steps, what a partial run lacks, the
+    per-task verdicts, the per-point table (ours: mean and each seed; published: mean [min, max];
+    the widened band; the verdict), the commits, devices and precision of the rows, the calls'
+    wall time, and one figure per task."""
+    meta = rp.get("meta") or {}
+    margin = rp.get("margin")
+    out = [f"<p>Our agent, trained by the pipeline's own <code>tdmpc2 train-single</code> stage on dm_control "
+           f"(the paper's simulator) with the paper's settings (<code>{esc(meta.get('configfile') or 'the configuration')}"
+           f"</code>; <code>benchmarks/reproduction.py</code>; results file <code>{esc(rp.get('path'))}</code>), against "
+           f"the published TD-MPC2 seeds (the official repository's per-seed curves) at every published point its runs "
+           f"reach. The rule, stated in advance in docs/fidelity.md: at each published point, our mean over seeds is "
+           f"<i>inside</i> when it lies in the published seeds' [min, max] widened by {num(margin, 0)} return points "
+           f"on each side, else <i>outside</i>; a point the run should reach without an evaluation of ours is "
+           f"<i>missing</i>. A task is inside when all its points are. Steps are simulator steps (agent steps × 2).</p>"]
+    if meta.get("reduced"):
+        out.append('<p class="banner demo"><b>A reduced run</b> (<code>reproduction.py run --reduced</code>: a tiny '
+                   'agent, a few hundred agent steps, two seeds, on the CPU): it checks that the harness runs and '
+                   'says nothing about the paper\'s numbers.</p>')
+    head = rp.get("headline") or {}
+    out.append(f'<p class="summary"><b>{esc(head.get("text", ""))}.</b></p>')
+    partial = rp.get("partial") or []
+    if partial:
+        out.append('<p class="banner demo"><b>A partial run</b>: ' + esc(" ".join(partial)) + "</p>")
+    tasks = rp.get("tasks")
+    if tasks is not None and not tasks.empty:
+        items = []
+        for r in tasks.itertuples(index=False):
+            why = ""
+            if r.outside:
+                why = " (outside at " + ", ".join(f"{s:,}" for s in r.outside) + " simulator steps)"
+            elif r.missing:
+                why = " (no evaluation yet at " + ", ".join(f"{s:,}" for s in r.missing) + ")"
+            items.append(f"<li>{esc(r.task)}: <b>{esc(r.verdict)}</b>{esc(why)}</li>")
+        out.append("<ul>" + "".join(items) + "</ul>")
+    points = rp.get("points")
+    if points is not None and not points.empty:
+        rows, cells = [], []
+        for r in points.itertuples(index=False):
+            ours = "" if r.verdict == "missing" else (
+                f"{num(r.mean)} (" + ", ".join(f"{s}: {num(v)}" for s, v in zip(r.seeds, r.seed_returns)) + ")")
+            rows.append([esc(r.task), num(r.env_steps, 0), ours,
+                         f"{num(r.pub_mean)} [{num(r.pub_min)}, {num(r.pub_max)}] ({r.pub_n})",
+                         f"[{num(r.band_low)}, {num(r.band_high)}]", f"<b>{esc(r.verdict)}</b>"])
+            cells.append([""] * 5 + [r.verdict if r.verdict in ("inside", "outside") else ""])
+        out.append(html_table(["Task", "Simulator steps", "Ours: mean over seeds (seed: return)",
+                               "Published: mean [min, max] (seeds)", f"Band (±{num(margin, 0)})", "Verdict"],
+                              rows, cell_classes=cells))
+    words = [f"commit {', '.join(rp.get('commits') or [])}", f"device {', '.join(rp.get('devices') or [])}",
+             f"matmul precision {', '.join(rp.get('precisions') or [])}",
+             f"model size {', '.join(str(m) for m in rp.get('model_sizes') or [])}"]
+    calls = rp.get("calls") or {}
+    if calls:
+        words.append("wall time of the calls: " + "; ".join(
+            f"{t} {v['calls']} call(s), {num(v['wall_s'] / 60, 1)} min" for t, v in sorted(calls.items())))
+    out.append('<p class="muted">Rows of ' + esc("; ".join(words)) + ".</p>")
+    for task, kind, data in rp.get("figures") or []:
+        out.append(f'<div class="fig">{embed_image(data, kind, f"{task}: our seeds over the published seeds")}</div>')
+    return "\n".join(out)
+
+
+def _reproduction(ctx: Mapping) -> list[str]:
+    """The "The paper's numbers, reproduced" section (when ``ctx['reproduction']`` is given)."""
+    rp = ctx.get("reproduction")
+    if not rp:
+        return []
+    return ['<h2 id="reproduction">The paper\'s numbers, reproduced</h2>', reproduction_section(rp)]
+
+
 def _runtime(ctx: Mapping) -> list[str]:
     """Every attempt of each training job, and Snakemake's benchmark files."""
     parts = []
@@ -737,6 +809,9 @@ def _provenance(ctx: Mapping) -> list[str]:
     lp = ctx.get("learning_parity")
     if lp:  # a report input only (config key learning_parity): not in the resolved file the other stages read
         parts.append(f"<p>learning_parity: <code>{esc(lp.get('path'))}</code> (the report's input only).</p>")
+    rp = ctx.get("reproduction")
+    if rp:  # likewise (config key reproduction)
+        parts.append(f"<p>reproduction: <code>{esc(rp.get('path'))}</code> (the report's input only).</p>")
     parts.append("</body></html>")
     return parts
 
@@ -762,14 +837,16 @@ def render_report(ctx: Mapping) -> str:
     (optional DataFrame of :func:`tdmpc2core.report.official.official_table`: the "Released
     checkpoints, our planner" section), ``learning_parity`` (optional dict of
     :func:`tdmpc2core.report.learning_parity.report_context`: the "Learning beside the official
-    code" section), and ``extensions`` (optional DataFrame of
+    code" section), ``reproduction`` (optional dict of
+    :func:`tdmpc2core.report.reproduction.report_context`: the "The paper's numbers, reproduced"
+    section), and ``extensions`` (optional DataFrame of
     :func:`tdmpc2core.report.analysis.extension_table`: the "Extension metrics" section, shown
     when not empty), and ``videos`` (optional list of (task, caption, MP4 bytes or None, why
     none) of :func:`videos_section`: the "Evaluation videos" section, after the figures).
     """
     parts = []
     for section in (_head, _results, _figures, _videos, _datasets, _multitask, _official, _learning_parity,
-                    _extensions, _runtime, _provenance):
+                    _reproduction, _extensions, _runtime, _provenance):
         parts += section(ctx)
     return "\n".join(parts) + "\n"
 
@@ -777,4 +854,4 @@ def render_report(ctx: Mapping) -> str:
 __all__ = ["render_report", "dataset_stats", "multitask_section", "html_table", "embed_image", "esc", "num", "CSS",
            "final_section", "episode_length_section", "runtime_section", "fmt_value", "matmul_precision_words",
            "single_task_section", "aggregate_section", "extensions_section", "embed_video", "videos_section",
-           "learning_parity_section"]
+           "learning_parity_section", "reproduction_section"]

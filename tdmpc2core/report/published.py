@@ -29,7 +29,14 @@ collides with the state curve of the task), ``dmc_task``, ``env_steps``, ``agent
 (env_steps / 2), ``mean_return``, ``sd_return``, ``n_seeds``. Their domain is
 ``DMControl pixels``, aggregated apart from the state curves.
 
-The report reads all three through :func:`score_curve`: one method's curve of one task in the
+The spread of the published TD-MPC2 seeds of the DMControl state curves at their first points
+(0, 100,000 and 200,000 simulator steps): ``tdmpc2core/resources/published_dmc_seed_range.csv``,
+derived by ``tools/derive_published_seed_range.py`` from the same ``results/`` folder
+(``tdmpc2/``): columns ``method`` (``tdmpc2``), ``task``, ``env_steps``, ``agent_steps``,
+``n_seeds``, ``mean_return``, ``min_return`` and ``max_return`` (over the published seeds);
+read by :func:`seed_range` for the reproduction of issue 45 (tdmpc2core/report/reproduction.py).
+
+The report reads all three curve tables through :func:`score_curve`: one method's curve of one task in the
 report's score unit, the return for DMControl and the success rate in percent (0-100) for a
 success task (:func:`score_kind`).
 
@@ -56,6 +63,7 @@ DMC_TO_PLAYGROUND: dict[str, str] = {v: k for k, v in PLAYGROUND_TO_DMC.items()}
 
 _COLUMNS = ("method", "task", "env_steps", "agent_steps", "mean_return", "sd_return", "n_seeds")
 _PIXEL_COLUMNS = ("method", "task", "dmc_task", "env_steps", "agent_steps", "mean_return", "sd_return", "n_seeds")
+_RANGE_COLUMNS = ("method", "task", "env_steps", "agent_steps", "n_seeds", "mean_return", "min_return", "max_return")
 _SUCCESS_COLUMNS = ("method", "task", "domain", "env_steps", "agent_steps", "mean_success", "sd_success", "n_seeds")
 
 #: the domains of the published curves, in the order the report shows them, and what their
@@ -102,6 +110,29 @@ def _load_success():
 @functools.lru_cache(maxsize=1)
 def _load_pixels():
     return _read_resource("published_pixel_curves.csv", _PIXEL_COLUMNS)
+
+
+@functools.lru_cache(maxsize=1)
+def _load_range():
+    return _read_resource("published_dmc_seed_range.csv", _RANGE_COLUMNS)
+
+
+def seed_range(task: Optional[str] = None):
+    """The published TD-MPC2 seeds' mean, lowest and highest return per DMControl state task and
+    published point up to 200,000 simulator steps (a copy; columns ``task``, ``env_steps``,
+    ``agent_steps``, ``n_seeds``, ``mean_return``, ``min_return``, ``max_return``; returns on
+    DMControl's 0-1000 scale, steps as in :func:`load_published`), optionally of one task.
+
+    Raises:
+      KeyError: a task without a published DMControl state curve (naming the accepted ones).
+    """
+    df = _load_range()
+    if task is not None:
+        if task not in set(df["task"]):
+            raise KeyError(f"no published seed range for task {task!r}; accepted: {sorted(set(df['task']))}")
+        df = df[df["task"] == task]
+    cols = ["task", "env_steps", "agent_steps", "n_seeds", "mean_return", "min_return", "max_return"]
+    return df[cols].sort_values(["task", "env_steps"]).reset_index(drop=True)
 
 
 def pixel_tasks() -> list[str]:
@@ -242,5 +273,5 @@ __all__ = [
     "METHODS", "METHOD_LABELS", "PUBLISHED_ACTION_REPEAT", "PLAYGROUND_TO_DMC", "DMC_TO_PLAYGROUND",
     "dmc_name", "load_published", "published_tasks", "curve", "final_point", "DOMAINS", "DOMAIN_LABELS",
     "DOMAIN_SCORES", "DOMAIN_ACTION_REPEAT", "domain_of", "score_kind", "published_action_repeat", "load_success",
-    "score_curve", "dmc_tasks", "pixel_tasks", "PIXEL_SUFFIX",
+    "score_curve", "dmc_tasks", "pixel_tasks", "PIXEL_SUFFIX", "seed_range",
 ]

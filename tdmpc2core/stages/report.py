@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--learning-parity", nargs="?", default=None, const=None,  # no value: no section
                         help="results of benchmarks/learning_parity.py (Parquet; the \"Learning beside the official "
                              "code\" section; optional)")
+    parser.add_argument("--reproduction", nargs="?", default=None, const=None,  # no value: no section
+                        help="results of benchmarks/reproduction.py (Parquet; the \"The paper's numbers, reproduced\" "
+                             "section; optional)")
     parser.add_argument("--repo", default=".", help="git work tree whose commit is reported")
     parser.add_argument("--no-jax", action="store_true", help="do not import JAX for the report machine's platform")
     parser.add_argument("--out", default="results/report.html", help="the HTML file to write")
@@ -272,6 +275,17 @@ def _learning_parity(args):
     return LP.report_context(path)
 
 
+def _reproduction(args):
+    """The reproduction section's data (tdmpc2core.report.reproduction), None without
+    ``--reproduction``."""
+    path = getattr(args, "reproduction", None)
+    if not path:
+        return None
+    from ..report import reproduction as RP
+
+    return RP.report_context(path)
+
+
 def run(args) -> int:
     import pandas as pd
 
@@ -365,7 +379,7 @@ def run(args) -> int:
         "simulator": _simulator_text(tasks, suite_of, report_facts(), PV),
         "datasets": datasets, "datasets_figure": datasets_figure,
         "multitask": multitask,
-        "official": official, "learning_parity": _learning_parity(args),
+        "official": official, "learning_parity": _learning_parity(args), "reproduction": _reproduction(args),
         "extensions": A.extension_table(ext_files),
         "videos": _videos(cfg, args.runs) + _multi_videos(args.multi_runs or ()),
     }

@@ -31,6 +31,8 @@ rule report:
         official=[rules.official_table.output.table] if OFFICIAL_CKPTS else [],
         # the committed learning-parity results (config `learning_parity`; docs/fidelity.md)
         learning_parity=[P.learning_parity] if P.learning_parity else [],
+        # the reproduction's results and the JSON beside them (config `reproduction`; docs/fidelity.md)
+        reproduction=P.reproduction_inputs(),
     output:
         report(
             "results/report.html",
@@ -58,8 +60,14 @@ rule report:
             if input.learning_parity
             else ""
         ),
+        # "--reproduction FILE " with the config key, else nothing (the command as without it)
+        reproduction=lambda wc, input: (
+            f"--reproduction {shlex.quote(input.reproduction[0])} "
+            if input.reproduction
+            else ""
+        ),
     shell:
         "JAX_PLATFORMS=cpu {resources.tdmpc2} report --config {input.config:q} --runs {params.runs:q} --tables {params.tables:q} "
         "--figures {params.figures:q} --benchmarks {params.benchmarks:q} --datasets {input.datasets:q} "
-        "--multi-runs {input.multitask_runs:q} --official-tables {input.official:q} {params.learning_parity}"
+        "--multi-runs {input.multitask_runs:q} --official-tables {input.official:q} {params.learning_parity}{params.reproduction}"
         "--out {output:q} > {log:q} 2>&1"
