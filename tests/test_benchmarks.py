@@ -174,3 +174,31 @@ def test_accelerator_cache_round_trip_splits_and_joins_parts(tmp_path, monkeypat
     import time
     time.sleep(3.5)
     assert not marker.exists()
+
+
+def test_precision_parity_compares_each_candidate_with_highest_per_task(tmp_path):
+    """benchmarks/precision_parity.py's analysis on hand-made rows: a candidate whose seeds
+    score within a few points of highest's is equivalent within +-100; one 300 below is
+    different; a task without the reference is refused."""
+    import pandas as pd
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import precision_parity as pp
+
+    rows = []
+    for prec, shift in (("highest", 0.0), ("default", 3.0), ("high", -300.0)):
+        for seed in range(5):
+            for step, base in ((10_000, 500.0), (20_000, 700.0)):
+                rows.append(dict(precision=prec, task="CheetahRun", seed=seed, agent_step=step, env_frames=2 * step,
+                                 episode_return=base + 10.0 * seed + shift + (seed % 2), eval_episodes=10,
+                                 model_size=5, device="cpu", jax="x"))
+    df = pd.DataFrame(rows)
+    res = {r["precision"]: r for r in pp.compare(df)}
+    assert set(res) == {"default", "high"}
+    assert res["default"]["verdict"] == "equivalent" and abs(res["default"]["diff"] - 3.0) < 1e-9
+    assert res["high"]["verdict"] == "different" and res["high"]["steps"] == (10_000, 20_000)
+    path = tmp_path / "pp.parquet"
+    df.to_parquet(path)
+    assert pp.main(["analyze", "--results", str(path), "--summary", str(tmp_path / "pp.md")]) == 0
+    assert "| CheetahRun | default | 10000, 20000 | 5, 5 | +3.0" in (tmp_path / "pp.md").read_text()
+    with pytest.raises(ValueError, match="no rows at the reference precision 'highest'"):
+        pp.compare(df[df["precision"] != "highest"])
