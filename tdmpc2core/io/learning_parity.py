@@ -14,6 +14,8 @@ import os
 import numpy as np
 import pandas as pd
 
+from .results_file import read_checked_parquet
+
 #: The Parquet file's columns (in order) and their dtype kinds; ``eval_episodes`` is optional.
 COLUMNS = {"implementation": "O", "task": "O", "seed": "i", "agent_step": "i", "env_frames": "i",
            "episode_return": "f"}
@@ -58,12 +60,4 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
 
     Raises: FileNotFoundError (the path), ValueError (a folder, a file that is not Parquet, bad
     columns: named)."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"learning-parity results {path!s} do not exist")
-    if not os.path.isfile(path):
-        raise ValueError(f"learning-parity results {path!s}: a folder, not the Parquet file")
-    try:
-        df = pd.read_parquet(path)
-    except Exception as e:  # noqa: BLE001 (pyarrow's errors of a file that is not Parquet do not name it)
-        raise ValueError(f"learning-parity results {path!s}: not a Parquet file ({type(e).__name__}: {e})") from None
-    return check_frame(df, str(path))
+    return read_checked_parquet(path, "learning-parity results", check_frame)

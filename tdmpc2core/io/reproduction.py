@@ -29,6 +29,8 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from .results_file import read_checked_parquet
+
 #: The Parquet file's columns (in order) and their dtype kinds.
 COLUMNS = {"task": "O", "seed": "i", "env_steps": "i", "agent_steps": "i", "eval_return": "f", "eval_episodes": "i",
            "model_size": "i", "precision": "O", "device": "O", "commit": "O"}
@@ -93,15 +95,7 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
 
     Raises: FileNotFoundError (the path), ValueError (a folder, a file that is not Parquet, bad
     columns or rows: named)."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"reproduction results {path!s} do not exist")
-    if not os.path.isfile(path):
-        raise ValueError(f"reproduction results {path!s}: a folder, not the Parquet file")
-    try:
-        df = pd.read_parquet(path)
-    except Exception as e:  # noqa: BLE001 (pyarrow's errors of a file that is not Parquet do not name it)
-        raise ValueError(f"reproduction results {path!s}: not a Parquet file ({type(e).__name__}: {e})") from None
-    return check_frame(df, str(path))
+    return read_checked_parquet(path, "reproduction results", check_frame)
 
 
 def read_meta(path: str | os.PathLike) -> dict:
