@@ -6,8 +6,7 @@ the paper's mt30/mt80 models; ``docs/deviations.md`` lists every departure. Impo
 package is cheap: environment suites are imported when an environment is made.
 """
 from .model.config import MODEL_SIZES, TDMPC2Config
-
-__version__ = "0.1.0"
+from .version import __version__
 
 
 def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules

@@ -27,7 +27,10 @@ import yaml
 from tdmpc2core import envs as library_envs
 from tdmpc2core.io import official_data as library_official
 from tdmpc2core.model import config as library_config
+from tdmpc2core.pipeline.checks import (AGENT_KEYS, ConfigError, check_expected as _check_expected,  # noqa: F401
+                                        check_extensions, unknown_agent_keys as _unknown_agent_keys)
 from tdmpc2core.pipeline.cluster import Cluster, cluster_from_config
+from tdmpc2core.pipeline.multitask import Multitask, check_multitask  # noqa: F401 (Multitask: the type of Pipeline.multitask)
 
 __all__ = ["ConfigError", "Pipeline", "resolve", "seed_tag", "train_rule_name", "parent", "task_dataset", "pool_dataset", "RUNS", "FIGURES", "TABLES", "RESOLVED",
            "BENCHMARKS", "DATASETS", "MULTI", "OFFICIAL", "RUN_FILES", "EPISODES_FILE", "VIDEO_FILE", "MULTI_FILES", "OFFICIAL_FILES",
@@ -59,30 +62,11 @@ MERGED_KEYS = ("agent", "resources", "env_params")
 LOGGER_KINDS = ("csv", "tensorboard", "wandb")
 LOGGER_KEYS = ("kind", "dir", "project", "entity", "mode")
 WANDB_MODES = ("offline", "online", "disabled")
-AGENT_KEYS = sorted(f.name for f in dataclasses.fields(library_config.TDMPC2Config))
-
-
-class ConfigError(ValueError):
-    """A configuration the workflow refuses; the message is one line naming the key."""
 
 
 def seed_tag(group) -> str:
     """seeds_0_1_2: the name of a seed group in rule names, logs and benchmarks."""
     return "seeds_" + "_".join(str(s) for s in group)
-
-
-@dataclasses.dataclass(frozen=True)
-class Multitask:
-    """protocols.<protocol>.multitask resolved (docs/pipeline.md, "Multi-task"): the pools
-    trained, the model sizes, the seeds (default: the top-level seeds), the training jobs'
-    resources (gpu, runtime in minutes, mem_mb, threads) and updates between checkpoints."""
-
-    block: dict
-    pools: list
-    sizes: list
-    seeds: list
-    resources: dict
-    checkpoint_every: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,23 +341,6 @@ def _merge_task(proto: str, name: str, defaults: dict, task: dict) -> dict:
     return out
 
 
-def _unknown_agent_keys(where: str, agent: dict, accepted: list, defaults_where: tuple = ("", None)) -> None:
-    """One line for the first agent key the library does not accept, with the closest one.
-    ``defaults_where``: (where, agent block) of the protocol's defaults, named when it sets the key."""
-    unknown = [k for k in agent if k not in accepted]
-    if not unknown:
-        return
-    key = unknown[0]
-    if defaults_where[1] is not None and key in defaults_where[1]:
-        where = defaults_where[0]
-    close = difflib.get_close_matches(key, accepted, n=1)
-    raise ConfigError(
-        f"config: unknown agent setting {key!r} in {where}"
-        + (f"; did you mean {close[0]!r}?" if close else f"; accepted: {', '.join(accepted)}")
-        + (f" (and {len(unknown) - 1} more unknown agent setting(s): {unknown[1:]})" if len(unknown) > 1 else ""))
-
-
-
 def _check_env_params(proto: str, protocol: dict, name: str, t: dict) -> dict:
     """The task's environment settings (``env_params``, merged over the defaults' key by key),
     checked by the env's suite as the training job's ``make_env`` checks them
@@ -393,19 +360,6 @@ def _check_env_params(proto: str, protocol: dict, name: str, t: dict) -> dict:
     else:
         t.pop("env_params", None)
     return params
-
-
-def check_extensions(where: str, names) -> None:
-    """Refuse (one-line :class:`ConfigError`) an ``extensions`` setting that is not a list of
-    registered extension names (:data:`tdmpc2core.extensions.REGISTRY`), naming the key."""
-    if names is None:
-        return
-    from ..extensions import make_extensions
-
-    try:
-        make_extensions(names)
-    except ValueError as e:
-        raise ConfigError(f"config: {where}: {e}") from None
 
 
 def _check_task(proto: str, protocol: dict, name: str, t: dict):
@@ -495,14 +449,6 @@ def _check_observations(where: str, t: dict) -> None:
         raise ConfigError(
             f"config: {where}.published: {pub!r} is a curve from pixels, but the task learns from states "
             f"(agent.obs: {obs}); set agent.obs: rgb, or compare with {pub[:-len(PIXEL_SUFFIX)]!r}")
-
-
-def _check_expected(where: str, exp) -> None:
-    """An expected range that can be met: mean_min <= mean_max."""
-    if exp and exp.get("mean_min") is not None and exp.get("mean_max") is not None \
-            and exp["mean_min"] > exp["mean_max"]:
-        raise ConfigError(f"config: {where}: mean_min {exp['mean_min']} > mean_max {exp['mean_max']}: "
-                          "no final return could pass")
 
 
 def _check_pools(proto: str, protocol: dict, tasks: dict, allow_evicted: bool) -> dict:
@@ -624,8 +570,6 @@ def resolve(config: dict) -> Pipeline:
     checkpoints. Pure: reads the official pools' folders and the checkpoint files only to
     see that they exist.
     """
-    from tdmpc2core.pipeline.multitask import check_multitask  # it uses this module's checks
-
     name = config["protocol"]
     if name not in config["protocols"]:
         raise ConfigError(

@@ -566,7 +566,7 @@ def save_checkpoint(program: RunProgram, directory, state, history: Optional[dic
     :class:`~tdmpc2core.io.checkpoint.CheckpointInfo`."""
     import jax
 
-    from .. import __version__
+    from ..version import __version__
 
     tick = program.state_tick(state)
     step = tick * program.steps_per_tick
