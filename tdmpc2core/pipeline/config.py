@@ -16,7 +16,6 @@ import copy
 import dataclasses
 import difflib
 import glob
-import json
 import os
 import re
 import shlex
@@ -26,6 +25,7 @@ import yaml
 
 from tdmpc2core import envs as library_envs
 from tdmpc2core.io import official_data as library_official
+from tdmpc2core.io.spec import MultiSpec, TaskSpec
 from tdmpc2core.model import config as library_config
 from tdmpc2core.pipeline.checks import (AGENT_KEYS, ConfigError, check_expected as _check_expected,  # noqa: F401
                                         check_extensions, unknown_agent_keys as _unknown_agent_keys)
@@ -52,9 +52,9 @@ VIDEO_FILE = "video.mp4"  # the evaluation video of a training job's first seed 
 MULTI_FILES = ["eval.parquet", "metrics.parquet", "run.json"]  # run.json last: a complete run
 OFFICIAL_FILES = ["eval.parquet", "run.json"]  # run.json last: a complete evaluation
 # the keys of one task that the training stage receives (docs/artifacts.md, "Task settings"),
-# and the optional ones it also accepts (passed only when set)
-SPEC_KEYS = ["env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes", "agent"]
-OPTIONAL_SPEC_KEYS = ["n_envs", "backend", "allow_evicted", "env_params", "extensions"]
+# and the optional ones it also accepts (passed only when set): the fields of the contract
+SPEC_KEYS = TaskSpec.always_keys()
+OPTIONAL_SPEC_KEYS = TaskSpec.optional_keys()
 # the settings that merge key by key over the protocol's defaults (the others: the task's value wins)
 MERGED_KEYS = ("agent", "resources", "env_params")
 # the logger kinds a training job can build (tdmpc2core.run.loggers' built-in kinds; the
@@ -144,28 +144,31 @@ class Pipeline:
 
     # ---- what the stages receive ----------------------------------------------------
     def task_spec(self, task: str) -> str:
-        """The merged settings of one task, as the JSON the training stage receives."""
-        t = self.tasks[task]
-        spec = {k: t[k] for k in SPEC_KEYS}
-        # an empty list of extensions is no setting: the spec (and the run id) of a task without
-        spec.update({k: t[k] for k in OPTIONAL_SPEC_KEYS if t.get(k) is not None and t.get(k) != []})
-        return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+        """The merged settings of one task, as the JSON the training stage receives: the
+        :class:`~tdmpc2core.io.spec.TaskSpec` of the task (an empty list of extensions is no
+        setting: the spec, and the run id, of a task without)."""
+        return self.task_contract(task).to_json()
+
+    def task_contract(self, task: str) -> TaskSpec:
+        """The typed settings of one task's training jobs (:class:`~tdmpc2core.io.spec.TaskSpec`)."""
+        return TaskSpec.of_task(self.tasks[task])
 
     def multi_spec(self, pool: str) -> str:
-        """The multi-task settings one train-multi job receives (docs/artifacts.md): the pool's
-        own tasks' return ranges only."""
+        """The multi-task settings one train-multi job receives (docs/artifacts.md), as JSON: the
+        :class:`~tdmpc2core.io.spec.MultiSpec` of :meth:`multi_contract`."""
+        return self.multi_contract(pool).to_json()
+
+    def multi_contract(self, pool: str, size: int | None = None) -> MultiSpec:
+        """The typed settings of the pool's train-multi jobs (of model size ``size``: not in the
+        JSON, the job's folder and ``--model-size`` carry it): the pool's own tasks' return
+        ranges only, the evaluated tasks of an official pool."""
         m = self.multitask.block
-        keys = ("updates", "batch_size", "eval_every", "eval_episodes", "log_every", "backend", "device_budget_bytes",
-                "extensions")
-        spec = {k: m[k] for k in keys if m.get(k) is not None and m.get(k) != []}
-        spec["agent"] = dict(m.get("agent") or {})
-        if pool in self.official_pools:
-            spec["eval_tasks"] = self.official_pool_tasks[pool]
         members = self.pools.get(pool) or self.official_pool_tasks[pool]
-        ranges = {t: list(r) for t, r in (m.get("return_ranges") or {}).items() if t in members}
-        if ranges:
-            spec["return_ranges"] = ranges
-        return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+        return MultiSpec(**{k: m.get(k) for k in MultiSpec.optional_keys() if k not in ("return_ranges", "eval_tasks")},
+                         agent=dict(m.get("agent") or {}),
+                         eval_tasks=self.official_pool_tasks[pool] if pool in self.official_pools else None,
+                         return_ranges={t: list(r) for t, r in (m.get("return_ranges") or {}).items() if t in members},
+                         model_size=size)
 
     def official_args(self, name: str) -> str:
         """The evaluate-official options of one released checkpoint (shell-quoted)."""
