@@ -17,7 +17,7 @@ def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
         from .run import driver
         return getattr(driver, name)
     if name == "LoggingConfig":
-        from .run.loggers import LoggingConfig
+        from .io.loggers import LoggingConfig
         return LoggingConfig
     if name in ("evaluate_official", "load_official_checkpoint"):
         from .agents import official_eval

@@ -392,7 +392,7 @@ class TDMPC2MultiTask:
             its alias (the reference API's name).
           log_every: updates between training-metric records (default: eval_every; None and
             no eval_every: one record at the end of the call).
-          logging_config: a :class:`~tdmpc2core.run.loggers.LoggingConfig` (the reference
+          logging_config: a :class:`~tdmpc2core.io.loggers.LoggingConfig` (the reference
             API's): training-metric records every ``log_frequency`` updates and, with eval envs,
             an evaluation at each (``eval_every``/``log_every`` may be left out); its loggers
             built, given every record and closed at the end of the call. Unlike the reference,

@@ -460,7 +460,7 @@ class TDMPC2:
             None: the end of this call. Give it to every call of a run split into calls.
           eval_every: agent steps between evaluations (also at step 0 and at the run's end); None: none.
           eval_episodes: episodes per evaluation (default 10); alias ``num_episode_test``.
-          logging_config: a :class:`~tdmpc2core.run.loggers.LoggingConfig`: evaluations every
+          logging_config: a :class:`~tdmpc2core.io.loggers.LoggingConfig`: evaluations every
             ``log_frequency`` agent steps; its loggers built, given every record, closed.
           callback: called on the host after every chunk of the schedule
             (:func:`tdmpc2core.run.driver.schedule`)
@@ -495,7 +495,7 @@ class TDMPC2:
             call, ``total_agent_steps``, ``ticks``, ``seconds``, ``agent_steps_per_s``,
             ``last_eval_return`` ([n_seeds] mean return of the latest evaluation, restored
             ones included; None before the first).
-          loggers: :class:`~tdmpc2core.run.loggers.Logger` objects (e.g.
+          loggers: :class:`~tdmpc2core.io.loggers.Logger` objects (e.g.
             ``make_logger("csv", path=...)``): ``log(agent_steps, {"Train/<name>": ...,
             "Train/env_frames": ...})`` after every chunk and ``log(agent_steps, {"Eval/episodic
             mean reward": ..., "Eval/env_frames": ...})`` after every evaluation (seed means).

@@ -25,6 +25,7 @@ import yaml
 
 from tdmpc2core import envs as library_envs
 from tdmpc2core.io import official_data as library_official
+from tdmpc2core.io.loggers import logger_kinds
 from tdmpc2core.io.spec import MultiSpec, TaskSpec
 from tdmpc2core.model import config as library_config
 from tdmpc2core.pipeline.checks import (AGENT_KEYS, ConfigError, check_expected as _check_expected,  # noqa: F401
@@ -57,9 +58,6 @@ SPEC_KEYS = TaskSpec.always_keys()
 OPTIONAL_SPEC_KEYS = TaskSpec.optional_keys()
 # the settings that merge key by key over the protocol's defaults (the others: the task's value wins)
 MERGED_KEYS = ("agent", "resources", "env_params")
-# the logger kinds a training job can build (tdmpc2core.run.loggers' built-in kinds; the
-# pipeline imports no JAX-side layer, so they are named here and a test compares the two)
-LOGGER_KINDS = ("csv", "tensorboard", "wandb")
 LOGGER_KEYS = ("kind", "dir", "project", "entity", "mode")
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -537,7 +535,8 @@ def _check_official_checkpoints(block: dict | None) -> Official:
 def check_logger(block) -> dict | None:
     """The top-level ``logger`` block with its defaults (dir ``logs/metrics``, project
     ``tdmpc2``), or None when absent. Raises :class:`ConfigError` (one line naming the key and
-    what is accepted) for an unknown kind, key or W&B mode."""
+    what is accepted) for an unknown key or W&B mode, or a kind the logger registry does not
+    hold (:func:`tdmpc2core.io.loggers.logger_kinds`: the schema leaves the kinds to it)."""
     if block is None:
         return None
     if not isinstance(block, dict):
@@ -548,9 +547,11 @@ def check_logger(block) -> dict | None:
         close = difflib.get_close_matches(str(unknown[0]), LOGGER_KEYS, n=1)
         raise ConfigError(f"config: unknown key {unknown[0]!r} in logger"
                           + (f"; did you mean {close[0]!r}?" if close else f"; accepted: {', '.join(LOGGER_KEYS)}"))
-    if block.get("kind") not in LOGGER_KINDS:
-        raise ConfigError(f"config: logger.kind: {block.get('kind')!r} is not accepted; accepted: "
-                          f"{', '.join(LOGGER_KINDS)}")
+    kinds = logger_kinds()
+    if block.get("kind") not in kinds:
+        close = difflib.get_close_matches(str(block.get("kind")), kinds, n=1)
+        raise ConfigError(f"config: logger.kind: {block.get('kind')!r} is not accepted"
+                          + (f" (did you mean {close[0]!r}?)" if close else "") + f"; accepted: {', '.join(kinds)}")
     if block.get("mode") is not None and block["mode"] not in WANDB_MODES:
         raise ConfigError(f"config: logger.mode: {block['mode']!r} is not accepted; accepted: {', '.join(WANDB_MODES)}")
     return {"dir": "logs/metrics", "project": "tdmpc2", **block}

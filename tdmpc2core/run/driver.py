@@ -89,8 +89,8 @@ class RunOptions:
       should_stop: polled after every call; True stops the run (checkpoint, then
         :class:`TrainingInterrupted`).
       progress: called after every call of the compiled program (:func:`train`).
-      loggers: :class:`~tdmpc2core.run.loggers.Logger` objects given every chunk record and
-        every evaluation (:mod:`tdmpc2core.run.loggers`); the caller closes them.
+      loggers: :class:`~tdmpc2core.io.loggers.Logger` objects given every chunk record and
+        every evaluation (:mod:`tdmpc2core.io.loggers`); the caller closes them.
       progress_bar: a tqdm progress bar on stderr (steps of this call, the rate, the last
         evaluation's mean); None (default): only when stderr is a terminal. The pipeline's
         jobs pass False (their logs keep their own progress lines).
@@ -119,7 +119,7 @@ class RunOptions:
                                                  and callable(getattr(lg, "close", None)))]
         if bad:
             raise TypeError(f"loggers: {type(bad[0]).__name__} has no log(step, metrics) and close() "
-                            "(tdmpc2core.run.loggers.Logger)")
+                            "(tdmpc2core.io.loggers.Logger)")
         if self.checkpoint_every is not None and int(self.checkpoint_every) < 1:
             raise ValueError(f"checkpoint_every={self.checkpoint_every!r} must be >= 1 (or None)")
         if self.max_chunk_seconds is not None and not self.max_chunk_seconds > 0:
@@ -187,7 +187,7 @@ def reference_aliases(owner: str, state, initial_state, eval_episodes, num_episo
 
 
 def _check_logging_config(logging_config) -> None:
-    from .loggers import LoggingConfig
+    from ..io.loggers import LoggingConfig
 
     if not isinstance(logging_config, LoggingConfig):
         raise TypeError(f"logging_config must be a tdmpc2core.LoggingConfig, got {type(logging_config).__name__}")
@@ -198,7 +198,7 @@ def log_cadence(owner: str, name: str, value, logging_config) -> Optional[int]:
 
     Raises:
       ValueError: both are given and differ (naming both).
-      TypeError: ``logging_config`` is not a :class:`~tdmpc2core.run.loggers.LoggingConfig`.
+      TypeError: ``logging_config`` is not a :class:`~tdmpc2core.io.loggers.LoggingConfig`.
     """
     if logging_config is None:
         return value
@@ -212,7 +212,7 @@ def log_cadence(owner: str, name: str, value, logging_config) -> Optional[int]:
 @contextlib.contextmanager
 def logging_options(options: RunOptions, logging_config, default_name: str, agent_config: dict):
     """``options`` with the loggers of ``logging_config`` (a
-    :class:`~tdmpc2core.run.loggers.LoggingConfig`, or None) added after the caller's own; the
+    :class:`~tdmpc2core.io.loggers.LoggingConfig`, or None) added after the caller's own; the
     loggers it built are closed on exit (a failing close is a one-line warning)."""
     if logging_config is None:
         yield options
@@ -667,7 +667,7 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
         ``log(step, {"Eval/episodic mean reward": ...})`` after every evaluation, seed means,
         or ``log_seeds(step, {seed: ...})`` with each seed's values where it has that method,
         and ``flush()`` (where it has one) once a step's records are all given,
-        :mod:`tdmpc2core.run.loggers`; ``progress_bar``: a tqdm bar on stderr).
+        :mod:`tdmpc2core.io.loggers`; ``progress_bar``: a tqdm bar on stderr).
         ``progress`` gets a dict after every call of the compiled program: ``phase``,
         ``step``, ``start``/``end`` of this call and ``total`` (steps), ``ticks``, ``steps``
         and ``seconds`` (wall) of the call, ``compile_seconds`` (its share spent compiling:
