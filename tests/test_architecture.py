@@ -299,3 +299,30 @@ def test_the_cycle_check_sees_a_cycle_closed_by_a_lazy_import():
     assert import_cycles(graph) == [["p.a", "p.b", "p.c"]]
     assert import_cycles({**graph, "p.c": set()}) == []
     assert import_cycles({"p": {"p.a"}, "p.a": {"p"}}) == [["p", "p.a"]]
+
+
+def test_every_module_is_in_the_layer_picture():
+    """docs/architecture.md's layer picture names every module of tdmpc2core/ in its package's
+    part (a module added without its place in the picture fails here)."""
+    import re
+
+    text = (PKG.parent / "docs" / "architecture.md").read_text()
+    picture = text.split("## Layers", 1)[1].split("```", 2)[1]
+    parts, current = {}, None
+    for line in picture.splitlines():
+        m = re.match(r"^\s*(?:[│├└─ ]*)?(top|resources|[a-z]+)/\s", line.replace("──", "  "))
+        if m and m.group(1) in {*LAYERS, "top", "resources"}:
+            current = m.group(1)
+        if current is not None:
+            parts[current] = parts.get(current, "") + line + "\n"
+    missing = []
+    for path in modules():
+        rel = path.relative_to(PKG)
+        part = rel.parts[0] if len(rel.parts) > 1 else "top"
+        if path.name == "__init__.py" and part != "top":
+            continue
+        if part == "resources":
+            continue  # named as a package: its reader and tables
+        if not re.search(rf"\b{re.escape(path.name)}", parts.get(part, "")):
+            missing.append(str(rel))
+    assert not missing, f"modules missing from docs/architecture.md's layer picture: {missing}"
