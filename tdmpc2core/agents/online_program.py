@@ -64,10 +64,14 @@ class OnlineProgram(RunProgram):
     def __init__(self, agent):
         self.agent = agent
         self.steps_per_tick = agent.n_envs
-        self.env_frames_per_tick = agent.n_envs * agent.action_repeat
         self.burst_tick = burst_tick(agent.seed_steps, agent.n_envs)  # first tick with agent_steps >= seed_steps
         self._warned_waiting = False
         self._seeds, self._seen_nonfinite = None, None
+
+    @property
+    def env_frames_per_tick(self) -> int:
+        """Env frames a tick simulates: ``n_envs`` agent steps x the action repeat."""
+        return self.agent.n_envs * self.agent.action_repeat
 
     @property
     def identity(self) -> dict:

@@ -174,12 +174,14 @@ def _make_agent(spec: TaskSpec, seeds: list, log, devices=None):
     return agent, n_timesteps
 
 
-def effective_spec(spec: TaskSpec, agent) -> dict:
-    """``spec`` as the run used it (:attr:`~tdmpc2core.io.spec.TaskSpec.record`): ``episode_length``
-    the simulator steps of an episode of the env that was built (T x action repeat), which
-    differs from the spec's for an env that keeps its own time limit (a gymnax Pendulum: 200,
-    whatever the spec said). What ``run.json``, the run id and the episodes' provenance record."""
-    return {**spec.record, "episode_length": int(agent.spec.sim_episode_length)}
+def effective_spec(spec, agent) -> dict:
+    """``spec`` (a :class:`~tdmpc2core.io.spec.TaskSpec`, its :attr:`~tdmpc2core.io.spec.TaskSpec.record`,
+    or a mapping of its keys) as the run used it: ``episode_length`` the simulator steps of an
+    episode of the env that was built (T x action repeat), which differs from the spec's for an
+    env that keeps its own time limit (a gymnax Pendulum: 200, whatever the spec said). What
+    ``run.json``, the run id and the episodes' provenance record."""
+    record = spec.record if isinstance(spec, TaskSpec) else dict(spec)
+    return {**record, "episode_length": int(agent.spec.sim_episode_length)}
 
 
 def _run(args, spec: TaskSpec, seeds: list, outdir: Path, log) -> int:
