@@ -14,7 +14,6 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]

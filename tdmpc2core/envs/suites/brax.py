@@ -9,6 +9,8 @@ and ``n_frames`` (physics steps per simulator step, >= 1). The tables were read 
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 from tdmpc2core.envs.params import canonical, is_int, unknown_key_error
 from tdmpc2core.envs.registry import Suite, SuiteReport
 

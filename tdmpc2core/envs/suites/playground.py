@@ -16,6 +16,8 @@ wrapper (``backend``, ``action_repeat``, ``episode_length``).
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 from tdmpc2core.envs.params import canonical, is_int, is_number, unknown_key_error
 from tdmpc2core.envs.registry import Suite, SuiteReport
 from tdmpc2core.resources import PLAYGROUND_TO_DMC
