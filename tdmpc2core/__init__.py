@@ -6,8 +6,7 @@ the paper's mt30/mt80 models; ``docs/deviations.md`` lists every departure. Impo
 package is cheap: environment suites are imported when an environment is made.
 """
 from .model.config import MODEL_SIZES, TDMPC2Config
-
-__version__ = "0.1.0"
+from .version import __version__
 
 
 def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
@@ -18,7 +17,7 @@ def __getattr__(name):  # lazy: importing the agent pulls in JAX-heavy modules
         from .run import driver
         return getattr(driver, name)
     if name == "LoggingConfig":
-        from .run.loggers import LoggingConfig
+        from .io.loggers import LoggingConfig
         return LoggingConfig
     if name in ("evaluate_official", "load_official_checkpoint"):
         from .agents import official_eval

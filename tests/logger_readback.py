@@ -1,4 +1,4 @@
-"""Reading back what the W&B and TensorBoard loggers wrote (tdmpc2core.run.loggers), with their
+"""Reading back what the W&B and TensorBoard loggers wrote (tdmpc2core.io.loggers), with their
 own readers: W&B's ``wandb leet inspect --json`` (the records of an offline run's ``.wandb``
 file) and ``tbparse`` (TensorBoard's event files); compared with the history ``train``
 returned. Not a test file: tests/test_multitask_extensions.py's logging run calls it."""
@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from tdmpc2core.run import loggers as lg
+from tdmpc2core.io import loggers as lg
 
 
 def loggers(tmp_path) -> dict:

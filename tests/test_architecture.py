@@ -14,19 +14,25 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "tdmpc2core"
-LAYERS = ("model", "envs", "io", "run", "agents", "report", "pipeline", "stages")
-# layer -> the other tdmpc2core layers it may import (itself always allowed)
+# the layers of docs/architecture.md's picture: the packages, and extensions.py (the agents'
+# extension phases, between model/ and the agents)
+LAYERS = ("model", "envs", "io", "run", "extensions", "agents", "report", "pipeline", "stages")
+# layer -> the other tdmpc2core layers it may import (itself always allowed); any layer may read
+# resources/ (the packaged tables) and version.py, which import nothing of the package
 ALLOWED = {
     "model": set(),
     "envs": set(),
     "io": set(),
+    "extensions": {"model"},
     "report": {"io"},  # io imports no other layer: atomic writes from one helper (io/atomic.py)
-    "run": {"io"},
-    # the workflow's logic: configuration checks (model.config, the env ids), official task
-    # sets (io), end-of-run hooks; never JAX or Snakemake at import (checked below)
-    "pipeline": {"model", "envs", "io"},
-    "agents": {"model", "envs", "io", "run"},
+    "run": {"io"},  # the loggers' registry is io's, where the pipeline reads it too
+    # the workflow's logic: configuration checks (model.config, the env ids, the extensions'
+    # names), official task sets and the logger registry (io), end-of-run hooks; never JAX or
+    # Snakemake at import (checked below)
+    "pipeline": {"model", "envs", "io", "extensions"},
+    "agents": {"model", "envs", "io", "run", "extensions"},
 }
+LEAVES = ("resources", "version")
 
 
 def modules():
@@ -35,6 +41,8 @@ def modules():
 
 def layer_of(path: Path) -> str:
     rel = path.relative_to(PKG)
+    if len(rel.parts) == 1 and rel.stem in LAYERS:
+        return rel.stem  # a layer of one module (extensions.py)
     return rel.parts[0] if len(rel.parts) > 1 else "top"
 
 
@@ -76,6 +84,13 @@ def test_layers_import_one_way(layer):
         if wrong:
             bad[str(path.relative_to(PKG))] = sorted(wrong)
     assert not bad, f"the {layer} layer may import only {sorted(ALLOWED[layer])}; found {bad}"
+
+
+def test_resources_and_version_import_nothing_of_the_package():
+    for path in modules():
+        rel = path.relative_to(PKG)
+        if rel.parts[0].removesuffix(".py") in LEAVES:
+            assert not {n for n in imported(path) if n.split(".")[0] == "tdmpc2core"}, rel
 
 
 def test_the_library_never_imports_snakemake():
@@ -210,3 +225,104 @@ def test_the_dispatch_check_sees_a_dispatch():
         assert _suite_dispatch(ast.parse(code)), code
     assert not _suite_dispatch(ast.parse('x == "pendulum"'))
     assert {"gymnax", "brax", "playground", "dmcontrol"} <= SUITE_NAMES
+
+
+# ---- issue 46: no import cycle, lazy imports counted ------------------------------------------
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_edges(name: str, source: str, is_package: bool, known: set) -> set:
+    """The modules of ``known`` that module ``name`` imports, at any depth of its code (an import
+    inside a function counts: it hides a dependency, it does not remove it): ``import a.b`` is
+    a.b; ``from a import b`` is a.b when that is a module, else a (relative imports resolved)."""
+    package = name.split(".") if is_package else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else [])) \
+                if node.level else (node.module or "")
+            for a in node.names:
+                out |= {f"{base}.{a.name}"} if f"{base}.{a.name}" in known else ({base} if base in known else set())
+    return out - {name}
+
+
+def import_cycles(graph: dict) -> list:
+    """The import cycles of ``graph`` (module -> the modules it imports): each strongly connected
+    set of more than one module, sorted (Tarjan's algorithm)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+                on.discard(comp[-1])
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_cycle_in_the_library_lazy_imports_counted():
+    """No module of tdmpc2core/ imports, directly or through others, a module that imports it;
+    imports inside functions count as much as those at the top (docs/architecture.md, "Layers")."""
+    paths = {module_name(p): p for p in modules()}
+    graph = {n: import_edges(n, p.read_text(), p.name == "__init__.py", set(paths)) for n, p in paths.items()}
+    assert not import_cycles(graph), f"import cycles (each: the modules that import one another): " \
+                                     f"{import_cycles(graph)}"
+
+
+def test_the_cycle_check_sees_a_cycle_closed_by_a_lazy_import():
+    """The check above is not blind: a cycle whose last import sits inside a function is found,
+    as is one through a package's __init__; a chain is not a cycle."""
+    known = {"p", "p.a", "p.b", "p.c"}
+    sources = {"p.a": "from p import b\n", "p.b": "def f():\n    from . import c\n", "p.c": "import p.a\n",
+               "p": "from .a import x\n"}
+    graph = {n: import_edges(n, src, n == "p", known) for n, src in sources.items()}
+    assert graph == {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p": {"p.a"}}
+    assert import_cycles(graph) == [["p.a", "p.b", "p.c"]]
+    assert import_cycles({**graph, "p.c": set()}) == []
+    assert import_cycles({"p": {"p.a"}, "p.a": {"p"}}) == [["p", "p.a"]]
+
+
+def test_every_module_is_in_the_layer_picture():
+    """docs/architecture.md's layer picture names every module of tdmpc2core/ in its package's
+    part (a module added without its place in the picture fails here)."""
+    import re
+
+    text = (PKG.parent / "docs" / "architecture.md").read_text()
+    picture = text.split("## Layers", 1)[1].split("```", 2)[1]
+    parts, current = {}, None
+    for line in picture.splitlines():
+        m = re.match(r"^\s*(?:[│├└─ ]*)?(top|resources|[a-z]+)/\s", line.replace("──", "  "))
+        if m and m.group(1) in {*LAYERS, "top", "resources"}:
+            current = m.group(1)
+        if current is not None:
+            parts[current] = parts.get(current, "") + line + "\n"
+    missing = []
+    for path in modules():
+        rel = path.relative_to(PKG)
+        part = rel.parts[0] if len(rel.parts) > 1 else "top"
+        if path.name == "__init__.py" and part != "top":
+            continue
+        if part == "resources":
+            continue  # named as a package: its reader and tables
+        if not re.search(rf"\b{re.escape(path.name)}", parts.get(part, "")):
+            missing.append(str(rel))
+    assert not missing, f"modules missing from docs/architecture.md's layer picture: {missing}"

@@ -327,6 +327,7 @@ def test_episode_lengths_a_suite_would_not_keep_are_refused_naming_the_limit(tmp
     from tdmpc2core import TDMPC2, cli
     from tdmpc2core.envs import time_limit
     from tdmpc2core.envs.metaworld_env import MetaWorldEnv
+    from tdmpc2core.envs.suites.metaworld import SUITE as METAWORLD
     from tdmpc2core.pipeline.config import ConfigError, resolve
 
     limit = r"episode_length=2000 for 'mw-reach': the metaworld suite ends its episodes at its own time limit, 200 " \
@@ -340,7 +341,7 @@ def test_episode_lengths_a_suite_would_not_keep_are_refused_naming_the_limit(tmp
     assert sim_episode_length("mw-reach") == 200 == sim_episode_length("mw-reach", episode_length=200)
     with pytest.raises(ValueError, match=r"episode_length=500 for 'mw-reach': Meta-World refuses to step past "
                                          r"max_path_length=500 .* at most 499 \(498 at action_repeat=2"):
-        MetaWorldEnv("mw-reach", action_repeat=2, episode_length=500)
+        MetaWorldEnv("mw-reach", suite=METAWORLD.name, action_repeat=2, episode_length=500)
     # the CLI: one line, exit 1, before anything is built or trained
     spec = {"env_id": "mw-reach", "episode_length": 2000, "agent_steps": 1000}
     assert cli.main(["train-single", "--task", "mw", "--spec", json.dumps(spec), "--seeds", "0",

@@ -26,6 +26,7 @@ from tdmpc2core.dataset import (DatasetError, TaskInfo, concatenate_episodes, fr
                                 pool_tasks, read_metadata, save_dataset)
 from tdmpc2core.envs import check_env_params, time_limit
 from tdmpc2core.envs import params as P
+from tdmpc2core.envs.suites import brax as brax_suite, gymnax as gymnax_suite, playground as playground_suite
 from tdmpc2core.pipeline.config import ConfigError, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,11 +59,11 @@ def test_gymnax_table_is_the_installed_gymnax():
     gymnax = pytest.importorskip("gymnax")
     from tdmpc2core.envs.ids import GYMNAX_CONTINUOUS, GYMNAX_MAX_STEPS
 
-    assert set(P.GYMNAX_PARAMS) == set(GYMNAX_CONTINUOUS)
-    for env_id, fields in P.GYMNAX_PARAMS.items():
+    assert set(gymnax_suite.GYMNAX_PARAMS) == set(GYMNAX_CONTINUOUS)
+    for env_id, fields in gymnax_suite.GYMNAX_PARAMS.items():
         _, default = gymnax.make(env_id)
         assert {f.name: P.plain(getattr(default, f.name)) for f in dataclasses.fields(default)} == fields, env_id
-        assert fields[P.GYMNAX_TIME_LIMIT_KEY] == GYMNAX_MAX_STEPS[env_id]
+        assert fields[gymnax_suite.GYMNAX_TIME_LIMIT_KEY] == GYMNAX_MAX_STEPS[env_id]
 
 
 def test_brax_table_is_the_installed_brax():
@@ -70,7 +71,7 @@ def test_brax_table_is_the_installed_brax():
     from brax.envs.base import PipelineEnv
 
     assert set(inspect.signature(PipelineEnv.__init__).parameters) >= {"n_frames", "debug"}
-    for env_id, keys in P.BRAX_PARAMS.items():
+    for env_id, keys in brax_suite.BRAX_PARAMS.items():
         sig = inspect.signature(envs._envs[env_id].__init__).parameters
         assert tuple(k for k in sig if k not in ("self", "kwargs")) == keys, env_id
         assert "kwargs" in sig  # n_frames and debug reach PipelineEnv
@@ -80,11 +81,11 @@ def test_playground_table_is_the_installed_playground():
     registry = pytest.importorskip("mujoco_playground").registry
     from tdmpc2core.envs.ids import PLAYGROUND_DMC_ENVS
 
-    assert set(P.PLAYGROUND_DT) == set(PLAYGROUND_DMC_ENVS)
+    assert set(playground_suite.PLAYGROUND_DT) == set(PLAYGROUND_DMC_ENVS)
     for env_id in PLAYGROUND_DMC_ENVS:
         cfg = registry.get_default_config(env_id)
-        assert (cfg.ctrl_dt, cfg.sim_dt) == P.PLAYGROUND_DT[env_id], env_id
-        assert set(cfg.keys()) - {"vision_config"} == set(P.PLAYGROUND_KEYS) | set(P.PLAYGROUND_RESERVED), env_id
+        assert (cfg.ctrl_dt, cfg.sim_dt) == playground_suite.PLAYGROUND_DT[env_id], env_id
+        assert set(cfg.keys()) - {"vision_config"} == set(playground_suite.PLAYGROUND_KEYS) | set(playground_suite.PLAYGROUND_RESERVED), env_id
 
 
 # ------------------------------------------------------------------- the suites' checks

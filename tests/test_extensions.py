@@ -283,9 +283,9 @@ def test_pipeline_extensions_setting_reaches_the_stages_spec_and_unknown_names_a
     p = resolve(merged("protocols: {demo: {defaults: {extensions: [grad_norms, model_error]}, "
                        "tasks: {cartpole-balance: {extensions: []}}, multitask: {extensions: [model_error]}}}"))
     spec = train_single.parse_spec(p.task_spec("pendulum"))
-    assert spec["extensions"] == ["grad_norms", "model_error"]
+    assert spec.extensions == ["grad_norms", "model_error"]
     assert "extensions" not in json.loads(p.task_spec("cartpole-balance"))  # [] is no setting: the spec as before
-    assert train_multi.parse_spec(p.multi_spec("demo"))["extensions"] == ["model_error"]
+    assert train_multi.parse_spec(p.multi_spec("demo")).extensions == ["model_error"]
     assert ("config: protocols.demo.tasks.pendulum.extensions: unknown extension 'grad_norm' (did you mean "
             "'grad_norms'?); registered: ['grad_norms', 'model_error']") in refusal(
         "protocols: {demo: {tasks: {pendulum: {extensions: [grad_norm]}}}}")

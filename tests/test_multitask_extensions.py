@@ -17,7 +17,7 @@ import pytest
 from tdmpc2core import TDMPC2
 from tdmpc2core.agents.common import EVAL_KEY_OFFSET, UpdateHook, eval_key
 from tdmpc2core.agents.multitask import TDMPC2MultiTask
-from tdmpc2core.run import loggers as lg
+from tdmpc2core.io import loggers as lg
 from tdmpc2core.run.compiled import per_seed
 
 import logger_readback as readback
@@ -99,7 +99,7 @@ def test_logger_registry():
 # the run driver does (each step's Train and Eval records, then flush); it then waits to be killed
 _KILLED_WANDB = """
 import sys, time
-from tdmpc2core.run import loggers as lg
+from tdmpc2core.io import loggers as lg
 w = lg.make_logger("wandb", project="t", group="g", name="n", dir=sys.argv[1], mode="offline",
                    settings={"x_disable_stats": True, "silent": True})
 for i in range(5):

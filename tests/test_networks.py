@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tdmpc2core.model import kernels as K
 from tdmpc2core.model import math as tm
 from tdmpc2core.model.config import MODEL_SIZES, TDMPC2Config, resolve_config
 from tdmpc2core.model.networks import MLP, NormedLinear, count_params
@@ -575,13 +576,13 @@ def test_reference_dense_and_layer_norm_are_flax_and_jax_bit_for_bit():
     from tdmpc2core.model.networks import Dense, Dropout, LayerNorm, weight_init
     x = jax.random.normal(jax.random.PRNGKey(0), (3, 7, 20)) * 2.0 + 0.5
     w = jax.random.normal(jax.random.PRNGKey(3), (3, 7, 9))
-    ours, ref = Dense(9, kernels="reference"), fnn.Dense(9, kernel_init=weight_init, precision="highest")
+    ours, ref = Dense(9, kernels=K.REFERENCE), fnn.Dense(9, kernel_init=weight_init, precision="highest")
     p = jax.tree_util.tree_map(lambda v: v + 0.1, ref.init(jax.random.PRNGKey(1), x))
     for f in (lambda m: jax.jit(lambda p, x: m.apply(p, x)),
               lambda m: jax.jit(jax.grad(lambda p, x: jnp.sum(w * jnp.tanh(m.apply(p, x))), argnums=(0, 1)))):
         for a, b in zip(jax.tree_util.tree_leaves(f(ours)(p, x)), jax.tree_util.tree_leaves(f(ref)(p, x))):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    ln, fln = LayerNorm(kernels="reference"), fnn.LayerNorm(epsilon=1e-5)
+    ln, fln = LayerNorm(kernels=K.REFERENCE), fnn.LayerNorm(epsilon=1e-5)
     q = {"params": {"scale": 1.0 + 0.1 * x[0, 0], "bias": 0.2 * x[1, 1]}}
     for act in ("mish", None):
         def mine(q, x):
@@ -595,7 +596,7 @@ def test_reference_dense_and_layer_norm_are_flax_and_jax_bit_for_bit():
             for a, b in zip(jax.tree_util.tree_leaves(f(mine)(q, x)), jax.tree_util.tree_leaves(f(theirs)(q, x))):
                 np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     rngs = {"dropout": jax.random.PRNGKey(5)}
-    np.testing.assert_array_equal(np.asarray(Dropout(0.3, kernels="reference").apply({}, x, False, rngs=rngs)),
+    np.testing.assert_array_equal(np.asarray(Dropout(0.3, kernels=K.REFERENCE).apply({}, x, False, rngs=rngs)),
                                   np.asarray(fnn.Dropout(0.3).apply({}, x, False, rngs=rngs)))
 
 
@@ -626,7 +627,7 @@ def test_both_kernels_give_the_same_parameters_losses_and_gradients():
             wm, U.wm_subtrees(params), params["pi"], batch, td, next_z, key)
         (lp, _), gp = jax.value_and_grad(U.policy_loss, argnums=1, has_aux=True)(
             wm, params["pi"], params["qs"], jax.lax.stop_gradient(zs), jnp.float32(1.5), key)
-        return lw, lp, gw, gp, U.global_sq_norm(gw, wm.cfg.kernels), zs
+        return lw, lp, gw, gp, wm.kernels.global_sq_norm(gw), zs
 
     got = {k: jax.jit(losses, static_argnums=0)(wm, params) for k, wm in wms.items()}
     for a, b in zip(jax.tree_util.tree_leaves(got["cpu"]), jax.tree_util.tree_leaves(got["reference"])):
@@ -635,17 +636,22 @@ def test_both_kernels_give_the_same_parameters_losses_and_gradients():
 
 
 def test_kernels_auto_resolves_per_backend_and_precision_reaches_every_dense_layer(monkeypatch):
-    """'auto' builds the CPU kernels on a CPU backend and the reference on any other; the
-    configured matmul precision is the one every Dense product (forward and backward) uses."""
+    """'auto' builds the CPU kernels on a CPU backend and the reference on any other, once: the
+    world model's one Kernels object is every layer's; the configured matmul precision is the
+    one every Dense product (forward and backward) uses."""
     import re
 
     from tdmpc2core.model import kernels as K
     from tdmpc2core.model.networks import build_modules
     cfg = make_wm(obs=4, A=2, model_size=1).cfg
     assert cfg.kernels == "auto" and cfg.matmul_precision == "highest"
-    assert {m.kernels for m in build_modules(cfg, 4, 2).values()} == {K.concrete("auto")}
+    assert {m.kernels for m in build_modules(cfg, 4, 2).values()} == {K.choose("auto")}
+    assert K.choose("auto").name == K.concrete("auto") == "cpu" and isinstance(K.choose("auto"), K.CpuKernels)
+    wm = make_wm(obs=4, A=2, model_size=1)
+    assert {m.kernels for m in wm.modules.values()} == {wm.kernels}
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    assert {m.kernels for m in build_modules(cfg, 4, 2).values()} == {"reference"}
+    assert {m.kernels for m in build_modules(cfg, 4, 2).values()} == {K.ReferenceKernels("highest")}
+    assert wm.kernels == K.CpuKernels("highest")  # chosen when the world model was built, not per call
     monkeypatch.undo()
     for k in ("cpu", "reference"):
         for prec in ("default", "high", "highest"):
@@ -657,5 +663,7 @@ def test_kernels_auto_resolves_per_backend_and_precision_reaches_every_dense_lay
             assert found == {prec.upper()}, (k, prec, found)
     with pytest.raises(ValueError, match="kernels='gpu'"):
         K.concrete("gpu")
-    with pytest.raises(ValueError, match="not a concrete kernel choice"):
-        K.linear(jnp.ones((1, 2)), jnp.ones((2, 2)), jnp.ones(2), "auto", K.precision("highest"))
+    with pytest.raises(ValueError, match="kernels='gpu'"):
+        K.choose("gpu")
+    with pytest.raises(ValueError, match="matmul_precision='fast'"):
+        K.CpuKernels("fast")

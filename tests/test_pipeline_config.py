@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -73,6 +74,32 @@ def test_demo_resolves():
     assert resolved["tasks"]["pendulum"]["allow_evicted"] is False and "rerun_on_code_change" not in resolved
     assert p.all_run_files("run.json")[0] == "results/single/pendulum/seed0/run.json"
     assert p.multi_files("run.json") == ["results/multi/demo/size1/run.json"] and p.official_outputs() == []
+
+
+def test_one_list_of_spec_keys_from_the_pipeline_to_the_stages():
+    """The training jobs' settings have one definition, the typed contract
+    (tdmpc2core.io.spec): the pipeline's keys are its fields, the stages accept exactly them
+    (another key is refused, naming the accepted ones), and what a stage reads back is the
+    contract the pipeline built, the model size of both agents in its agent settings."""
+    from tdmpc2core.io.spec import MultiSpec, TaskSpec
+    from tdmpc2core.pipeline import config as C
+    from tdmpc2core.stages import train_multi, train_single
+
+    assert C.SPEC_KEYS + C.OPTIONAL_SPEC_KEYS == TaskSpec.keys()
+    p = resolve(merged("protocols: {demo: {tasks: {pendulum: {n_envs: 2, backend: null, extensions: [grad_norms],"
+                       " env_params: {max_torque: 1.5}}}, multitask: {extensions: [model_error]}}}"))
+    for task in p.tasks:
+        got = train_single.parse_spec(p.task_spec(task))
+        assert got == p.task_contract(task) and got.record == json.loads(p.task_spec(task))
+    assert train_single.parse_spec(p.task_spec("pendulum")).n_envs == 2
+    assert train_single.parse_spec(p.task_spec("cartpole-balance")).agent_settings()["model_size"] == 1
+    got = train_multi.parse_spec(p.multi_spec("demo"), 5)
+    assert got == p.multi_contract("demo", 5) and got.agent_settings()["model_size"] == 5
+    assert "model_size" not in json.loads(p.multi_spec("demo"))  # the job's folder size{n} carries it
+    for stage, contract in ((train_single, TaskSpec), (train_multi, MultiSpec)):
+        with pytest.raises(ValueError, match=r"unknown key\(s\) \['nope'\]; accepted: " + re.escape(
+                str(sorted(contract.keys())))):
+            stage.parse_spec(json.dumps({k: 1 for k in contract.REQUIRED} | {"nope": 1}))
 
 
 def test_paper_configs_resolve_without_code_trigger():
@@ -278,11 +305,9 @@ def test_empty_official_pool_folder_is_a_note(tmp_path):
 def test_logger_block_turns_on_a_logger_for_every_training_job_and_unknown_kinds_are_refused():
     import argparse
 
-    from tdmpc2core.pipeline.config import LOGGER_KINDS
-    from tdmpc2core.run.loggers import logger_kinds
+    from tdmpc2core.io.loggers import logger_kinds
     from tdmpc2core.stages import train_multi, train_single
 
-    assert set(LOGGER_KINDS) <= set(logger_kinds())  # the library builds every kind the config accepts
     demo = resolve(merged())
     # the demo logs nothing new, and its training rules keep their resources and commands
     # the shell text is the same with and without a logger block (adding or removing it reruns
@@ -305,11 +330,14 @@ def test_logger_block_turns_on_a_logger_for_every_training_job_and_unknown_kinds
         args = parser.parse_args(base + flags)
         assert (args.logger, args.logger_project, args.logger_group) == ("wandb", "my-proj", "demo")
     msg = refusal("logger: {kind: wandbb}")
-    assert msg == "config: logger.kind: 'wandbb' is not accepted; accepted: csv, tensorboard, wandb"
+    assert msg == ("config: logger.kind: 'wandbb' is not accepted (did you mean 'wandb'?); accepted: "
+                   + ", ".join(logger_kinds()))
+    assert {"csv", "tensorboard", "wandb"} <= set(logger_kinds())
     assert "unknown key 'projet' in logger; did you mean 'project'?" in refusal("logger: {kind: csv, projet: x}")
-    # the schema's own line (Snakemake validates before resolve) names the key and the kinds too
-    line = config_error_line(_schema_error(merged("logger: {kind: nope}")), SCHEMA, [str(ROOT / "config.yaml")])
-    assert line == "config: logger.kind: 'nope' is not accepted; accepted: ['csv', 'tensorboard', 'wandb']"
+    # the schema leaves the kinds to the registry: a name passes it, the library's check refuses it
+    assert _schema_error(merged("logger: {kind: nope}")) is None
+    assert refusal("logger: {kind: nope}") == f"config: logger.kind: 'nope' is not accepted; accepted: " \
+                                              f"{', '.join(logger_kinds())}"
 
 
 # --------------------------------------------------------------------------- the schema's line

@@ -181,17 +181,17 @@ def test_conv_kernels_agree():
     encoder's four layer shapes."""
     from tdmpc2core.model import kernels as K
 
-    hi = K.precision("highest")
     key = jax.random.PRNGKey(0)
     side, cin = 64, 9
     for k, s in ((7, 2), (5, 2), (3, 2), (3, 1)):
         kx, kw, key = jax.random.split(key, 3)
         x = jax.random.uniform(kx, (2, side, side, cin), minval=-0.5, maxval=0.5)
         w = jax.random.normal(kw, (k, k, cin, 8)) * 0.1
-        ref, cpu = (jax.jit(lambda x, w, kern=kern: K.conv2d(x, w, s, kern, hi)) for kern in ("reference", "cpu"))
+        ref, cpu = (jax.jit(lambda x, w, kern=kern: kern.conv2d(x, w, s)) for kern in (K.choose("reference"),
+                                                                                      K.choose("cpu")))
         np.testing.assert_allclose(cpu(x, w), ref(x, w), rtol=1e-5, atol=1e-5)
         gr, gc = (jax.grad(lambda w, f=f: jnp.sum(f(x, w) ** 2))(w) for f in (ref, cpu))
         np.testing.assert_allclose(gc, gr, rtol=1e-4, atol=1e-4)
         side, cin = (side - k) // s + 1, 8
     with pytest.raises(ValueError):
-        K.conv2d(x, w, 1, "gpu", hi)
+        K.choose("gpu")

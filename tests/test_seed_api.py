@@ -15,7 +15,7 @@ import pytest
 
 import tdmpc2core
 from tdmpc2core.run import driver
-from tdmpc2core.run import loggers as lg
+from tdmpc2core.io import loggers as lg
 
 
 @pytest.mark.slow
@@ -127,7 +127,7 @@ def test_logging_config_checks_exports_and_a_kind_that_cannot_be_built(tmp_path,
     # the message when the package is absent names the extra
     with pytest.raises(lg.MissingExtraError, match=r"logger kind 'wandb' needs the package 'no_such_module'.*"
                                                    r"pip install -e '\.\[wandb\]'"):
-        lg._import_extra("no_such_module", "wandb", "wandb")
+        lg._import_extra("no_such_module", "wandb")  # the extra: the wandb kind's (LoggerKind.extra)
 
 def test_training_stages_build_the_workflows_logger_or_warn_and_go_on(tmp_path, monkeypatch):
     from tdmpc2core.stages import resumable, train_single

@@ -41,7 +41,7 @@ def test_record_episode_is_the_evaluation_episode_drawn_from_its_states(tmp_path
     differences of another compiled program), keeps every stride-th state and draws it."""
     from tdmpc2core import TDMPC2
     from tdmpc2core.agents import video
-    from tdmpc2core.envs.render import _draw_pendulum
+    from tdmpc2core.envs.suites.gymnax import _draw_pendulum
 
     agent = TDMPC2("Pendulum-v1", **TINY)
     state = agent.init([3, 4], 400)  # untrained parameters: no training program to compile
@@ -159,7 +159,7 @@ def test_playground_renderer_draws_the_qpos_kept():
 
     from mujoco_playground import registry
 
-    from tdmpc2core.envs.render import _playground
+    from tdmpc2core.envs.suites.playground import _frames as _playground
 
     # the adapter's playground_env only (PlaygroundEnv traces an MJX reset when built: slow)
     pg = registry.load("CartpoleBalance", config_overrides={"impl": "jax"})
@@ -280,7 +280,7 @@ def test_report_videos_play_in_headless_chromium(tmp_path):
     and play in a real headless Chromium; the probe sees a broken video as an error."""
     import pandas as pd
 
-    from tdmpc2core.envs.render import _draw_pendulum
+    from tdmpc2core.envs.suites.gymnax import _draw_pendulum
     from tdmpc2core.io.video import write_video
     from tdmpc2core.report import analysis as A
     from tdmpc2core.report import html as R
@@ -321,7 +321,7 @@ def test_multitask_record_episode_is_the_task_evaluation_episode(tmp_path):
     from tdmpc2core import TDMPC2MultiTask
     from tdmpc2core.agents import multitask_eval as mt_eval
     from tdmpc2core.dataset import EpisodeDataset, TaskInfo
-    from tdmpc2core.envs.render import _draw_pendulum
+    from tdmpc2core.envs.suites.gymnax import _draw_pendulum
 
     rng = np.random.default_rng(0)
     cols = {k: [] for k in ("obs", "action", "reward", "truncated", "episode", "step", "task")}

@@ -783,6 +783,27 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
 
 
 
+def test_settings_in_resources_are_no_rerun_trigger_and_params_are(tmp_path):
+    """The workflow's convention for values that must not rerun a job (tdmpc2core/pipeline/jobs.py,
+    docs/pipeline.md "What reruns a job"): Snakemake records a finished job's params and shell
+    text, not its resources, so a setting the shell reads as {resources.<name>} changes without a
+    replan while the same change as a param replans. A one-job workflow run for real (Snakemake
+    records nothing for a dry run or --touch), then dry runs; the trainer rules' settings are the
+    names of jobs.SETTINGS, and test_pipeline_with_stand_in_trainer changes them on the real workflow."""
+    from tdmpc2core.pipeline.jobs import SETTINGS
+
+    (tmp_path / "Snakefile").write_text(
+        'rule job:\n    output: "out.txt"\n    params: spec=config.get("spec", "a")\n'
+        f'    resources: **{{name: config.get(name, "x") for name in {list(SETTINGS)!r}}}\n'
+        '    shell: "echo {params.spec} ' + " ".join(f"{{resources.{n}}}" for n in SETTINGS) + ' > {output}"\n')
+    ok(snakemake(tmp_path, "--cores", "1"))
+    assert (tmp_path / "out.txt").read_text().split() == ["a"] + ["x"] * len(SETTINGS)
+    changed = [f"{n}=y" for n in SETTINGS]
+    assert "Nothing to be done" in ok(snakemake(tmp_path, "-n", "--cores", "1", "--config", *changed))
+    out = ok(snakemake(tmp_path, "-n", "--cores", "1", "--config", "spec=b"))
+    assert "Params have changed since last execution" in out and job_stats(out) == {"job": 1, "total": 1}
+
+
 def test_code_change_without_rerun_is_named_not_rerun(tmp_path):
     """rerun_on_code_change: false (the paper configurations' setting, docs/pipeline.md "Code
     changes"): after a complete run, a code change of the training stage reruns nothing, and

@@ -376,7 +376,10 @@ class TDMPC2MultiTask:
         A run may be done in one call, continued in several (``state``/``history`` of the
         previous call, ``total_timesteps`` given to each), or resumed from a checkpoint by a
         new process (``checkpoint_dir``): on CPU all three give bit-identical parameters and
-        evaluations, whatever ``max_chunk_seconds`` and ``checkpoint_every`` are.
+        evaluations. How the run is driven on the host (checkpoints, resuming, the wall-time
+        cap, stop requests, progress, loggers) is :class:`~tdmpc2core.run.driver.RunOptions`
+        (``options``, or its fields as keywords), counted in updates; the schedule, the
+        progress dict and the driver's errors are :func:`tdmpc2core.run.driver.train`'s.
 
         Args:
           seed: one int or several (vmapped); default 0. With ``state`` it must be None or
@@ -392,7 +395,7 @@ class TDMPC2MultiTask:
             its alias (the reference API's name).
           log_every: updates between training-metric records (default: eval_every; None and
             no eval_every: one record at the end of the call).
-          logging_config: a :class:`~tdmpc2core.run.loggers.LoggingConfig` (the reference
+          logging_config: a :class:`~tdmpc2core.io.loggers.LoggingConfig` (the reference
             API's): training-metric records every ``log_frequency`` updates and, with eval envs,
             an evaluation at each (``eval_every``/``log_every`` may be left out); its loggers
             built, given every record and closed at the end of the call. Unlike the reference,
@@ -404,22 +407,6 @@ class TDMPC2MultiTask:
             keys derive from the state and the update count, so a run continued in chunks
             equals the run left whole. ``initial_state`` is the alias of ``state`` (the
             reference API's name).
-          options, **run_options: how the run is driven on the host
-            (:class:`tdmpc2core.run.driver.RunOptions`, or its fields as keywords), counted in
-            updates:
-          max_chunk_seconds: wall-time cap of one call of the compiled program (chunks are
-            split on the host, sized from the measured seconds per update; an evaluation
-            cannot be split). Results are unchanged.
-          checkpoint_dir, checkpoint_every, keep_checkpoints, resume, should_stop, progress:
-            as :meth:`tdmpc2core.TDMPC2.train`, counted in updates: checkpoints every
-            ``checkpoint_every`` updates, at the end of the call and when ``should_stop``
-            stops the run (raising :class:`~tdmpc2core.run.driver.TrainingInterrupted`);
-            ``progress`` gets the driver's dict (:func:`tdmpc2core.run.driver.train`: ``updates``,
-            ``start_updates``, ``end_updates``, ``total_updates``, ``steps``, ``seconds``,
-            ``updates_per_s``, ...) and ``last_normalized_score`` after every call of the program.
-          loggers, progress_bar: as :meth:`tdmpc2core.TDMPC2.train`, the step counted in updates
-            (``Eval/`` also gets ``normalized score`` and per task ``<task>/episodic mean reward``
-            and ``<task>/mean episodic length``).
         Returns:
           (state, history): ``history`` holds ``eval_updates`` [n_evals], ``eval_returns`` /
           ``eval_lengths`` [n_evals, S, num_tasks, E], ``eval_return`` [n_evals, S, num_tasks],
@@ -438,9 +425,8 @@ class TDMPC2MultiTask:
             ``eval_every`` or ``log_every`` differing from ``logging_config.log_frequency``.
           TypeError: an argument and its alias both given (``state`` and ``initial_state``,
             ``eval_episodes`` and ``num_episode_test``).
-          TrainingInterrupted: ``should_stop`` returned True.
-          tdmpc2core.io.checkpoint.CheckpointMismatchError / CorruptCheckpointError: the
-            folder's newest checkpoint has other settings (named) / none is usable.
+          And what :func:`tdmpc2core.run.driver.train` raises (TrainingInterrupted, a
+          checkpoint of other settings, ...).
         """
         owner = "TDMPC2MultiTask.train"
         state, eval_episodes = driver.reference_aliases(owner, state, initial_state, eval_episodes, num_episode_test)

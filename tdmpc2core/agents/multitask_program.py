@@ -1,6 +1,6 @@
-"""The multi-task agent for the run driver (:class:`OfflineProgram`): a tick is one update of
-every seed; chunks also end at every ``log_every`` updates (a training-metric record);
-non-finite metrics end the run."""
+"""The multi-task agent for the run driver (:class:`OfflineProgram`, a
+:class:`tdmpc2core.run.driver.RunProgram`): a tick is one update of every seed; chunks also end
+at every ``log_every`` updates (a training-metric record); non-finite metrics end the run."""
 from __future__ import annotations
 
 import jax
@@ -27,10 +27,33 @@ class OfflineProgram(RunProgram):
     unit_key = "updates"
     phases = ("train",)
     steps_per_tick = 1
-    attached_keys = ("eval_mean_return", "normalized_score", "eval_return")
+    # a chunk record shows the evaluation's mean return and normalized score per seed, and its
+    # return per seed and task
+    attached = {"eval_mean_return": ("eval_mean_return", None), "normalized_score": ("normalized_score", None),
+                "eval_return": ("eval_return", None)}
+    progress = ("last_normalized_score", "normalized_score", None)
 
     def __init__(self, agent):
         self.agent = agent
+
+    @property
+    def identity(self) -> dict:
+        """What makes a checkpoint this agent's: the class, the configuration (hyperparameters
+        and the task table), the data's SHA-256, the evaluation envs (and the extensions when
+        any: none gives the settings of runs made before extensions)."""
+        agent = self.agent
+        envs = None if agent.eval_envs is None else [
+            None if e is None else [e.spec.env_id, e.spec.suite, e.spec.backend, repr(e._token)]
+            for e in agent.eval_envs]
+        out = {"agent_class": type(agent).__name__, "agent": agent.config, "dataset_sha256": agent.dataset_sha256,
+               "eval_envs": envs}
+        if agent.extensions is not None and agent.extensions.declared:
+            out["extensions"] = list(agent.extensions.declared)
+        return out
+
+    @property
+    def checkpoint_meta(self) -> dict:
+        return {"tasks": list(self.agent.task_names)}
 
     def init_state(self, seeds, total_steps):
         return self.agent.init(seeds, total_steps)
@@ -89,11 +112,6 @@ class OfflineProgram(RunProgram):
 
         return eval_metric_names(self.agent)
 
-    def attach_eval(self, rec, ev):
-        rec["eval_mean_return"] = np.asarray(ev["eval_mean_return"])
-        rec["normalized_score"] = np.asarray(ev["normalized_score"])
-        rec["eval_return"] = np.asarray(ev["eval_return"])
-
     def finalize(self, history):
         history["tasks"] = self.agent.eval_task_names if self.agent.eval_envs is not None else \
             list(self.agent.task_names)
@@ -112,31 +130,6 @@ class OfflineProgram(RunProgram):
         for key in self.ext_keys():
             out[key[len("ext/"):]] = np.mean(np.asarray(ev[key]), axis=-1)
         return out
-
-    def progress_fields(self, hist):
-        evals = hist["evals"]
-        return {"last_normalized_score": np.asarray(evals[-1]["normalized_score"]) if evals else None}
-
-    def compile_seconds(self) -> float:
-        from ..run.compiled import compiling_seconds
-
-        return compiling_seconds(self.agent.compile_seconds)
-
-    def identity(self) -> dict:
-        """The class, the configuration (hyperparameters and the task table), the data's
-        SHA-256 and the evaluation envs: what makes a checkpoint this agent's."""
-        agent = self.agent
-        envs = None if agent.eval_envs is None else [
-            None if e is None else [e.spec.env_id, e.spec.suite, e.spec.backend, repr(e._token)]
-            for e in agent.eval_envs]
-        d = {"agent_class": type(agent).__name__, "agent": agent.config, "dataset_sha256": agent.dataset_sha256,
-             "eval_envs": envs}
-        if agent.extensions is not None and agent.extensions.declared:  # none: as before extensions
-            d["extensions"] = list(agent.extensions.declared)
-        return d
-
-    def meta(self, state, tick):
-        return {"tasks": list(self.agent.task_names)}
 
 
 __all__ = ["OfflineProgram"]

@@ -16,9 +16,6 @@ Example::
 """
 from __future__ import annotations
 
-import dataclasses
-import logging
-import warnings
 from typing import Callable, Optional, Sequence, Union
 
 import jax
@@ -27,37 +24,17 @@ import numpy as np
 
 from ..envs import Env, make_env
 from ..envs.registry import check_obs
-from ..model.config import TDMPC2Config, burst_tick, config_record, first_update_agent_steps, resolve_config
+from ..model.config import TDMPC2Config, burst_tick, config_record, resolve_config
 from ..model.planner import act_with_policy, plan
 from ..model.world_model import WorldModel
 from ..run import driver
 from ..run.compiled import per_seed
 from ..run.devices import SeedSharding
-from ..run.driver import Chunk, EvalField, Run, RunOptions, RunProgram
+from ..run.driver import Run, RunOptions
 from . import online
-from . import replay as rp
 from ..extensions import make_extension_set
 from .common import UpdateHook, check_hyperparameters, eval_key, init_one, success_dict
-
-_log = logging.getLogger("tdmpc2core")
-
-
-class TerminationError(ValueError):
-    """A non-episodic agent met an environment termination."""
-
-
-class NoSampleableEpisodeError(ValueError):
-    """Episodic mode: a run ended with scheduled updates that never ran, because the replay
-    held no episode of at least horizon + 1 rows to sample a slice from (spec §9).
-
-    Raised by :meth:`TDMPC2.train` after its last chunk; ``state`` and ``history`` hold what
-    the run produced.
-    """
-
-    def __init__(self, message, state=None, history=None):
-        super().__init__(message)
-        self.state = state
-        self.history = history
+from .online_program import NoSampleableEpisodeError, OnlineProgram, TerminationError, state_tick  # noqa: F401
 
 
 class TDMPC2:
@@ -426,13 +403,7 @@ class TDMPC2:
         period = self.program().eval_period(eval_every)
         return -(-int(tick) // period) if period else 0
 
-    @staticmethod
-    def state_tick(state) -> int:
-        """Ticks done by ``state`` (the same for every seed)."""
-        ticks = np.asarray(state.tick).reshape(-1)
-        if ticks.size == 0 or np.any(ticks != ticks[0]):
-            raise ValueError(f"run state with inconsistent tick counters {ticks.tolist()}")
-        return int(ticks[0])
+    state_tick = staticmethod(state_tick)
 
     def train(self, seed: Union[int, Sequence[int]] = 0, n_timesteps: int = 1_000_000, *,
               eval_every: Optional[int] = None, eval_episodes: Optional[int] = None,
@@ -442,89 +413,50 @@ class TDMPC2:
         """Train for ``n_timesteps`` agent steps per seed (several seeds vmapped in one program).
 
         A run may be done in one call, continued in several (``state``/``history`` of the
-        previous call), or resumed from a checkpoint by a new process (``checkpoint_dir``): on
-        CPU all three give bit-identical parameters and evaluations, whatever
-        ``max_chunk_seconds`` and ``checkpoint_every`` are.
+        previous call, ``total_timesteps`` given to each), or resumed from a checkpoint by a new
+        process (``checkpoint_dir``): on CPU all three give bit-identical parameters and
+        evaluations. How the run is driven on the host (checkpoints, resuming, the wall-time
+        cap, stop requests, progress, loggers) is :class:`~tdmpc2core.run.driver.RunOptions`
+        (``options``, or its fields as keywords), counted in agent steps; the schedule, the
+        records and the driver's errors are :func:`tdmpc2core.run.driver.train`'s.
 
         Args:
-          seed: one int or several; several run in one jitted, vmapped program.
-          n_timesteps: agent steps per seed for this call, counted from where ``state`` is
-            (0 for a new run); rounded up to whole ticks of ``n_envs`` agent steps (keep it a
-            multiple of ``n_envs`` when splitting a run into calls). Agent steps are
-            transitions (one per environment per tick; env frames = agent steps x action
-            repeat), not replay rows: the replay also holds one reset row per episode, so an
-            episodic run of short episodes stores more rows than agent steps. When a run is resumed
-            from ``checkpoint_dir``, the call runs to ``total_timesteps`` instead.
+          seed: one int or several, run vmapped in one program.
+          n_timesteps: agent steps per seed of this call, from where ``state`` is (0 for a new
+            run), rounded up to whole ticks of ``n_envs`` agent steps. Agent steps are
+            transitions (env frames = agent steps x action repeat), not replay rows. A run
+            resumed from ``checkpoint_dir`` runs to ``total_timesteps`` instead.
           total_timesteps: the whole run's length in agent steps: it sizes the replay
-            (``min(buffer_size, total_timesteps)``, spec §9) and places the final evaluation.
-            None: the end of this call. Give it to every call of a run split into calls.
-          eval_every: agent steps between evaluations (also at step 0 and at the run's end); None: none.
-          eval_episodes: episodes per evaluation (default 10); alias ``num_episode_test``.
-          logging_config: a :class:`~tdmpc2core.run.loggers.LoggingConfig`: evaluations every
+            (``min(buffer_size, total_timesteps)``, spec §9) and places the final evaluation;
+            None: the end of this call.
+          eval_every: agent steps between evaluations (also at step 0 and at the run's end);
+            None: none. ``eval_episodes``: episodes per evaluation (10; alias ``num_episode_test``).
+          logging_config: a :class:`~tdmpc2core.io.loggers.LoggingConfig`: evaluations every
             ``log_frequency`` agent steps; its loggers built, given every record, closed.
-          callback: called on the host after every chunk of the schedule
-            (:func:`tdmpc2core.run.driver.schedule`)
-            with a dict of numpy values (``phase``, ``agent_steps``, ``env_frames``,
-            ``updates``, the metrics, ``train_return``, ``eval_return`` when the chunk ended
-            with an evaluation, wall-clock ``chunk_seconds``, ``wall_time_s``,
+          callback: called after every chunk of the schedule with its record (``phase``,
+            ``agent_steps``, ``env_frames``, ``updates``, the metrics, ``train_return``,
+            ``eval_return`` after an evaluation, ``chunk_seconds``, ``wall_time_s``,
             ``agent_steps_per_s``).
-          state, history: the state and history returned by a previous call (the state's
-            buffers are donated to this call; alias ``initial_state``); the returned history
-            extends ``history``.
-          options, **run_options: how the run is driven on the host
-            (:class:`tdmpc2core.run.driver.RunOptions`, or its fields as keywords; none of
-            them changes a number), counted in agent steps:
-          max_chunk_seconds: wall-time cap of one call of the compiled program: chunks are
-            split on the host into calls sized from the measured seconds per tick, so that
-            ``should_stop`` is polled at least that often (a single tick, such as the
-            seed-phase burst, and an evaluation cannot be split). Results are unchanged.
-          checkpoint_dir: folder of this run's checkpoints (:mod:`tdmpc2core.io.checkpoint`);
-            one run per folder. A checkpoint is written every ``checkpoint_every`` agent
-            steps (None: only at the end of the call and when stopped), at the end of the
-            call, and when ``should_stop`` stops the run; the newest ``keep_checkpoints`` are
-            kept (None: all).
-          resume: with ``checkpoint_dir``, continue from its newest complete checkpoint (if
-            any) up to ``total_timesteps`` (default ``n_timesteps``): rerunning the same call
-            finishes an interrupted run. With ``resume=False`` a folder holding checkpoints
-            is an error.
-          should_stop: polled on the host after every call of the compiled program; when it
-            returns True the run writes a checkpoint (with ``checkpoint_dir``) and raises
-            :class:`~tdmpc2core.run.driver.TrainingInterrupted`.
-          progress: called after every call of the compiled program with a dict:
-            ``phase``, ``agent_steps``, ``start_agent_steps`` and ``end_agent_steps`` of this
-            call, ``total_agent_steps``, ``ticks``, ``seconds``, ``agent_steps_per_s``,
-            ``last_eval_return`` ([n_seeds] mean return of the latest evaluation, restored
-            ones included; None before the first).
-          loggers: :class:`~tdmpc2core.run.loggers.Logger` objects (e.g.
-            ``make_logger("csv", path=...)``): ``log(agent_steps, {"Train/<name>": ...,
-            "Train/env_frames": ...})`` after every chunk and ``log(agent_steps, {"Eval/episodic
-            mean reward": ..., "Eval/env_frames": ...})`` after every evaluation (seed means).
-            One that raises is warned about once and dropped; the caller closes them
-            (``log_seeds`` loggers get each seed's values). ``progress_bar``: tqdm on stderr.
+          state, history: a previous call's (alias ``initial_state``; the state's buffers are
+            donated); the returned history extends ``history``.
         Returns:
-          (state, history): the final run state (leading seed axis) and a dict of numpy arrays:
-          ``eval_agent_steps`` [n_evals], ``eval_env_frames`` [n_evals], ``eval_returns``
-          [n_evals, n_seeds, eval_episodes], ``eval_return`` [n_evals, n_seeds] (mean over
-          episodes), ``eval_lengths``, ``eval_success``/``eval_success_any`` (bool, as ``eval_returns``,
-          for an env with a success flag: :meth:`evaluate_all`), the loggers' ``Eval/...`` keys [n_evals, n_seeds] (or
-          [n_evals]; the reference's: [n_seeds, n_logs], None without a logging config),
-          ``chunks`` (per-chunk dicts, as given to ``callback``) and ``wall_seconds``.
+          (state, history): the run state (leading seed axis) and numpy arrays:
+          ``eval_agent_steps``, ``eval_env_frames`` [n_evals], ``eval_returns``, ``eval_lengths``
+          [n_evals, n_seeds, eval_episodes], ``eval_return`` [n_evals, n_seeds], for an env
+          with a success flag ``eval_success``/``eval_success_any`` (:meth:`evaluate_all`), the
+          loggers' ``Eval/...`` keys [n_evals, n_seeds], ``chunks`` (the callback's records)
+          and ``wall_seconds``.
         Raises:
           TerminationError: the env terminated (non-episodic agent), at the first chunk
-            boundary after it, naming the env and the count.
-          NoSampleableEpisodeError: (episodic) after the last chunk, when scheduled updates
-            never ran because no episode of at least horizon + 1 rows was ever held (every
-            episode terminated too early); names the env, the longest episode and H.
-            (Updates wait for such an episode, with a warning, instead of failing at the
-            burst: docs/deviations.md R3.)
-          FloatingPointError / tdmpc2core.envs.base.SimulatorError: non-finite env data / a host simulator's error.
-          TrainingInterrupted: ``should_stop`` returned True.
-          tdmpc2core.io.checkpoint.CheckpointMismatchError: the newest checkpoint of
-            ``checkpoint_dir`` was made with other settings (named).
-          tdmpc2core.io.checkpoint.CorruptCheckpointError: checkpoints exist but none is usable.
-          ValueError: a state of other seeds, a replay sized for another run length, a call
-            past ``total_timesteps``; ``eval_every`` differing from ``logging_config.log_frequency``.
-          TypeError: an argument and its alias both given (naming both).
+            boundary after it.
+          NoSampleableEpisodeError: (episodic) scheduled updates never ran: no episode of at
+            least horizon + 1 rows was ever held (docs/deviations.md R3).
+          FloatingPointError / tdmpc2core.envs.base.SimulatorError: non-finite env data or
+            metrics / a host simulator's error.
+          ValueError: a replay sized for another run length; ``eval_every`` differing from
+            ``logging_config.log_frequency``; and what :func:`tdmpc2core.run.driver.train`
+            raises (TrainingInterrupted, a checkpoint of other settings, ...).
+          TypeError: an argument and its alias both given.
         """
         state, eval_episodes = driver.reference_aliases("TDMPC2.train", state, initial_state, eval_episodes,
                                                         num_episode_test)
@@ -563,219 +495,3 @@ class TDMPC2:
         """
         return driver.restore(self.program(), path, seeds=seeds, total_steps=total_timesteps,
                               eval_every=eval_every, eval_episodes=eval_episodes)
-
-
-class OnlineProgram(RunProgram):
-    """:class:`TDMPC2` for the run driver: a tick is ``n_envs`` agent steps of every seed
-    (:mod:`tdmpc2core.agents.online`); phases ``seed`` (random actions, no updates),
-    ``burst`` (the tick of the seed-phase burst of updates) and ``train``."""
-
-    unit = "agent steps"
-    unit_key = "agent_steps"
-    phases = ("seed", "burst", "train")
-
-    def __init__(self, agent: TDMPC2):
-        self.agent = agent
-        self.steps_per_tick = agent.n_envs
-        self.burst_tick = burst_tick(agent.seed_steps, agent.n_envs)  # first tick with agent_steps >= seed_steps
-        self._warned_waiting = False
-        self._seeds, self._seen_nonfinite = None, None
-
-    # ---- state
-    def init_state(self, seeds, total_steps):
-        return self.agent.init(seeds, total_steps)
-
-    def state_tick(self, state) -> int:
-        return TDMPC2.state_tick(state)
-
-    def check_state(self, state, run: Run, total_given: bool) -> None:
-        agent = self.agent
-        n_state_seeds = np.asarray(state.tick).shape[0]
-        if n_state_seeds != len(run.seeds):
-            raise ValueError(f"the state holds {n_state_seeds} seed(s), seed={list(run.seeds)} names "
-                             f"{len(run.seeds)}")
-        if not total_given:
-            return
-        if agent.episodic:  # a ring of 2 C rows (replay.EpisodicReplay)
-            unit = "rows"
-            want = 2 * rp.capacity_steps(agent.cfg.buffer_size, run.total_steps, agent.episode_length)
-        else:
-            unit = "episode slots"
-            want = rp.capacity_episodes(agent.cfg.buffer_size, run.total_steps, agent.episode_length) + agent.n_envs
-        have = int(state.replay.obs.shape[1])
-        if want != have:
-            raise ValueError(f"the state's replay has {have} {unit}, a run of total_timesteps={run.total_steps} "
-                             f"needs {want}; pass the total_timesteps the run was started with")
-
-    # ---- the schedule's cut points: the burst tick is a chunk of its own
-    def cuts(self, start_tick, end_tick, run):
-        return {self.burst_tick, self.burst_tick + 1} if start_tick <= self.burst_tick < end_tick else set()
-
-    def phase(self, a, b):
-        return "seed" if b <= self.burst_tick else ("burst" if a == self.burst_tick else "train")
-
-    # ---- compute
-    def advance(self, state, start_tick, n_ticks):
-        state = self.agent._chunk()(state, jnp.int32(start_tick), jnp.int32(n_ticks))
-        return jax.block_until_ready(state)
-
-    def after_call(self, state, agent_steps):
-        agent = self.agent
-        # a host simulator's exception inside the call (its items gave NaN): the run stops with it
-        agent.env.raise_host_error(f"in the call of the training program that ended at agent step {agent_steps}")
-        term = int(np.max(np.asarray(state.terminations)))
-        if term > 0 and not agent.cfg.episodic:
-            raise TerminationError(
-                f"{agent.env_id}: the environment terminated {term} time(s) by agent step {agent_steps}; "
-                "the paper-era TD-MPC2 bootstraps through every episode end, so it refuses terminating "
-                "tasks. Use a non-terminating task (e.g. the DMC suite) or the episodic mode (TDMPC2(..., "
-                "episodic=True); in the pipeline, agent: {episodic: true}).")
-        self._report_nonfinite(state, agent_steps)
-        metrics = {k: np.asarray(v) for k, v in state.metrics.items()}
-        bad = sorted(k for k, v in metrics.items() if not np.all(np.isfinite(v)))
-        if bad:
-            raise FloatingPointError(
-                f"{agent.env_id}: non-finite training metrics {bad} by agent step {agent_steps} (the parameters "
-                "diverged); the run stops here, so the last checkpoint written is the last good one.")
-
-    def start(self, state, run: Run) -> None:
-        self._seeds = list(run.seeds)
-        self._seen_nonfinite = np.asarray(state.nonfinite).copy()
-        agent = self.agent
-        first = first_update_agent_steps(agent.seed_steps, agent.n_envs)
-        if run.total_steps < first:  # the whole run, not this call: a run continued later is fine
-            warnings.warn(
-                f"{agent.env_id}: the run of {run.total_steps} agent steps ends before its first update (the "
-                f"seed-phase burst, once seed_steps={agent.seed_steps} random agent steps are done: the tick that "
-                f"reaches {first} agent steps with n_envs={agent.n_envs}), so it trains nothing; give at least "
-                f"{first} agent steps (n_timesteps, or total_timesteps for a run in several calls) or lower "
-                "seed_steps", RuntimeWarning, stacklevel=4)
-
-    def compile_seconds(self) -> float:
-        from ..run.compiled import compiling_seconds
-
-        return compiling_seconds(self.agent.compile_seconds)
-
-    def _report_nonfinite(self, state, agent_steps) -> None:
-        """Log each newly dropped episode (seed, env index, agent step); stop past the limit."""
-        agent = self.agent
-        counts, steps = np.asarray(state.nonfinite), np.asarray(state.nonfinite_step)  # [S, n_envs]
-        seen, seeds = self._seen_nonfinite, self._seeds
-        for i, e in zip(*np.nonzero(counts > seen)):
-            _log.warning("%s: seed %d, env %d: dropped %d episode(s) for a non-finite observation or reward "
-                         "(NaN physics), the last at agent step %d; their rows never entered the replay "
-                         "(%d of max_nonfinite=%d for this seed)", agent.env_id, seeds[i], e,
-                         counts[i, e] - seen[i, e], steps[i, e], counts[i].sum(), agent.max_nonfinite)
-        self._seen_nonfinite = counts.copy()
-        over = [i for i in range(counts.shape[0]) if counts[i].sum() > agent.max_nonfinite]
-        if over:
-            detail = "; ".join(f"seed {seeds[i]}: " + ", ".join(f"env {e} x{counts[i, e]} (last at agent step "
-                                                                 f"{steps[i, e]})" for e in np.nonzero(counts[i])[0])
-                               for i in over)
-            raise FloatingPointError(
-                f"{agent.env_id}: more than max_nonfinite={agent.max_nonfinite} episodes dropped for non-finite "
-                f"observations or rewards by agent step {agent_steps} ({detail}): the environment produces NaN "
-                "physics (check its action bounds, its backend and its parameters). The run stops here; its last "
-                "checkpoint is the last good one (raise max_nonfinite and rerun to continue).")
-
-    def chunk_record(self, state, rec, chunk: Chunk, run: Run):
-        agent = self.agent
-        rec["env_frames"] = rec["agent_steps"] * agent.action_repeat
-        rec["updates"] = np.asarray(state.agent.updates)
-        for k in online.metric_keys(agent.cfg):
-            rec[k] = np.asarray(state.metrics[k])
-        if agent.episodic:
-            rec["pending_updates"] = np.asarray(state.pending_updates)
-            if chunk.phase != "seed" and rec["pending_updates"].max() > 0 and not self._warned_waiting:
-                self._warned_waiting = True
-                warnings.warn(self.waiting_message(state, rec["agent_steps"], run.seeds), RuntimeWarning,
-                              stacklevel=4)
-        cnt = np.asarray(state.finished_count)
-        rec["train_return"] = np.where(cnt > 0, np.asarray(state.finished_return_sum, np.float64)
-                                       / np.maximum(cnt, 1), np.nan)
-        return state._replace(finished_return_sum=jnp.zeros_like(state.finished_return_sum),
-                              finished_count=jnp.zeros_like(state.finished_count))
-
-    # ---- evaluation and the history
-    def evaluate(self, state, tick, run: Run) -> dict:
-        agent = self.agent
-        agent_steps = tick * agent.n_envs
-        rets, lens, succ, ext = agent.evaluate_all(state, run.eval_episodes,
-                                                   eval_index=agent.eval_index(tick, run.eval_every), seeds=run.seeds)
-        return {"eval_agent_steps": agent_steps, "eval_env_frames": agent_steps * agent.action_repeat,
-                "eval_returns": rets, "eval_lengths": lens, **{f"eval_{k}": v for k, v in succ.items()}, **ext}
-
-    def eval_fields(self, n_seeds, eval_episodes):
-        S, E = n_seeds, eval_episodes
-        success = [EvalField("eval_success", "success", np.bool_, (S, E)),
-                   EvalField("eval_success_any", "success_any", np.bool_, (S, E))] if self.has_success else []
-        return [EvalField("eval_agent_steps", "agent_steps", np.int64), EvalField("eval_env_frames", "env_frames", np.int64),
-                EvalField("eval_returns", "returns", np.float32, (S, E)),
-                EvalField("eval_lengths", "lengths", np.int32, (S, E))] + success + [
-                EvalField(k, k, np.float64, (S,)) for k in online.eval_metric_names(self.agent)]
-
-    @property
-    def has_success(self) -> bool:
-        """Whether the agent's env has a success flag (its evaluations record success)."""
-        return bool(getattr(self.agent.env.spec, "has_success", False))
-
-    attached_keys = ("eval_returns", "eval_return")
-
-    def attach_eval(self, rec, ev):
-        rec["eval_returns"] = np.asarray(ev["eval_returns"])
-        rec["eval_return"] = rec["eval_returns"].mean(axis=1)
-
-    def finalize(self, history):
-        history["eval_return"] = history["eval_returns"].mean(axis=-1)
-
-    def eval_log(self, ev):
-        success = {"success rate": np.mean(ev["eval_success"], axis=-1, dtype=np.float64),
-                   "success rate (any step)": np.mean(ev["eval_success_any"], axis=-1, dtype=np.float64)
-                   } if self.has_success else {}
-        return {"episodic mean reward": np.mean(ev["eval_returns"], axis=-1),
-                "mean episodic length": np.mean(ev["eval_lengths"], axis=-1), **success,
-                "env_frames": ev["eval_env_frames"],
-                **{k[len("ext/"):]: ev[k] for k in online.eval_metric_names(self.agent)}}
-
-    def progress_fields(self, hist):
-        evals = hist["evals"]
-        return {"last_eval_return": np.mean(evals[-1]["eval_returns"], axis=-1) if evals else None}
-
-    # ---- identity (checkpoint settings)
-    def identity(self) -> dict:
-        """Everything of the agent that changes a checkpoint's shapes or numbers: the class,
-        its resolved configuration (:attr:`TDMPC2.config`) and the env params."""
-        d = {"agent_class": type(self.agent).__name__, "agent": self.agent.config,
-             "env_params": self.agent.env._token}
-        exts = self.agent.extensions
-        if exts is not None and exts.declared:  # none: the settings of runs made before extensions
-            d["extensions"] = list(exts.declared)
-        return d
-
-    def meta(self, state, tick):
-        return {"env_frames": tick * self.agent.n_envs * self.agent.action_repeat}
-
-    # ---- end of a call
-    def finish(self, state, history, end_tick, run):
-        if self.agent.episodic and int(np.max(np.asarray(state.pending_updates))) > 0:
-            raise NoSampleableEpisodeError(
-                self.waiting_message(state, end_tick * self.agent.n_envs, run.seeds, final=True),
-                state=state, history=history)
-
-    def waiting_message(self, state, agent_steps, seeds, final=False):
-        agent = self.agent
-        H = agent.cfg.horizon
-        pending = np.asarray(state.pending_updates)
-        longest = np.asarray(state.replay.longest)
-        which = [s for s, p in zip(seeds, pending) if p > 0]
-        longest_txt = ", ".join(f"seed {s}: {int(l)}" for s, l, p in zip(seeds, longest, pending) if p > 0)
-        head = (f"{agent.env_id}: by agent step {agent_steps} the replay held no episode of at least "
-                f"horizon + 1 = {H + 1} rows (at least H = {H} agent steps, plus its reset row) for seed(s) {which}; "
-                f"longest complete episode (agent steps): {longest_txt}. TD-MPC2 trains on slices of "
-                f"H + 1 rows inside one episode (spec §9), so ")
-        if final:
-            return (head + f"{int(pending.max())} scheduled update(s) never ran. Every episode ended "
-                    "too early (or none ended): use a shorter horizon, more agent steps or a longer "
-                    "seed phase, or check why the task terminates so soon.")
-        return head + (f"{int(pending.max())} scheduled update(s) are waiting and will run at the first "
-                       "tick that has such an episode (docs/deviations.md R3).")

@@ -89,9 +89,10 @@ def make_record_fn(env, act: Callable, T: int, H: int, A: int, state_of: Callabl
         states = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), state_of(state.inner), seen)
         return states, ret, length
 
-    from ..run.compiled import Compiled
+    from ..run.compiled import per_seed
 
-    return Compiled(jax.jit(rollout), "record", timings)
+    # the one place programs are compiled (one seed's episode: nothing to map)
+    return per_seed(rollout, name="record", compile_seconds=timings, batched=False)
 
 
 def frame_stride(n_steps: int, max_frames: int) -> int:

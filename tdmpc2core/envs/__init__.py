@@ -22,7 +22,13 @@ from __future__ import annotations
 # plain Python: the ids, their suites and time limits (no JAX; :mod:`.ids`, :mod:`.registry`)
 from tdmpc2core.envs.ids import (check_env_params, check_repeat_and_length, default_action_repeat, list_env_ids,
                                  sim_episode_length, suite_of, time_limit)
-from tdmpc2core.envs.registry import Suite, SuiteReport, register_suite, report_facts, suite_for, suites
+from tdmpc2core.envs.registry import (Suite, SuiteReport, register_builtin, register_suite, report_facts, suite_for,
+                                      suites)
+from tdmpc2core.envs.suites import BUILTIN
+
+# the built-in suites, registered before anything can ask the registry: this runs before any
+# module of the package is imported (the registry itself imports no suite)
+register_builtin(BUILTIN)
 
 __all__ = [
     "Env",

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from tdmpc2core.envs.base import Env, EnvSpec, fresh_dicts
-from tdmpc2core.envs.ids import BRAX_ENVS
+
 
 def _rescales_internally(env) -> bool:
     try:
@@ -33,20 +33,22 @@ class BraxEnv(Env):
     """A Brax environment behind the :class:`Env` interface.
 
     Args:
-        env_id: a name in ``BRAX_ENVS``.
+        env_id: a Brax registry name (checked by the suite, :mod:`tdmpc2core.envs.suites.brax`,
+            before it builds this).
+        suite: the name of the suite that builds it (``EnvSpec.suite``).
+        can_terminate: whether the env can end an episode early with its default constructor
+            arguments (its ``terminate_when_unhealthy``, when it has one, decides instead).
         action_repeat: simulator steps (``env.step`` calls) per agent step.
         episode_length: simulator steps per episode; T = episode_length // action_repeat.
         env_params: ``None`` or a dict of keyword arguments for the Brax env constructor
             (e.g. ``{"backend": "mjx"}``, ``{"terminate_when_unhealthy": False}``).
 
     Raises:
-        ValueError: unknown name, bad ``env_params``, or a non-flat observation.
+        ValueError: bad ``env_params``, or a non-flat observation.
     """
 
-    def __init__(self, env_id: str, *, action_repeat: int = 1, episode_length: int = 1000,
-                 env_params=None):
-        if env_id not in BRAX_ENVS:
-            raise ValueError(f"unknown Brax env {env_id!r}; accepted: {sorted(BRAX_ENVS)}")
+    def __init__(self, env_id: str, *, suite: str, can_terminate: bool, action_repeat: int = 1,
+                 episode_length: int = 1000, env_params=None):
         if env_params is not None and not isinstance(env_params, dict):
             raise ValueError(
                 f"env_params for Brax must be None or a dict of constructor kwargs, got "
@@ -76,7 +78,7 @@ class BraxEnv(Env):
         else:
             low, high = ctrl_range[:, 0], ctrl_range[:, 1]
 
-        can_terminate = BRAX_ENVS[env_id]
+        can_terminate = bool(can_terminate)
         if hasattr(env, "_terminate_when_unhealthy"):
             can_terminate = bool(env._terminate_when_unhealthy)
 
@@ -87,7 +89,7 @@ class BraxEnv(Env):
 
         self._env_params = canonical(kwargs, env_id)
         self.spec = EnvSpec.from_bounds(
-            env_id, _suite_name(), int(obs_size), low, high,
+            env_id, suite, int(obs_size), low, high,
             action_repeat=action_repeat, episode_length=T,
             backend=None, can_terminate=can_terminate)
 
@@ -115,9 +117,3 @@ class BraxEnv(Env):
         state = self._env.step(fresh_dicts(inner), env_action)
         return state, state.obs, state.reward, jax.numpy.asarray(state.done) > 0.5
 
-
-def _suite_name() -> str:
-    """This adapter's suite name, from its registry entry (:mod:`tdmpc2core.envs.suites.brax`)."""
-    from tdmpc2core.envs.suites.brax import SUITE
-
-    return SUITE.name

@@ -443,6 +443,7 @@ class DMControlEnv(Env):
 
     Args:
         env_id: an id in :data:`DMCONTROL_ENVS` (``"dmc:cheetah-run"``).
+        suite: the name of the suite that builds it (``EnvSpec.suite``; :mod:`tdmpc2core.envs.suites.dmcontrol`).
         action_repeat: control steps per agent step (rewards summed; the paper uses 2).
         episode_length: control steps per episode (1000, as every suite task); T =
             episode_length // action_repeat agent steps.
@@ -460,7 +461,8 @@ class DMControlEnv(Env):
 
     steps_on_host = True
 
-    def __init__(self, env_id: str, *, action_repeat: int = 1, episode_length: int = 1000, obs: str = "state"):
+    def __init__(self, env_id: str, *, suite: str, action_repeat: int = 1, episode_length: int = 1000,
+                 obs: str = "state"):
         from tdmpc2core.envs.registry import check_obs
 
         if env_id not in DMCONTROL_ENVS:
@@ -472,7 +474,7 @@ class DMControlEnv(Env):
         self._token = None
         pix = dict(obs_dtype="uint8", obs_shape=PIXEL_SHAPE) if self.pixels else {}
         spec = EnvSpec.from_bounds(
-            env_id, _suite_name(), NUM_FRAMES * FRAME_SIZE if self.pixels else host.obs_dim, host.low, host.high,
+            env_id, suite, NUM_FRAMES * FRAME_SIZE if self.pixels else host.obs_dim, host.low, host.high,
             action_repeat=action_repeat, episode_length=episode_length // action_repeat,
             backend=None, can_terminate=False)
         self.spec = dataclasses.replace(spec, **pix)
@@ -582,9 +584,3 @@ class DMControlEnv(Env):
         return EnvState(inner=inner, t=t), StepOut(obs, reward, jnp.zeros((), bool), t >= self.spec.episode_length,
                                                    jnp.zeros((), bool))
 
-
-def _suite_name() -> str:
-    """This adapter's suite name, from its registry entry (:mod:`tdmpc2core.envs.suites.dmcontrol`)."""
-    from tdmpc2core.envs.suites.dmcontrol import SUITE
-
-    return SUITE.name

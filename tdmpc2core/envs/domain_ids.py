@@ -50,6 +50,11 @@ MYOSUITE_ENVS: tuple[str, ...] = tuple(MYOSUITE_TASKS)
 MYOSUITE_PUBLISHED: dict[str, str] = {i: "myo-hand-" + i[len("myo-"):] for i in MYOSUITE_ENVS}
 #: agent steps per episode in the official code (both suites), no early termination
 DOMAIN_EPISODE_STEPS = 100
+#: Meta-World 3.0.0's ``max_path_length``: its env raises ``ValueError: You must reset the env
+#: manually once truncate==True`` at a step past it. The official wrapper's reset takes one
+#: step (a zero action), so an episode may last at most MAX_PATH_LENGTH - 1 simulator steps.
+MAX_PATH_LENGTH = 500
 
 __all__ = ["METAWORLD_TASKS", "METAWORLD_PREFIX", "METAWORLD_ENVS", "METAWORLD_VERSION", "metaworld_env_name",
-           "MYOSUITE_TASKS", "MYOSUITE_ENVS", "MYOSUITE_PUBLISHED", "DOMAIN_EPISODE_STEPS"]
+           "MYOSUITE_TASKS", "MYOSUITE_ENVS", "MYOSUITE_PUBLISHED", "DOMAIN_EPISODE_STEPS",
+           "MAX_PATH_LENGTH"]

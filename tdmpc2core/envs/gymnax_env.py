@@ -1,10 +1,8 @@
 """gymnax adapter (gymnax 1.0.1).
 
 Only gymnax environments with a continuous (Box) action space are accepted; the id tables
-below were read off gymnax 1.0.1 (``gymnax.registered_envs`` and each env's
-``action_space``) and are checked against the installed gymnax by the tests. They are
-static so that dispatching an id needs no import (and so that ``MNISTBandit-bsuite``,
-which downloads MNIST when constructed, is never built just to look at its action space).
+are the suite's (:mod:`tdmpc2core.envs.suites.gymnax`, which builds this adapter and tells it
+its suite's name and whether the id can terminate; it checked the id first).
 
 Semantics:
 
@@ -27,7 +25,6 @@ import jax
 import jax.numpy as jnp
 
 from tdmpc2core.envs.base import Env, EnvSpec
-from tdmpc2core.envs.ids import GYMNAX_CONTINUOUS, GYMNAX_DISCRETE, discrete_error  # noqa: F401 (re-exported)
 
 _NO_LIMIT = 2**30  # max_steps_in_episode used only to compute `terminated`
 
@@ -36,7 +33,9 @@ class GymnaxEnv(Env):
     """A continuous-action gymnax environment behind the :class:`Env` interface.
 
     Args:
-        env_id: one of ``GYMNAX_CONTINUOUS``.
+        env_id: a continuous-action gymnax id (checked by the suite before it builds this).
+        suite: the name of the suite that builds it (``EnvSpec.suite``).
+        can_terminate: whether the env has a true terminal state.
         action_repeat: simulator steps per agent step (>= 1).
         env_params: ``None`` (the env's ``default_params``), an instance of the env's
             ``EnvParams``, or a dict of fields to replace in the default params
@@ -44,17 +43,11 @@ class GymnaxEnv(Env):
             defaults).
 
     Raises:
-        ValueError: discrete-action id, unknown id, bad ``env_params``, or a time limit
-            shorter than ``action_repeat``.
+        ValueError: a discrete action space, bad ``env_params``, or a time limit shorter
+            than ``action_repeat``.
     """
 
-    def __init__(self, env_id: str, *, action_repeat: int = 1, env_params=None):
-        if env_id in GYMNAX_DISCRETE:
-            raise discrete_error(env_id)
-        if env_id not in GYMNAX_CONTINUOUS:
-            raise ValueError(
-                f"unknown gymnax id {env_id!r}; accepted: {sorted(GYMNAX_CONTINUOUS)}"
-            )
+    def __init__(self, env_id: str, *, suite: str, can_terminate: bool, action_repeat: int = 1, env_params=None):
         import gymnax  # lazy: pulls in gymnasium and matplotlib
 
         from tdmpc2core.envs.params import canonical, gymnax_record
@@ -85,8 +78,8 @@ class GymnaxEnv(Env):
             )
 
         space = env.action_space(params)
-        if type(space).__name__ != "Box":  # belt and braces; the tables say Box
-            raise discrete_error(env_id)
+        if type(space).__name__ != "Box":  # belt and braces; the suite's tables say Box
+            raise ValueError(f"gymnax env {env_id!r} has a discrete action space; TD-MPC2 needs continuous actions")
         shape = tuple(space.shape)
         action_dim = math.prod(shape)
         low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), (action_dim,))
@@ -109,9 +102,9 @@ class GymnaxEnv(Env):
         obs_shape = jax.eval_shape(lambda k: env.reset_env(k, params)[0], jax.random.PRNGKey(0))
         obs_dim = math.prod(obs_shape.shape)
         self.spec = EnvSpec.from_bounds(
-            env_id, _suite_name(), obs_dim, low, high,
+            env_id, suite, obs_dim, low, high,
             action_repeat=action_repeat, episode_length=T,
-            backend=None, can_terminate=GYMNAX_CONTINUOUS[env_id])
+            backend=None, can_terminate=bool(can_terminate))
 
     @property
     def effective_settings(self) -> dict:
@@ -140,9 +133,3 @@ class GymnaxEnv(Env):
         terminated = self._env.is_terminal(state, self._params_no_limit)
         return state, obs, reward, terminated
 
-
-def _suite_name() -> str:
-    """This adapter's suite name, from its registry entry (:mod:`tdmpc2core.envs.suites.gymnax`)."""
-    from tdmpc2core.envs.suites.gymnax import SUITE
-
-    return SUITE.name

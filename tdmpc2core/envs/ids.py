@@ -1,112 +1,17 @@
-"""The accepted environment ids and their time limits, as plain Python (no JAX, no suite).
+"""The accepted environment ids and their time limits, as plain Python (no JAX, no suite import).
 
 Dispatching an id, listing the ids and computing a task's time limit T need no import of a
-suite nor of JAX, so a machine without JAX (a cluster login node running ``snakemake -n``)
-can check a configuration. The id tables of gymnax, Brax and Playground are here (their
-adapters :mod:`.gymnax_env`, :mod:`.brax_env`, :mod:`.playground_env` and their suites
-:mod:`.suites` import them; the tests check them against the installed suites); the
-functions ask the suite registry (:mod:`.registry`).
+suite's package nor of JAX, so a machine without JAX (a cluster login node running
+``snakemake -n``) can check a configuration. The functions ask the suite registry
+(:mod:`.registry`); each suite's id table is in its module (:mod:`.suites`), re-exported here
+under its older names (``GYMNAX_CONTINUOUS``, ``BRAX_ENVS``, ``PLAYGROUND_DMC_ENVS``, ...).
 """
 from __future__ import annotations
 
 from tdmpc2core.envs.registry import check_repeat_and_length, suite_for, suites  # noqa: F401 (re-exported)
-
-# Continuous-action ids in gymnax 1.0.1 -> whether the env has a true terminal state.
-GYMNAX_CONTINUOUS: dict[str, bool] = {
-    "Pendulum-v1": False,
-    "MountainCarContinuous-v0": True,  # goal reached
-    "PointRobot-misc": False,
-    "Reacher-misc": False,
-    "Swimmer-misc": False,
-}
-
-# Discrete-action ids in gymnax 1.0.1 (rejected: TD-MPC2 needs continuous actions).
-GYMNAX_DISCRETE: tuple[str, ...] = (
-    "CartPole-v1",
-    "Acrobot-v1",
-    "MountainCar-v0",
-    "Asterix-MinAtar",
-    "Breakout-MinAtar",
-    "Freeway-MinAtar",
-    "Seaquest-MinAtar",
-    "SpaceInvaders-MinAtar",
-    "Catch-bsuite",
-    "DeepSea-bsuite",
-    "MemoryChain-bsuite",
-    "UmbrellaChain-bsuite",
-    "DiscountingChain-bsuite",
-    "MNISTBandit-bsuite",
-    "SimpleBandit-bsuite",
-    "FourRooms-misc",
-    "MetaMaze-misc",
-    "BernoulliBandit-misc",
-    "GaussianBandit-misc",
-    "Pong-misc",
-    "FrozenLake-misc",
-)
-
-# gymnax 1.0.1 default ``params.max_steps_in_episode`` (simulator steps) of the continuous ids:
-# a gymnax task's time limit is its own, T = max_steps_in_episode // action_repeat.
-GYMNAX_MAX_STEPS: dict[str, int] = {
-    "Pendulum-v1": 200,
-    "MountainCarContinuous-v0": 999,
-    "PointRobot-misc": 100,
-    "Reacher-misc": 100,
-    "Swimmer-misc": 500,
-}
-
-def discrete_error(env_id: str) -> ValueError:
-    return ValueError(
-        f"gymnax env {env_id!r} has a discrete action space; TD-MPC2 needs continuous "
-        f"actions. Accepted continuous gymnax ids: {sorted(GYMNAX_CONTINUOUS)}"
-    )
-
-
-# Brax 0.14.2 registry names with a flat observation -> whether the env can terminate
-# before the time limit (with default constructor arguments). 'fast' (a unit-test env with
-# dict observations) is left out.
-BRAX_ENVS: dict[str, bool] = {
-    "ant": True,
-    "halfcheetah": False,
-    "hopper": True,
-    "humanoid": True,
-    "humanoidstandup": False,
-    "inverted_pendulum": True,
-    "inverted_double_pendulum": True,
-    "pusher": False,
-    "reacher": False,
-    "swimmer": False,
-    "walker2d": True,
-}
-
-# playground 0.2.0: mujoco_playground.registry.dm_control_suite.ALL_ENVS (checked by tests).
-PLAYGROUND_DMC_ENVS: tuple[str, ...] = (
-    "AcrobotSwingup",
-    "AcrobotSwingupSparse",
-    "BallInCup",
-    "CartpoleBalance",
-    "CartpoleBalanceSparse",
-    "CartpoleSwingup",
-    "CartpoleSwingupSparse",
-    "CheetahRun",
-    "FingerSpin",
-    "FingerTurnEasy",
-    "FingerTurnHard",
-    "FishSwim",
-    "HopperHop",
-    "HopperStand",
-    "HumanoidStand",
-    "HumanoidWalk",
-    "HumanoidRun",
-    "PendulumSwingup",
-    "PointMass",
-    "ReacherEasy",
-    "ReacherHard",
-    "SwimmerSwimmer6",
-    "WalkerRun",
-    "WalkerStand",
-    "WalkerWalk",
-)
+from tdmpc2core.envs.suites.brax import BRAX_ENVS  # noqa: F401 (re-exported: the suites' id tables)
+from tdmpc2core.envs.suites.gymnax import GYMNAX_CONTINUOUS, GYMNAX_DISCRETE, GYMNAX_MAX_STEPS, discrete_error  # noqa: F401
+from tdmpc2core.envs.suites.playground import PLAYGROUND_DMC_ENVS  # noqa: F401
 
 
 def list_env_ids() -> dict[str, list[str]]:

@@ -33,7 +33,7 @@ import warnings
 
 import numpy as np
 
-from tdmpc2core.envs.domain_ids import METAWORLD_ENVS, metaworld_env_name
+from tdmpc2core.envs.domain_ids import MAX_PATH_LENGTH, METAWORLD_ENVS, metaworld_env_name
 from tdmpc2core.envs.host_mujoco import HostMujocoEnv, MujocoHost
 
 #: Meta-World's weld row as its reset_mocap_welds writes it (anchor, relative position,
@@ -146,9 +146,10 @@ class MetaWorldEnv(HostMujocoEnv):
 
     Args:
         env_id: an id in :data:`METAWORLD_ENVS` (``"mw-reach"``).
+        suite: the name of the suite that builds it (``EnvSpec.suite``; :mod:`tdmpc2core.envs.suites.metaworld`).
         action_repeat: simulator steps per agent step (the official: 2).
         episode_length: simulator steps per episode (200: T = 100 agent steps at repeat 2); at
-            most ``MAX_PATH_LENGTH - 1`` = 499 (:data:`tdmpc2core.envs.suites.metaworld.MAX_PATH_LENGTH`:
+            most ``MAX_PATH_LENGTH - 1`` = 499 (:data:`tdmpc2core.envs.domain_ids.MAX_PATH_LENGTH`:
             Meta-World refuses to step past its ``max_path_length``, and the reset takes one step).
 
     Spec: obs f32[39], action [-1, 1]^4, ``has_success`` True, ``can_terminate`` False.
@@ -158,11 +159,9 @@ class MetaWorldEnv(HostMujocoEnv):
             length past it).
     """
 
-    def __init__(self, env_id: str, *, action_repeat: int = 2, episode_length: int = 200):
-        from tdmpc2core.envs.suites.metaworld import MAX_PATH_LENGTH
-
+    def __init__(self, env_id: str, *, suite: str, action_repeat: int = 2, episode_length: int = 200):
         check_episode_fits(env_id, action_repeat, episode_length, MAX_PATH_LENGTH)
-        self._build(env_id, _Host, _suite_name(), action_repeat, episode_length)
+        self._build(env_id, _Host, suite, action_repeat, episode_length)
         # the installed Meta-World's limit, in case it is not the one the check above assumed
         check_episode_fits(env_id, action_repeat, episode_length, int(self._host.env.max_path_length))
 
@@ -183,12 +182,6 @@ def check_episode_fits(env_id: str, action_repeat, episode_length, max_path_leng
             f"{max_path_length} simulator steps and the reset takes one, so an episode lasts at most "
             f"{max_path_length - 1} ({most} at action_repeat={action_repeat}: T = {most // action_repeat} agent steps)")
 
-
-def _suite_name() -> str:
-    """This adapter's suite name, from its registry entry (:mod:`tdmpc2core.envs.suites.metaworld`)."""
-    from tdmpc2core.envs.suites.metaworld import SUITE
-
-    return SUITE.name
 
 
 __all__ = ["MetaWorldEnv", "make_metaworld_env", "compatible_weld_reset", "check_episode_fits", "WELD_ROW"]

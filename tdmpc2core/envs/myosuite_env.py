@@ -91,6 +91,7 @@ class MyoSuiteEnv(HostMujocoEnv):
 
     Args:
         env_id: an id in :data:`MYOSUITE_ENVS` (``"myo-reach"``).
+        suite: the name of the suite that builds it (``EnvSpec.suite``; :mod:`tdmpc2core.envs.suites.myosuite`).
         action_repeat: simulator steps per agent step (the official: 1).
         episode_length: simulator steps per episode (100: T = 100 agent steps).
 
@@ -101,15 +102,9 @@ class MyoSuiteEnv(HostMujocoEnv):
         ValueError: unknown id, bad repeat or length.
     """
 
-    def __init__(self, env_id: str, *, action_repeat: int = 1, episode_length: int = 100):
-        self._build(env_id, _Host, _suite_name(), action_repeat, episode_length)
+    def __init__(self, env_id: str, *, suite: str, action_repeat: int = 1, episode_length: int = 100):
+        self._build(env_id, _Host, suite, action_repeat, episode_length)
 
-
-def _suite_name() -> str:
-    """This adapter's suite name, from its registry entry (:mod:`tdmpc2core.envs.suites.myosuite`)."""
-    from tdmpc2core.envs.suites.myosuite import SUITE
-
-    return SUITE.name
 
 
 __all__ = ["MyoSuiteEnv", "make_myosuite_env", "EPISODE_MODEL_FIELDS"]

@@ -24,7 +24,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from tdmpc2core.envs.base import Env, EnvSpec, fresh_dicts
-from tdmpc2core.envs.ids import PLAYGROUND_DMC_ENVS
 
 DEFAULT_BACKEND = "jax"
 
@@ -36,7 +35,9 @@ class PlaygroundEnv(Env):
     """A MuJoCo Playground DM Control task behind the :class:`Env` interface.
 
     Args:
-        env_id: a name in ``PLAYGROUND_DMC_ENVS``.
+        env_id: a Playground DM Control task (checked by the suite,
+            :mod:`tdmpc2core.envs.suites.playground`, before it builds this).
+        suite: the name of the suite that builds it (``EnvSpec.suite``).
         action_repeat: simulator (control) steps per agent step; the paper's 2 by default
             (spec §2: T = 1000 / 2 = 500 agent steps).
         episode_length: simulator steps per episode; T = episode_length // action_repeat.
@@ -47,17 +48,11 @@ class PlaygroundEnv(Env):
         backend: physics implementation, ``"jax"`` (MJX, default) or ``"warp"``.
 
     Raises:
-        ValueError: unknown name, bad ``env_params`` / ``backend``, or a non-flat
-            observation.
+        ValueError: bad ``env_params`` / ``backend``, or a non-flat observation.
     """
 
-    def __init__(self, env_id: str, *, action_repeat: int = 2, episode_length: int = 1000,
+    def __init__(self, env_id: str, *, suite: str, action_repeat: int = 2, episode_length: int = 1000,
                  env_params=None, backend: str | None = None):
-        if env_id not in PLAYGROUND_DMC_ENVS:
-            raise ValueError(
-                f"unknown Playground DM Control env {env_id!r}; accepted: "
-                f"{list(PLAYGROUND_DMC_ENVS)}"
-            )
         backend = DEFAULT_BACKEND if backend is None else backend
         if not isinstance(backend, str) or not backend:
             raise ValueError(f"backend must be a string such as 'jax' or 'warp', got {backend!r}")
@@ -111,7 +106,7 @@ class PlaygroundEnv(Env):
 
         self._env_params = canonical(extra, env_id)
         self.spec = EnvSpec.from_bounds(
-            env_id, _suite_name(), int(obs.shape[0]), low, high,
+            env_id, suite, int(obs.shape[0]), low, high,
             action_repeat=action_repeat, episode_length=T,
             backend=backend, can_terminate=False)
 
@@ -138,9 +133,3 @@ class PlaygroundEnv(Env):
         # DMC `done` only flags NaN physics; see module docstring.
         return state, state.obs, state.reward, jnp.zeros((), bool)
 
-
-def _suite_name() -> str:
-    """This adapter's suite name, from its registry entry (:mod:`tdmpc2core.envs.suites.playground`)."""
-    from tdmpc2core.envs.suites.playground import SUITE
-
-    return SUITE.name

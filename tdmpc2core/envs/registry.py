@@ -13,6 +13,11 @@ Plain Python: importing this module, the built-in suites' modules (:mod:`tdmpc2c
 and calling anything here but :meth:`Suite.make` imports no JAX and no simulator, so a login
 node without them checks a configuration.
 
+This module imports no suite: the suite modules import it (for :class:`Suite`), and the
+package (:mod:`tdmpc2core.envs`, whose ``__init__`` runs before any of its modules) registers
+the built-in ones (:func:`register_builtin` of :data:`tdmpc2core.envs.suites.BUILTIN`), so the
+registry is complete whenever it can be called.
+
 Adding a suite: one module defining ``SUITE = Suite(...)`` and one line in
 :data:`tdmpc2core.envs.suites.BUILTIN` (or :func:`register_suite` at run time, as
 ``tests/test_suites.py`` does with a toy suite).
@@ -287,7 +292,7 @@ def check_obs(obs) -> str:
 
 _REGISTRY: dict[str, Suite] = {}
 _OWNER: dict[str, str] = {}  # env id -> suite name
-_BUILTIN_LOADED = False
+_BUILTIN: set = set()  # the names of the built-in suites (tdmpc2core.envs.suites.BUILTIN)
 
 
 def register_suite(suite: Suite) -> Suite:
@@ -299,7 +304,6 @@ def register_suite(suite: Suite) -> Suite:
     """
     if not isinstance(suite, Suite):
         raise TypeError(f"register_suite takes a Suite, got {type(suite).__name__}")
-    _load_builtin()
     if suite.name in _REGISTRY:
         raise ValueError(f"a suite named {suite.name!r} is already registered; registered: {list(_REGISTRY)}")
     taken = {i: _OWNER[i] for i in suite.ids if i in _OWNER}
@@ -307,40 +311,31 @@ def register_suite(suite: Suite) -> Suite:
         raise ValueError(f"suite {suite.name!r}: env id(s) already owned by another suite: {taken}")
     if len(set(suite.ids)) != len(suite.ids):
         raise ValueError(f"suite {suite.name!r} lists an env id twice")
-    _add(suite)
+    _REGISTRY[suite.name] = suite
+    _OWNER.update({i: suite.name for i in suite.ids})
     return suite
+
+
+def register_builtin(builtin) -> None:
+    """Register the built-in suites (:data:`tdmpc2core.envs.suites.BUILTIN`, in order), once:
+    what the package's ``__init__`` does before anything can ask the registry."""
+    for suite in builtin:
+        if suite.name not in _BUILTIN:
+            register_suite(suite)
+            _BUILTIN.add(suite.name)
 
 
 def unregister_suite(name: str) -> None:
     """Remove a suite registered at run time (tests). Raises ValueError: a built-in or unknown one."""
-    _load_builtin()
-    from tdmpc2core.envs.suites import BUILTIN
-
-    if name not in _REGISTRY or any(s.name == name for s in BUILTIN):
+    if name not in _REGISTRY or name in _BUILTIN:
         raise ValueError(f"cannot unregister suite {name!r}: not registered at run time")
     suite = _REGISTRY.pop(name)
     for i in suite.ids:
         _OWNER.pop(i, None)
 
 
-def _add(suite: Suite) -> None:
-    _REGISTRY[suite.name] = suite
-    _OWNER.update({i: suite.name for i in suite.ids})
-
-
-def _load_builtin() -> None:
-    global _BUILTIN_LOADED
-    if not _BUILTIN_LOADED:
-        _BUILTIN_LOADED = True
-        from tdmpc2core.envs.suites import BUILTIN
-
-        for s in BUILTIN:
-            _add(s)
-
-
 def suites() -> list[Suite]:
     """Every registered suite, in registration order (the built-in ones first)."""
-    _load_builtin()
     return list(_REGISTRY.values())
 
 
@@ -354,7 +349,6 @@ def get_suite(name: str, default: Any = _RAISE) -> Suite:
     Raises:
         ValueError: unknown name and no ``default`` (lists the registered ones).
     """
-    _load_builtin()
     if name not in _REGISTRY:
         if default is not _RAISE:
             return default
@@ -372,7 +366,6 @@ def suite_for(env_id: str) -> Suite:
             looks most like (closest first, at most 10, then how many more) and the command
             that lists every id (``tdmpc2 envs``).
     """
-    _load_builtin()
     if isinstance(env_id, str) and env_id in _OWNER:
         return _REGISTRY[_OWNER[env_id]]
     for s in _REGISTRY.values():
@@ -425,5 +418,5 @@ def check_repeat_and_length(action_repeat: int, episode_length: int, *, check_le
             )
 
 
-__all__ = ["SCORES", "DEFAULT_EPISODE_LENGTH", "OBS_TYPES", "check_obs", "Suite", "SuiteReport", "register_suite", "unregister_suite", "suites", "get_suite",
+__all__ = ["SCORES", "DEFAULT_EPISODE_LENGTH", "OBS_TYPES", "check_obs", "Suite", "SuiteReport", "register_suite", "register_builtin", "unregister_suite", "suites", "get_suite",
            "suite_for", "report_facts", "packages", "check_repeat_and_length"]

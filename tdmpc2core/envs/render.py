@@ -8,22 +8,14 @@ without a host round trip per step:
    poses, a gymnax state, a host simulator's state words);
 2. on the host afterwards, :meth:`FrameSource.render` turns the stacked states into RGB frames.
 
-The suites' own renderers draw the frames:
-
-* dm_control: the task's ``Physics.render`` (the simulator restored from the env state's
-  integration state and redrawn model fields), camera 0 (2 for quadruped), as the official
-  wrapper renders;
-* MuJoCo Playground and Brax: ``mujoco.Renderer`` on the env's own ``MjModel`` (Playground's
-  ``mj_model``, Brax's ``sys.mj_model``) with ``qpos`` (and mocap poses) copied into an
-  ``MjData`` and ``mj_forward``; camera 0 when the model has one, else the free camera;
-* Meta-World and MyoSuite: ``mujoco.Renderer`` on the host simulator's model, restored from
-  the env state (Meta-World's ``corner2`` camera when present, as the official wrapper);
-* gymnax classic control (``Pendulum-v1``, ``MountainCarContinuous-v0``): gymnax's own
-  visualiser needs gymnasium's pygame renderer (not a dependency), so a small drawing of the
-  state with Pillow (the pendulum's rod at its angle; the car on its hill).
-
-Each suite names its renderer in its registry entry (:attr:`tdmpc2core.envs.registry.Suite.frames`);
-a suite without one raises :class:`NoRendererError` from :func:`frame_source`.
+Each suite's module defines its renderer and names it in its registry entry
+(:attr:`tdmpc2core.envs.registry.Suite.frames`): dm_control's ``Physics.render``; Playground's and
+Brax's ``mujoco.Renderer`` on the env's own ``MjModel`` (:func:`mj_qpos_source`: ``qpos`` and
+mocap poses copied into an ``MjData``, ``mj_forward``; camera 0 when the model has one, else the
+free camera); Meta-World's and MyoSuite's on the host simulator's model (:func:`host_mujoco_source`;
+Meta-World's ``corner2`` camera when present, as the official wrapper); gymnax's classic control
+drawn with Pillow. This module holds what they share and what the callers ask: a suite without a
+renderer raises :class:`NoRendererError` from :func:`frame_source`.
 MuJoCo rendering needs an OpenGL context: headless, ``MUJOCO_GL=egl`` (Mesa's EGL) or
 ``osmesa``. :func:`check_opengl` tries one in a subprocess, so that a training stage with
 videos or pixels refuses to start (one line: the backend, what to install or set) instead of
@@ -31,7 +23,6 @@ failing after training.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import numpy as np
@@ -116,8 +107,6 @@ def frame_source(env) -> FrameSource:
 
     return get_suite(env.spec.suite).frames(env)
 
-
-_GYMNAX_DRAWN = ("Pendulum-v1", "MountainCarContinuous-v0")
 
 
 def cannot_render(env_id) -> str | None:
@@ -271,7 +260,8 @@ class _MjCanvas:
         self._renderers.clear()
 
 
-def _default_camera(model, preferred=()) -> int | str:
+def default_camera(model, preferred=()) -> int | str:
+    """The first of ``preferred`` that ``model`` has, else camera 0, else the free camera (-1)."""
     for name in preferred:
         for i in range(model.ncam):
             if model.camera(i).name == name:
@@ -279,12 +269,13 @@ def _default_camera(model, preferred=()) -> int | str:
     return 0 if model.ncam > 0 else -1
 
 
-def _mj_qpos_source(model, state_of, control_dt, describe) -> FrameSource:
-    """Frames of a MuJoCo model from (qpos, mocap_pos, mocap_quat) per step."""
+def mj_qpos_source(model, state_of, control_dt, describe) -> FrameSource:
+    """Frames of a MuJoCo ``model`` from ``state_of(inner) -> (qpos, mocap_pos, mocap_quat)`` per
+    step (empty mocap arrays for a model without mocap bodies)."""
     import mujoco
 
     data = mujoco.MjData(model)
-    canvas = _MjCanvas(model, _default_camera(model))
+    canvas = _MjCanvas(model, default_camera(model))
 
     def render_one(st, width, height):
         qpos, mpos, mquat = st
@@ -298,61 +289,11 @@ def _mj_qpos_source(model, state_of, control_dt, describe) -> FrameSource:
     return FrameSource(state_of, render_one, control_dt, describe, canvas.close)
 
 
-def _playground(env) -> FrameSource:
-    import jax.numpy as jnp
-
-    pg = env.playground_env
-    model = pg.mj_model
-
-    def state_of(inner):
-        d = inner.data
-        if model.nmocap:
-            return d.qpos, d.mocap_pos, d.mocap_quat
-        return d.qpos, jnp.zeros((0,), jnp.float32), jnp.zeros((0,), jnp.float32)
-
-    return _mj_qpos_source(model, state_of, float(pg.dt), "mujoco.Renderer on the Playground task's mj_model")
-
-
-def _brax(env) -> FrameSource:
-    import jax.numpy as jnp
-
-    b = env.brax_env
-    model = getattr(b.sys, "mj_model", None)
-    if model is None:
-        raise NoRendererError(f"{env.spec.env_id}: this Brax system has no mj_model to render")
-
-    def state_of(inner):
-        z = jnp.zeros((0,), jnp.float32)
-        return inner.pipeline_state.q, z, z
-
-    return _mj_qpos_source(model, state_of, float(b.dt), "mujoco.Renderer on the Brax system's mj_model")
-
-
-def _dmcontrol(env) -> FrameSource:
-    host = env._host  # the env's scratch simulator: every call restores the full state it is given
-    camera = 2 if env.spec.env_id.split(":", 1)[-1].startswith("quadruped") else 0
-
-    def state_of(inner):
-        return inner.physics, inner.model
-
-    def draw(phys, model, width, height):
-        with host._lock:
-            host._restore(phys, model)
-            return np.asarray(host.physics.render(height=height, width=width, camera_id=camera), np.uint8)
-
-    def render_one(st, width, height):
-        phys, model = st
-        # a pixel env's OpenGL context is current on its render thread only (dm_control's EGL
-        # renders on the thread that made it current): draw there, as its observations are drawn
-        return host._on_thread(draw, np.asarray(phys), np.asarray(model), width, height)
-
-    dt = float(host.env.control_timestep())
-    return FrameSource(state_of, render_one, dt, f"dm_control Physics.render, camera {camera}")
-
-
-def _host_mujoco(env) -> FrameSource:
+def host_mujoco_source(env) -> FrameSource:
+    """Frames of a host MuJoCo env (:class:`tdmpc2core.envs.host_mujoco.HostMujocoEnv`: Meta-World,
+    MyoSuite): its simulator restored from the env state, drawn by ``mujoco.Renderer``."""
     host = env._host
-    camera = _default_camera(host.model, preferred=("corner2",))
+    camera = default_camera(host.model, preferred=("corner2",))
     canvas = _MjCanvas(host.model, camera)
 
     def state_of(inner):
@@ -368,67 +309,6 @@ def _host_mujoco(env) -> FrameSource:
                        canvas.close)
 
 
-# ---------------------------------------------------------------- gymnax classic control
-def _gymnax(env) -> FrameSource:
-    env_id = env.spec.env_id
-    params = env.gymnax_params
-    if env_id == "Pendulum-v1":
-        draw = _draw_pendulum
-    elif env_id == "MountainCarContinuous-v0":
-        draw = lambda st, w, h: _draw_mountain_car(st, w, h, params)  # noqa: E731
-    else:
-        raise NoRendererError(f"{env_id}: no renderer for this gymnax env (drawn: Pendulum-v1, "
-                              "MountainCarContinuous-v0)")
-    return FrameSource(lambda inner: inner, draw, float(getattr(params, "dt", 1.0)),
-                       "a Pillow drawing of the gymnax state")
-
-
-def _draw_pendulum(st, width, height) -> np.ndarray:
-    """The pendulum as gymnasium draws it: theta = 0 upright, counter-clockwise positive; the
-    rod's length 1 is 40% of the frame's smaller side; an arc shows the last torque."""
-    from PIL import Image, ImageDraw
-
-    theta, last_u = float(np.asarray(st.theta)), float(np.asarray(st.last_u))
-    img = Image.new("RGB", (width, height), (255, 255, 255))
-    d = ImageDraw.Draw(img)
-    cx, cy, L = width / 2, height / 2, 0.4 * min(width, height)
-    x, y = cx - L * math.sin(theta), cy - L * math.cos(theta)
-    rod = max(2, int(0.08 * min(width, height)))
-    d.line([(cx, cy), (x, y)], fill=(204, 77, 77), width=rod)
-    r = rod / 2
-    d.ellipse([x - r, y - r, x + r, y + r], fill=(204, 77, 77))
-    if abs(last_u) > 1e-3:  # the torque: an arc around the pivot, its length ~ |u| / 2
-        a = 0.3 * min(width, height)
-        span = min(abs(last_u) / 2.0, 1.0) * 180.0
-        start = -90.0 if last_u > 0 else -90.0 - span
-        d.arc([cx - a, cy - a, cx + a, cy + a], start, start + span, fill=(60, 60, 60), width=2)
-    p = max(2, rod // 3)
-    d.ellipse([cx - p, cy - p, cx + p, cy + p], fill=(0, 0, 0))
-    return np.asarray(img, np.uint8)
-
-
-def _draw_mountain_car(st, width, height, params) -> np.ndarray:
-    """The car on the hill y = sin(3 x) / 2 over [min_position, max_position], the goal flag."""
-    from PIL import Image, ImageDraw
-
-    lo, hi = float(params.min_position), float(params.max_position)
-    goal = float(params.goal_position)
-    pos = float(np.asarray(st.position))
-    img = Image.new("RGB", (width, height), (255, 255, 255))
-    d = ImageDraw.Draw(img)
-    sx = lambda x: (x - lo) / (hi - lo) * (width - 1)  # noqa: E731
-    sy = lambda y: height - 1 - (0.5 * math.sin(3 * y) + 0.55) / 1.1 * 0.8 * (height - 1)  # noqa: E731
-    xs = np.linspace(lo, hi, 100)
-    d.line([(sx(x), sy(x)) for x in xs], fill=(0, 0, 0), width=2)
-    fx, fy = sx(goal), sy(goal)
-    d.line([(fx, fy), (fx, fy - 0.15 * height)], fill=(0, 0, 0), width=1)
-    d.polygon([(fx, fy - 0.15 * height), (fx + 0.06 * width, fy - 0.13 * height), (fx, fy - 0.11 * height)],
-              fill=(204, 204, 0))
-    r = max(3, int(0.04 * min(width, height)))
-    cx, cy = sx(pos), sy(pos) - r
-    d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=(77, 77, 204))
-    return np.asarray(img, np.uint8)
-
 
 __all__ = ["FrameSource", "NoRendererError", "OpenGLError", "cannot_render", "frame_source", "needs_opengl",
-           "check_opengl", "opengl_hint"]
+           "check_opengl", "opengl_hint", "default_camera", "mj_qpos_source", "host_mujoco_source"]

@@ -23,8 +23,8 @@ from . import kernels as K
 from .math import simnorm
 
 #: The default matmul precision of the Dense layers: full float32 (no silent TF32/bf16 on GPUs;
-#: spec §12.19). A run's own is its configuration's ``matmul_precision`` (the Dense/MLP
-#: attribute ``precision``), recorded in run.json.
+#: spec §12.19). A run's own is its configuration's ``matmul_precision`` (the layers'
+#: ``kernels.matmul_precision``), recorded in run.json.
 MATMUL_PRECISION = K.PRECISIONS["highest"]
 LN_EPS = K.LN_EPS
 weight_init = nn.initializers.normal(stddev=0.02)
@@ -32,50 +32,49 @@ weight_init = nn.initializers.normal(stddev=0.02)
 
 class Dense(nn.Module):
     """``flax.linen.Dense`` (same name in the tree, same parameters and initialisation; spec
-    §3.1) computed by :func:`tdmpc2core.model.kernels.linear`: x [..., in] -> [..., features].
+    §3.1) computed by ``kernels.linear``: x [..., in] -> [..., features].
 
-    ``kernels``: "auto" (resolved on the JAX default backend when called), "cpu" or
-    "reference"; ``precision``: the matmul precision, "highest" (full float32), "high" or
-    "default". ``frozen_inputs`` (internal, for the policy step's Q call): the first that many
-    input features are detached by the caller and get no cotangent computed (CPU kernels).
+    ``kernels``: the :class:`~tdmpc2core.model.kernels.Kernels` every layer of a world model
+    shares (its kind and matmul precision; :func:`tdmpc2core.model.kernels.choose`), by default
+    the reference at full float32. ``frozen_inputs`` (internal, for the policy step's Q call):
+    the first that many input features are detached by the caller and get no cotangent computed
+    (CPU kernels).
     """
 
     features: int
     kernel_init: Callable = weight_init
     bias_init: Callable = nn.initializers.zeros
-    kernels: str = "auto"
-    precision: str = "highest"
+    kernels: K.Kernels = K.REFERENCE
     frozen_inputs: int = 0
 
     @nn.compact
     def __call__(self, x):
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features), jnp.float32)
         bias = self.param("bias", self.bias_init, (self.features,), jnp.float32)
-        return K.linear(x, kernel, bias, K.concrete(self.kernels), K.precision(self.precision), self.frozen_inputs)
+        return self.kernels.linear(x, kernel, bias, self.frozen_inputs)
 
 
 class LayerNorm(nn.Module):
     """``flax.linen.LayerNorm(epsilon=1e-5)`` (same name in the tree, same parameters) computed
-    by :func:`tdmpc2core.model.kernels.layer_norm_act`, optionally followed by Mish
-    (``act='mish'``): x [..., F] -> [..., F] in at least float32. ``kernels`` as :class:`Dense`."""
+    by ``kernels.layer_norm_act``, optionally followed by Mish (``act='mish'``): x [..., F] ->
+    [..., F] in at least float32. ``kernels`` as :class:`Dense`."""
 
-    kernels: str = "auto"
+    kernels: K.Kernels = K.REFERENCE
 
     @nn.compact
     def __call__(self, x, act: Optional[str] = None):
         scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), jnp.float32)
         bias = self.param("bias", nn.initializers.zeros, (x.shape[-1],), jnp.float32)
-        return K.layer_norm_act(x, scale, bias, act, K.concrete(self.kernels))
+        return self.kernels.layer_norm_act(x, scale, bias, act)
 
 
 class Dropout(nn.Module):
     """``flax.linen.Dropout`` (same name in the tree, so the same ``make_rng`` key, and the
-    same mask and scaling; spec §3.3) with the mask drawn by
-    :func:`tdmpc2core.model.kernels.bernoulli_mask` (jax.random.bernoulli's bits on either
-    kernels). ``kernels`` as :class:`Dense`."""
+    same mask and scaling; spec §3.3) with the mask drawn by ``kernels.bernoulli_mask``
+    (jax.random.bernoulli's bits on either kernels). ``kernels`` as :class:`Dense`."""
 
     rate: float
-    kernels: str = "auto"
+    kernels: K.Kernels = K.REFERENCE
 
     @nn.compact
     def __call__(self, x, deterministic: bool = True):
@@ -84,25 +83,24 @@ class Dropout(nn.Module):
         if self.rate >= 1.0:  # as flax: all dropped, zero output and zero gradient (no 0/0)
             return jnp.zeros_like(x)
         keep_prob = 1.0 - self.rate
-        mask = K.bernoulli_mask(self.make_rng("dropout"), keep_prob, x.shape, K.concrete(self.kernels))
+        mask = self.kernels.bernoulli_mask(self.make_rng("dropout"), keep_prob, x.shape)
         return jax.lax.select(mask, x / keep_prob, jnp.zeros_like(x))
 
 
 class NormedLinear(nn.Module):
     """Linear -> [Dropout] -> LayerNorm -> activation ('mish' or 'simnorm') (spec §3.1).
-    ``kernels``, ``precision`` and ``frozen_inputs`` (of the Linear) as :class:`Dense`."""
+    ``kernels`` and ``frozen_inputs`` (of the Linear) as :class:`Dense`."""
 
     features: int
     act: str = "mish"
     dropout: float = 0.0
     simnorm_dim: int = 8
-    kernels: str = "auto"
-    precision: str = "highest"
+    kernels: K.Kernels = K.REFERENCE
     frozen_inputs: int = 0
 
     @nn.compact
     def __call__(self, x, deterministic: bool = True):
-        x = Dense(self.features, kernels=self.kernels, precision=self.precision, frozen_inputs=self.frozen_inputs)(x)
+        x = Dense(self.features, kernels=self.kernels, frozen_inputs=self.frozen_inputs)(x)
         if self.dropout > 0:
             x = Dropout(rate=self.dropout, kernels=self.kernels)(x, deterministic=deterministic)
         if self.act not in ("mish", "simnorm"):
@@ -116,9 +114,9 @@ class MLP(nn.Module):
 
     Hidden layers are NormedLinear with Mish, dropout only in the first one. The output
     layer is a plain Linear (``out_act=None``; zero weight if ``zero_out``) or a
-    NormedLinear with ``out_act`` ('simnorm' for encoder and dynamics). ``kernels`` and
-    ``precision`` as :class:`Dense`, for every layer; ``frozen_inputs`` (internal) applies to
-    the first layer (the one reading x).
+    NormedLinear with ``out_act`` ('simnorm' for encoder and dynamics). ``kernels`` as
+    :class:`Dense`, for every layer; ``frozen_inputs`` (internal) applies to the first layer
+    (the one reading x).
     """
 
     hidden: Sequence[int]
@@ -127,14 +125,13 @@ class MLP(nn.Module):
     dropout: float = 0.0
     zero_out: bool = False
     simnorm_dim: int = 8
-    kernels: str = "auto"
-    precision: str = "highest"
+    kernels: K.Kernels = K.REFERENCE
     frozen_inputs: int = 0
 
     @nn.compact
     def __call__(self, x, deterministic: bool = True):
         frozen = self.frozen_inputs
-        kp = dict(kernels=self.kernels, precision=self.precision)
+        kp = dict(kernels=self.kernels)
         for i, h in enumerate(self.hidden):
             x = NormedLinear(h, "mish", self.dropout if i == 0 else 0.0, self.simnorm_dim, frozen_inputs=frozen,
                              **kp)(x, deterministic)
@@ -163,17 +160,14 @@ class Conv(nn.Module):
 
     Parameters: ``kernel`` [k, k, C_in, features] (flax's HWIO layout; torch's OIHW weight
     is its transpose (3, 2, 0, 1)) and ``bias`` [features], both initialised as PyTorch's
-    default (:func:`torch_default_init`; spec §3.7). Computed by
-    :func:`tdmpc2core.model.kernels.conv2d` with ``kernels`` ("auto" resolved on the JAX
-    default backend: the CPU's matmul form there, ``jax.lax.conv_general_dilated`` elsewhere),
-    at the matmul ``precision`` ("highest": full float32, as :class:`Dense`).
+    default (:func:`torch_default_init`; spec §3.7). Computed by ``kernels.conv2d`` (the CPU
+    kernels' matmul form, or ``jax.lax.conv_general_dilated``), ``kernels`` as :class:`Dense`.
     """
 
     features: int
     kernel_size: int
     stride: int
-    precision: str = "highest"
-    kernels: str = "auto"
+    kernels: K.Kernels = K.REFERENCE
 
     @nn.compact
     def __call__(self, x):
@@ -185,8 +179,7 @@ class Conv(nn.Module):
         # inside a while loop (the training chunk's update and tick loops) about 25x slower than
         # at top level; NHWC is faster but its gradient is still ~20x slower there, hence the CPU
         # kernels' matmul form (kernels.conv2d)
-        y = K.conv2d(jnp.transpose(x, (0, 2, 3, 1)), kernel, self.stride, K.concrete(self.kernels),
-                     K.precision(self.precision))
+        y = self.kernels.conv2d(jnp.transpose(x, (0, 2, 3, 1)), kernel, self.stride)
         return jnp.transpose(y, (0, 3, 1, 2)) + bias[None, :, None, None]
 
 
@@ -211,36 +204,35 @@ class ConvEncoder(nn.Module):
 
     num_channels: int = 32
     simnorm_dim: int = 8
-    precision: str = "highest"
-    kernels: str = "auto"
+    kernels: K.Kernels = K.REFERENCE
 
     @nn.compact
     def __call__(self, x):
         x = x / 255.0 - 0.5
         for i, (k, s) in enumerate(CONV_LAYERS):
-            x = Conv(self.num_channels, k, s, precision=self.precision, kernels=self.kernels)(x)
+            x = Conv(self.num_channels, k, s, kernels=self.kernels)(x)
             if i < len(CONV_LAYERS) - 1:
                 x = jax.nn.relu(x)
         x = x.reshape(x.shape[0], -1)
         return simnorm(x, self.simnorm_dim)
 
 
-def build_modules(cfg, obs_dim: int, action_dim: int, task_dim: int = 0) -> dict[str, nn.Module]:
+def build_modules(cfg, obs_dim: int, action_dim: int, task_dim: int = 0,
+                  kernels: Optional[K.Kernels] = None) -> dict[str, nn.Module]:
     """The world model's networks for a resolved config (spec §3.2 table).
 
     Inputs (concatenated in this order): encoder obs ⊕ e; dynamics, reward, Q: z ⊕ e ⊕ a;
     pi, termination: z ⊕ e, where e is the task embedding (task_dim 0 for single-task).
-    Every layer uses ``cfg.kernels`` ("auto" resolved here on the JAX default backend) and
-    ``cfg.matmul_precision``. With ``cfg.obs == "rgb"`` the encoder is the conv trunk
-    (:class:`ConvEncoder`, ``cfg.num_channels``; its input the shifted image, not obs ⊕ e).
-    Raises ValueError for a value of either not accepted.
+    Every layer computes with ``kernels`` (None: :func:`tdmpc2core.model.kernels.of_config`
+    of ``cfg``; the world model passes the one it chose). With ``cfg.obs == "rgb"`` the encoder
+    is the conv trunk (:class:`ConvEncoder`, ``cfg.num_channels``; its input the shifted image,
+    not obs ⊕ e). Raises ValueError for a ``kernels`` or ``matmul_precision`` not accepted.
     """
-    kp = dict(kernels=K.concrete(cfg.kernels), precision=cfg.matmul_precision)
-    K.precision(cfg.matmul_precision)
+    kp = dict(kernels=K.of_config(cfg) if kernels is None else kernels)
     mlp2 = (cfg.mlp_dim, cfg.mlp_dim)
     enc_hidden = (cfg.enc_dim,) * max(cfg.num_enc_layers - 1, 1)
     if getattr(cfg, "obs", "state") == "rgb":
-        encoder = ConvEncoder(cfg.num_channels, cfg.simnorm_dim, cfg.matmul_precision, kp["kernels"])
+        encoder = ConvEncoder(cfg.num_channels, cfg.simnorm_dim, kp["kernels"])
     else:
         encoder = MLP(enc_hidden, cfg.latent_dim, out_act="simnorm", simnorm_dim=cfg.simnorm_dim, **kp)
     mods = {

@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from . import kernels as kern
 from . import math as tm
 from . import pixels
 from .world_model import WorldModel
@@ -165,14 +164,6 @@ def make_optimizers(cfg):
     return wm, pi
 
 
-def global_sq_norm(tree, kernels: str = "auto"):
-    """Sum of squares of every leaf of ``tree``, a float32 scalar (the square of
-    clip_grad_norm_'s total norm, spec §5.3), computed by ``kernels`` ("auto", "cpu" or
-    "reference"; :func:`tdmpc2core.model.kernels.global_sq_norm`). Raises ValueError for
-    another ``kernels``."""
-    return kern.global_sq_norm(tree, kern.concrete(kernels))
-
-
 def clip_coef(sq_norm, max_norm: float):
     """PyTorch clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied only if < 1."""
     return jnp.minimum(max_norm / (jnp.sqrt(sq_norm) + 1e-6), 1.0)
@@ -322,7 +313,7 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=No
     wm_params = wm_subtrees(params)
     (_, (zs, metrics)), g = jax.value_and_grad(world_model_loss, argnums=1, has_aux=True)(
         wm, wm_params, params["pi"], batch, td, next_z, k_drop, k_aug0, d.shifts)
-    g_sq = global_sq_norm(g, cfg.kernels)
+    g_sq = wm.kernels.global_sq_norm(g)
     clip_sq = g_sq + (state.pi_grad_sq if cfg.stale_pi_grad_in_clip else 0.0)
     coef = clip_coef(clip_sq, cfg.grad_clip_norm)
     g = jax.tree_util.tree_map(lambda x: x * coef, g)
@@ -335,7 +326,7 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=No
     (_, (new_scale, pmetrics)), gp = jax.value_and_grad(policy_loss, argnums=1, has_aux=True)(
         wm, params["pi"], wm_params["qs"], jax.lax.stop_gradient(zs), state.pi_scale, k_pi, e, mask, d.pi_eps,
         d.pi_pair)
-    gp_sq = global_sq_norm(gp, cfg.kernels)
+    gp_sq = wm.kernels.global_sq_norm(gp)
     pcoef = clip_coef(gp_sq, cfg.grad_clip_norm)
     gp = jax.tree_util.tree_map(lambda x: x * pcoef, gp)
     upd, pi_opt_state = pi_tx.update(gp, state.pi_opt_state, params["pi"])

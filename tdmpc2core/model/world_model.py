@@ -14,6 +14,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from . import kernels as K
 from . import math as tm
 from . import pixels
 from .networks import build_modules, init_params
@@ -48,8 +49,12 @@ class WorldModel:
     task_dim: int = 0
     num_tasks: int = 0
     obs_shape: Optional[tuple] = None
+    #: the kernels every network and the update compute with (:func:`tdmpc2core.model.kernels.of_config`
+    #: of ``cfg``): chosen once, here
+    kernels: K.Kernels = dataclasses.field(init=False)
 
     def __post_init__(self):
+        object.__setattr__(self, "kernels", K.of_config(self.cfg))
         obs = getattr(self.cfg, "obs", "state")
         if self.obs_shape is not None:
             object.__setattr__(self, "obs_shape", tuple(int(d) for d in self.obs_shape))
@@ -77,7 +82,7 @@ class WorldModel:
 
     @property
     def modules(self):
-        return build_modules(self.cfg, self.obs_dim, self.action_dim, self.task_dim)
+        return build_modules(self.cfg, self.obs_dim, self.action_dim, self.task_dim, self.kernels)
 
     def init(self, key) -> dict:
         c = self.cfg

@@ -122,7 +122,7 @@ def cluster_from_config(config: dict, *, max_chunk_seconds: float) -> Cluster:
     """The ``cluster`` block of the (schema-validated) configuration. Raises
     tdmpc2core.pipeline.config.ConfigError if max_chunk_seconds is not below
     cluster.stop_lead_seconds (a job told to stop could be killed before its checkpoint)."""
-    from tdmpc2core.pipeline.config import ConfigError
+    from tdmpc2core.pipeline.checks import ConfigError
 
     c = config["cluster"]
     if max_chunk_seconds >= float(c["stop_lead_seconds"]):

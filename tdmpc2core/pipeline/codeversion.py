@@ -126,7 +126,7 @@ def _save_memo() -> None:
 def _module_code(name: str) -> tuple[str, frozenset]:
     """(sha256 of the module's AST dump without docstrings, the library modules it imports),
     parsed once per source text (the on-disk memo) and looked up once per process."""
-    from tdmpc2core.pipeline.config import ConfigError
+    from tdmpc2core.pipeline.checks import ConfigError
 
     path = _module_path(name)
     if path is None:

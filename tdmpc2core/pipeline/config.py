@@ -16,7 +16,6 @@ import copy
 import dataclasses
 import difflib
 import glob
-import json
 import os
 import re
 import shlex
@@ -26,8 +25,13 @@ import yaml
 
 from tdmpc2core import envs as library_envs
 from tdmpc2core.io import official_data as library_official
+from tdmpc2core.io.loggers import logger_kinds
+from tdmpc2core.io.spec import MultiSpec, TaskSpec
 from tdmpc2core.model import config as library_config
+from tdmpc2core.pipeline.checks import (AGENT_KEYS, ConfigError, check_expected as _check_expected,  # noqa: F401
+                                        check_extensions, unknown_agent_keys as _unknown_agent_keys)
 from tdmpc2core.pipeline.cluster import Cluster, cluster_from_config
+from tdmpc2core.pipeline.multitask import Multitask, check_multitask  # noqa: F401 (Multitask: the type of Pipeline.multitask)
 
 __all__ = ["ConfigError", "Pipeline", "resolve", "seed_tag", "train_rule_name", "parent", "task_dataset", "pool_dataset", "RUNS", "FIGURES", "TABLES", "RESOLVED",
            "BENCHMARKS", "DATASETS", "MULTI", "OFFICIAL", "RUN_FILES", "EPISODES_FILE", "VIDEO_FILE", "MULTI_FILES", "OFFICIAL_FILES",
@@ -49,40 +53,18 @@ VIDEO_FILE = "video.mp4"  # the evaluation video of a training job's first seed 
 MULTI_FILES = ["eval.parquet", "metrics.parquet", "run.json"]  # run.json last: a complete run
 OFFICIAL_FILES = ["eval.parquet", "run.json"]  # run.json last: a complete evaluation
 # the keys of one task that the training stage receives (docs/artifacts.md, "Task settings"),
-# and the optional ones it also accepts (passed only when set)
-SPEC_KEYS = ["env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes", "agent"]
-OPTIONAL_SPEC_KEYS = ["n_envs", "backend", "allow_evicted", "env_params", "extensions"]
+# and the optional ones it also accepts (passed only when set): the fields of the contract
+SPEC_KEYS = TaskSpec.always_keys()
+OPTIONAL_SPEC_KEYS = TaskSpec.optional_keys()
 # the settings that merge key by key over the protocol's defaults (the others: the task's value wins)
 MERGED_KEYS = ("agent", "resources", "env_params")
-# the logger kinds a training job can build (tdmpc2core.run.loggers' built-in kinds; the
-# pipeline imports no JAX-side layer, so they are named here and a test compares the two)
-LOGGER_KINDS = ("csv", "tensorboard", "wandb")
 LOGGER_KEYS = ("kind", "dir", "project", "entity", "mode")
 WANDB_MODES = ("offline", "online", "disabled")
-AGENT_KEYS = sorted(f.name for f in dataclasses.fields(library_config.TDMPC2Config))
-
-
-class ConfigError(ValueError):
-    """A configuration the workflow refuses; the message is one line naming the key."""
 
 
 def seed_tag(group) -> str:
     """seeds_0_1_2: the name of a seed group in rule names, logs and benchmarks."""
     return "seeds_" + "_".join(str(s) for s in group)
-
-
-@dataclasses.dataclass(frozen=True)
-class Multitask:
-    """protocols.<protocol>.multitask resolved (docs/pipeline.md, "Multi-task"): the pools
-    trained, the model sizes, the seeds (default: the top-level seeds), the training jobs'
-    resources (gpu, runtime in minutes, mem_mb, threads) and updates between checkpoints."""
-
-    block: dict
-    pools: list
-    sizes: list
-    seeds: list
-    resources: dict
-    checkpoint_every: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,28 +190,31 @@ class Pipeline:
         return env
 
     def task_spec(self, task: str) -> str:
-        """The merged settings of one task, as the JSON the training stage receives."""
-        t = self.tasks[task]
-        spec = {k: t[k] for k in SPEC_KEYS}
-        # an empty list of extensions is no setting: the spec (and the run id) of a task without
-        spec.update({k: t[k] for k in OPTIONAL_SPEC_KEYS if t.get(k) is not None and t.get(k) != []})
-        return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+        """The merged settings of one task, as the JSON the training stage receives: the
+        :class:`~tdmpc2core.io.spec.TaskSpec` of the task (an empty list of extensions is no
+        setting: the spec, and the run id, of a task without)."""
+        return self.task_contract(task).to_json()
+
+    def task_contract(self, task: str) -> TaskSpec:
+        """The typed settings of one task's training jobs (:class:`~tdmpc2core.io.spec.TaskSpec`)."""
+        return TaskSpec.of_task(self.tasks[task])
 
     def multi_spec(self, pool: str) -> str:
-        """The multi-task settings one train-multi job receives (docs/artifacts.md): the pool's
-        own tasks' return ranges only."""
+        """The multi-task settings one train-multi job receives (docs/artifacts.md), as JSON: the
+        :class:`~tdmpc2core.io.spec.MultiSpec` of :meth:`multi_contract`."""
+        return self.multi_contract(pool).to_json()
+
+    def multi_contract(self, pool: str, size: int | None = None) -> MultiSpec:
+        """The typed settings of the pool's train-multi jobs (of model size ``size``: not in the
+        JSON, the job's folder and ``--model-size`` carry it): the pool's own tasks' return
+        ranges only, the evaluated tasks of an official pool."""
         m = self.multitask.block
-        keys = ("updates", "batch_size", "eval_every", "eval_episodes", "log_every", "backend", "device_budget_bytes",
-                "extensions")
-        spec = {k: m[k] for k in keys if m.get(k) is not None and m.get(k) != []}
-        spec["agent"] = dict(m.get("agent") or {})
-        if pool in self.official_pools:
-            spec["eval_tasks"] = self.official_pool_tasks[pool]
         members = self.pools.get(pool) or self.official_pool_tasks[pool]
-        ranges = {t: list(r) for t, r in (m.get("return_ranges") or {}).items() if t in members}
-        if ranges:
-            spec["return_ranges"] = ranges
-        return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+        return MultiSpec(**{k: m.get(k) for k in MultiSpec.optional_keys() if k not in ("return_ranges", "eval_tasks")},
+                         agent=dict(m.get("agent") or {}),
+                         eval_tasks=self.official_pool_tasks[pool] if pool in self.official_pools else None,
+                         return_ranges={t: list(r) for t, r in (m.get("return_ranges") or {}).items() if t in members},
+                         model_size=size)
 
     def official_args(self, name: str) -> str:
         """The evaluate-official options of one released checkpoint (shell-quoted)."""
@@ -405,23 +390,6 @@ def _merge_task(proto: str, name: str, defaults: dict, task: dict) -> dict:
     return out
 
 
-def _unknown_agent_keys(where: str, agent: dict, accepted: list, defaults_where: tuple = ("", None)) -> None:
-    """One line for the first agent key the library does not accept, with the closest one.
-    ``defaults_where``: (where, agent block) of the protocol's defaults, named when it sets the key."""
-    unknown = [k for k in agent if k not in accepted]
-    if not unknown:
-        return
-    key = unknown[0]
-    if defaults_where[1] is not None and key in defaults_where[1]:
-        where = defaults_where[0]
-    close = difflib.get_close_matches(key, accepted, n=1)
-    raise ConfigError(
-        f"config: unknown agent setting {key!r} in {where}"
-        + (f"; did you mean {close[0]!r}?" if close else f"; accepted: {', '.join(accepted)}")
-        + (f" (and {len(unknown) - 1} more unknown agent setting(s): {unknown[1:]})" if len(unknown) > 1 else ""))
-
-
-
 def _check_env_params(proto: str, protocol: dict, name: str, t: dict) -> dict:
     """The task's environment settings (``env_params``, merged over the defaults' key by key),
     checked by the env's suite as the training job's ``make_env`` checks them
@@ -441,19 +409,6 @@ def _check_env_params(proto: str, protocol: dict, name: str, t: dict) -> dict:
     else:
         t.pop("env_params", None)
     return params
-
-
-def check_extensions(where: str, names) -> None:
-    """Refuse (one-line :class:`ConfigError`) an ``extensions`` setting that is not a list of
-    registered extension names (:data:`tdmpc2core.extensions.REGISTRY`), naming the key."""
-    if names is None:
-        return
-    from ..extensions import make_extensions
-
-    try:
-        make_extensions(names)
-    except ValueError as e:
-        raise ConfigError(f"config: {where}: {e}") from None
 
 
 def _check_task(proto: str, protocol: dict, name: str, t: dict):
@@ -545,14 +500,6 @@ def _check_observations(where: str, t: dict) -> None:
             f"(agent.obs: {obs}); set agent.obs: rgb, or compare with {pub[:-len(PIXEL_SUFFIX)]!r}")
 
 
-def _check_expected(where: str, exp) -> None:
-    """An expected range that can be met: mean_min <= mean_max."""
-    if exp and exp.get("mean_min") is not None and exp.get("mean_max") is not None \
-            and exp["mean_min"] > exp["mean_max"]:
-        raise ConfigError(f"config: {where}: mean_min {exp['mean_min']} > mean_max {exp['mean_max']}: "
-                          "no final return could pass")
-
-
 def _check_pools(proto: str, protocol: dict, tasks: dict, allow_evicted: bool) -> dict:
     """The protocol's pools (pool -> tasks), each naming tasks of the protocol; every task's
     whole run kept by its replay unless datasets.allow_evicted (sets each task's allow_evicted)."""
@@ -636,7 +583,8 @@ def _check_official_checkpoints(block: dict | None) -> Official:
 def check_logger(block) -> dict | None:
     """The top-level ``logger`` block with its defaults (dir ``logs/metrics``, project
     ``tdmpc2``), or None when absent. Raises :class:`ConfigError` (one line naming the key and
-    what is accepted) for an unknown kind, key or W&B mode."""
+    what is accepted) for an unknown key or W&B mode, or a kind the logger registry does not
+    hold (:func:`tdmpc2core.io.loggers.logger_kinds`: the schema leaves the kinds to it)."""
     if block is None:
         return None
     if not isinstance(block, dict):
@@ -647,9 +595,11 @@ def check_logger(block) -> dict | None:
         close = difflib.get_close_matches(str(unknown[0]), LOGGER_KEYS, n=1)
         raise ConfigError(f"config: unknown key {unknown[0]!r} in logger"
                           + (f"; did you mean {close[0]!r}?" if close else f"; accepted: {', '.join(LOGGER_KEYS)}"))
-    if block.get("kind") not in LOGGER_KINDS:
-        raise ConfigError(f"config: logger.kind: {block.get('kind')!r} is not accepted; accepted: "
-                          f"{', '.join(LOGGER_KINDS)}")
+    kinds = logger_kinds()
+    if block.get("kind") not in kinds:
+        close = difflib.get_close_matches(str(block.get("kind")), kinds, n=1)
+        raise ConfigError(f"config: logger.kind: {block.get('kind')!r} is not accepted"
+                          + (f" (did you mean {close[0]!r}?)" if close else "") + f"; accepted: {', '.join(kinds)}")
     if block.get("mode") is not None and block["mode"] not in WANDB_MODES:
         raise ConfigError(f"config: logger.mode: {block['mode']!r} is not accepted; accepted: {', '.join(WANDB_MODES)}")
     return {"dir": "logs/metrics", "project": "tdmpc2", **block}
@@ -732,8 +682,6 @@ def resolve(config: dict) -> Pipeline:
     checkpoints. Pure: reads the official pools' folders and the checkpoint files only to
     see that they exist.
     """
-    from tdmpc2core.pipeline.multitask import check_multitask  # it uses this module's checks
-
     name = config["protocol"]
     if name not in config["protocols"]:
         raise ConfigError(

@@ -9,28 +9,44 @@ slices (from the episodes each pooled run's replay will export). Raises ConfigEr
 """
 from __future__ import annotations
 
+import dataclasses
+
 from tdmpc2core.io import official_data as library_official
 from tdmpc2core.model import config as library_config
-from tdmpc2core.pipeline import config as C
+from tdmpc2core.pipeline.checks import AGENT_KEYS, ConfigError, check_expected, check_extensions, unknown_agent_keys
 
-__all__ = ["check_multitask"]
+__all__ = ["Multitask", "check_multitask"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Multitask:
+    """protocols.<protocol>.multitask resolved (docs/pipeline.md, "Multi-task"): the pools
+    trained, the model sizes, the seeds (default: the top-level seeds), the training jobs'
+    resources (gpu, runtime in minutes, mem_mb, threads) and updates between checkpoints."""
+
+    block: dict
+    pools: list
+    sizes: list
+    seeds: list
+    resources: dict
+    checkpoint_every: int
 
 
 def _check_names(where: str, m: dict, mt_pools: list, pooled: set, pools: dict, official_pool_tasks: dict) -> None:
     """return_ranges and expected name pooled tasks of trained pools; ranges are [low, high]."""
     bad = sorted(set(m.get("return_ranges") or {}) - pooled)
     if bad:
-        raise C.ConfigError(f"config: {where}.return_ranges names task(s) {bad} that no trained pool holds "
+        raise ConfigError(f"config: {where}.return_ranges names task(s) {bad} that no trained pool holds "
                             f"(pooled tasks: {sorted(pooled)})")
     for task, rg in (m.get("return_ranges") or {}).items():
         if len(rg) != 2 or not rg[0] < rg[1]:
-            raise C.ConfigError(f"config: {where}.return_ranges.{task} = {rg}: need [low, high] with low < high")
+            raise ConfigError(f"config: {where}.return_ranges.{task} = {rg}: need [low, high] with low < high")
     for pool, exp in (m.get("expected") or {}).items():
         for task, e in (exp or {}).items():
-            C._check_expected(f"{where}.expected.{pool}.{task}", e)
+            check_expected(f"{where}.expected.{pool}.{task}", e)
         bad = sorted(set(exp or {}) - set(pools.get(pool, official_pool_tasks.get(pool, []))))
         if pool not in mt_pools or bad:
-            raise C.ConfigError(
+            raise ConfigError(
                 f"config: {where}.expected.{pool}: "
                 + (f"{pool!r} is not a trained pool ({mt_pools})" if pool not in mt_pools
                    else f"task(s) {bad} are not in pool {pool!r} "
@@ -45,7 +61,7 @@ def _mt_config(where: str, agent: dict, size: int, batch_size: int, T: int):
         library_config.check_offline_config(cfg)
         return library_config.resolve_config(cfg, episode_length=T, action_dim=0)
     except (ValueError, TypeError) as e:
-        raise C.ConfigError(f"config: {where}: {e}") from None
+        raise ConfigError(f"config: {where}: {e}") from None
 
 
 def _check_pool_batches(proto: str, pool: str, agent: dict, sizes: list, batch_size: int, *, tasks, task_T,
@@ -68,12 +84,12 @@ def _check_pool_batches(proto: str, pool: str, agent: dict, sizes: list, batch_s
                 f"pool {pool!r} ({len(rows)} episodes exported by its tasks' runs, horizon {cfg.horizon})",
                 "lower multitask.batch_size, or pool longer runs")
         except ValueError as e:
-            raise C.ConfigError(f"config: {where}: {e}") from None
+            raise ConfigError(f"config: {where}: {e}") from None
 
 
 def check_multitask(proto: str, m: dict | None, *, tasks: dict, task_T: dict, task_cfg: dict, pools: dict,
                     official_pools: dict, official_pool_tasks: dict, seeds: list):
-    """The multitask block checked and resolved: a :class:`tdmpc2core.pipeline.config.Multitask`,
+    """The multitask block checked and resolved: a :class:`Multitask`,
     or None when the protocol has none. Raises ConfigError (module docstring)."""
     if not m:
         return None
@@ -81,7 +97,7 @@ def check_multitask(proto: str, m: dict | None, *, tasks: dict, task_T: dict, ta
     mt_pools = list(m.get("pools") or [*pools, *official_pools])
     bad = [p for p in mt_pools if p not in pools and p not in official_pools]
     if bad or not mt_pools:
-        raise C.ConfigError(
+        raise ConfigError(
             f"config: {where}.pools names {bad or 'no pool'}; the pools are those "
             f"under protocols.{proto}.pools and official_pools (have: {sorted([*pools, *official_pools])})")
     sizes = [int(s) for s in m["model_sizes"]]
@@ -89,17 +105,17 @@ def check_multitask(proto: str, m: dict | None, *, tasks: dict, task_T: dict, ta
     pooled = {t for p in mt_pools for t in pools.get(p, official_pool_tasks.get(p, []))}
     episodic = sorted(t for t in pooled if t in tasks and (tasks[t].get("agent") or {}).get("episodic"))
     if episodic:
-        raise C.ConfigError(
+        raise ConfigError(
             f"config: {where} trains pool(s) "
             f"{[p for p in mt_pools if set(pools[p]) & set(episodic)]} holding episodic task(s) {episodic}: the "
             "multi-task agent has no termination head and refuses terminating data (docs/deviations.md M7). "
             f"Leave those tasks out of the pools in multitask.pools.")
     _check_names(where, m, mt_pools, pooled, pools, official_pool_tasks)
     if "model_size" in (m.get("agent") or {}):
-        raise C.ConfigError(f"config: {where}.agent.model_size: the model sizes are multitask.model_sizes")
-    C.check_extensions(f"{where}.extensions", m.get("extensions"))
+        raise ConfigError(f"config: {where}.agent.model_size: the model sizes are multitask.model_sizes")
+    check_extensions(f"{where}.extensions", m.get("extensions"))
     agent = dict(m.get("agent") or {})
-    C._unknown_agent_keys(f"{where}.agent", agent, sorted(C.AGENT_KEYS + ["task_dim"]))
+    unknown_agent_keys(f"{where}.agent", agent, sorted(AGENT_KEYS + ["task_dim"]))
     agent.pop("task_dim", None)
     batch_size = int(m.get("batch_size") or 1024)
     for pool in mt_pools:
@@ -116,5 +132,5 @@ def check_multitask(proto: str, m: dict | None, *, tasks: dict, task_T: dict, ta
     resources = {"gpu": 0, "runtime": 60, "mem_mb": 4000, **(m.get("resources") or {})}
     # updates between the multi-task jobs' checkpoints (a shell global: not a rerun trigger)
     every = int(m.get("checkpoint_every") or m.get("eval_every") or 1)
-    return C.Multitask(block=m, pools=mt_pools, sizes=sizes, seeds=mt_seeds, resources=resources,
+    return Multitask(block=m, pools=mt_pools, sizes=sizes, seeds=mt_seeds, resources=resources,
                        checkpoint_every=every)

@@ -12,7 +12,18 @@ import os
 import jsonschema
 import yaml
 
-__all__ = ["config_error_line", "schema_refusal"]
+__all__ = ["config_error_line", "schema_refusal", "REGISTERED_VALUES"]
+
+
+def _logger_kinds() -> list:
+    from tdmpc2core.io.loggers import logger_kinds
+
+    return logger_kinds()
+
+
+#: key path -> the values it takes, for the keys whose values a library registry holds (the
+#: schema types them as names and the configuration check refuses the others, naming these)
+REGISTERED_VALUES = {("logger", "kind"): _logger_kinds}
 
 
 def _schema_node(node, root):
@@ -112,6 +123,9 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
     if err.validator == "enum" and isinstance(err.instance, list):
         return (f"config: {where}{src}: takes one value, not a list ({err.instance!r}); accepted: "
                 f"{err.validator_value}")
+    if err.validator == "type" and isinstance(err.instance, list) and tuple(path) in REGISTERED_VALUES:
+        return (f"config: {where}{src}: takes one value, not a list ({err.instance!r}); accepted: "
+                f"{REGISTERED_VALUES[tuple(path)]()}")
     if err.validator == "enum":
         close = difflib.get_close_matches(str(err.instance), [str(v) for v in err.validator_value], n=1)
         return f"config: {where}{src}: {err.instance!r} is not accepted" + (

@@ -2,9 +2,12 @@
 
 The chunk schedule in the run's own unit, wall-time-capped calls of the compiled program,
 stop requests, checkpoints (settings check, rotation, resuming), the training history,
-progress, callbacks and loggers (:mod:`.driver`). An agent takes part through the small
-interface :class:`~tdmpc2core.run.driver.RunProgram`. :mod:`.compiled`: the one place the
-agents compile their per-seed programs (``per_seed``; one device today); :mod:`.loggers`:
-where metrics go besides the history (the ``Logger`` protocol, a registry of kinds, a CSV
-logger).
+progress, callbacks and loggers (:mod:`.driver`). An agent takes part through
+:class:`~tdmpc2core.run.driver.RunProgram`: six methods (its compiled programs) and data.
+:mod:`.compiled`: the one place the agents compile their programs (``per_seed``, on the
+devices :mod:`.devices` gives: one, the seeds split over several, or the multi-task batch
+split over a data-parallel mesh); :mod:`.loggers`: the older name of
+:mod:`tdmpc2core.io.loggers` (the loggers and their registry); :mod:`.lock` (one writer per
+checkpoint folder), :mod:`.prefetch`, :mod:`.progress` (time-to-go lines), :mod:`.jax_cache`
+(the compilation cache's damaged entries).
 """

@@ -75,22 +75,34 @@ class TrainingInterrupted(RuntimeError):
 # ----------------------------------------------------------------------------- options
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
-    """How a run is driven on the host; none of these changes a number of the run.
+    """How a run is driven on the host; none of these changes a number of the run. The one
+    description of the host options of both agents' ``train`` (given as ``options=`` or as
+    keywords), counted in the run's unit (agent steps for ``TDMPC2``, updates for
+    ``TDMPC2MultiTask``).
 
     Attributes:
-      checkpoint_dir: folder of this run's checkpoints (one run per folder); None: none.
-      checkpoint_every: steps (the run's unit) between checkpoints; None: only at the end
-        of the call and when stopped.
+      checkpoint_dir: folder of this run's checkpoints (:mod:`tdmpc2core.io.checkpoint`; one
+        run per folder); None: none. A checkpoint is written every ``checkpoint_every`` steps,
+        at the end of the call and when ``should_stop`` stops the run.
+      checkpoint_every: steps between checkpoints; None: only at the end of the call and when
+        stopped.
       keep_checkpoints: newest checkpoints kept (None: all).
-      resume: with ``checkpoint_dir``, continue from its newest complete checkpoint; with
+      resume: with ``checkpoint_dir``, continue from its newest complete checkpoint (if any)
+        up to ``total_timesteps``: rerunning the same call finishes an interrupted run; with
         False a folder holding checkpoints is an error.
-      max_chunk_seconds: wall-time cap of one call of the compiled program (None: a whole
-        chunk of the schedule per call).
+      max_chunk_seconds: wall-time cap of one call of the compiled program: chunks of the
+        schedule are split on the host into calls sized from the measured seconds per tick, so
+        that ``should_stop`` is polled at least that often (a single tick, such as the
+        seed-phase burst, and an evaluation cannot be split); None: a whole chunk per call.
       should_stop: polled after every call; True stops the run (checkpoint, then
         :class:`TrainingInterrupted`).
-      progress: called after every call of the compiled program (:func:`train`).
-      loggers: :class:`~tdmpc2core.run.loggers.Logger` objects given every chunk record and
-        every evaluation (:mod:`tdmpc2core.run.loggers`); the caller closes them.
+      progress: called after every call of the compiled program with a dict (:func:`train`,
+        ``options``: the position in the unit's names, the rate without compiling, the last
+        evaluation's summary).
+      loggers: :class:`~tdmpc2core.io.loggers.Logger` objects: ``log(step, {"Train/<name>":
+        ...})`` after every chunk record and ``log(step, {"Eval/episodic mean reward": ...})``
+        after every evaluation, seed means (``log_seeds`` loggers get each seed's values); one
+        that raises is warned about once and dropped; the caller closes them.
       progress_bar: a tqdm progress bar on stderr (steps of this call, the rate, the last
         evaluation's mean); None (default): only when stderr is a terminal. The pipeline's
         jobs pass False (their logs keep their own progress lines).
@@ -119,7 +131,7 @@ class RunOptions:
                                                  and callable(getattr(lg, "close", None)))]
         if bad:
             raise TypeError(f"loggers: {type(bad[0]).__name__} has no log(step, metrics) and close() "
-                            "(tdmpc2core.run.loggers.Logger)")
+                            "(tdmpc2core.io.loggers.Logger)")
         if self.checkpoint_every is not None and int(self.checkpoint_every) < 1:
             raise ValueError(f"checkpoint_every={self.checkpoint_every!r} must be >= 1 (or None)")
         if self.max_chunk_seconds is not None and not self.max_chunk_seconds > 0:
@@ -187,7 +199,7 @@ def reference_aliases(owner: str, state, initial_state, eval_episodes, num_episo
 
 
 def _check_logging_config(logging_config) -> None:
-    from .loggers import LoggingConfig
+    from ..io.loggers import LoggingConfig
 
     if not isinstance(logging_config, LoggingConfig):
         raise TypeError(f"logging_config must be a tdmpc2core.LoggingConfig, got {type(logging_config).__name__}")
@@ -198,7 +210,7 @@ def log_cadence(owner: str, name: str, value, logging_config) -> Optional[int]:
 
     Raises:
       ValueError: both are given and differ (naming both).
-      TypeError: ``logging_config`` is not a :class:`~tdmpc2core.run.loggers.LoggingConfig`.
+      TypeError: ``logging_config`` is not a :class:`~tdmpc2core.io.loggers.LoggingConfig`.
     """
     if logging_config is None:
         return value
@@ -212,7 +224,7 @@ def log_cadence(owner: str, name: str, value, logging_config) -> Optional[int]:
 @contextlib.contextmanager
 def logging_options(options: RunOptions, logging_config, default_name: str, agent_config: dict):
     """``options`` with the loggers of ``logging_config`` (a
-    :class:`~tdmpc2core.run.loggers.LoggingConfig`, or None) added after the caller's own; the
+    :class:`~tdmpc2core.io.loggers.LoggingConfig`, or None) added after the caller's own; the
     loggers it built are closed on exit (a failing close is a one-line warning)."""
     if logging_config is None:
         yield options
@@ -277,18 +289,41 @@ class Chunk(NamedTuple):
 
 # ----------------------------------------------------------------------------- the interface
 class RunProgram:
-    """What an agent supplies to the driver (subclass it; the defaults fit an agent without
-    phases, extra cut points or end-of-run checks).
+    """What an agent supplies to the driver: its compiled programs as six methods, the rest as
+    data (subclass it; the defaults fit an agent without phases, extra cut points or checks).
 
-    Class attributes: ``unit`` (words, for messages), ``unit_key`` (the key of the run's
-    position in records, progress and checkpoint metadata), ``phases`` (the chunk phases, in
-    the order a run meets them), ``steps_per_tick`` (set per agent).
+    Data, set by the subclass (class attributes or in ``__init__``):
+
+    * ``agent``: the agent (its ``compile_seconds``, the compiling seconds so far, is read
+      between calls: a call's share is taken out of its rate);
+    * ``unit`` (words, for messages) and ``unit_key`` (the key of the run's position in
+      records, progress and checkpoint metadata); ``steps_per_tick``; ``phases`` (the chunk
+      phases, in the order a run meets them);
+    * ``identity``: the settings that make a checkpoint this agent's (class, config, data, envs;
+      a dict, or a property giving one);
+    * ``attached``: what a chunk record shows of the evaluation that ended it, ``{record key:
+      (evaluation key, axis)}``: the evaluation's value, or its mean over ``axis``;
+    * ``progress``: ``(name, evaluation key, axis)``: the progress dict's summary of the last
+      evaluation (its mean over ``axis``, or the value with None), None before the first;
+    * ``checkpoint_meta``: free metadata of every checkpoint; ``env_frames_per_tick``: with it,
+      a checkpoint's metadata also says its ``env_frames``.
+
+    The methods: :meth:`init_state`, :meth:`state_tick`, :meth:`advance`, :meth:`evaluate`,
+    :meth:`eval_fields` and :meth:`chunk_record` (required); the optional ones check or shape a
+    run (:meth:`check_state`, :meth:`cuts`, :meth:`phase`, :meth:`start`, :meth:`after_call`,
+    :meth:`finish`) or derive values (:meth:`state_seeds`, :meth:`finalize`, :meth:`eval_log`).
     """
 
+    agent = None
     unit = "steps"
     unit_key = "steps"
     phases: tuple = ("train",)
     steps_per_tick = 1
+    identity: dict = {}
+    attached: dict = {}
+    progress: Optional[tuple] = None
+    checkpoint_meta: dict = {}
+    env_frames_per_tick: Optional[int] = None
 
     # ---- required
     def init_state(self, seeds: Sequence[int], total_steps: int):
@@ -299,10 +334,6 @@ class RunProgram:
         """Ticks done by ``state`` (the same for every seed)."""
         raise NotImplementedError
 
-    def state_seeds(self, state) -> Optional[list]:
-        """The seeds a state holds, when the state records them (else None)."""
-        return None
-
     def advance(self, state, start_tick: int, n_ticks: int):
         """``n_ticks`` more ticks of the compiled program from ``start_tick`` (blocks until done)."""
         raise NotImplementedError
@@ -312,20 +343,21 @@ class RunProgram:
         raise NotImplementedError
 
     def eval_fields(self, n_seeds: int, eval_episodes: int) -> list[EvalField]:
+        """The arrays the history keeps per evaluation (:class:`EvalField`)."""
         raise NotImplementedError
 
     def chunk_record(self, state, record: dict, chunk: Chunk, run: Run):
         """Fill ``record`` (which holds ``phase`` and the run's position) at the end of
         ``chunk`` with the last metrics and whatever else the agent logs per chunk; return the
         state (the agent may reset per-chunk counters in it). The driver adds the wall-clock
-        fields and the evaluation."""
-        raise NotImplementedError
-
-    def identity(self) -> dict:
-        """The settings that make a checkpoint this agent's (class, config, data, envs)."""
+        fields and the evaluation (``attached``)."""
         raise NotImplementedError
 
     # ---- optional
+    def state_seeds(self, state) -> Optional[list]:
+        """The seeds a state holds, when the state records them (else None)."""
+        return None
+
     def check_state(self, state, run: Run, total_given: bool) -> None:
         """Refuse a given (or restored) state that cannot continue ``run`` (raises ValueError);
         ``total_given``: the run's length was given, not derived from this call."""
@@ -338,40 +370,14 @@ class RunProgram:
         """The phase of the chunk [a, b)."""
         return self.phases[0]
 
-    def eval_period(self, eval_every: Optional[int]) -> int:
-        """Ticks between evaluations: the smallest tick count that is a whole number of
-        ``eval_every`` steps (0: no evaluation)."""
-        if not eval_every:
-            return 0
-        return int(eval_every) // math.gcd(self.steps_per_tick, int(eval_every))
-
     def start(self, state, run: Run) -> None:
         """Called once per ``train`` call before its first tick, with the state it starts from."""
 
     def after_call(self, state, step: int) -> None:
         """Checks after every call of the compiled program (raise to end the run)."""
 
-    def attach_eval(self, record: dict, evaluation: dict) -> None:
-        """Copy what a chunk record shows of the evaluation that ended it."""
-
-    attached_keys: tuple = ()
-
-    def meta(self, state, tick: int) -> dict:
-        """Free metadata of a checkpoint besides the run's position."""
-        return {}
-
     def finalize(self, history: dict) -> None:
         """Add derived entries to the history ``train`` returns."""
-
-    def progress_fields(self, history: dict) -> dict:
-        """Entries of the progress dict from the history so far."""
-        return {}
-
-    def compile_seconds(self) -> float:
-        """Seconds this process has spent tracing, lowering and compiling the program's
-        compiled programs so far (the driver takes a call's share out of its rate: the first
-        call of a session, e.g. right after a resume, compiles); 0.0 when not measured."""
-        return 0.0
 
     def eval_log(self, evaluation: dict) -> dict:
         """What the loggers get of an evaluation, ``{name: value}`` (logged as ``Eval/<name>``,
@@ -380,6 +386,44 @@ class RunProgram:
 
     def finish(self, state, history: dict, end_tick: int, run: Run) -> None:
         """After the last chunk of a call (raise to report what went wrong)."""
+
+    # ---- derived from the data (not overridden)
+    def eval_period(self, eval_every: Optional[int]) -> int:
+        """Ticks between evaluations: the smallest tick count that is a whole number of
+        ``eval_every`` steps (0: no evaluation)."""
+        if not eval_every:
+            return 0
+        return int(eval_every) // math.gcd(self.steps_per_tick, int(eval_every))
+
+    def compile_seconds(self) -> float:
+        """Seconds this process has spent tracing, lowering and compiling the agent's programs
+        so far (:func:`tdmpc2core.run.compiled.compiling_seconds` of its ``compile_seconds``);
+        0.0 without an agent."""
+        from .compiled import compiling_seconds
+
+        return 0.0 if self.agent is None else compiling_seconds(self.agent.compile_seconds)
+
+    def attach_eval(self, record: dict, evaluation: dict) -> None:
+        """Copy into a chunk record what it shows of the evaluation that ended it (``attached``)."""
+        for key, (source, axis) in self.attached.items():
+            value = np.asarray(evaluation[source])
+            record[key] = value if axis is None else value.mean(axis=axis)
+
+    def progress_fields(self, history: dict) -> dict:
+        """The progress dict's summary of the last evaluation so far (``progress``)."""
+        if self.progress is None:
+            return {}
+        name, source, axis = self.progress
+        evals = history["evals"]
+        if not evals:
+            return {name: None}
+        value = np.asarray(evals[-1][source])
+        return {name: value if axis is None else np.mean(value, axis=axis)}
+
+    def meta(self, tick: int) -> dict:
+        """A checkpoint's metadata besides the run's position (``checkpoint_meta``, ``env_frames``)."""
+        frames = {} if self.env_frames_per_tick is None else {"env_frames": tick * self.env_frames_per_tick}
+        return {**self.checkpoint_meta, **frames}
 
 
 # ----------------------------------------------------------------------------- schedule
@@ -518,7 +562,7 @@ def history_to_arrays(program: RunProgram, hist: dict, n_seeds: int, eval_episod
     c = len(chunks)
     d["chunks/phase"] = np.asarray([program.phases.index(r["phase"]) for r in chunks], np.int8).reshape(c)
     d["chunks/eval_position"] = np.asarray([r.get("eval_position", -1) for r in chunks], np.int64).reshape(c)
-    skip = {"phase", "eval_position", *program.attached_keys}
+    skip = {"phase", "eval_position", *program.attached}
     for k in (k for k in (chunks[0] if chunks else {}) if k not in skip):
         dtype = _host_dtype(chunks[0][k])
         d[f"chunks/{k}"] = np.stack([np.asarray(r[k], dtype) for r in chunks])
@@ -554,7 +598,7 @@ def history_from_arrays(program: RunProgram, d: dict) -> dict:
 
 # ----------------------------------------------------------------------------- checkpoints
 def _settings(program: RunProgram, run: Run) -> dict:
-    return {**program.identity(), "run": run.settings()}
+    return {**program.identity, "run": run.settings()}
 
 
 def save_checkpoint(program: RunProgram, directory, state, history: Optional[dict], run: Run,
@@ -566,7 +610,7 @@ def save_checkpoint(program: RunProgram, directory, state, history: Optional[dic
     :class:`~tdmpc2core.io.checkpoint.CheckpointInfo`."""
     import jax
 
-    from .. import __version__
+    from ..version import __version__
 
     tick = program.state_tick(state)
     step = tick * program.steps_per_tick
@@ -576,7 +620,7 @@ def save_checkpoint(program: RunProgram, directory, state, history: Optional[dic
     state = devices.local(state)  # a replicated state read from this process's copy
     hist = working_history(program, history)
     host = history_to_arrays(program, hist, len(run.seeds), run.eval_episodes)
-    meta = {program.unit_key: step, "tick": tick, **program.meta(state, tick), "evaluations": len(hist["evals"]),
+    meta = {program.unit_key: step, "tick": tick, **program.meta(tick), "evaluations": len(hist["evals"]),
             "wall_seconds": hist["wall_seconds"], "tdmpc2core_version": __version__, "jax_version": jax.__version__,
             "backend": jax.default_backend()}
     info = ck.save(directory, step, {"state": state}, settings=_settings(program, run), host=host, meta=meta,
@@ -667,7 +711,7 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
         ``log(step, {"Eval/episodic mean reward": ...})`` after every evaluation, seed means,
         or ``log_seeds(step, {seed: ...})`` with each seed's values where it has that method,
         and ``flush()`` (where it has one) once a step's records are all given,
-        :mod:`tdmpc2core.run.loggers`; ``progress_bar``: a tqdm bar on stderr).
+        :mod:`tdmpc2core.io.loggers`; ``progress_bar``: a tqdm bar on stderr).
         ``progress`` gets a dict after every call of the compiled program: ``phase``,
         ``step``, ``start``/``end`` of this call and ``total`` (steps), ``ticks``, ``steps``
         and ``seconds`` (wall) of the call, ``compile_seconds`` (its share spent compiling:

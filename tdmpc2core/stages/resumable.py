@@ -222,9 +222,12 @@ def join_processes(args, log: Callable[[str], None]) -> bool:
 
 def add_logger_arguments(p) -> None:
     """The logger options of a training stage (the workflow's top-level ``logger`` block,
-    tdmpc2core.pipeline.config.Pipeline.logger_flags)."""
-    p.add_argument("--logger", default=None, choices=["none", "csv", "tensorboard", "wandb"],
-                   help="also log the metrics there (tdmpc2core.run.loggers; default or none: nothing): one W&B "
+    tdmpc2core.pipeline.config.Pipeline.logger_flags); ``--logger`` takes a registered kind
+    (:func:`tdmpc2core.io.loggers.logger_kinds`)."""
+    from ..io.loggers import logger_kinds
+
+    p.add_argument("--logger", default=None, choices=["none", *logger_kinds()],
+                   help="also log the metrics there (tdmpc2core.io.loggers; default or none: nothing): one W&B "
                         "run or TensorBoard folder per seed, or one CSV file of seed means")
     p.add_argument("--logger-dir", default="logs/metrics", help="folder of the log files (default logs/metrics)")
     p.add_argument("--logger-group", default=None,
@@ -242,29 +245,26 @@ def job_loggers(args, log: Callable[[str], None], where: str, name: str, seeds: 
     ``name``: the W&B run name, each seed's run ``{name}-seed{S}``; ``config()``: the settings
     attached to each run, asked for only when there is a logger). A logger that cannot be
     built (its package missing, its folder not writable) is one warning line in the job's
-    log, and the job trains without it."""
+    log, and the job trains without it. Where each kind's files go is its registry entry's
+    (:attr:`tdmpc2core.io.loggers.LoggerKind.job_options`)."""
     kind = getattr(args, "logger", None)
     if not kind or kind == "none":
         return []
-    from ..run.loggers import make_logger
+    from ..io import loggers
 
     root = Path(args.logger_dir)
-    config = config()
-    group = f"{args.logger_group}/{where}" if args.logger_group else where
-    options = {
-        "wandb": dict(project=args.logger_project, entity=args.logger_entity, mode=args.logger_mode, group=group,
-                      name=name, config=config, dir=root, job_type=where.split("/")[0]),
-        "tensorboard": dict(logdir=root / where, config=config),
-        "csv": dict(path=root / where / ("seeds_" + "_".join(str(s) for s in seeds) + ".csv")),
-    }[kind]
+    target = loggers.LogTarget(
+        root=root, where=where, name=name, group=f"{args.logger_group}/{where}" if args.logger_group else where,
+        seeds=tuple(seeds), config=config(), project=args.logger_project, entity=args.logger_entity,
+        mode=args.logger_mode, job_type=where.split("/")[0])
     try:
-        logger = make_logger(kind, **options)
+        entry = loggers.get_kind(kind)
+        logger = loggers.make_logger(kind, **entry.options_for_job(target))
     except Exception as e:  # logging never stops training
         log(f"warning: logger {kind!r} not built (" + " ".join(f"{type(e).__name__}: {e}".split())
             + "); training goes on without it")
         return []
-    log(f"logging to {kind} under {root}" + (f" (W&B mode {logger.mode}; upload offline runs with "
-                                              f"`wandb sync {root}/wandb/offline-run-*`)" if kind == "wandb" else ""))
+    log(f"logging to {kind} under {root}" + (entry.note(logger, root) if entry.note is not None else ""))
     return [logger]
 
 

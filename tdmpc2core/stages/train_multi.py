@@ -33,16 +33,10 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .spec import parse_spec as _parse_spec
-
+from ..io.spec import MultiSpec
 from .resumable import (FOLDER_IN_USE, SignalStop, add_checkpoint_arguments, add_device_arguments,
                         add_logger_arguments, close_checkpoint_dir, close_loggers, hms, job_loggers, join_processes,
                         library_log, open_checkpoint_dir, train_session)
-
-SPEC_KEYS = {"updates", "batch_size", "eval_every", "eval_episodes", "log_every", "agent", "return_ranges",
-             "backend", "eval_tasks", "device_budget_bytes", "extensions"}
-REQUIRED = {"updates"}
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool", required=True, help="pool name (folder name under results/multi)")
@@ -61,18 +55,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_device_arguments(p, processes=True)
 
 
-def parse_spec(text: str) -> dict:
-    """The multi-task settings from JSON text or ``@path``; raises ValueError naming bad keys."""
-    return _parse_spec(text, SPEC_KEYS, REQUIRED)
+def parse_spec(text: str, model_size: Optional[int] = None) -> MultiSpec:
+    """The multi-task settings from JSON text or ``@path``, for a job of ``model_size``
+    (:meth:`tdmpc2core.io.spec.MultiSpec.parse`; raises ValueError naming bad keys)."""
+    return MultiSpec.parse(text, model_size=model_size)
 
 
 def run(args) -> int:
-    spec = parse_spec(args.spec)
+    spec = parse_spec(args.spec, args.model_size)
     from ..agents.video import check_video_mode
     from ..run.driver import check_eval_every
 
     check_video_mode(getattr(args, "video", "off"), every=False)  # 'every': single-task only
-    check_eval_every(spec.get("eval_every"), "updates")  # before anything is built or recorded
+    check_eval_every(spec.eval_every, "updates")  # before anything is built or recorded
 
     prefix = f"[train-multi {args.pool} size{args.model_size}]"
     log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
@@ -94,7 +89,7 @@ def run(args) -> int:
             return FOLDER_IN_USE
 
 
-def _make_agent(args, spec: dict, log):
+def _make_agent(args, spec: MultiSpec, log):
     """The pooled dataset and the agent of ``spec`` on it (the batch size checked against the
     pool's slices), logged."""
     from ..agents.multitask import TDMPC2MultiTask
@@ -103,21 +98,18 @@ def _make_agent(args, spec: dict, log):
     from ..model.config import check_batch_size, slices_in_episodes
 
     dataset = load_dataset(args.dataset)
-    agent_kwargs = dict(spec.get("agent", {}))
-    if "batch_size" in spec:
-        agent_kwargs["batch_size"] = int(spec["batch_size"])
     eval_envs = True
-    if spec.get("eval_tasks") is not None:  # evaluate these tasks only (trained on all)
+    if spec.eval_tasks is not None:  # evaluate these tasks only (trained on all)
         table = {t.name: t for t in dataset.tasks}
-        bad = [n for n in spec["eval_tasks"] if n not in table or not table[n].env_id]
-        if bad or not spec["eval_tasks"]:
+        bad = [n for n in spec.eval_tasks if n not in table or not table[n].env_id]
+        if bad or not spec.eval_tasks:
             raise ValueError(f"spec eval_tasks: {bad or 'empty'}: each must be a task of {args.dataset} with an "
                              f"env_id; evaluable: {[t.name for t in dataset.tasks if t.env_id]}")
-        eval_envs = [t.env_id if t.name in spec["eval_tasks"] else None for t in dataset.tasks]
-    agent = TDMPC2MultiTask(dataset, eval_envs=eval_envs, model_size=args.model_size, devices=getattr(args, "devices", None),
-                            return_ranges=spec.get("return_ranges"), backend=spec.get("backend"),
-                            device_budget_bytes=spec.get("device_budget_bytes"),
-                            extensions=make_extensions(spec.get("extensions") or []), **agent_kwargs)
+        eval_envs = [t.env_id if t.name in spec.eval_tasks else None for t in dataset.tasks]
+    agent = TDMPC2MultiTask(dataset, eval_envs=eval_envs, devices=getattr(args, "devices", None),
+                            return_ranges=spec.return_ranges, backend=spec.backend,
+                            device_budget_bytes=spec.device_budget_bytes,
+                            extensions=make_extensions(spec.extensions or []), **spec.agent_settings())
     # a batch of more slices than the pool holds would repeat slices: refused with the check the
     # workflow runs on its prediction of the pool at load (tdmpc2core.model.config)
     check_batch_size(agent.cfg.batch_size, slices_in_episodes(dataset.episode_rows, agent.cfg.horizon),
@@ -131,9 +123,9 @@ def _make_agent(args, spec: dict, log):
         + ", ".join(f"{n} {g:.3f}" for n, g in agent.task_gammas.items())
         + f"; {agent.placement.n_devices} device(s)"
         + (f" (batch split over {dict(agent.placement.mesh.shape)})" if agent.placement.mesh is not None else "")
-        + f"; seeds {list(args.seeds)}, {int(spec['updates'])} updates, evaluation every "
-          f"{spec.get('eval_every')} updates"
-        + (f"; extensions {spec['extensions']}" if spec.get("extensions") else ""))
+        + f"; seeds {list(args.seeds)}, {int(spec.updates)} updates, evaluation every "
+          f"{spec.eval_every} updates"
+        + (f"; extensions {spec.extensions}" if spec.extensions else ""))
     from ..envs.params import describe
 
     for t in dataset.tasks:  # the evaluation envs are built with these (the task table's)
@@ -190,7 +182,7 @@ class _Progress:
         self.log(msg)
 
 
-def _run(args, spec: dict, log) -> int:
+def _run(args, spec: MultiSpec, log) -> int:
     """One session: train (or resume) the seeds on the pool, then write the job's outputs;
     returns the exit code (module docstring)."""
     from ..io import attempts, provenance
@@ -210,7 +202,7 @@ def _run(args, spec: dict, log) -> int:
     # the videos need MuJoCo's OpenGL rendering: checked before training, not after it
     check_rendering([env for env in (agent.eval_envs or []) if env is not None], getattr(args, "video", "off"),
                     False, log)
-    updates = int(spec["updates"])
+    updates = int(spec.updates)
     ckdir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
     # this session's record beside the checkpoints (before the folder is opened: a finished run's
     # folder starts a new list); run.json gets every attempt of a resumed run
@@ -219,11 +211,11 @@ def _run(args, spec: dict, log) -> int:
     _barrier("checkpoint folder opened")  # the other processes of a job resume from it after this
 
     prog = _Progress(log, agent.eval_task_names, updates, args.progress_seconds)
-    eval_episodes = int(spec.get("eval_episodes", 10))
+    eval_episodes = int(spec.eval_episodes or 10)
     where = f"multi/{args.pool}/size{args.model_size}"
     loggers = job_loggers(args, log, where, f"{args.pool}-size{args.model_size}", seeds, lambda:
                           {"pool": args.pool, "model_size": args.model_size, "protocol": args.logger_group,
-                           "spec": spec, "agent": agent.config})
+                           "spec": spec.record, "agent": agent.config})
     train = functools.partial(agent.train, **_train_arguments(args, spec), callback=prog.on_chunk,
                               progress=prog.on_progress, loggers=loggers)
     try:
@@ -242,7 +234,7 @@ def _run(args, spec: dict, log) -> int:
     videos = None
     if getattr(args, "video", "off") == "last":
         videos = write_task_videos(agent, state, seeds[0], eval_episodes, outdir / VIDEO_DIR, log)
-    final = _write_outputs(args, spec, seeds, outdir, dataset, agent, state, hist, eval_episodes, {
+    final = _write_outputs(args, spec.record, seeds, outdir, dataset, agent, state, hist, eval_episodes, {
         **({"videos": videos} if videos is not None else {}),
         "wall_seconds": wall, "training_wall_seconds_all_sessions": hist["wall_seconds"],
         "resumed_from_updates": started_at or None,
@@ -286,12 +278,12 @@ def write_task_videos(agent, state, seed: int, eval_episodes: int, folder: Path,
     return out
 
 
-def _train_arguments(args, spec: dict) -> dict:
+def _train_arguments(args, spec: MultiSpec) -> dict:
     """The ``train`` arguments of the job (every process of a multi-process job passes the same)."""
-    updates = int(spec["updates"])
+    updates = int(spec.updates)
     return dict(seed=list(args.seeds), n_timesteps=updates, total_timesteps=updates,
-                eval_every=spec.get("eval_every"), eval_episodes=int(spec.get("eval_episodes", 10)),
-                log_every=int(spec.get("log_every", 0)) or None, max_chunk_seconds=args.max_chunk_seconds,
+                eval_every=spec.eval_every, eval_episodes=int(spec.eval_episodes or 10),
+                log_every=int(spec.log_every or 0) or None, max_chunk_seconds=args.max_chunk_seconds,
                 checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
                 checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, progress_bar=False)
 
@@ -306,7 +298,7 @@ def _barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
-def _follow(args, spec: dict, log) -> int:
+def _follow(args, spec: MultiSpec, log) -> int:
     """A process other than 0 of a multi-process job: the same agent and the same ``train`` call
     (every program is a collective of the job), no outputs, checkpoints, attempt records or
     loggers (process 0 writes them); 143 when the job was stopped by a signal (to any process),
@@ -314,7 +306,7 @@ def _follow(args, spec: dict, log) -> int:
     from ..run.driver import TrainingInterrupted
 
     dataset, agent = _make_agent(args, spec, log)
-    updates = int(spec["updates"])
+    updates = int(spec.updates)
     _barrier("checkpoint folder opened")  # process 0 has cleared or kept the folder
     with SignalStop(log, args.checkpoint_dir is not None) as stop:
         try:

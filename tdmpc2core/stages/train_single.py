@@ -37,16 +37,10 @@ import sys
 import time
 from pathlib import Path
 
-from .spec import parse_spec as _parse_spec
-
+from ..io.spec import TaskSpec
 from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, add_device_arguments, add_logger_arguments,
                         close_checkpoint_dir, close_loggers, hms, job_loggers, library_log, open_checkpoint_dir,
                         train_session)
-
-SPEC_KEYS = {"env_id", "action_repeat", "episode_length", "agent_steps", "eval_every", "eval_episodes",
-             "agent", "n_envs", "backend", "allow_evicted", "env_params", "extensions"}
-REQUIRED = {"env_id", "agent_steps"}
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="task name (folder name under results/single)")
@@ -66,9 +60,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_device_arguments(p, processes=False)
 
 
-def parse_spec(text: str) -> dict:
-    """The task settings from JSON text or ``@path``; raises ValueError naming bad keys."""
-    return _parse_spec(text, SPEC_KEYS, REQUIRED)
+def parse_spec(text: str) -> TaskSpec:
+    """The task settings from JSON text or ``@path`` (:meth:`tdmpc2core.io.spec.TaskSpec.parse`;
+    raises ValueError naming bad keys)."""
+    return TaskSpec.parse(text)
 
 
 def run(args) -> int:
@@ -77,15 +72,15 @@ def run(args) -> int:
     from ..run.driver import check_eval_every
 
     check_video_mode(getattr(args, "video", "off"))
-    check_eval_every(spec.get("eval_every"), "agent steps")  # before anything is built or recorded
+    check_eval_every(spec.eval_every, "agent steps")  # before anything is built or recorded
 
     seeds = list(args.seeds)
     outdir = Path(args.outdir)
     prefix = f"[train-single {args.task}]"
     log = lambda msg: print(f"{prefix} {msg}", file=sys.stderr, flush=True)
     # videos and pixels need MuJoCo's OpenGL rendering: checked now, not after training
-    check_rendering([spec["env_id"]], getattr(args, "video", "off"),
-                    (spec.get("agent") or {}).get("obs", "state") == "rgb", log)
+    check_rendering([spec.env_id], getattr(args, "video", "off"), spec.agent_settings().get("obs", "state") == "rgb",
+                    log)
     from ..run.lock import FolderInUseError, exclusive_folder
 
     with library_log(prefix):  # checkpoints written, resumes: into this job's log
@@ -155,45 +150,49 @@ class _Progress:
             self.log(self.status(rec["agent_steps"], self.total, rec["phase"], rate))
 
 
-def _make_agent(spec: dict, seeds: list, log, devices=None):
+def _make_agent(spec: TaskSpec, seeds: list, log, devices=None):
     """The agent of ``spec`` (its env built with the spec's ``env_params``), its run length in
     agent steps, logged."""
     from ..agents.single_task import TDMPC2
     from ..envs.params import describe
     from ..extensions import make_extensions
 
-    agent = TDMPC2(spec["env_id"], n_envs=int(spec.get("n_envs", 1)),
-                   episode_length=None if spec.get("episode_length") is None else int(spec["episode_length"]),
-                   action_repeat=(None if spec.get("action_repeat") is None else int(spec["action_repeat"])),
-                   env_params=spec.get("env_params") or None, backend=spec.get("backend"),
-                   extensions=make_extensions(spec.get("extensions") or []), devices=devices, **spec.get("agent", {}))
-    n_timesteps = int(spec["agent_steps"])
+    agent = TDMPC2(spec.env_id, n_envs=int(spec.n_envs or 1),
+                   episode_length=None if spec.episode_length is None else int(spec.episode_length),
+                   action_repeat=None if spec.action_repeat is None else int(spec.action_repeat),
+                   env_params=spec.env_params or None, backend=spec.backend,
+                   extensions=make_extensions(spec.extensions or []), devices=devices, **spec.agent_settings())
+    n_timesteps = int(spec.agent_steps)
     mesh = agent.placement.mesh_for(len(seeds))
-    log(f"env {spec['env_id']}: T={agent.episode_length} agent steps, action_repeat={agent.action_repeat}, "
+    log(f"env {spec.env_id}: T={agent.episode_length} agent steps, action_repeat={agent.action_repeat}, "
         f"gamma={agent.gamma:.4f}, seed_steps={agent.seed_steps}, seeds={seeds}, {n_timesteps} agent steps"
         + (", episodic (termination head)" if agent.episodic else "")
         + (", pixels (obs='rgb': 64x64 RGB frame stacks)" if agent.pixels else "")
-        + (f", extensions {spec['extensions']}" if spec.get("extensions") else "")
+        + (f", extensions {spec.extensions}" if spec.extensions else "")
         + f"; env settings: {describe(agent.env.env_params)} (in effect: {describe(agent.env.effective_settings)})"
         + ("; one device" if mesh is None else f"; seeds split over {mesh.devices.size} devices"))
     return agent, n_timesteps
 
 
-def effective_spec(spec: dict, agent) -> dict:
-    """``spec`` as the run used it: ``episode_length`` the simulator steps of an episode of the
-    env that was built (T x action repeat), which differs from the spec's for an env that keeps
-    its own time limit (a gymnax Pendulum: 200, whatever the spec said). What ``run.json``,
-    the run id and the episodes' provenance record."""
-    return {**spec, "episode_length": int(agent.spec.sim_episode_length)}
+def effective_spec(spec, agent) -> dict:
+    """``spec`` (a :class:`~tdmpc2core.io.spec.TaskSpec`, its :attr:`~tdmpc2core.io.spec.TaskSpec.record`,
+    or a mapping of its keys) as the run used it: ``episode_length`` the simulator steps of an
+    episode of the env that was built (T x action repeat), which differs from the spec's for an
+    env that keeps its own time limit (a gymnax Pendulum: 200, whatever the spec said). What
+    ``run.json``, the run id and the episodes' provenance record."""
+    record = spec.record if isinstance(spec, TaskSpec) else dict(spec)
+    return {**record, "episode_length": int(agent.spec.sim_episode_length)}
 
 
-def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
+def _run(args, spec: TaskSpec, seeds: list, outdir: Path, log) -> int:
     """One session: train (or resume) the seeds, then write every seed's outputs; returns the
     exit code (module docstring)."""
     from ..io import attempts, provenance
     from ..run.compiled import per_program
 
     agent, n_timesteps = _make_agent(spec, seeds, log, getattr(args, "devices", None))
+    eval_episodes = int(spec.eval_episodes or 10)
+    eval_every = spec.eval_every
     spec = effective_spec(spec, agent)  # the episode length actually used, in run.json and the run id
     for seed in seeds:  # a stale marker of completeness must not outlive a run that fails
         (outdir / f"seed{seed}" / "run.json").unlink(missing_ok=True)
@@ -207,12 +206,11 @@ def _run(args, spec: dict, seeds: list, outdir: Path, log) -> int:
 
     t_start = time.perf_counter()
     prog = _Progress(log, agent, n_timesteps, args.progress_seconds)
-    eval_episodes = int(spec.get("eval_episodes", 10))
     loggers = job_loggers(args, log, f"single/{args.task}", args.task, seeds, lambda:
                           {"task": args.task, "protocol": args.logger_group, "spec": spec, "agent": agent.config})
     from ..run.driver import check_eval_every
 
-    eval_every = check_eval_every(spec.get("eval_every"), "agent steps")  # 0 is refused, not "no evaluation"
+    eval_every = check_eval_every(eval_every, "agent steps")  # 0 is refused, not "no evaluation"
     every = EveryVideo(agent, seeds[0], eval_every, eval_episodes, outdir / f"seed{seeds[0]}" / VIDEO_DIR, log) \
         if getattr(args, "video", "off") == "every" else None
     train = functools.partial(

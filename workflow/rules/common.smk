@@ -13,6 +13,7 @@ from snakemake.exceptions import WorkflowError
 
 from tdmpc2core.pipeline import codeversion
 from tdmpc2core.pipeline.config import *
+from tdmpc2core.pipeline.jobs import job_resources, job_shell
 
 try:
     P = resolve(config)
@@ -46,8 +47,9 @@ extra_jobs = P.cluster.extra_jobs
 # hooks.smk's onstart gives the rule one extra retry per further job its longest run needs
 LONG_RUNS = P.long_runs()
 
-# TDMPC2 is used in shell commands as a resource, not a param, on purpose: a params value is a
-# rerun trigger, and moving the virtualenv must not retrain. With --use-conda the env of
+# TDMPC2 is used in shell commands as a resource (`tdmpc2=TDMPC2`), not a param, on purpose: a
+# params value is a rerun trigger, and moving the virtualenv must not retrain (the workflow's
+# convention for such settings: tdmpc2core/pipeline/jobs.py, docs/pipeline.md "What reruns a job"). With --use-conda the env of
 # envs/tdmpc2.yaml provides `tdmpc2`; otherwise the Python that runs Snakemake (the project's
 # virtualenv) runs the CLI module, whether or not its bin/ is on PATH.
 try:

@@ -26,27 +26,26 @@ if MULTITASK:
             CONDA_ENV
         threads: P.cluster.job_threads(P.multitask.resources)
         # as the single-task training rule (train.smk): what a scheduler is asked for, then
-        # the shell's settings that are no rerun trigger. A runtime above
-        # cluster.max_job_minutes (the paper's 7 days) runs as several resubmitted jobs.
-        # The top-level `logger` block: the stage's --logger flags as one more resource (none without it).
+        # the shell's settings (no rerun trigger). A runtime above cluster.max_job_minutes (the
+        # paper's 7 days) runs as several resubmitted jobs.
         resources:
-            **P.logger_resources(),
-            # GPUs (per node) and, with several processes (cluster.multitask_nodes /
-            # _tasks_per_node), the executor's multi-process job; the shell starts them with srun
-            **P.cluster.multitask_resources(P.multitask.resources["gpu"]),
-            runtime=P.cluster.job_runtime(P.multitask.resources["runtime"]),
-            mem_mb=P.multitask.resources["mem_mb"],
-            slurm_extra=P.cluster.slurm_extra,
-            jax_env=P.cluster.jax_env(P.multitask.resources["gpu"]),
-            tdmpc2=TDMPC2,
-            jax_cache=P.jax_cache,
-            checkpoints=P.checkpoints,
-            checkpoint_every=str(P.multitask.checkpoint_every),
-            keep_checkpoints=str(P.keep_checkpoints),
-            max_chunk_seconds=str(MAX_CHUNK_SECONDS),
-            launcher=P.cluster.multitask_launcher(),
-            devices=P.cluster.devices,
-            video=P.multi_video,  # --video: a resource, no rerun trigger (switching it on adds an output)
+            **job_resources(
+                P,
+                P.multitask.resources,
+                tdmpc2=TDMPC2,
+                # GPUs (per node) and, with several processes (cluster.multitask_nodes /
+                # _tasks_per_node), the executor's multi-process job; the shell starts them with srun
+                gpu=P.cluster.multitask_resources(P.multitask.resources["gpu"]),
+                trainer=dict(
+                    checkpoints=P.checkpoints,
+                    checkpoint_every=str(P.multitask.checkpoint_every),
+                    keep_checkpoints=str(P.keep_checkpoints),
+                    max_chunk_seconds=str(MAX_CHUNK_SECONDS),
+                    launcher=P.cluster.multitask_launcher(),
+                    devices=P.cluster.devices,
+                    video=P.multi_video,  # switching it on adds an output, reruns nothing
+                ),
+            ),
         params:
             # the multi-task settings: a change reruns the multi-task jobs only
             spec=lambda wc: P.multi_spec(wc.pool),
@@ -54,21 +53,18 @@ if MULTITASK:
             code=P.code_param("train_multi"),
             outdir=lambda wc, output: parent(output[0]),
         shell:
-            # thread pinning, the compilation cache, `exec` and the checkpoints (outside results/,
-            # resumed by a rerun after SIGTERM/SIGINT) as the single-task training jobs (train.smk)
-            "export PJRT_NPROC={threads} OMP_NUM_THREADS={threads} "
-            "JAX_COMPILATION_CACHE_DIR={resources.jax_cache:q} {resources.jax_env}; "
-            'if [ {threads} -eq 1 ]; then export XLA_FLAGS="${{XLA_FLAGS:-}} --xla_cpu_multi_thread_eigen=false"; fi; '
-            'echo "job on $(hostname): CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES-unset}} '
-            'SLURM_JOB_ID=${{SLURM_JOB_ID-none}} {resources.jax_env}" > {log:q}; '
-            "{resources.launcher} {resources.tdmpc2} train-multi --pool {wildcards.pool:q} --model-size {wildcards.size} "
-            "--dataset {input.dataset:q} --spec {params.spec:q} --seeds {params.seeds} "
-            "--outdir {params.outdir:q} --video {resources.video} "
-            "--checkpoint-dir {resources.checkpoints:q}/multi/{wildcards.pool:q}/size{wildcards.size} "
-            "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
-            "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices}"
-            + P.logger_shell()
-            + " >> {log:q} 2>&1"
+            # the trainers' preamble (tdmpc2core/pipeline/jobs.py); the checkpoints outside
+            # results/, resumed by a rerun after SIGTERM/SIGINT, as the single-task jobs'
+            job_shell(
+                "{resources.launcher} {resources.tdmpc2} train-multi --pool {wildcards.pool:q} --model-size {wildcards.size} "
+                "--dataset {input.dataset:q} --spec {params.spec:q} --seeds {params.seeds} "
+                "--outdir {params.outdir:q} --video {resources.video} "
+                "--checkpoint-dir {resources.checkpoints:q}/multi/{wildcards.pool:q}/size{wildcards.size} "
+                "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
+                "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices}"
+                + P.logger_shell()
+                + " >> {log:q} 2>&1"
+            )
 
     rule scaling:
         """The multi-task scaling table, the per-task table (beside the single-task returns) and their figure."""

@@ -27,24 +27,19 @@ if OFFICIAL_CKPTS:
         # a job of its own on a cluster (a large checkpoint wants a GPU): what it asks the
         # scheduler for comes from official_checkpoints.resources, as a training job's does
         resources:
-            gpu=P.official.resources["gpu"],
-            runtime=P.cluster.job_runtime(P.official.resources["runtime"]),
-            mem_mb=P.official.resources["mem_mb"],
-            slurm_extra=P.cluster.slurm_extra,
-            jax_env=P.cluster.jax_env(P.official.resources["gpu"]),
-            tdmpc2=TDMPC2,
-            jax_cache=P.jax_cache,
+            **job_resources(P, P.official.resources, tdmpc2=TDMPC2),
         params:
             # the evaluation settings: a change reruns the evaluations
             args=lambda wc: P.official_args(wc.name),
             code=P.code_param("evaluate_official"),
             outdir=lambda wc, output: parent(output[0]),
         shell:
-            "export PJRT_NPROC={threads} OMP_NUM_THREADS={threads} "
-            "JAX_COMPILATION_CACHE_DIR={resources.jax_cache:q} {resources.jax_env}; "
-            'if [ {threads} -eq 1 ]; then export XLA_FLAGS="${{XLA_FLAGS:-}} --xla_cpu_multi_thread_eigen=false"; fi; '
-            "exec {resources.tdmpc2} evaluate-official --checkpoint {input.checkpoint:q} --name {wildcards.name:q} "
-            "{params.args} --out {params.outdir:q} > {log:q} 2>&1"
+            # the trainers' preamble (tdmpc2core/pipeline/jobs.py); the stage writes the log
+            job_shell(
+                "exec {resources.tdmpc2} evaluate-official --checkpoint {input.checkpoint:q} --name {wildcards.name:q} "
+                "{params.args} --out {params.outdir:q} > {log:q} 2>&1",
+                job_line=False,
+            )
 
     rule official_table:
         """Each evaluated task's return beside the published TD-MPC2 final score."""

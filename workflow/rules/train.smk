@@ -26,27 +26,24 @@ for _name, _group, _pixels in P.train_rules():
         conda:
             CONDA_ENV
         threads: lambda wc: P.cluster.job_threads(TASKS[wc.task]["resources"])
-        # what the job asks a scheduler for, from the task's `resources` and `cluster`; the
-        # rest are the shell's settings that are no rerun trigger (resources, not params:
-        # moving the virtualenv, the cache or the checkpoints retrains nothing)
-        # The top-level `logger` block: the stage's --logger flags as one more resource (none without it).
+        # what the scheduler reads, then the shell's settings: no rerun trigger (resources, not
+        # params: moving the virtualenv, the cache or the checkpoints retrains nothing;
+        # tdmpc2core/pipeline/jobs.py, docs/pipeline.md "What reruns a job")
         resources:
-            **P.logger_resources(),
-            gpu=lambda wc: TASKS[wc.task]["resources"]["gpu"],
-            runtime=lambda wc: P.cluster.job_runtime(
-                TASKS[wc.task]["resources"]["runtime"]
+            **job_resources(
+                P,
+                lambda wc: TASKS[wc.task]["resources"],
+                tdmpc2=TDMPC2,
+                # strings: no consumable resource
+                trainer=dict(
+                    checkpoints=P.checkpoints,
+                    checkpoint_every=str(P.checkpoint_every),
+                    keep_checkpoints=str(P.keep_checkpoints),
+                    max_chunk_seconds=str(MAX_CHUNK_SECONDS),
+                    devices=P.cluster.devices,  # auto: the seeds split over the job's GPUs
+                    video=P.video,  # switching it on adds an output, reruns nothing
+                ),
             ),
-            mem_mb=lambda wc: TASKS[wc.task]["resources"]["mem_mb"],
-            slurm_extra=P.cluster.slurm_extra,
-            jax_env=lambda wc: P.cluster.jax_env(TASKS[wc.task]["resources"]["gpu"]),
-            tdmpc2=TDMPC2,
-            jax_cache=P.jax_cache,
-            checkpoints=P.checkpoints,
-            checkpoint_every=str(P.checkpoint_every),  # strings: not a consumable resource
-            keep_checkpoints=str(P.keep_checkpoints),
-            max_chunk_seconds=str(MAX_CHUNK_SECONDS),
-            devices=P.cluster.devices,  # --devices: auto splits the seeds over the GPUs the job got
-            video=P.video,  # --video: a resource, no rerun trigger (switching it on adds an output)
         params:
             # the merged settings of the task: a change reruns that task's jobs only (the
             # cache folder, threads and resources are not params: changing them reruns nothing)
@@ -61,22 +58,15 @@ for _name, _group, _pixels in P.train_rules():
             seed_tag=seed_tag(_group),
             outdir=lambda wc, output: parent(output[0], 2),
         shell:
-            # PJRT_NPROC sizes the thread pool of JAX's CPU client (XLA reads it before the
-            # core count), OMP_NUM_THREADS that of oneDNN/OpenMP kernels; with one thread,
-            # XLA's Eigen kernels run single-threaded as well. `exec`: the trainer replaces
-            # the shell, so a SIGTERM reaches it alone and the job ends when it has written
-            # its checkpoint (a shell killed first would end the job, and on SLURM the step,
-            # before that).
-            "export PJRT_NPROC={threads} OMP_NUM_THREADS={threads} "
-            "JAX_COMPILATION_CACHE_DIR={resources.jax_cache:q} {resources.jax_env}; "
-            'if [ {threads} -eq 1 ]; then export XLA_FLAGS="${{XLA_FLAGS:-}} --xla_cpu_multi_thread_eigen=false"; fi; '
-            'echo "job on $(hostname): CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES-unset}} '
-            'SLURM_JOB_ID=${{SLURM_JOB_ID-none}} {resources.jax_env}" > {log:q}; '
-            "exec {resources.tdmpc2} train-single --task {wildcards.task:q} --spec {params.spec:q} "
-            "--seeds {params.seeds} --outdir {params.outdir:q} "
-            "--video {resources.video} "
-            "--checkpoint-dir {resources.checkpoints:q}/single/{wildcards.task:q}/{params.seed_tag} "
-            "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
-            "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices}"
-            + P.logger_shell()
-            + " >> {log:q} 2>&1"
+            # the trainers' preamble (threads, cache, JAX environment, the log's first line;
+            # tdmpc2core/pipeline/jobs.py), then `exec` the stage
+            job_shell(
+                "exec {resources.tdmpc2} train-single --task {wildcards.task:q} --spec {params.spec:q} "
+                "--seeds {params.seeds} --outdir {params.outdir:q} "
+                "--video {resources.video} "
+                "--checkpoint-dir {resources.checkpoints:q}/single/{wildcards.task:q}/{params.seed_tag} "
+                "--checkpoint-every {resources.checkpoint_every} --keep-checkpoints {resources.keep_checkpoints} "
+                "--max-chunk-seconds {resources.max_chunk_seconds} --devices {resources.devices}"
+                + P.logger_shell()
+                + " >> {log:q} 2>&1"
+            )

@@ -5,7 +5,7 @@ program (:mod:`tdmpc2core.envs.metaworld_env`).
 
 The paper's protocol: action repeat 2 (rewards summed), 100 agent steps per episode (the suite's
 own time limit, 200 simulator steps: an ``episode_length`` other than 200 is refused, as is a
-length past what Meta-World's simulator allows, :data:`MAX_PATH_LENGTH`), never terminated early, state
+length past what Meta-World's simulator allows, :data:`~tdmpc2core.envs.domain_ids.MAX_PATH_LENGTH`), never terminated early, state
 observations; the score is the success rate (``info['success']`` at an episode's last step,
 ``StepOut.success``). No ``env_params``. Published curves: the same ``mw-<name>``.
 """
@@ -13,21 +13,16 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from tdmpc2core.envs.domain_ids import DOMAIN_EPISODE_STEPS, METAWORLD_ENVS
+from tdmpc2core.envs.domain_ids import DOMAIN_EPISODE_STEPS, MAX_PATH_LENGTH, METAWORLD_ENVS  # noqa: F401
+from tdmpc2core.envs.params import canonical
 from tdmpc2core.envs.registry import Suite, SuiteReport
 
 #: the distributions the suite needs beyond the core ones (the [metaworld] extra pins them)
 REQUIRES = ("metaworld",)
 ACTION_REPEAT = 2
-#: Meta-World 3.0.0's ``max_path_length``: its env raises ``ValueError: You must reset the env
-#: manually once truncate==True`` at a step past it. The official wrapper's reset takes one
-#: step (a zero action), so an episode may last at most MAX_PATH_LENGTH - 1 simulator steps.
-MAX_PATH_LENGTH = 500
 
 
 def _check_params(env_id: str, env_params: Mapping) -> dict:
-    from tdmpc2core.envs.params import canonical
-
     params = canonical(env_params, env_id)
     if params:
         raise ValueError(f"env_params={params!r} for {env_id!r}: Meta-World tasks take none (the official "
@@ -42,13 +37,15 @@ def _build(env_id, *, action_repeat, episode_length, env_params, backend):
     from tdmpc2core.envs.metaworld_env import MetaWorldEnv
 
     # episode_length: the suite's own limit in effect (Suite.sim_episode_length)
-    return MetaWorldEnv(env_id, action_repeat=action_repeat, episode_length=episode_length)
+    return MetaWorldEnv(env_id, suite=SUITE.name, action_repeat=action_repeat, episode_length=episode_length)
 
 
 def _frames(env):
-    from tdmpc2core.envs.render import _host_mujoco
+    """The evaluation videos' renderer: ``mujoco.Renderer`` on the host simulator's model
+    (:func:`tdmpc2core.envs.render.host_mujoco_source`)."""
+    from tdmpc2core.envs.render import host_mujoco_source
 
-    return _host_mujoco(env)
+    return host_mujoco_source(env)
 
 
 SUITE = Suite(
@@ -66,5 +63,5 @@ SUITE = Suite(
         comparison_note=("The Meta-World tasks run Meta-World 3's v3 tasks (the paper: v2) on MuJoCo 3.17 with a "
                          "compatibility layer for the weld reset (docs/metaworld.md): comparisons with the "
                          "published curves are approximate; the score is the success rate.")),
-    frames=_frames,  # evaluation videos (tdmpc2core.envs.render._host_mujoco)
+    frames=_frames,  # evaluation videos
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from tdmpc2core.envs.domain_ids import DOMAIN_EPISODE_STEPS, MYOSUITE_ENVS, MYOSUITE_PUBLISHED
+from tdmpc2core.envs.params import canonical
 from tdmpc2core.envs.registry import Suite, SuiteReport
 
 #: the distributions the suite needs beyond the core ones (the [myosuite] extra pins them)
@@ -19,8 +20,6 @@ REQUIRES = ("myosuite", "myo-sim")
 
 
 def _check_params(env_id: str, env_params: Mapping) -> dict:
-    from tdmpc2core.envs.params import canonical
-
     params = canonical(env_params, env_id)
     if params:
         raise ValueError(f"env_params={params!r} for {env_id!r}: MyoSuite tasks take none (the official "
@@ -34,13 +33,15 @@ def _build(env_id, *, action_repeat, episode_length, env_params, backend):
     from tdmpc2core.envs.myosuite_env import MyoSuiteEnv
 
     # episode_length: the suite's own limit in effect (Suite.sim_episode_length)
-    return MyoSuiteEnv(env_id, action_repeat=action_repeat, episode_length=episode_length)
+    return MyoSuiteEnv(env_id, suite=SUITE.name, action_repeat=action_repeat, episode_length=episode_length)
 
 
 def _frames(env):
-    from tdmpc2core.envs.render import _host_mujoco
+    """The evaluation videos' renderer: ``mujoco.Renderer`` on the host simulator's model
+    (:func:`tdmpc2core.envs.render.host_mujoco_source`)."""
+    from tdmpc2core.envs.render import host_mujoco_source
 
-    return _host_mujoco(env)
+    return host_mujoco_source(env)
 
 
 SUITE = Suite(
@@ -57,5 +58,5 @@ SUITE = Suite(
         label="MyoSuite", version_package="myosuite", rank=5, score="success",
         comparison_note=("The MyoSuite tasks run on MyoSuite 3.0.0 (the paper used an earlier release) with the "
                          "official wrapper's conventions; the score is the success rate.")),
-    frames=_frames,  # evaluation videos (tdmpc2core.envs.render._host_mujoco)
+    frames=_frames,  # evaluation videos
 )
