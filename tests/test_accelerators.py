@@ -47,3 +47,33 @@ def test_job_slots_auto_is_one_with_an_accelerator_and_unlimited_without():
     for bad in (0, -1, True, "1", 1.5):
         with pytest.raises(ValueError, match="cluster.local_accelerator_jobs=.*accepted: 'auto' or an integer >= 1"):
             accelerator_job_slots(bad, Accelerators(None, 0, "x"))
+
+
+def test_config_value_is_checked_and_only_a_local_run_on_an_accelerator_is_limited():
+    """cluster.local_accelerator_jobs is refused in one line unless auto or >= 1; the pipeline's
+    slots (tdmpc2core.pipeline.jobs.use_local_accelerators) are set for a local run that found an
+    accelerator only (a submitting run, e.g. SLURM, is never limited by it)."""
+    import dataclasses
+
+    from tdmpc2core.pipeline.checks import ConfigError
+    from tdmpc2core.pipeline.cluster import _local_accelerator_jobs
+    from tdmpc2core.pipeline.jobs import use_local_accelerators
+
+    assert _local_accelerator_jobs("auto") == "auto" and _local_accelerator_jobs(3) == 3
+    with pytest.raises(ConfigError, match=r"^config: cluster.local_accelerator_jobs=0: accepted: 'auto' or an integer"):
+        _local_accelerator_jobs(0)
+
+    @dataclasses.dataclass(frozen=True)
+    class FakeCluster:
+        local_accelerator_jobs: object = "auto"
+
+    @dataclasses.dataclass(frozen=True)
+    class FakePipeline:
+        cluster: FakeCluster = FakeCluster()
+        accelerator_slots: object = None
+
+    tpu = Accelerators("tpu", 1, "x")
+    assert use_local_accelerators(FakePipeline(), True, tpu)[0].accelerator_slots == 1
+    assert use_local_accelerators(FakePipeline(), False, tpu) == (FakePipeline(accelerator_slots=None), None)
+    assert use_local_accelerators(FakePipeline(), True, Accelerators(None, 0, "x"))[0].accelerator_slots is None
+    assert use_local_accelerators(FakePipeline(FakeCluster(2)), True, tpu)[0].accelerator_slots == 2

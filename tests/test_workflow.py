@@ -783,6 +783,45 @@ def test_pipeline_with_stand_in_trainer(tmp_path):
 
 
 
+def test_local_run_takes_the_accelerator_one_job_at_a_time(tmp_path):
+    """Issue 43: on a machine with an accelerator (here a TPU named by TPU_ACCELERATOR_TYPE, as a
+    TPU machine's image sets it), the training jobs that use it (resources.gpu >= 1) run one at a
+    time even with free cores; without one (JAX_PLATFORMS=cpu) they run side by side. The
+    stand-in trainer records when each job ran (one second each)."""
+    wf = copy_workflow(tmp_path)
+    shutil.copytree(ROOT / "tdmpc2core", wf / "tdmpc2core", ignore=shutil.ignore_patterns("__pycache__"))
+    timed = STAND_IN_TRAINER.replace("def run(args):\n", (
+        "def run(args):\n"
+        "    import time\n"
+        "    t0 = time.time(); time.sleep(1.0)\n"
+        "    os.makedirs(args.outdir, exist_ok=True)\n"
+        "    with open(os.path.join(args.outdir, f'ran-{args.seeds[0]}'), 'w') as fh:\n"
+        "        fh.write(f'{t0} {time.time()}')\n"), 1)
+    (wf / "tdmpc2core" / "stages" / "train_single.py").write_text(timed)
+    (wf / "acc.yaml").write_text("seeds_per_job: 1\nvideo: off\nprotocols:\n  demo:\n    defaults:\n"
+                                 "      resources: {gpu: 1, runtime: 120, mem_mb: 4000}\n")
+    targets = [f"results/single/{t}/seed{s}/eval.parquet" for t in ("pendulum", "cartpole-balance") for s in (0, 1)]
+
+    def spans(env_extra):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SNAKEMAKE", "TPU_", "CUDA_VISIBLE"))}
+        env.update(env_extra)
+        shutil.rmtree(wf / "results", ignore_errors=True)
+        res = subprocess.run([sys.executable, "-m", "snakemake", *targets, "--cores", "4", "--configfile", "acc.yaml"],
+                             cwd=wf, capture_output=True, text=True,
+                             timeout=600, env=env)
+        out = ok(res)
+        got = sorted(tuple(map(float, p.read_text().split())) for p in (wf / "results/single").glob("*/ran-*"))
+        assert len(got) == 4, out[-3000:]
+        return got, out
+
+    got, out = spans({"TPU_ACCELERATOR_TYPE": "v5litepod-1"})
+    assert "tdmpc2: TPU found (TPU_ACCELERATOR_TYPE=v5litepod-1): at most 1 job(s) on it at once" in out
+    assert all(b[0] >= a[1] for a, b in zip(got, got[1:])), got  # one after another
+    got, out = spans({"JAX_PLATFORMS": "cpu"})
+    assert "found" not in out
+    assert any(b[0] < a[1] for a, b in zip(got, got[1:])), got  # side by side: the check can fail
+
+
 def test_settings_in_resources_are_no_rerun_trigger_and_params_are(tmp_path):
     """The workflow's convention for values that must not rerun a job (tdmpc2core/pipeline/jobs.py,
     docs/pipeline.md "What reruns a job"): Snakemake records a finished job's params and shell

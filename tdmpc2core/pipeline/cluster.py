@@ -38,6 +38,9 @@ class Cluster:
     devices: str = "auto"
     multitask_nodes: int = 1
     multitask_tasks_per_node: int = 1
+    #: how many jobs that use this machine's accelerator run at once in a local run ("auto": one
+    #: where an accelerator is found, no limit where none is; tdmpc2core/pipeline/accelerators.py)
+    local_accelerator_jobs: object = "auto"
 
     @property
     def multitask_processes(self) -> int:
@@ -138,4 +141,17 @@ def cluster_from_config(config: dict, *, max_chunk_seconds: float) -> Cluster:
                    slurm_extra=extra, gpu_mem_fraction=float(c["gpu_mem_fraction"]),
                    gpu_preallocate=bool(c["gpu_preallocate"]), threads_per_job=int(config["threads_per_job"]),
                    devices=str(c.get("devices", "auto")), multitask_nodes=int(c.get("multitask_nodes", 1)),
-                   multitask_tasks_per_node=int(c.get("multitask_tasks_per_node", 1)))
+                   multitask_tasks_per_node=int(c.get("multitask_tasks_per_node", 1)),
+                   local_accelerator_jobs=_local_accelerator_jobs(c.get("local_accelerator_jobs", "auto")))
+
+
+def _local_accelerator_jobs(value):
+    """``cluster.local_accelerator_jobs`` checked: "auto" or an int >= 1 (ConfigError naming it)."""
+    from tdmpc2core.pipeline.accelerators import Accelerators, accelerator_job_slots
+    from tdmpc2core.pipeline.checks import ConfigError
+
+    try:
+        accelerator_job_slots(value, Accelerators(None, 0, ""))
+    except ValueError as e:
+        raise ConfigError(f"config: {e}") from None
+    return value

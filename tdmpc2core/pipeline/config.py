@@ -118,6 +118,10 @@ class Pipeline:
     #: the results file of benchmarks/reproduction.py the report shows (config key
     #: ``reproduction``), None without one
     reproduction: str | None = None
+    #: a local run on a machine with an accelerator: how many jobs on it may run at once (the
+    #: trainer jobs then ask for one unit of the ``accelerator`` resource); None: no limit
+    #: (tdmpc2core.pipeline.jobs.use_local_accelerators sets it, at plan time)
+    accelerator_slots: int | None = None
 
     def reproduction_inputs(self) -> list[str]:
         """The report's inputs of config ``reproduction``: the results file and, when it exists, the

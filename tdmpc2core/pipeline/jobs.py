@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Optional, Union
 
-__all__ = ["SCHEDULER", "SETTINGS", "job_resources", "job_shell", "PREAMBLE", "JOB_LINE"]
+__all__ = ["SCHEDULER", "SETTINGS", "ACCELERATOR", "job_resources", "use_local_accelerators", "job_shell", "PREAMBLE",
+           "JOB_LINE"]
 
 #: the resources a scheduler reads (besides a multi-process job's, tdmpc2core.pipeline.cluster)
 SCHEDULER = ("gpu", "runtime", "mem_mb", "slurm_extra")
@@ -84,7 +85,33 @@ def job_resources(pipeline, resources: Resources, *, tdmpc2: str, trainer: Optio
     out["tdmpc2"] = tdmpc2
     out["jax_cache"] = pipeline.jax_cache
     out.update(trainer or {})
+    if pipeline.accelerator_slots:  # a local run on an accelerator (use_local_accelerators): a job
+        # that uses it (gpu >= 1: no JAX_PLATFORMS=cpu, Cluster.jax_env) takes one unit
+        out[ACCELERATOR] = _per_job(resources, lambda r: 1 if int(r["gpu"]) else 0)
     return out
+
+
+#: the consumable resource of the jobs that may open the machine's accelerator
+ACCELERATOR = "accelerator"
+
+
+def use_local_accelerators(pipeline, local: bool, found=None):
+    """``(pipeline, found)``: the pipeline with ``accelerator_slots`` set for this run, and the
+    accelerators found (None for a submitting run). A local run (``local``: Snakemake runs the
+    jobs itself, no executor submits them) applies ``cluster.local_accelerator_jobs`` to what
+    :func:`tdmpc2core.pipeline.accelerators.local_accelerators` finds (or ``found``); a submitting
+    run, or a machine without an accelerator, gets None (no limit). With slots set,
+    :func:`job_resources` gives every trainer job one unit of :data:`ACCELERATOR`, and the
+    workflow makes it a global resource of that many units."""
+    import dataclasses
+
+    from .accelerators import accelerator_job_slots, local_accelerators
+
+    if not local:
+        return dataclasses.replace(pipeline, accelerator_slots=None), None
+    found = local_accelerators() if found is None else found
+    slots = accelerator_job_slots(pipeline.cluster.local_accelerator_jobs, found)
+    return dataclasses.replace(pipeline, accelerator_slots=slots), found
 
 
 def job_shell(command: str, *, job_line: bool = True) -> str:

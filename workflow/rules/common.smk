@@ -13,7 +13,12 @@ from snakemake.exceptions import WorkflowError
 
 from tdmpc2core.pipeline import codeversion
 from tdmpc2core.pipeline.config import *
-from tdmpc2core.pipeline.jobs import job_resources, job_shell
+from tdmpc2core.pipeline.jobs import (
+    ACCELERATOR,
+    job_resources,
+    job_shell,
+    use_local_accelerators,
+)
 
 try:
     P = resolve(config)
@@ -25,6 +30,18 @@ for _line in [
     *codeversion.code_changes(P.run_records(), rerun=P.rerun_on_code_change),
 ]:
     print(_line, file=sys.stderr)
+
+# a local run on a machine with a GPU or TPU: its trainer jobs ask for one unit of the
+# `accelerator` resource, of which there are cluster.local_accelerator_jobs (auto: one, so the
+# jobs take the device in turn; tdmpc2core/pipeline/jobs.py, docs/pipeline.md "One accelerator")
+P, _found = use_local_accelerators(P, workflow.local_exec)
+if P.accelerator_slots and ACCELERATOR not in workflow.global_resources:
+    workflow.register_resource(ACCELERATOR, P.accelerator_slots)
+    print(
+        f"tdmpc2: {_found.kind.upper()} found ({_found.evidence}): at most {P.accelerator_slots} "
+        f"job(s) on it at once (cluster.local_accelerator_jobs)",
+        file=sys.stderr,
+    )
 
 # the names the rule files and hooks.smk read
 TASKS, POOLS, OFFICIAL_POOLS, SEED_GROUPS = (
