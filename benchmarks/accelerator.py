@@ -88,6 +88,30 @@ DMC_DROP = ("mujoco/testing", "suite/dog_assets", "suite/all_domains.png", "suit
 MACHINE_PACKAGES = ("jax", "jaxlib", "numpy", "scipy", "ml-dtypes", "opt-einsum")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64")
+#: the workflow's own packages the machine's index has (``run --workflow`` installs them there);
+#: the rest of Snakemake's dependency closure travels in ``.accel/workflow.tar.xz``
+WORKFLOW_INDEX = ("configargparse", "docutils", "gitpython", "humanfriendly", "jinja2", "nbformat", "psutil",
+                  "pulp", "smart-open", "tabulate")
+#: imported at every Python start of ``run --workflow`` (``sitecustomize``): that machine's
+#: sandbox gives ``/proc/PID/io`` without ``rchar``, on which psutil's ``io_counters`` raises
+#: ValueError and Snakemake's per-job ``benchmark:`` sampling fails the job; the I/O counters read
+#: zero there instead (the benchmark's wall time and memory are unaffected)
+PSUTIL_SHIM = """\
+try:
+    import collections, psutil
+    _pio = collections.namedtuple("pio", "read_count write_count read_bytes write_bytes read_chars write_chars")
+    _io_counters = psutil.Process.io_counters
+
+    def _io_or_zeros(self):
+        try:
+            return _io_counters(self)
+        except ValueError:
+            return _pio(0, 0, 0, 0, 0, 0)
+
+    psutil.Process.io_counters = _io_or_zeros
+except ImportError:
+    pass
+"""
 SITE = Path("/tmp/tdmpc2-accel")
 CACHE_CHUNK = 15 * 2 ** 20
 
@@ -121,7 +145,71 @@ def bundle(args) -> int:
             tar.add(stage, arcname="wheels")
         os.replace(tmp, out)
     print(f"wrote {out} ({out.stat().st_size / 2 ** 20:.1f} MiB); carry .accel")
+    if args.workflow:
+        bundle_workflow(plat)
     return 0
+
+
+def workflow_closure(top: str = "snakemake") -> dict:
+    """``{name: version}``: ``top`` and every package it needs, transitively, as installed in this
+    environment (``pip install -e '.[workflow]'``), less :data:`WORKFLOW_INDEX` and
+    :data:`INDEX_PACKAGES` (the machine's index has those).
+
+    Raises SystemExit naming ``top`` when it is not installed here."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    def norm(n):
+        return n.lower().replace("_", "-").replace(".", "-")
+
+    skip = {norm(n) for n in WORKFLOW_INDEX + INDEX_PACKAGES}
+    seen, todo = {}, [top]
+    while todo:
+        name = norm(todo.pop())
+        if name in seen:
+            continue
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            if name == top:
+                raise SystemExit(f"error: {top} is not installed here: pip install -e '.[workflow]' first")
+            continue
+        seen[name] = dist.version
+        for req in dist.requires or []:
+            r = Requirement(req)
+            if r.marker is None or r.marker.evaluate({"extra": ""}):
+                todo.append(r.name)
+    return {n: v for n, v in sorted(seen.items()) if n not in skip}
+
+
+def bundle_workflow(plat: list) -> None:
+    """Pack Snakemake and the part of its dependency closure the machine's index lacks
+    (:func:`workflow_closure`) into ``.accel/workflow.tar.xz``: wheels for CPython 3.11 on
+    manylinux x86-64, or the source distribution of a pure-Python package that has no wheel
+    (connection-pool), installed here into a staging folder with :data:`PSUTIL_SHIM` as its
+    ``sitecustomize``."""
+    pins = [f"{n}=={v}" for n, v in workflow_closure().items()]
+    with tempfile.TemporaryDirectory() as wheels, tempfile.TemporaryDirectory() as stage:
+        sdists = []
+        for req in pins:
+            res = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                                  "--python-version", "3.11", "--implementation", "cp", *plat, "-d", wheels, req],
+                                 capture_output=True, text=True)
+            if res.returncode:
+                sdists.append(req)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target", stage,
+                        *sorted(str(p) for p in Path(wheels).glob("*.whl")), *sdists], check=True)
+        (Path(stage) / "sitecustomize.py").write_text(PSUTIL_SHIM)
+        for p in Path(stage).rglob("__pycache__"):
+            shutil.rmtree(p, ignore_errors=True)
+        out = ACCEL / "workflow.tar.xz"
+        tmp = out.with_name(out.name + ".tmp")
+        with tarfile.open(tmp, "w:xz") as tar:
+            tar.add(stage, arcname="workflow")
+        os.replace(tmp, out)
+    print(f"wrote {out} ({out.stat().st_size / 2 ** 20:.1f} MiB): Snakemake and {len(pins) - 1} packages "
+          f"(from source: {sdists}); `run --workflow` installs {list(WORKFLOW_INDEX)} from the machine's index")
 
 
 def dmc_domains(config: str = DMC_CONFIG) -> list[str]:
@@ -268,6 +356,30 @@ def _setup_site() -> None:
     print(f"[accelerator] site set up in {time.perf_counter() - t:.0f} s", flush=True)
 
 
+def _setup_workflow() -> None:
+    """``run --workflow``: unpack ``.accel/workflow.tar.xz`` (Snakemake, :func:`bundle_workflow`)
+    into ``/tmp/tdmpc2-accel/workflow`` and install :data:`WORKFLOW_INDEX` from the machine's
+    index beside it, once per machine."""
+    ready = SITE / ".workflow-ready"
+    if ready.exists():
+        return
+    bundle = ACCEL / "workflow.tar.xz"
+    if not bundle.exists():
+        raise SystemExit(f"error: {bundle} is not here: run `python benchmarks/accelerator.py bundle --workflow` "
+                         "and carry .accel")
+    with tarfile.open(bundle) as tar:
+        tar.extractall(SITE, filter="data")
+    env = dict(os.environ, PIP_CONFIG_FILE="/dev/null")
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "-q", "--no-deps", "--no-compile",
+                          "--only-binary=:all:", "--index-url", "file:///opt/pypi/simple", "--target",
+                          str(SITE / "workflow-index"), *WORKFLOW_INDEX], env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"error: installing {list(WORKFLOW_INDEX)} from the machine's index failed: "
+                         f"{res.stderr.strip().splitlines()[-1:]}")
+    ready.write_text("ok\n")
+    print("[accelerator] Snakemake set up", flush=True)
+
+
 def _joined_cache_tars(folder: Path) -> list:
     """Each returned cache tar (``cache-STAMP.tar.partNN`` files joined in order) as a
     temporary file."""
@@ -285,6 +397,8 @@ def _joined_cache_tars(folder: Path) -> list:
 def run(args) -> int:
     out = Path(os.environ.get("OUT", tempfile.mkdtemp(prefix="accel-out-")))
     _setup_site()
+    if args.workflow:
+        _setup_workflow()
     cache = Path(args.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
     for blob in _joined_cache_tars(ACCEL / "cache"):
@@ -294,8 +408,9 @@ def run(args) -> int:
     before = {p.name for p in cache.iterdir()}
     print(f"[accelerator] compilation cache {cache}: {len(before)} entries carried in", flush=True)
     env = dict(os.environ)
+    extra = (str(SITE / "workflow"), str(SITE / "workflow-index")) if args.workflow else ()
     env["PYTHONPATH"] = os.pathsep.join(x for x in (env.get("PYTHONPATH", ""), str(SITE / "wheels"),
-                                                    str(SITE / "index"), str(ROOT)) if x)
+                                                    str(SITE / "index"), str(ROOT), *extra) if x)
     env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", PYTHONUNBUFFERED="1", OUT=str(out))
     cmd = [a.replace("${OUT}", str(out)).replace("$OUT", str(out)) for a in args.command]
@@ -359,12 +474,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("bundle", help="download and pack the wheels the machine lacks (here)")
+    b.add_argument("--workflow", action="store_true", help="also pack Snakemake and what it needs that the "
+                   "machine's index lacks (.accel/workflow.tar.xz), for `run --workflow`")
     b.add_argument("--dmc-config", default=DMC_CONFIG, help="the configuration whose dm_control tasks' model "
                    f"files are kept (default {DMC_CONFIG})")
     ch = sub.add_parser("check", help="step the --dmc-config's dm_control tasks with the bundle alone (here)")
     ch.add_argument("--dmc-config", default=DMC_CONFIG, help=f"default {DMC_CONFIG}")
     r = sub.add_parser("run", help="set up, run a command with the cache, pack the new cache entries (there)")
     r.add_argument("--timeout", type=int, default=540, help="seconds the command may run (default 540)")
+    r.add_argument("--workflow", action="store_true", help="Snakemake on the machine (python -m snakemake): "
+                   "needs `bundle --workflow`")
     r.add_argument("--cache-dir", default="/tmp/tdmpc2-accel-cache")
     r.add_argument("--max-cache-files", type=int, default=4, help="cache files (15 MiB parts) at most (the machine "
                    "returns 8 files per call)")

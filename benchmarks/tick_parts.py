@@ -381,8 +381,10 @@ def main(argv=None) -> int:
            "seeds": {}}
     for S in args.seeds:
         r = res["seeds"].setdefault(str(S), {})
-        r.update(measure_parts(agent, S, args.reps, args.repeats, [p for p in args.parts if p not in ("tick", "eval")]))
-        write(out, res)
+        alone = [p for p in args.parts if p not in ("tick", "eval")]
+        if alone:  # (none named: the parts are skipped, not all measured)
+            r.update(measure_parts(agent, S, args.reps, args.repeats, alone))
+            write(out, res)
         if "tick" in args.parts:
             r["tick"] = measure_tick(agent, S, args.ticks, args.repeats)
             write(out, res)

@@ -146,6 +146,46 @@ def test_tick_parts_benchmark_times_parts_and_writes_its_table(tmp_path):
     assert "| replay_sample | " in md and "2 seeds: ms/call" in md
 
 
+def test_tick_parts_tick_alone_measures_no_other_part(tmp_path, monkeypatch):
+    """``--parts tick`` times the real training program alone: the parts timed one by one are
+    not all measured first (on the TPU they took 110 s of compiling before the tick's own)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import tick_parts
+    calls = []
+    monkeypatch.setattr(tick_parts, "measure_parts", lambda *a: calls.append(a[-1]) or {})
+    tick = {"seconds_per_call": 0.01, "agent_steps_per_s": 100.0}
+    monkeypatch.setattr(tick_parts, "measure_tick", lambda agent, S, ticks, repeats: tick)
+    out = tmp_path / "parts.json"
+    assert tick_parts.main(["--reduced", "--seeds", "1", "--parts", "tick", "--out", str(out)]) == 0
+    assert calls == [] and json.loads(out.read_text())["seeds"]["1"] == {"tick": tick}
+    assert tick_parts.main(["--reduced", "--seeds", "1", "--parts", "plan", "tick", "--out", str(out)]) == 0
+    assert calls == [["plan"]]
+
+
+def test_accelerator_workflow_bundle_closure_and_psutil_shim():
+    """accelerator.py's Snakemake for the TPU machine: the closure packed is Snakemake's installed
+    dependencies less what that machine's index gives (at this environment's versions), and the
+    shim makes psutil's I/O counters read zero where /proc/PID/io lacks a field (the machine's
+    sandbox) instead of failing every job's benchmark."""
+    import importlib.metadata as md
+    import subprocess
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import accelerator as acc
+    closure = acc.workflow_closure()
+    assert closure["snakemake"] == md.version("snakemake") and "snakemake-interface-common" in closure
+    given = {n.lower() for n in acc.WORKFLOW_INDEX + acc.INDEX_PACKAGES}
+    assert not given & set(closure) and {"jinja2", "pyyaml", "psutil"} & given == {"jinja2", "pyyaml", "psutil"}
+    probe = ("import psutil\n"
+             "def broken(self): raise ValueError(\"b'rchar' field was not found in /proc/1/io\")\n"
+             "psutil.Process.io_counters = broken\n"
+             f"exec({acc.PSUTIL_SHIM!r})\n"
+             "print(psutil.Process().io_counters().read_bytes)")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip() == "0", res.stderr
+    res = subprocess.run([sys.executable, "-c", probe.replace("exec(", "(")], capture_output=True, text=True)
+    assert res.returncode != 0 and "rchar" in res.stderr  # without the shim it raises
+
+
 def test_accelerator_cache_round_trip_splits_and_joins_parts(tmp_path, monkeypatch):
     """benchmarks/accelerator.py: the cache entries a command adds come back as one tar split into
     parts of at most CACHE_CHUNK bytes; ``keep`` copies them and the next ``run`` joins and
