@@ -125,7 +125,7 @@ def test_wandb_keeps_what_was_logged_seconds_before_a_kill(tmp_path):
     import sys
     import time
 
-    pytest.importorskip("wandb")
+    pytest.importorskip("wandb", reason="W&B is not installed: pip install -e '.[wandb]'")
     root = str(Path(__file__).resolve().parents[1])  # this checkout's tdmpc2core in the subprocess
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(
         os.pathsep) if p]))
@@ -152,7 +152,7 @@ def test_wandb_close_returns_when_the_files_are_complete(tmp_path, monkeypatch):
     every file is complete, its last record W&B's exit."""
     import threading
 
-    pytest.importorskip("wandb")
+    pytest.importorskip("wandb", reason="W&B is not installed: pip install -e '.[wandb]'")
     from wandb.sdk import wandb_run
 
     real = wandb_run.Run.finish
