@@ -20,10 +20,10 @@ same task. The raw files are not part of the project; the derived table is.
 from __future__ import annotations
 
 import csv
-import io
 import math
-import sys
 from pathlib import Path
+
+from tdmpc2core.report.published import derive_main, table_text
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tdmpc2core" / "resources" / "published_pixel_curves.csv"
@@ -54,18 +54,11 @@ def derive(results: Path) -> str:
                          len(v)))
     if not rows:
         raise ValueError(f"{results}: no tdmpc2-pixels/*.csv files")
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
-    w.writerows(rows)
-    return buf.getvalue()
+    return table_text(COLUMNS, rows)
 
 
 def main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    results = Path(argv[0]) if argv else ROOT.parent / "shared" / "reference" / "tdmpc2_results"
-    OUT.write_text(derive(results))
-    print(f"wrote {OUT}")
+    derive_main(derive, OUT, ROOT, argv)
 
 
 if __name__ == "__main__":

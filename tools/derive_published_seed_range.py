@@ -20,9 +20,9 @@ the project; the derived table is (with this script naming how).
 from __future__ import annotations
 
 import csv
-import io
-import sys
 from pathlib import Path
+
+from tdmpc2core.report.published import derive_main, table_text
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tdmpc2core" / "resources" / "published_dmc_seed_range.csv"
@@ -60,18 +60,11 @@ def derive(results: Path, max_env_steps: int = MAX_ENV_STEPS) -> str:
             v = by_step[step]
             rows.append(("tdmpc2", task, step, step // ACTION_REPEAT, len(v), f"{sum(v) / len(v):.2f}",
                          f"{min(v):.2f}", f"{max(v):.2f}"))
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
-    w.writerows(rows)
-    return buf.getvalue()
+    return table_text(COLUMNS, rows)
 
 
 def main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    results = Path(argv[0]) if argv else ROOT.parent / "shared" / "reference" / "tdmpc2_results"
-    OUT.write_text(derive(results))
-    print(f"wrote {OUT}")
+    derive_main(derive, OUT, ROOT, argv)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ population sd (ddof=0) and that number of seeds; success stays a fraction in [0,
 from __future__ import annotations
 
 import csv
-import io
 import math
-import sys
 from pathlib import Path
+
+from tdmpc2core.report.published import derive_main, table_text
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tdmpc2core" / "resources" / "published_success_curves.csv"
@@ -59,18 +59,11 @@ def derive(results: Path) -> str:
                 rows.append((method, task, dom[0], step, step // dom[1], f"{m:.4f}", f"{sd:.4f}", len(v)))
     if not rows:
         raise ValueError(f"{results}: no mw-*/myo-hand-* files under {list(METHODS.values())}")
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
-    w.writerows(rows)
-    return buf.getvalue()
+    return table_text(COLUMNS, rows)
 
 
 def main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    results = Path(argv[0]) if argv else ROOT.parent / "shared" / "reference" / "tdmpc2_results"
-    OUT.write_text(derive(results))
-    print(f"wrote {OUT}")
+    derive_main(derive, OUT, ROOT, argv)
 
 
 if __name__ == "__main__":

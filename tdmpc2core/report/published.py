@@ -97,6 +97,33 @@ def _read_resource(name: str, columns) -> "pd.DataFrame":
     return df
 
 
+def table_text(columns, rows) -> str:
+    """A packaged table's CSV text (the form :func:`_read_resource` reads): the header
+    ``columns`` then ``rows`` (sequences of cells), ``\\n`` line ends. Used by the tools that
+    derive the tables from the official ``results/`` folder (tools/derive_published_*.py)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def derive_main(derive, out, root, argv=None) -> None:
+    """The command line of a tools/derive_published_*.py script: ``derive(results folder)`` (the
+    first argument, default ``shared/reference/tdmpc2_results`` beside the repository ``root``)
+    written to the packaged table ``out``."""
+    import sys
+    from pathlib import Path
+
+    argv = sys.argv[1:] if argv is None else argv
+    results = Path(argv[0]) if argv else Path(root).parent / "shared" / "reference" / "tdmpc2_results"
+    Path(out).write_text(derive(results))
+    print(f"wrote {out}")
+
+
 @functools.lru_cache(maxsize=1)
 def _load():
     return _read_resource("published_dmc_curves.csv", _COLUMNS)
