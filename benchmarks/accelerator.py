@@ -40,6 +40,10 @@ the cache is still packed inside the ten minutes), and packs the cache entries t
 added into ``$OUT/cache-N.tar`` files of at most 15 MiB. ``keep`` copies those files into
 ``.accel/cache/``, so that the next call loads its programs instead of compiling them.
 
+``bundle --workflow`` also packs Snakemake and the part of its dependencies the machine's index
+lacks (``.accel/workflow.tar.xz``); ``run --workflow`` sets it up there, so that
+``python -m snakemake`` runs the pipeline on the machine (benchmarks/results/accelerator/demo.md).
+
 Nothing here is needed on a machine with network access: there, ``pip install -e .`` and
 ``JAX_COMPILATION_CACHE_DIR`` do the same.
 """
@@ -335,6 +339,14 @@ def check(args) -> int:
     return rc
 
 
+def _from_index(target: Path, args) -> subprocess.CompletedProcess:
+    """``pip install`` of ``args`` (names, options) from the machine's own index into ``target``,
+    no dependencies (the names are the whole list), wheels only."""
+    return subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "-q", "--no-deps", "--no-compile",
+                           "--only-binary=:all:", "--index-url", "file:///opt/pypi/simple", "--target", str(target),
+                           *args], env=dict(os.environ, PIP_CONFIG_FILE="/dev/null"), capture_output=True, text=True)
+
+
 def _setup_site() -> None:
     ready = SITE / ".ready"
     if ready.exists():
@@ -344,13 +356,9 @@ def _setup_site() -> None:
     SITE.mkdir(parents=True, exist_ok=True)
     with tarfile.open(ACCEL / "site.tar.xz") as tar:
         tar.extractall(SITE, filter="data")
-    env = dict(os.environ, PIP_CONFIG_FILE="/dev/null")
-    base = [sys.executable, "-m", "pip", "install", "--isolated", "-q", "--no-deps", "--no-compile", "--only-binary=:all:",
-            "--index-url", "file:///opt/pypi/simple", "--target", str(SITE / "index")]
-    res = subprocess.run(base + list(INDEX_PACKAGES), env=env, capture_output=True, text=True)
+    res = _from_index(SITE / "index", INDEX_PACKAGES)
     if res.returncode != 0:  # one name the index lacks fails the lot: install one by one, say which
-        missing = [n for n in INDEX_PACKAGES
-                   if subprocess.run(base + ["--upgrade", n], env=env, capture_output=True).returncode != 0]
+        missing = [n for n in INDEX_PACKAGES if _from_index(SITE / "index", ["--upgrade", n]).returncode != 0]
         print(f"[accelerator] not in the machine's index: {missing}", flush=True)
     ready.write_text("ok\n")
     print(f"[accelerator] site set up in {time.perf_counter() - t:.0f} s", flush=True)
@@ -369,10 +377,7 @@ def _setup_workflow() -> None:
                          "and carry .accel")
     with tarfile.open(bundle) as tar:
         tar.extractall(SITE, filter="data")
-    env = dict(os.environ, PIP_CONFIG_FILE="/dev/null")
-    res = subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "-q", "--no-deps", "--no-compile",
-                          "--only-binary=:all:", "--index-url", "file:///opt/pypi/simple", "--target",
-                          str(SITE / "workflow-index"), *WORKFLOW_INDEX], env=env, capture_output=True, text=True)
+    res = _from_index(SITE / "workflow-index", WORKFLOW_INDEX)
     if res.returncode != 0:
         raise SystemExit(f"error: installing {list(WORKFLOW_INDEX)} from the machine's index failed: "
                          f"{res.stderr.strip().splitlines()[-1:]}")
