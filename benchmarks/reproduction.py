@@ -339,6 +339,7 @@ def run_trainer(argv: list, env: dict, cwd: Path, budget: float, grace: float) -
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True)
         termed = killed = False
+        by_request = False  # what the first SIGTERM was for (a request after the budget's SIGKILL does not relabel it)
         while True:
             try:
                 rc = proc.wait(timeout=0.2)
@@ -347,6 +348,7 @@ def run_trainer(argv: list, env: dict, cwd: Path, budget: float, grace: float) -
                 pass
             elapsed = time.monotonic() - t0
             if not termed and (asked or elapsed >= budget - grace):
+                by_request = bool(asked)
                 why = "asked to stop" if asked else "budget"
                 _log(f"{why}: SIGTERM to the trainer after {elapsed:.0f} s (it checkpoints and exits)")
                 _stop(proc, signal.SIGTERM)
@@ -361,7 +363,7 @@ def run_trainer(argv: list, env: dict, cwd: Path, budget: float, grace: float) -
     wall = time.monotonic() - t0
     if rc == 0:
         return rc, "finished", wall
-    where = "on request" if asked else "at the budget"
+    where = "on request" if by_request else "at the budget"
     if killed:
         return rc, f"killed {where}", wall
     if termed and rc == 128 + signal.SIGTERM:
@@ -389,6 +391,7 @@ def projection(record: dict) -> dict:
 
 def run(args) -> int:
     from tdmpc2core.io import attempts
+    from tdmpc2core.io import checkpoint as ck
     from tdmpc2core.pipeline.config import RUNS, seed_tag
 
     config = args.config
@@ -454,6 +457,8 @@ def run(args) -> int:
                       total_agent_steps=int(P.tasks[task]["agent_steps"]),
                       compile_seconds=last.get("compile_seconds"), attempt=last.get("attempt"),
                       trainer_outcome=last.get("outcome"))
+        newest = ck.latest_checkpoint(ckdir) if ckdir.exists() else None
+        record["checkpoint_agent_steps"] = None if newest is None else int(newest.name.split("_")[-1])
         record.update(projection(record))
         meta["calls"].append(record)
         _write(results, None, meta)

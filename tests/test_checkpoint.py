@@ -203,6 +203,41 @@ def test_stopped_then_restored_equals_whole(whole, tmp_path):
     assert [c["agent_steps"] for c in hist["chunks"]] == [c["agent_steps"] for c in w_hist["chunks"]]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("at", [400, 700])
+def test_stop_before_an_evaluation_then_resumed_evaluates_first(whole, tmp_path, at):
+    """A stop asked when a chunk that ends at an evaluation point (400; 700, the run's end) has
+    run is acted on before that evaluation (which, compiling included, can outlast a job's
+    SIGTERM grace: a device call lost 10,000 agent steps so): checkpoint there, the chunk's record
+    without an evaluation. The resumed run evaluates first (owed, not skipped), gives that record
+    to the callback once, rewrites the checkpoint with it and ends as the uninterrupted run."""
+    agent, w_state, w_hist = whole
+    d = tmp_path / "ckpt"
+    seen, records = [], []
+    with pytest.raises(TrainingInterrupted) as exc:
+        agent.train(seed=SEEDS, n_timesteps=STEPS, **RUN, checkpoint_dir=d, checkpoint_every=100,
+                    keep_checkpoints=None, progress=lambda p: seen.append(p["agent_steps"]), callback=records.append,
+                    should_stop=lambda: bool(seen) and seen[-1] >= at)
+    stop = exc.value
+    assert stop.agent_steps == at and stop.checkpoint.step == at
+    evaluated = [s for s in w_hist["eval_agent_steps"] if s < at]
+    np.testing.assert_array_equal(stop.history["eval_agent_steps"], evaluated)  # not the one at `at`
+    assert stop.history["chunks"][-1]["agent_steps"] == at and "eval_position" not in stop.history["chunks"][-1]
+    assert [r["agent_steps"] for r in records] == [c["agent_steps"] for c in w_hist["chunks"] if c["agent_steps"] < at]
+
+    state, hist = agent.train(seed=SEEDS, n_timesteps=STEPS, **RUN, checkpoint_dir=d, checkpoint_every=100,
+                              keep_checkpoints=None, callback=records.append)
+    assert_same_state(state, w_state)
+    assert_same_history(hist, w_hist)
+    assert [c.get("eval_position") for c in hist["chunks"]] == [c.get("eval_position") for c in w_hist["chunks"]]
+    assert [r["agent_steps"] for r in records] == [c["agent_steps"] for c in w_hist["chunks"]]  # each once
+    assert "eval_position" in records[len([c for c in w_hist["chunks"] if c["agent_steps"] < at])]
+    # the checkpoint of the stop now holds its evaluation (a rerun owes nothing and evaluates nothing)
+    _, h_at, manifest = agent.restore(d / ck.checkpoint_name(at), seeds=SEEDS, total_timesteps=STEPS, **RUN)
+    assert manifest["meta"]["evaluations"] == len(evaluated) + 1
+    np.testing.assert_array_equal(h_at["eval_returns"][-1], w_hist["eval_returns"][len(evaluated)])
+
+
 # ------------------------------------------------------------- SIGTERM of the CLI stage
 def stage_cmd(out: Path, ckdir: Path) -> list[str]:
     return [sys.executable, "-m", "tdmpc2core.cli", "train-single", "--task", "pendulum", "--spec",

@@ -10,7 +10,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -305,6 +307,23 @@ def test_runner_stops_at_its_budget_resumes_and_collects(tmp_path, monkeypatch, 
                    "--commit", "f" * 40]) == 1
     (call,) = json.loads(failed.with_suffix(".json").read_text())["calls"]
     assert call["outcome"] == "failed (exit 2)" and call["exit_code"] == 2 and not failed.exists()
+
+
+def test_runner_labels_a_budget_kill_as_such_when_a_stop_request_follows(tmp_path):
+    """A trainer that ignores the budget's SIGTERM is killed at the budget; a SIGTERM to the runner
+    itself between the two (the device call's own time limit, as on 2026-12-06) does not turn
+    that into "killed on request" (exit 3: the work since the last checkpoint is lost)."""
+    import threading
+
+    R = runner()
+    deaf = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(30)"]
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()  # after the budget's SIGTERM (0.5 s), before its SIGKILL (2.5 s)
+    try:
+        rc, outcome, wall = R.run_trainer(deaf, dict(os.environ), tmp_path, budget=2.5, grace=2.0)
+    finally:
+        timer.cancel()
+    assert outcome == "killed at the budget" and rc == -signal.SIGKILL and 2.4 < wall < 10
 
 
 # --------------------------------------------------------------------------- the report section

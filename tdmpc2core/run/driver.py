@@ -447,7 +447,7 @@ def schedule(program: RunProgram, start_tick: int, end_tick: int, total_ticks: i
         cuts |= set(range(-(-start_tick // period) * period, end_tick + 1, period))
     cuts |= {c for c in program.cuts(start_tick, end_tick, run) if start_tick < c < end_tick}
     cuts = sorted(cuts)
-    chunks = [Chunk(program.phase(a, b), a, b - a, bool(period) and (b % period == 0 or b == total_ticks))
+    chunks = [Chunk(program.phase(a, b), a, b - a, evaluation_due(program, b, total_ticks, run))
               for a, b in zip(cuts[:-1], cuts[1:])]
     return chunks, bool(period) and start_tick == 0
 
@@ -738,6 +738,8 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
         if call.eval_at_start:
             call.evaluate(0)
             call.flush_loggers()
+        elif call.eval_owed:
+            call.evaluate_owed(callback)
         for chunk in call.chunks:
             call.run_chunk(chunk, callback)
     finally:
@@ -798,9 +800,29 @@ def _start_call(program: RunProgram, seeds, n_steps, eval_every, eval_episodes, 
     if not fresh:
         program.check_state(state, run, total_given)
     end_tick = start_tick + -(-int(n_steps) // n)
-    chunks, eval_at_start = schedule(program, start_tick, end_tick, -(-int(total_steps) // n), run)
-    return _Call(program, opts, run, state, working_history(program, history), start_tick, end_tick,
-                 -(-int(total_steps) // n), chunks, eval_at_start)
+    total_ticks = -(-int(total_steps) // n)
+    chunks, eval_at_start = schedule(program, start_tick, end_tick, total_ticks, run)
+    hist = working_history(program, history)
+    call = _Call(program, opts, run, state, hist, start_tick, end_tick, total_ticks, chunks, eval_at_start)
+    call.eval_owed = not fresh and owed_evaluation(program, hist, start_tick, total_ticks, run)
+    return call
+
+
+def evaluation_due(program: RunProgram, tick: int, total_ticks: int, run: Run) -> bool:
+    """Whether an evaluation follows the chunk that ends at ``tick``: at every multiple of the
+    evaluation period and at the end of the run (``total_ticks``); never without a period."""
+    period = program.eval_period(run.eval_every)
+    return bool(period) and (tick % period == 0 or tick == total_ticks)
+
+
+def owed_evaluation(program: RunProgram, hist: dict, tick: int, total_ticks: int, run: Run) -> bool:
+    """Whether a run resumed at ``tick`` owes the evaluation of that tick: one is due there
+    (:func:`evaluation_due`) and the history's last chunk record ends at ``tick`` without it (a
+    stop request acted on before the evaluation, :meth:`_Call.run_chunk`)."""
+    if tick == 0 or not hist["chunks"] or not evaluation_due(program, tick, total_ticks, run):
+        return False
+    last = hist["chunks"][-1]
+    return last.get(program.unit_key) == tick * program.steps_per_tick and "eval_position" not in last
 
 
 def check_eval_every(eval_every, unit: str = "steps") -> Optional[int]:
@@ -856,6 +878,7 @@ class _Call:
         self.program, self.opts, self.run, self.state, self.hist = program, opts, run, state, hist
         self.start_tick, self.end_tick, self.total_ticks = start_tick, end_tick, total_ticks
         self.chunks, self.eval_at_start = chunks, eval_at_start
+        self.eval_owed = False  # set by _start_call: a resumed run's evaluation of its first tick
         self.n, self.n_seeds, self.ckdir = program.steps_per_tick, len(run.seeds), opts.checkpoint_dir
         self.every = int(opts.checkpoint_every) if opts.checkpoint_every is not None else None
         self.sizer = SubChunkSizer(opts.max_chunk_seconds)
@@ -940,17 +963,41 @@ class _Call:
         return (self.ckdir is not None and self.every is not None
                 and (tick * self.n) // self.every > (self.last_saved * self.n) // self.every)
 
+    def stop_asked(self) -> bool:
+        """Whether a stop was asked (``should_stop``) in any process: one process asked (a
+        signal to one task of a job) stops every process, at the same boundary, together."""
+        return devices.any_process(self.opts.should_stop is not None and self.opts.should_stop())
+
     def stop_if_asked(self, tick: int) -> None:
-        # one process asked (a signal to one task of a job) stops every process, here, together
-        asked = self.opts.should_stop is not None and self.opts.should_stop()
-        if devices.any_process(asked):
-            info = None
-            if self.ckdir is not None:
-                info = self.saved if self.last_saved == tick and self.saved is not None else self.save(tick)
-            self.hist["wall_seconds"] = self.wall()
-            raise TrainingInterrupted(self.state, finalize_history(self.program, self.hist, self.n_seeds,
-                                                                   self.run.eval_episodes),
-                                      tick * self.n, info, unit=self.program.unit)
+        if self.stop_asked():
+            self.stop(tick)
+
+    def stop(self, tick: int) -> None:
+        """Checkpoint at ``tick`` (if the run has a folder) and raise :class:`TrainingInterrupted`."""
+        info = None
+        if self.ckdir is not None:
+            info = self.saved if self.last_saved == tick and self.saved is not None else self.save(tick)
+        self.hist["wall_seconds"] = self.wall()
+        raise TrainingInterrupted(self.state, finalize_history(self.program, self.hist, self.n_seeds,
+                                                               self.run.eval_episodes),
+                                  tick * self.n, info, unit=self.program.unit)
+
+    def evaluate_owed(self, callback) -> None:
+        """The evaluation a stopped run owes at its resume tick (:func:`owed_evaluation`): run
+        it, attach it to the chunk record it follows (as an uninterrupted run would have), give
+        that record to the loggers' flush and ``callback``, and rewrite the checkpoint of this
+        tick with it."""
+        tick = self.start_tick
+        rec = self.hist["chunks"][-1]
+        ev = self.evaluate(tick)
+        rec["eval_position"] = len(self.hist["evals"]) - 1
+        self.program.attach_eval(rec, ev)
+        if self.loggers:
+            self.flush_loggers()
+        if callback is not None:
+            callback(rec)
+        if self.ckdir is not None:
+            self.save(tick)
 
     def progress(self, chunk: Chunk, tick: int, k: int, dt: float, compiled: float = 0.0) -> None:
         n, u = self.n, self.program.unit_key
@@ -1004,6 +1051,14 @@ class _Call:
         rec[f"{u}_per_s"] = chunk.ticks * n / max(seconds, 1e-9)
         if self.loggers:
             self.log(b, {f"Train/{k}": v for k, v in rec.items() if k not in ("phase", u)})
+        if chunk.evaluate_after and self.stop_asked():
+            # an evaluation (its compiling included) can outlast the grace that comes with a
+            # stop request (a job's SIGTERM before its time limit): stop before it, with the
+            # chunk's record but not its evaluation; the resumed run evaluates first (owed_evaluation)
+            self.hist["chunks"].append(rec)
+            if self.loggers:
+                self.flush_loggers()
+            self.stop(b)
         if chunk.evaluate_after:
             ev = self.evaluate(b)
             rec["eval_position"] = len(self.hist["evals"]) - 1
