@@ -22,6 +22,16 @@ argument (so XLA cannot unroll it, and one call's dispatch is spread over the re
 - ``eval``: the real evaluation program (``--eval-episodes`` episodes of T agent steps,
   planner in eval mode, vmapped over episodes and seeds), per call.
 
+The update's stages (named only on request, ``--parts update_td ...``; not in the default
+list): cumulative prefixes of :func:`tdmpc2core.model.update.update` (spec §5.2's order), each
+the library's own functions on the same fixed batch, so that the differences say where the
+update's time goes: ``update_td`` (the TD targets: encoder, policy and target-Q pair on the next
+observations), ``update_wm_fwd`` (+ the world-model loss forward: latent rollout, reward, Qs),
+``update_wm_grad`` (+ its backward pass), ``update_wm_step`` (+ the global-norm clip and the Adam
+step of the world model); ``update`` minus ``update_wm_step`` is the policy step and the
+target-Q average. ``--profile DIR`` also records a device trace (``jax.profiler``; TensorBoard's
+profile plugin or xprof read it) of one timed call of each part measured alone.
+
 For each part and seed count: seconds per call (median of ``--repeats`` timed calls, after the
 compiling call), the compile seconds (trace+lower, XLA compile), XLA's cost analysis of one call
 (FLOPs and bytes accessed of the part without the loop, from the lowered program: loops are
@@ -49,6 +59,8 @@ REDUCED = dict(env="Pendulum-v1", size=1, seeds=[1, 2], reps=2, repeats=1, ticks
                agent=dict(batch_size=16, num_samples=16, num_elites=2, num_pi_trajs=2, iterations=2,
                           enc_dim=16, mlp_dim=16, latent_dim=16))
 PARTS = ("plan", "env_step", "replay_write", "replay_sample", "update", "tick", "eval")
+#: cumulative prefixes of the update (module docstring); measured only when named
+UPDATE_STAGES = ("update_td", "update_wm_fwd", "update_wm_grad", "update_wm_step")
 
 
 def _block(x):
@@ -104,7 +116,7 @@ def build_parts(agent, S: int, only=()):
     cfg, env, wm = agent.cfg, agent.env, agent.wm
     O, A, H, T = env.spec.obs_dim, env.spec.action_dim, cfg.horizon, agent.episode_length
     run_steps = 10 * T
-    needs_state = not only or {"plan", "update"} & set(only)
+    needs_state = not only or {"plan", "update", *UPDATE_STAGES} & set(only)
     rs = agent.init(list(range(S)), run_steps) if needs_state else None  # params, optimizer states
     params = rs.agent.params if needs_state else None
     keys = jax.vmap(lambda i: jax.random.PRNGKey(i))(jnp.arange(S))
@@ -182,10 +194,72 @@ def build_parts(agent, S: int, only=()):
                        lambda c: jax.vmap(lambda s, k: update(wm, s, batch, agent.gamma, k))(c[0], c[1]),
                        (rs.agent if needs_state else None, keys))
     parts = [plan_part, step_part, write_part, sample_part, update_part]
+    parts += [Part(name, lambda c, n, f=fn: fori(lambda cc, i: _stage_body(f, cc, i), c, n),
+                   lambda c, f=fn: jax.vmap(lambda st, k: f(st, k)[1])(c[0], c[1]), (rs.agent, keys, jnp.zeros((S,))))
+              for name, fn in update_stages(agent, batch).items() if name in (only or ())]
     return [p for p in parts if not only or p.name in only]
 
 
-def measure_parts(agent, S: int, reps: int, repeats: int, only) -> dict:
+def _stage_body(fn, carry, i):
+    """One call of an update stage per seed inside the timing loop: the state it returns is
+    carried (a stage that steps the optimizer changes the next call's parameters, as the update
+    does) and its scalar summed, so that nothing it computes is dead code."""
+    import jax
+
+    st, key, acc = carry
+    st, x = jax.vmap(lambda s_, k: fn(s_, jax.random.fold_in(k, i)))(st, key)
+    return st, key, acc + x
+
+
+def update_stages(agent, batch) -> dict:
+    """name -> ``fn(agent_state, key) -> (agent_state, scalar)`` for one seed: the cumulative
+    prefixes of :func:`tdmpc2core.model.update.update` (module docstring), with its key splits,
+    its functions and its optimizers (single-task, no injected draws)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from tdmpc2core.model import update as U
+
+    wm, cfg, gamma = agent.wm, agent.cfg, agent.gamma
+
+    def targets(st, key):
+        k_td, k_drop, _ = jax.random.split(key, 3)
+        td, next_z = U.td_targets(wm, st.params, st.target_qs, batch, gamma, k_td)
+        return td, next_z, k_drop
+
+    def td_only(st, key):
+        td, next_z, _ = targets(st, key)
+        return st, jnp.sum(td) + jnp.sum(next_z)
+
+    def wm_fwd(st, key):
+        td, next_z, k_drop = targets(st, key)
+        loss, _ = U.world_model_loss(wm, U.wm_subtrees(st.params), st.params["pi"], batch, td, next_z, k_drop)
+        return st, loss
+
+    def wm_grad(st, key):
+        td, next_z, k_drop = targets(st, key)
+        (loss, _), g = jax.value_and_grad(U.world_model_loss, argnums=1, has_aux=True)(
+            wm, U.wm_subtrees(st.params), st.params["pi"], batch, td, next_z, k_drop)
+        return st, loss + wm.kernels.global_sq_norm(g)
+
+    def wm_step(st, key):
+        td, next_z, k_drop = targets(st, key)
+        wm_params = U.wm_subtrees(st.params)
+        (loss, _), g = jax.value_and_grad(U.world_model_loss, argnums=1, has_aux=True)(
+            wm, wm_params, st.params["pi"], batch, td, next_z, k_drop)
+        g_sq = wm.kernels.global_sq_norm(g)
+        coef = U.clip_coef(g_sq + (st.pi_grad_sq if cfg.stale_pi_grad_in_clip else 0.0), cfg.grad_clip_norm)
+        g = jax.tree_util.tree_map(lambda x: x * coef, g)
+        wm_tx, _ = U.make_optimizers(cfg)
+        upd, opt = wm_tx.update(g, st.wm_opt_state, wm_params)
+        wm_params = optax.apply_updates(wm_params, upd)
+        return st._replace(params=dict(st.params, **wm_params), wm_opt_state=opt), loss
+
+    return {"update_td": td_only, "update_wm_fwd": wm_fwd, "update_wm_grad": wm_grad, "update_wm_step": wm_step}
+
+
+def measure_parts(agent, S: int, reps: int, repeats: int, only, profile=None) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -201,12 +275,20 @@ def measure_parts(agent, S: int, reps: int, repeats: int, only) -> dict:
         carry = part.carry
         _block(compiled(carry, n))  # warm-up
         sec = _median_seconds(lambda: compiled(carry, n), repeats) / reps
+        if profile:
+            where = Path(profile) / f"{part.name}-{S}"
+            with jax.profiler.trace(str(where)):
+                _block(compiled(carry, n))
+            (where / "program.hlo.txt").write_text(compiled.as_text())  # what the trace's op names are
+            top = trace_ops(where)
         cost = _cost(jax.jit(part.single).lower(part.carry))
         cost_loop = _cost(compiled)  # the compiled loop: its body counted once (or per trip, by backend)
         out[part.name] = {"seconds_per_call": sec, "trace_lower_s": t1 - t0, "compile_s": t2 - t1,
                           "while_lowered": _count_while(lowered.as_text(dialect="hlo")),
                           "while_compiled": _count_while(compiled.as_text()), "cost": cost,
                           "cost_compiled_loop": cost_loop}
+        if profile:
+            out[part.name]["profile"] = {"dir": str(where), "calls_traced": 1, "reps_per_call": reps, **top}
         print("PARTIAL " + json.dumps({"seeds": S, "part": part.name, **out[part.name]}), flush=True)
     return out
 
@@ -291,7 +373,8 @@ def markdown(res: dict) -> str:
              + " | compile s (" + ", ".join(res["seeds"]) + ") |",
              "|---|" + "---|" * (len(res["seeds"]) + 1)]
     mf = m["model_flops"]
-    for part in PARTS:
+    measured = {p for r in res["seeds"].values() for p in r}
+    for part in PARTS + tuple(p for p in UPDATE_STAGES if p in measured):
         cells, comp = [], []
         for s in res["seeds"]:
             r = res["seeds"][s].get(part)
@@ -317,11 +400,96 @@ def markdown(res: dict) -> str:
     steps = [f"{res['seeds'][s]['tick']['agent_steps_per_s']:.0f}" if "tick" in res["seeds"][s] else ""
              for s in res["seeds"]]
     lines.append("| agent steps/s (tick, all seeds) | " + " | ".join(steps) + " | |")
+    if measured & set(UPDATE_STAGES):
+        lines += ["", "The update's stages (differences of the cumulative prefixes, ms per call):", "",
+                  "| stage | " + " | ".join(f"{s} seed{'s' if int(s) > 1 else ''}" for s in res["seeds"]) + " |",
+                  "|---|" + "---|" * len(res["seeds"])]
+        for name, hi, lo in STAGE_ROWS:
+            cells = []
+            for s in res["seeds"]:
+                r = res["seeds"][s]
+                if hi in r and (lo is None or lo in r):
+                    d = r[hi]["seconds_per_call"] - (r[lo]["seconds_per_call"] if lo else 0.0)
+                    cells.append(f"{d * 1e3:.3f}")
+                else:
+                    cells.append("")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    for s_ in res["seeds"]:
+        for part, r in res["seeds"][s_].items():
+            prof = r.get("profile") if isinstance(r, dict) else None
+            if not prof or not prof.get("top"):
+                continue
+            lines += ["", f"Profile of {part}, {s_} seed(s), one call of {prof['reps_per_call']} repetitions "
+                      f"({prof['source']}; {prof['op_us_total'] / 1e3:.3f} ms of ops): by kind "
+                      + ", ".join(f"{k} {v / prof['op_us_total']:.0%}" for k, v in list(prof["kinds"].items())[:6]),
+                      "", "| op | kind | ms | count | share |", "|---|---|---|---|---|"]
+            lines += [f"| {o['op']} | {o['kind']} | {o['us'] / 1e3:.3f} | {o['count']} | {o['share']:.1%} |"
+                      for o in prof["top"][:10]]
     lines.append("")
     lines.append(f"Model FLOPs per call, one seed: plan {mf['plan'] / 1e9:.2f} G, update {mf['update'] / 1e9:.2f} G "
                  f"(the reference's count, all K Q members: {mf['reference_plan'] / 1e9:.2f} G and "
                  f"{mf['reference_update'] / 1e9:.2f} G).")
     return "\n".join(lines) + "\n"
+
+
+def trace_ops(folder, top: int = 15) -> dict:
+    """The ops of a ``jax.profiler`` trace under ``folder`` (its ``*.trace.json.gz``), by time:
+    on an accelerator the device's op timeline (processes named ``/device:...``), on a CPU the
+    XLA executor threads (``tf_XLA...``). Returns ``{"source", "op_us_total", "top": [{"op",
+    "kind" (the name before its number: fusion, convolution, copy, ...), "us" (self time: less the
+    ops nested in it), "count", "share"}],
+    "kinds": {kind: us}}``; ``{"error": ...}`` when the folder has no trace."""
+    import collections
+    import gzip
+
+    files = sorted(Path(folder).rglob("*.trace.json.gz"))
+    if not files:
+        return {"error": f"no *.trace.json.gz under {folder}"}
+    events = json.loads(gzip.open(files[-1]).read())["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    device = {pid for pid, name in procs.items() if name.startswith("/device:")}
+    if device:  # the device's "XLA Ops" line(s), where a trace has them; else every device line
+        ops_lines = {k for k, v in threads.items() if k[0] in device and "XLA Ops" in v}
+        keep = (lambda e: (e["pid"], e["tid"]) in ops_lines) if ops_lines else (lambda e: e["pid"] in device)
+        source = "device: " + ", ".join(sorted(procs[p] for p in device))
+    else:
+        keep = lambda e: threads.get((e["pid"], e["tid"]), "").startswith("tf_XLA") and not e["name"].startswith("$")
+        source = "host: XLA executor threads"
+    per_op, count = collections.defaultdict(float), collections.Counter()
+    lines = collections.defaultdict(list)  # runtime functions (C++ names, "a::b") are not ops
+    for e in events:
+        if e.get("ph") == "X" and keep(e) and "::" not in e["name"]:
+            lines[(e["pid"], e["tid"])].append(e)
+    for evs in lines.values():  # self time: an op's duration less the ops nested in it (a while's body)
+        evs.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0.0))))
+        stack = []
+        for e in evs:
+            t0, d = float(e["ts"]), float(e.get("dur", 0.0))
+            while stack and t0 >= stack[-1][0] + stack[-1][1]:
+                stack.pop()
+            if stack:
+                per_op[stack[-1][2]] -= d
+            per_op[e["name"]] += d
+            count[e["name"]] += 1
+            stack.append((t0, d, e["name"]))
+    total = sum(per_op.values())
+    kinds = collections.defaultdict(float)
+    for name, us in per_op.items():
+        kinds[name.split(".")[0]] += us
+    rows = [{"op": n, "kind": n.split(".")[0], "us": round(us, 3), "count": count[n],
+             "share": round(us / total, 4) if total else None}
+            for n, us in sorted(per_op.items(), key=lambda kv: -kv[1])[:top]]
+    return {"source": source, "op_us_total": round(total, 3), "top": rows,
+            "kinds": {k: round(v, 3) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])}}
+
+
+#: the update's stages as differences of its measured prefixes: (row, part, minus part)
+STAGE_ROWS = (("TD targets", "update_td", None), ("world-model loss, forward", "update_wm_fwd", "update_td"),
+              ("world-model loss, backward", "update_wm_grad", "update_wm_fwd"),
+              ("clip + Adam (world model)", "update_wm_step", "update_wm_grad"),
+              ("policy step + target Qs", "update", "update_wm_step"))
 
 
 def write(out: Path, res: dict) -> None:
@@ -340,7 +508,10 @@ def main(argv=None) -> int:
     ap.add_argument("--precision", default="highest", choices=["highest", "high", "default"],
                     help="matmul precision: the Dense layers' (configuration field) and jax_default_matmul_precision")
     ap.add_argument("--kernels", default="auto", choices=["auto", "reference", "cpu"])
-    ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    ap.add_argument("--parts", nargs="+", choices=PARTS + UPDATE_STAGES, default=list(PARTS),
+                    help="parts to measure (default: " + " ".join(PARTS) + "; the update's stages only when named)")
+    ap.add_argument("--profile", default=None, metavar="DIR",
+                    help="also record a device trace of one call of each part measured alone (jax.profiler)")
     ap.add_argument("--reps", type=int, default=20, help="repetitions of a part inside one call")
     ap.add_argument("--repeats", type=int, default=5, help="timed calls (median)")
     ap.add_argument("--ticks", type=int, default=50, help="ticks per timed call of the real training program")
@@ -383,7 +554,7 @@ def main(argv=None) -> int:
         r = res["seeds"].setdefault(str(S), {})
         alone = [p for p in args.parts if p not in ("tick", "eval")]
         if alone:  # (none named: the parts are skipped, not all measured)
-            r.update(measure_parts(agent, S, args.reps, args.repeats, alone))
+            r.update(measure_parts(agent, S, args.reps, args.repeats, alone, profile=args.profile))
             write(out, res)
         if "tick" in args.parts:
             r["tick"] = measure_tick(agent, S, args.ticks, args.repeats)

@@ -146,13 +146,35 @@ def test_tick_parts_benchmark_times_parts_and_writes_its_table(tmp_path):
     assert "| replay_sample | " in md and "2 seeds: ms/call" in md
 
 
+def test_tick_parts_update_stages_and_device_trace(tmp_path):
+    """The update's stages (cumulative prefixes of the library's update, timed alone) and
+    ``--profile``: a jax.profiler trace per part, its ops by self time (named as in the compiled
+    program written beside it) and the stages' table of differences."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import tick_parts
+    out, prof = tmp_path / "parts.json", tmp_path / "prof"
+    assert tick_parts.main(["--reduced", "--seeds", "2", "--parts", "update_td", "update_wm_step",
+                            "--profile", str(prof), "--out", str(out)]) == 0
+    r = json.loads(out.read_text())["seeds"]["2"]
+    assert set(r) == {"update_td", "update_wm_step"}
+    for name in r:
+        p = r[name]["profile"]
+        assert r[name]["seconds_per_call"] > 0 and p["source"].startswith("host") and p["op_us_total"] > 0
+        hlo = (prof / f"{name}-2" / "program.hlo.txt").read_text()
+        assert p["top"] and all(o["op"] in hlo and o["us"] >= 0 for o in p["top"])
+        assert abs(sum(p["kinds"].values()) - p["op_us_total"]) < 1e-3 * p["op_us_total"] + 1e-6
+    md = out.with_suffix(".md").read_text()
+    assert "| TD targets | " in md and "| clip + Adam (world model) |  |" in md  # its minuend not measured
+    assert "Profile of update_wm_step, 2 seed(s)" in md
+
+
 def test_tick_parts_tick_alone_measures_no_other_part(tmp_path, monkeypatch):
     """``--parts tick`` times the real training program alone: the parts timed one by one are
     not all measured first (on the TPU they took 110 s of compiling before the tick's own)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import tick_parts
     calls = []
-    monkeypatch.setattr(tick_parts, "measure_parts", lambda *a: calls.append(a[-1]) or {})
+    monkeypatch.setattr(tick_parts, "measure_parts", lambda *a, **k: calls.append(a[-1]) or {})
     tick = {"seconds_per_call": 0.01, "agent_steps_per_s": 100.0}
     monkeypatch.setattr(tick_parts, "measure_tick", lambda agent, S, ticks, repeats: tick)
     out = tmp_path / "parts.json"
