@@ -14,7 +14,9 @@ and to a uniform random policy's return, measured here on dm_control (10 episode
 control steps, actions uniform in [-1, 1] per agent step, held for the action repeat of 2), and
 writes the table it decided by.
 
-``run`` is one call of a task's training job, exactly as the pipeline's rule runs it: the
+``run`` is one call of a task's training job (jobs, for a task with ``seeds_per_job: 1``: one
+per seed, one after the other within the call's budget, a second one started only with
+``--min-start-seconds`` left), exactly as the pipeline's rule runs it: the
 configuration is loaded and resolved by the pipeline's own code (config.yaml, then ``--config``
 merged over it, the schema's defaults filled: ``load_workflow_config``, ``resolve``), and the
 rule's command and environment come from the same ``Pipeline`` (``train_single_command``,
@@ -283,23 +285,55 @@ def the_commit(given: str | None, reduced: bool) -> str:
     return head
 
 
-def collect_task(P, task: str, workdir: Path, results: Path, commit: str | None, overwrite: bool, meta: dict) -> int:
-    """Append the finished job of ``task`` (every seed group) to ``results``; returns the rows
-    added. Raises FileNotFoundError when a seed's run.json is missing (not finished)."""
+def _task_info(old: dict | None, new: dict) -> dict:
+    """A task's entry of the JSON's ``tasks`` with the seeds (and their run ids) of ``old`` kept:
+    a task whose seeds train in jobs of their own is collected, and merged, job by job."""
+    if not old:
+        return new
+    ids = dict(zip(old.get("seeds") or [], old.get("run_ids") or []))
+    ids.update(zip(new.get("seeds") or [], new.get("run_ids") or []))
+    return dict(new, seeds=sorted(ids), run_ids=[ids[k] for k in sorted(ids)])
+
+
+def committed_results(reduced: bool) -> Path | None:
+    """The committed results file whose rows count as done for ``run`` (beside ``--results``):
+    :data:`RESULTS`; None for the reduced form (an experiment of its own)."""
+    return None if reduced else RESULTS
+
+
+def collected_seeds(task: str, *files: Path) -> set:
+    """The seeds of ``task`` (published name) whose rows are in any of ``files`` (those that exist)."""
+    from tdmpc2core.io import reproduction as R
+
+    out = set()
+    for f in files:
+        if f is not None and Path(f).exists():
+            d = R.read_results(f)
+            out |= {int(x) for x in d.loc[d["task"] == task, "seed"]}
+    return out
+
+
+def collect_task(P, task: str, workdir: Path, results: Path, commit: str | None, overwrite: bool, meta: dict,
+                 seeds=None) -> int:
+    """Append the finished job(s) of ``task`` (``seeds``: those seeds' runs; default every seed)
+    to ``results``; returns the rows added. Raises FileNotFoundError when a seed's run.json is
+    missing (not finished)."""
     from tdmpc2core.io import reproduction as R
 
     spec = P.tasks[task]
     published = spec.get("published") or task
     df, _ = _read(results)
-    new, runs = R.rows_from_runs(workdir / "results" / "single" / task, published, P.seeds, commit=commit)
+    seeds = list(P.seeds if seeds is None else seeds)
+    new, runs = R.rows_from_runs(workdir / "results" / "single" / task, published, seeds, commit=commit)
     merged = R.append_rows(df, new, overwrite=overwrite, source=str(results))
-    meta.setdefault("tasks", {})[published] = {
+    tasks = meta.setdefault("tasks", {})
+    tasks[published] = _task_info(tasks.get(published), {
         "task": task, "spec": json.loads(P.task_spec(task)), "agent_config": runs[0]["agent_config"],
         "seeds": [int(r["seed"]) for r in runs], "run_ids": [r.get("run_id") for r in runs],
         "matmul_precision": runs[0].get("matmul_precision"), "devices": runs[0].get("devices"),
         "provenance_platform": (runs[0].get("provenance") or {}).get("platform"),
         "attempts": runs[0].get("attempts"), "training_wall_seconds": runs[0].get("training_wall_seconds_all_sessions"),
-        "commit": str(new["commit"].iloc[0]), "collected_utc": _utc()}
+        "commit": str(new["commit"].iloc[0]), "collected_utc": _utc()})
     _write(results, merged, meta)
     _log(f"{task}: {len(new)} rows (seeds {sorted(set(new['seed']))}, simulator steps "
          f"{sorted(set(int(s) for s in new['env_steps']))}) added to {results}")
@@ -415,8 +449,12 @@ def run(args) -> int:
     df, meta = _read(results)
     meta = _base_meta(meta, P, config, args.reduced, only=[task] if args.reduced else None)
     published = P.tasks[task].get("published") or task
-    if df is not None and published in set(df["task"]) and not args.overwrite:
-        _log(f"{task}: {results} already holds its rows; nothing to do (--overwrite to train and replace them)")
+    # the seeds whose rows are in: this call's results file, and the committed one (on the
+    # accelerator machine --results is a fresh $OUT, and a task of one job per seed spans sessions)
+    committed = committed_results(args.reduced)
+    have = set() if args.overwrite else collected_seeds(published, results, committed if committed != results else None)
+    if set(P.seeds) <= have:
+        _log(f"{task}: the results already hold its rows; nothing to do (--overwrite to train and replace them)")
         _write(results, None, meta)
         return 0
 
@@ -433,8 +471,8 @@ def run(args) -> int:
     if args.reduced and "JAX_PLATFORMS" not in os.environ:
         env["JAX_PLATFORMS"] = "cpu"
 
-    rows_added = 0
-    for group in P.seed_groups:
+    t_call, started = time.monotonic(), False
+    for group in P.task_seed_groups(task):  # one job, or one per seed for a task with seeds_per_job 1
         argv = P.train_single_command(task, group, TRAINER)
         ckdir = workdir / P.checkpoints / "single" / task / seed_tag(group)
         done = all((workdir / RUNS / task / f"seed{s}" / "run.json").exists() for s in group)
@@ -442,13 +480,24 @@ def run(args) -> int:
         record = {"task": published, "seeds": list(group), "started_utc": _utc(), "budget_s": args.budget_seconds,
                   "host": socket.gethostname(), "commit": commit, "configfile": config,
                   "command": argv[argv.index("train-single"):]}
+        if set(group) <= have:
+            _log(f"{task} seeds {list(group)}: already in the results (collected in an earlier call)")
+            continue
         if done:
             _log(f"{task} seeds {list(group)}: finished earlier (every run.json is there): collecting")
             rc, outcome, wall = 0, "finished earlier", 0.0
         else:
+            left = args.budget_seconds - (time.monotonic() - t_call)  # the call's budget, over its jobs
+            if started and left < args.min_start_seconds:
+                _log(f"{task} seeds {list(group)}: not started, {left:.0f} s of this call's budget left (less than "
+                     f"--min-start-seconds {args.min_start_seconds:.0f}: compiling alone would take most of it); "
+                     "the next call starts it")
+                return 0
+            record["budget_s"] = round(left, 1)
             _log(f"{task} seeds {list(group)}: {' '.join(argv[argv.index('train-single'):])} (in {workdir}, budget "
-                 f"{args.budget_seconds:.0f} s)")
-            rc, outcome, wall = run_trainer(argv, env, workdir, args.budget_seconds, args.stop_grace)
+                 f"{left:.0f} s)")
+            rc, outcome, wall = run_trainer(argv, env, workdir, left, args.stop_grace)
+            started = True
         after = attempts.read(ckdir) if ckdir.exists() else []
         new = [a for a in after if a not in before]
         last = new[-1] if new else {}
@@ -470,8 +519,11 @@ def run(args) -> int:
         if rc != 0:
             return {"stopped at the budget": 0, "stopped on request": 0}.get(
                 outcome, 3 if outcome.startswith("killed") else 1)
-    rows_added = collect_task(P, task, workdir, results, commit, args.overwrite, meta)
-    return 0 if rows_added else 1
+        # each job's rows as soon as it has finished: a task of one job per seed spans calls and sessions
+        if not collect_task(P, task, workdir, results, commit, args.overwrite, meta, seeds=group):
+            return 1
+        have |= set(group)
+    return 0
 
 
 # ============================================================================ collect, merge, analyze
@@ -526,7 +578,7 @@ def merge(args) -> int:
             raise SystemExit(f"error: {js} is of a reduced run: it does not go into {results}")
         meta["reduced"] = bool(meta.get("reduced", False) or other.get("reduced", False))
         for task, info in (other.get("tasks") or {}).items():
-            meta.setdefault("tasks", {})[task] = info
+            meta.setdefault("tasks", {})[task] = _task_info(meta["tasks"].get(task), info)
         added = [c for c in other.get("calls") or []
                  if (c.get("task"), c.get("started_utc"), c.get("host")) not in seen]
         meta.setdefault("calls", []).extend(added)
@@ -554,7 +606,7 @@ def analyze(args) -> int:
     df = RP.read_results(results)
     meta = RP.read_meta(results)
     plan = RP.plan_of(df, meta)
-    points = RP.point_table(df, plan)
+    points = RP.point_table(df, plan, seeds=RP.planned_seeds(meta))
     tasks = RP.task_verdicts(points)
     head = RP.headline(points)
     figs = Path(args.figures) if args.figures else results.parent
@@ -588,6 +640,10 @@ def main(argv=None) -> int:
                        help="wall seconds this call may train (default 450: a 10-minute device call with its setup)")
         p.add_argument("--stop-grace", type=float, default=90.0,
                        help="SIGTERM this long before the budget, for the checkpoint (default 90)")
+        p.add_argument("--min-start-seconds", type=float, default=180.0,
+                       help="a task of several jobs (seeds_per_job 1): after a job, start the next one only with at "
+                            "least this much of the call's budget left (default 180: the chunk and evaluation compile "
+                            "first)")
     for p in (r, sub.add_parser("collect", help="rows of finished jobs into the results file")):
         p.add_argument("--config", default=CONFIG, help=f"the workflow configuration (default {CONFIG})")
         p.add_argument("--results", default=None, help="the results file (default benchmarks/results/"

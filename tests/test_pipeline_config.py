@@ -53,6 +53,31 @@ def refusal(*texts: str, **top) -> str:
 
 
 # --------------------------------------------------------------------------- resolve
+def test_a_task_may_have_its_own_seeds_per_job():
+    """``seeds_per_job`` under a task (or a protocol's defaults) splits that task's seeds into
+    jobs of its own size: one rule per seed group, each training the tasks that have its group;
+    the spec (a rerun trigger) is the same; the videos and run records follow the groups."""
+    p = resolve(merged("video: last\nprotocols: {demo: {tasks: {cartpole-balance: {seeds_per_job: 1}}}}"))
+    assert p.task_seed_groups("pendulum") == [(0, 1)] and p.task_seed_groups("cartpole-balance") == [(0,), (1,)]
+    assert [(n, g) for n, g, _ in p.train_rules()] == [
+        ("train_single_seeds_0_1", (0, 1)), ("train_single_seeds_0", (0,)), ("train_single_seeds_1", (1,))]
+    assert p.task_pattern(False, (0, 1)) == "pendulum" and p.task_pattern(False, (1,)) == r"cartpole\-balance"
+    assert p.task_pattern(False) == r"pendulum|cartpole\-balance"
+    assert p.video_files() == ["results/single/pendulum/seed0/video.mp4", "results/single/cartpole-balance/seed0/video.mp4",
+                               "results/single/cartpole-balance/seed1/video.mp4"]
+    assert p.run_records()["train_single_seeds_1"] == ("train_single", ["results/single/cartpole-balance/seed1/run.json"])
+    assert p.long_runs()["train_single_seeds_0"] == p.tasks["cartpole-balance"]["resources"]["runtime"]
+    assert p.task_spec("cartpole-balance") == resolve(merged()).task_spec("cartpole-balance")
+    everyone = resolve(merged("protocols: {demo: {defaults: {seeds_per_job: 2}}}", seeds_per_job=1))
+    assert [n for n, _, _ in everyone.train_rules()] == ["train_single_seeds_0_1"]  # the defaults' key wins
+    from tdmpc2core.pipeline.config import load_workflow_config
+
+    with pytest.raises(ConfigError, match=r"^config: protocols\.demo\.tasks\.pendulum\.seeds_per_job: 0 is less than "
+                                          r"the minimum of 1$"):
+        load_workflow_config(["config.yaml"], root=ROOT,
+                             overrides={"protocols": {"demo": {"tasks": {"pendulum": {"seeds_per_job": 0}}}}})
+
+
 def test_demo_resolves():
     p = resolve(merged())
     assert p.protocol_name == "demo" and list(p.tasks) == ["pendulum", "cartpole-balance"]

@@ -166,7 +166,7 @@ def test_results_file_format_and_appending_refuse_what_is_wrong():
 
 # --------------------------------------------------------------------------- the runner
 def _dry_run_jobs():
-    """task -> (exports, argv after `exec`) of the recorded plan's training jobs."""
+    """(task, seeds) -> (exports, argv after `exec`) of the recorded plan's training jobs."""
     text = (ROOT / "tests" / "fixtures" / "dryrun" / "reproduction-dmc.txt").read_text()
     out = {}
     for line in text.splitlines():
@@ -174,7 +174,8 @@ def _dry_run_jobs():
             exports = dict(kv.split("=", 1) for kv in line.split("export ", 1)[1].split(";", 1)[0].split())
             argv = shlex.split(line.split("; exec ", 1)[1])
             argv = argv[:argv.index(">>")]
-            out[argv[argv.index("--task") + 1]] = (exports, argv)
+            seeds = tuple(int(x) for x in argv[argv.index("--seeds") + 1:argv.index("--outdir")])
+            out[argv[argv.index("--task") + 1], seeds] = (exports, argv)
     return out
 
 
@@ -185,9 +186,12 @@ def test_runner_runs_the_rules_command_with_the_pipelines_settings():
     R = runner()
     Pl = R.load_pipeline(CONFIG)
     jobs = _dry_run_jobs()
-    assert set(jobs) == set(Pl.tasks) and Pl.seed_groups == [(0, 1, 2)]
-    for task, (exports, argv) in jobs.items():
-        assert Pl.train_single_command(task, (0, 1, 2), ["PYTHON", "-m", "tdmpc2core.cli"]) == argv, task
+    assert set(jobs) == {(t, g) for t in Pl.tasks for g in Pl.task_seed_groups(t)} and Pl.seed_groups == [(0, 1, 2)]
+    # the two longer tasks: one job per seed (each fits one device session); the others: one job
+    assert {t for t in Pl.tasks if Pl.task_seed_groups(t) != [(0, 1, 2)]} == {"cheetah-run", "pendulum-swingup"}
+    assert Pl.task_seed_groups("cheetah-run") == [(0,), (1,), (2,)]
+    for (task, group), (exports, argv) in jobs.items():
+        assert Pl.train_single_command(task, group, ["PYTHON", "-m", "tdmpc2core.cli"]) == argv, task
         assert Pl.train_single_env(task) == exports, task
         spec = json.loads(argv[argv.index("--spec") + 1])
         assert spec["agent"] == {"model_size": 5} and spec["eval_episodes"] == 10 and spec["eval_every"] == 50_000
@@ -307,6 +311,48 @@ def test_runner_stops_at_its_budget_resumes_and_collects(tmp_path, monkeypatch, 
                    "--commit", "f" * 40]) == 1
     (call,) = json.loads(failed.with_suffix(".json").read_text())["calls"]
     assert call["outcome"] == "failed (exit 2)" and call["exit_code"] == 2 and not failed.exists()
+
+
+def test_runner_runs_a_task_of_one_seed_per_job_within_one_budget(tmp_path, monkeypatch):
+    """A task with ``seeds_per_job: 1`` (cheetah-run) has one job per seed: a call runs them one
+    after the other on its one budget, starts a second only with --min-start-seconds left (else
+    the next call does), and collects each job's rows as soon as it has finished; a seed whose
+    rows are in the committed results file (another session's) is not trained again; until every
+    planned seed is in, the task's points are judged missing, not on the seeds there are."""
+    R = runner()
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text(STAND_IN)
+    monkeypatch.setattr(R, "TRAINER", [sys.executable, str(stand_in)])
+    work, results = tmp_path / "work", tmp_path / "rp.parquet"
+    args = ["run", "--reduced", "--task", "cheetah-run", "--workdir", str(work), "--results", str(results),
+            "--commit", "f" * 40, "--stop-grace", "0.5"]
+    # a budget that the first job (about 2 s for its 600 agent steps) leaves less than 30 s of
+    assert R.main(args + ["--budget-seconds", "30", "--min-start-seconds", "29"]) == 0
+    meta = json.loads(results.with_suffix(".json").read_text())
+    (first,) = meta["calls"]
+    assert first["seeds"] == [0] and first["outcome"] == "finished" and first["budget_s"] <= 30
+    assert set(IO.read_results(results)["seed"]) == {0} and meta["tasks"]["cheetah-run"]["seeds"] == [0]
+    points = RP.point_table(IO.read_results(results), RP.plan_of(IO.read_results(results), meta),
+                            seeds=RP.planned_seeds(meta))
+    assert set(points["verdict"]) == {RP.MISSING} and set(points["n_seeds"]) == {1}  # one of two seeds: not judged
+    # the next call (on another machine: a fresh results file, seed 0's rows in the committed one)
+    monkeypatch.setattr(R, "committed_results", lambda reduced: results)  # stands for the committed file
+    fresh = tmp_path / "out2" / "rp.parquet"
+    args2 = [{str(results): str(fresh), str(work): str(tmp_path / "work2")}.get(a, a) for a in args]
+    assert R.main(args2 + ["--budget-seconds", "60"]) == 0  # seed 0 is in: only seed 1 runs
+    calls = json.loads(fresh.with_suffix(".json").read_text())["calls"]
+    assert [(c["seeds"], c["outcome"]) for c in calls] == [([1], "finished")]
+    assert set(IO.read_results(fresh)["seed"]) == {1}
+    assert R.main(["merge", str(fresh), "--results", str(results)]) == 0
+    meta = json.loads(results.with_suffix(".json").read_text())
+    df = IO.read_results(results)
+    assert set(df["seed"]) == {0, 1} and set(df["task"]) == {"cheetah-run"} and meta["tasks"]["cheetah-run"]["seeds"] == [0, 1]
+    points = RP.point_table(df, RP.plan_of(df, meta), seeds=RP.planned_seeds(meta))
+    assert RP.MISSING not in set(points["verdict"]) and set(points["n_seeds"]) == {2}
+    argvs = [json.loads(x)["argv"] for w in (work, tmp_path / "work2")
+             for x in (w / "stand_in_calls.jsonl").read_text().splitlines()]
+    assert [a[a.index("--checkpoint-dir") + 1] for a in argvs] == [
+        "checkpoints/single/cheetah-run/seeds_0", "checkpoints/single/cheetah-run/seeds_1"]
 
 
 def test_runner_labels_a_budget_kill_as_such_when_a_stop_request_follows(tmp_path):

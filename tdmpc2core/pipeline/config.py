@@ -262,18 +262,37 @@ class Pipeline:
         pixels = set(self.pixel_tasks)
         return [t for t in self.tasks if t not in pixels]
 
+    def task_seed_groups(self, task: str) -> list[tuple]:
+        """The seed groups of ``task``'s training jobs: ``seeds`` in groups of the task's
+        ``seeds_per_job`` (its own or its protocol's defaults' key), else the top-level one's
+        (:attr:`seed_groups`)."""
+        n = self.tasks[task].get("seeds_per_job")
+        return self.seed_groups if n is None else seed_groups(self.seeds, int(n))
+
     def train_rules(self) -> list[tuple[str, tuple, bool]]:
         """(rule name, seed group, pixels) of every training rule: per seed group, one rule for the
         state tasks (``train_single_<seeds>``; also when there is no task at all) and, when the
         protocol has pixel tasks, one for them (``train_single_pixels_<seeds>``, without
-        episodes.parquet)."""
+        episodes.parquet). The groups are the top-level ``seeds_per_job``'s, then those of tasks
+        with a ``seeds_per_job`` of their own (:meth:`task_seed_groups`); each rule trains the
+        tasks of its kind that have its group (:meth:`task_pattern`)."""
         kinds = ([False] if len(self.pixel_tasks) < len(self.tasks) or not self.tasks else []) \
             + ([True] if self.pixel_tasks else [])
-        return [(train_rule_name(g, px), g, px) for g in self.seed_groups for px in kinds]
+        out = []
+        for px in kinds:
+            groups = [g for t in self._kind_tasks(px) for g in self.task_seed_groups(t)] or list(self.seed_groups)
+            out += [(train_rule_name(g, px), g, px) for g in dict.fromkeys(groups)]
+        order = {g: i for i, g in enumerate(dict.fromkeys(g for _, g, _ in out))}
+        return sorted(out, key=lambda r: (order[r[1]], r[2]))
 
-    def task_pattern(self, pixels: bool) -> str:
-        """The regex of the ``{task}`` wildcard of the training rules of one kind (pixels or not)."""
-        tasks = self.pixel_tasks if pixels else self.dataset_tasks
+    def rule_tasks(self, group, pixels: bool) -> list[str]:
+        """The tasks of one kind (pixels or not) whose training jobs include seed ``group``."""
+        return [t for t in self._kind_tasks(pixels) if tuple(group) in self.task_seed_groups(t)]
+
+    def task_pattern(self, pixels: bool, group=None) -> str:
+        """The regex of the ``{task}`` wildcard of the training rules of one kind (pixels or not),
+        of seed ``group``'s rule when given (the tasks with that group, :meth:`rule_tasks`)."""
+        tasks = self._kind_tasks(pixels) if group is None else self.rule_tasks(group, pixels)
         return "|".join(re.escape(t) for t in tasks) or "(?!)"
 
     def video_files(self, task: str | None = None) -> list[str]:
@@ -282,7 +301,7 @@ class Pipeline:
         if self.video == "off":
             return []
         tasks = list(self.tasks) if task is None else [task]
-        return [f"{RUNS}/{t}/seed{g[0]}/{VIDEO_FILE}" for t in tasks for g in self.seed_groups]
+        return [f"{RUNS}/{t}/seed{g[0]}/{VIDEO_FILE}" for t in tasks for g in self.task_seed_groups(t)]
 
     def group_outputs(self, group, pixels: bool = False) -> list[str]:
         """The training rule's outputs for a seed group (``{task}`` a wildcard): every seed's
@@ -328,7 +347,7 @@ class Pipeline:
     def run_records(self) -> dict[str, tuple[str, list[str]]]:
         """Rule -> (its stage, the run.json of each of its jobs' runs): what
         tdmpc2core.pipeline.codeversion.code_changes compares with the code now."""
-        out = {name: ("train_single", [f"{RUNS}/{t}/seed{s}/run.json" for t in self._kind_tasks(px) for s in g])
+        out = {name: ("train_single", [f"{RUNS}/{t}/seed{s}/run.json" for t in self.rule_tasks(g, px) for s in g])
                for name, g, px in self.train_rules()}
         out["train_multi"] = ("train_multi", self.multi_files("run.json"))
         out["official_eval"] = ("evaluate_official", [f"{OFFICIAL}/{n}/run.json" for n in self.official.checkpoints])
@@ -339,11 +358,17 @@ class Pipeline:
 
     def long_runs(self) -> dict[str, int]:
         """Training rule -> the longest runtime (minutes) of its jobs (cluster retries)."""
-        out = {name: max((self.tasks[t]["resources"]["runtime"] for t in self._kind_tasks(px)), default=0)
+        out = {name: max((self.tasks[t]["resources"]["runtime"] for t in self.rule_tasks(g, px)), default=0)
                for name, g, px in self.train_rules()}
         if self.multitask is not None:
             out["train_multi"] = self.multitask.resources["runtime"]
         return out
+
+
+def seed_groups(seeds, per_job: int) -> list[tuple]:
+    """``seeds`` in groups of ``per_job`` (the last one shorter), in their order."""
+    seeds = [int(x) for x in seeds]
+    return [tuple(seeds[i:i + per_job]) for i in range(0, len(seeds), per_job)]
 
 
 def train_rule_name(group, pixels: bool = False) -> str:
@@ -734,7 +759,7 @@ def resolve(config: dict) -> Pipeline:
         config=config, protocol_name=name, protocol=protocol, tasks=tasks, task_T=task_T, task_cfg=task_cfg,
         allow_evicted=allow_evicted, pools=pools, official_pools=official_pools,
         official_pool_tasks=official_pool_tasks, seeds=seeds, seeds_per_job=per_job,
-        seed_groups=[tuple(seeds[i:i + per_job]) for i in range(0, len(seeds), per_job)],
+        seed_groups=seed_groups(seeds, per_job),
         multitask=multitask, official=official, cluster=cluster, jax_cache=config["jax_cache_dir"],
         checkpoints=config["checkpoint_dir"], checkpoint_every=int(config["checkpoint_every"]),
         keep_checkpoints=int(config["keep_checkpoints"]), max_chunk_seconds=max_chunk,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -73,16 +73,24 @@ def plan_of(df: pd.DataFrame, meta: Optional[Mapping] = None) -> dict:
     return plan
 
 
-def point_table(df: pd.DataFrame, plan: Optional[Mapping[str, int]] = None, margin: float = MARGIN) -> pd.DataFrame:
+def planned_seeds(meta: Optional[Mapping]) -> dict:
+    """task -> the seeds its run was planned with (the JSON's ``plan``; {} without one)."""
+    return {str(t): [int(s) for s in p["seeds"]] for t, p in ((meta or {}).get("plan") or {}).items() if p.get("seeds")}
+
+
+def point_table(df: pd.DataFrame, plan: Optional[Mapping[str, int]] = None, margin: float = MARGIN,
+                seeds: Optional[Mapping[str, Sequence[int]]] = None) -> pd.DataFrame:
     """One row per (task, published point up to the task's planned length): ``task``,
     ``env_steps``, ``agent_steps``, the published ``pub_n``/``pub_mean``/``pub_min``/``pub_max``,
     ``band_low``/``band_high`` (:func:`published_points`), ours: ``n_seeds``, ``seeds`` (tuple),
     ``seed_returns`` (tuple, in seed order), ``mean`` (over seeds; NaN when missing), and
     ``verdict`` (:data:`INSIDE` when band_low <= mean <= band_high, the mean taken to the
     published table's 0.01 return points, :data:`OUTSIDE`, or
-    :data:`MISSING` when no seed of ours was evaluated at that point).
+    :data:`MISSING` when no seed of ours was evaluated at that point, or, with ``seeds``, not
+    every planned seed: a task whose seeds train in jobs of their own is judged once all are in).
 
     ``plan``: task -> planned simulator steps (:func:`plan_of`; default: from ``df`` alone).
+    ``seeds``: task -> its planned seeds (:func:`planned_seeds`; default: whatever seeds it has).
 
     Raises: KeyError for a task without a published curve (named)."""
     plan = dict(plan_of(df) if plan is None else plan)
@@ -94,7 +102,9 @@ def point_table(df: pd.DataFrame, plan: Optional[Mapping[str, int]] = None, marg
             x = at["eval_return"].to_numpy(np.float64)
             mean = float(x.mean()) if x.size else float("nan")
             # judged to the published table's precision (0.01 return points): a mean on an edge is inside
-            verdict = MISSING if not x.size else (INSIDE if p.band_low <= round(mean, 2) <= p.band_high else OUTSIDE)
+            short = seeds is not None and task in seeds and not set(seeds[task]) <= set(int(v) for v in at["seed"])
+            verdict = MISSING if not x.size or short else (
+                INSIDE if p.band_low <= round(mean, 2) <= p.band_high else OUTSIDE)
             rows.append(dict(task=task, env_steps=int(p.env_steps), agent_steps=int(p.agent_steps), pub_n=int(p.pub_n),
                              pub_mean=float(p.pub_mean), pub_min=float(p.pub_min), pub_max=float(p.pub_max),
                              band_low=float(p.band_low), band_high=float(p.band_high), n_seeds=int(x.size),
@@ -241,7 +251,7 @@ def report_context(path: str | os.PathLike) -> dict:
     df = read_results(path)
     meta = read_meta(path)
     plan = plan_of(df, meta)
-    points = point_table(df, plan)
+    points = point_table(df, plan, seeds=planned_seeds(meta))
     figures = []
     with tempfile.TemporaryDirectory() as tmp:
         for task in sorted(set(df["task"])):

@@ -1,5 +1,5 @@
-# Training: one job per (task, seed group). A group holds `seeds_per_job` seeds that train
-# vmapped in one program; each seed still gets its own folder results/single/{task}/seed{s}/
+# Training: one job per (task, seed group). A group holds `seeds_per_job` seeds (a task's
+# own, else the top level's) that train vmapped in one program; each seed still gets its own folder results/single/{task}/seed{s}/
 # (docs/artifacts.md). One rule per seed group, named train_single_seeds_<s1>_<s2>...
 # Checkpoints go to {checkpoint_dir}/single/{task}/seeds_<...>/, not under results/: a job
 # stopped by SIGTERM/SIGINT (SLURM time limit or preemption, Ctrl-C) writes one there and
@@ -22,7 +22,7 @@ for _name, _group, _pixels in P.train_rules():
         benchmark:
             f"{BENCHMARKS}/train_single/{{task}}/{seed_tag(_group)}.tsv"
         wildcard_constraints:
-            task=P.task_pattern(_pixels),
+            task=P.task_pattern(_pixels, _group),
         conda:
             CONDA_ENV
         threads: lambda wc: P.cluster.job_threads(TASKS[wc.task]["resources"])
