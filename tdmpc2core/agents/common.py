@@ -167,7 +167,9 @@ def update_loop(n_updates, step: Callable, agent_state: AgentState, metrics: dic
     """``n_updates`` (traced) gradient updates of one seed in a ``lax.fori_loop``: the loop of
     both agents' training programs. ``step(j, agent_state) -> (agent_state, metrics)`` is the
     j-th update (its batch and key), its metrics all the update's scalars; ``metrics`` the
-    carried value before the first one: the loop carries its keys only.
+    carried value before the first one: the loop carries its keys only. (The single-task
+    chunk also runs it on every seed's state at once, ``step`` and ``hook.fold`` vmapped over
+    the seeds: :func:`tdmpc2core.agents.online._updates`.)
 
     Without ``hook`` the loop carries (agent_state, metrics), the program of the agents
     without hooks. With one, ``ext`` is carried too and ``hook.fold(ext, agent_state,

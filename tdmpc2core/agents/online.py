@@ -27,8 +27,20 @@ in its sampler). ``pending_updates`` counts them.
 
 A chunk runs a
 dynamic number of ticks inside a ``lax.fori_loop`` (one compiled program for the whole run,
-whatever the chunk length or phase), vmapped over seeds; the host only acts between chunks
-(evaluation, logging, checkpoints).
+whatever the chunk length or phase); the host only acts between chunks (evaluation, logging,
+checkpoints).
+
+Seeds. The loop carries every seed's state (a leading seed axis) and a tick is written for
+all seeds at once: the per-seed steps (reset, planner, env step, one update) are vmapped
+over the seeds *inside* the control flow, not the loop under one vmap. The phase tests
+depend on the tick index alone, the same for every seed, so they are real branches
+(``lax.cond``) whose branches are vmapped, and in the fixed-length mode the update loop's
+count is the same for every seed, so it is one loop of vmapped updates (episodic mode:
+counts per seed, each seed's loop vmapped). It is the program vmapping the whole loop gives,
+the same numbers, but JAX traces each part once as batched: a vmapped loop or cond is
+traced, then its body's jaxpr batched, twice for a loop (the batching rule's search for the
+batched carry, then the final batching), nested at each level of control flow, which made
+most of the chunk's trace time.
 """
 from __future__ import annotations
 
@@ -193,21 +205,37 @@ def _reset(agent, rs: RunState, key, steps_before) -> RunState:
 
 
 def _updates(agent, rs: RunState, n_updates, key, steps_before, sample=rp.sample) -> RunState:
-    """``n_updates`` (traced) updates on batches ``sample(replay, key, batch_size, horizon)``
-    draws from the replay (the fixed-length replay's sampler by default); the extensions'
-    post_update phases after each, with ``step`` = ``steps_before + n_envs`` (the agent steps
-    done, this tick's included; traced only with extensions, so the program without them is
-    unchanged)."""
+    """``n_updates`` (traced) updates of every seed (``rs``, ``key``: [seeds, ...]) on batches
+    ``sample(replay, key, batch_size, horizon)`` draws from each seed's replay (the
+    fixed-length replay's sampler by default); the extensions' post_update phases after each,
+    with ``step`` = ``steps_before + n_envs`` (the agent steps done, this tick's included;
+    traced only with extensions, so the program without them is unchanged).
+
+    ``n_updates`` a scalar (the fixed-length mode's schedule, the same for every seed): one
+    loop whose body is the seeds' update, vmapped. [seeds] (the episodic mode's waiting
+    updates): each seed's loop, vmapped (a loop that runs the largest count, the other seeds'
+    states kept once their own count is done)."""
     cfg = agent.cfg
 
-    def step(j, st):
-        k_s, k_u = jax.random.split(jax.random.fold_in(key, j))
-        batch = sample(rs.replay, k_s, cfg.batch_size, cfg.horizon)
-        return update(agent.wm, st, batch, agent.gamma, k_u)
+    def seed_step(replay, key):  # one seed's j-th update
+        def step(j, st):
+            k_s, k_u = jax.random.split(jax.random.fold_in(key, j))
+            batch = sample(replay, k_s, cfg.batch_size, cfg.horizon)
+            return update(agent.wm, st, batch, agent.gamma, k_u)
+
+        return step
 
     hook = extensions_hook(getattr(agent, "extensions", None),
                            lambda st: jnp.asarray(steps_before + agent.n_envs, jnp.int32))
-    st, metrics, ext = update_loop(n_updates, step, rs.agent, rs.metrics, hook, rs.ext)
+    if jnp.ndim(n_updates) == 0:
+        def step(j, st):
+            return jax.vmap(lambda r, k, s: seed_step(r, k)(j, s))(rs.replay, key, st)
+
+        seeds_hook = None if hook is None else hook._replace(fold=jax.vmap(hook.fold))
+        st, metrics, ext = update_loop(n_updates, step, rs.agent, rs.metrics, seeds_hook, rs.ext)
+    else:
+        st, metrics, ext = jax.vmap(lambda n_, r, k, s, m, e: update_loop(n_, seed_step(r, k), s, m, hook, e))(
+            n_updates, rs.replay, key, rs.agent, rs.metrics, rs.ext)
     return rs._replace(agent=st, metrics=metrics, ext=ext)
 
 
@@ -246,45 +274,57 @@ def _env_step(agent, rs: RunState, action, prev_mean, key, write_row, steps_befo
         done=done, terminations=rs.terminations + jnp.sum(out.terminated).astype(jnp.int32))
 
 
+def _tick_keys(rs: RunState):
+    """Each seed's key split in six: (key carried on, reset, random actions, planner, env step,
+    updates), each [seeds, 2]."""
+    return jax.vmap(lambda k: tuple(jax.random.split(k, 6)))(rs.key)
+
+
 def tick(agent, rs: RunState, tick_index) -> RunState:
-    """One lockstep tick (module docstring) of one seed. ``tick_index`` is unbatched (the same
-    for every seed), so the phase tests below stay real branches under the seed vmap."""
+    """One lockstep tick (module docstring) of every seed (``rs``: [seeds, ...]).
+    ``tick_index`` is the same for every seed, so the phase tests are real branches."""
     if agent.cfg.episodic:
         return tick_episodic(agent, rs, tick_index)
     n, T = agent.n_envs, agent.episode_length
-    key, k_reset, k_rand, k_plan, k_step, k_upd = jax.random.split(rs.key, 6)
+    key, k_reset, k_rand, k_plan, k_step, k_upd = _tick_keys(rs)
     rs = rs._replace(key=key)
     steps_before = tick_index * n  # the reference's `step`
     # 1. episodes end together at T (terminations are refused in this mode), so the reset
     # predicate depends on the tick alone.
-    rs = jax.lax.cond((tick_index % T) == 0, lambda r: _reset(agent, r, k_reset, steps_before), lambda r: r, rs)
+    reset = jax.vmap(lambda r, k: _reset(agent, r, k, steps_before))
+    rs = jax.lax.cond((tick_index % T) == 0, lambda r: reset(r, k_reset), lambda r: r, rs)
     t0 = rs.ep_t == 0
 
     # 2. act: uniform random while step <= seed_steps (spec §8), else plan
     action, prev_mean = _act(agent, rs, steps_before, t0, k_rand, k_plan)
     # 3. env step and replay row
-    rs = _env_step(agent, rs, action, prev_mean, k_step, rp.write_step, steps_before)
+    rs = jax.vmap(lambda r, a, m, k: _env_step(agent, r, a, m, k, rp.write_step, steps_before))(
+        rs, action, prev_mean, k_step)
     # 4. updates (spec §5.5, §8)
     return _updates(agent, rs, _scheduled_updates(agent, tick_index), k_upd, steps_before)
 
 
 def _act(agent, rs: RunState, steps_before, t0, k_rand, k_plan):
     """Uniform random actions while ``steps_before <= seed_steps`` (spec §8), else the planner
-    (or the policy prior with ``mpc=False``). Returns (actions [n, A], prev_mean [n, H, A])."""
+    (or the policy prior with ``mpc=False``), for every seed (``rs``, ``t0``, the keys:
+    [seeds, ...]); the phase is the same for every seed: one branch, vmapped over the seeds.
+    Returns (actions [seeds, n, A], prev_mean [seeds, n, H, A])."""
     cfg, n, A = agent.cfg, agent.n_envs, agent.env.spec.action_dim
 
-    def random_actions(_):
-        return jax.random.uniform(k_rand, (n, A), jnp.float32, -1.0, 1.0), rs.prev_mean
+    def random_actions(prev_mean, k_rand):
+        return jax.random.uniform(k_rand, (n, A), jnp.float32, -1.0, 1.0), prev_mean
 
-    def planned_actions(_):
+    def planned_actions(params, obs, prev_mean, t0, k_plan):
         keys = jax.random.split(k_plan, n)
         if cfg.mpc:
-            return over_envs(lambda o, m, f, k: plan(agent.wm, rs.agent.params, o, m, f, False, agent.gamma, k), n)(
-                rs.obs, rs.prev_mean, t0, keys)
-        a = over_envs(lambda o, k: act_with_policy(agent.wm, rs.agent.params, o, False, k), n)(rs.obs, keys)
-        return a, rs.prev_mean
+            return over_envs(lambda o, m, f, k: plan(agent.wm, params, o, m, f, False, agent.gamma, k), n)(
+                obs, prev_mean, t0, keys)
+        a = over_envs(lambda o, k: act_with_policy(agent.wm, params, o, False, k), n)(obs, keys)
+        return a, prev_mean
 
-    return jax.lax.cond(steps_before <= cfg.seed_steps, random_actions, planned_actions, None)
+    return jax.lax.cond(steps_before <= cfg.seed_steps,
+                        lambda: jax.vmap(random_actions)(rs.prev_mean, k_rand),
+                        lambda: jax.vmap(planned_actions)(rs.agent.params, rs.obs, rs.prev_mean, t0, k_plan))
 
 
 def _where_env(mask, new, old):
@@ -294,7 +334,8 @@ def _where_env(mask, new, old):
 
 
 def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
-    """One tick of the episodic mode (module docstring; spec §8, §11) of one seed.
+    """One tick of the episodic mode (module docstring; spec §8, §11) of every seed (``rs``:
+    [seeds, ...]).
 
     1. every env whose episode ended at the last tick commits it to the replay (env order)
        and resets (envs that have not started yet reset too);
@@ -304,12 +345,32 @@ def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
        added to ``pending_updates``; all pending updates run when the replay holds an
        episode of at least H + 1 rows, else they keep waiting.
     """
-    env, cfg = agent.env, agent.cfg
     n = agent.n_envs
-    key, k_reset, k_rand, k_plan, k_step, k_upd = jax.random.split(rs.key, 6)
+    key, k_reset, k_rand, k_plan, k_step, k_upd = _tick_keys(rs)
     steps_before = tick_index * n
 
     # 1. commit finished episodes, restart those envs
+    rs = jax.vmap(lambda r, k, k_r: _restart_ended(agent, r, k, k_r, steps_before))(rs, key, k_reset)
+
+    # 2. act, step, stage the row (o_{t+1}, a_t, r_t, d_t)
+    action, prev_mean = _act(agent, rs, steps_before, rs.ep_t == 0, k_rand, k_plan)
+    rs = jax.vmap(lambda r, a, m, k: _env_step(agent, r, a, m, k, rp.stage_step, steps_before))(
+        rs, action, prev_mean, k_step)
+
+    # 3. updates (spec §5.5, §8), waiting while nothing can be sampled
+    pending = rs.pending_updates + _scheduled_updates(agent, tick_index).astype(jnp.int32)
+    can_sample = jax.vmap(rp.num_sampleable)(rs.replay) > 0
+    n_updates = jnp.where(can_sample, pending, 0)
+    rs = rs._replace(pending_updates=pending - n_updates)
+    return _updates(agent, rs, n_updates, k_upd, steps_before, sample=rp.sample_episodic)
+
+
+def _restart_ended(agent, rs: RunState, key, k_reset, steps_before) -> RunState:
+    """The episodic tick's first step (:func:`tick_episodic`) of one seed: every env whose
+    episode ended at the last tick commits it (unless dropped) and resets, as do envs not
+    started yet; ``key`` is the key carried on."""
+    env, cfg = agent.env, agent.cfg
+    n = agent.n_envs
     ending = rs.done & rs.active & ~rs.discard  # a dropped episode is not committed
     reset_state, reset_obs = over_envs(env.reset, n)(jax.random.split(k_reset, n))
     restart = rs.done
@@ -323,18 +384,7 @@ def tick_episodic(agent, rs: RunState, tick_index) -> RunState:
         finished_count=rs.finished_count + jnp.sum(ending).astype(jnp.int32),
         ep_t=jnp.where(restart, 0, rs.ep_t), ep_return=jnp.where(restart, 0.0, rs.ep_return),
         done=jnp.zeros_like(rs.done), active=jnp.ones((), bool), discard=rs.discard & ~restart)
-    rs = _drop(rs, restart & ~ok, steps_before)
-
-    # 2. act, step, stage the row (o_{t+1}, a_t, r_t, d_t)
-    action, prev_mean = _act(agent, rs, steps_before, rs.ep_t == 0, k_rand, k_plan)
-    rs = _env_step(agent, rs, action, prev_mean, k_step, rp.stage_step, steps_before)
-
-    # 3. updates (spec §5.5, §8), waiting while nothing can be sampled
-    pending = rs.pending_updates + _scheduled_updates(agent, tick_index).astype(jnp.int32)
-    can_sample = rp.num_sampleable(rs.replay) > 0
-    n_updates = jnp.where(can_sample, pending, 0)
-    rs = rs._replace(pending_updates=pending - n_updates)
-    return _updates(agent, rs, n_updates, k_upd, steps_before, sample=rp.sample_episodic)
+    return _drop(rs, restart & ~ok, steps_before)
 
 
 def make_chunk_fn(agent, compile_seconds: Optional[dict] = None, devices=None) -> Compiled:
@@ -342,17 +392,18 @@ def make_chunk_fn(agent, compile_seconds: Optional[dict] = None, devices=None) -
     (:func:`tdmpc2core.run.compiled.per_seed`, the states donated; ``compile_seconds``: the
     timings dict of its ``"chunk"`` entry).
 
-    Runs ticks start_tick .. start_tick + n_ticks - 1 of every seed (vmapped) and sets the
+    Runs ticks start_tick .. start_tick + n_ticks - 1 of every seed (one loop carrying all
+    seeds' states, each tick vmapped over the seeds inside: module docstring) and sets the
     states' ``tick`` to start_tick + n_ticks. The tick count is dynamic, so every chunk of a
     run uses the same compiled program; a tick depends only on its absolute index and the
     state (the PRNG key lives in the state), so any split of a run into chunks gives the same
     numbers.
     """
-    def single(rs, start, n_ticks):
+    def chunk(rs, start, n_ticks):
         rs = jax.lax.fori_loop(0, n_ticks, lambda i, r: tick(agent, r, start + i), rs)
-        return rs._replace(tick=(start + n_ticks).astype(jnp.int32))
+        return rs._replace(tick=jnp.full_like(rs.tick, start + n_ticks))
 
-    return per_seed(single, name="chunk", compile_seconds=compile_seconds, in_axes=(0, None, None),
+    return per_seed(chunk, name="chunk", compile_seconds=compile_seconds, in_axes=(0, None, None), batched=False,
                     donate_argnums=(0,), devices=devices)
 
 

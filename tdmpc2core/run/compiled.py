@@ -84,11 +84,12 @@ class ShardedSeeds:
     """A per-seed program whose seed axis is split over devices when the run's
     :class:`~tdmpc2core.run.devices.SeedSharding` gives a mesh for its seed count.
 
-    On each call the seed count S is read from the first argument mapped on axis 0; the mesh
-    of S seeds (None: one device) picks the program: ``jax.jit(vmap(fn))`` as without
-    sharding, or ``jax.jit(shard_map(vmap(fn)))`` over the ``("seeds",)`` mesh, the mapped
+    ``body``: the program of all seeds (``vmap(fn)``, or a program that maps the seeds
+    inside). On each call the seed count S is read from the first argument mapped on axis 0;
+    the mesh of S seeds (None: one device) picks the program: ``jax.jit(body)`` as without
+    sharding, or ``jax.jit(shard_map(body))`` over the ``("seeds",)`` mesh, the mapped
     arguments split on their first axis and the others replicated, placed there before the
-    call. Each device runs the same per-seed program on its seeds, without communication."""
+    call. Each device runs the same program on its seeds, without communication."""
 
     def __init__(self, body: Callable, in_axes, name: str, timings: dict, donate_argnums, placement):
         self.body, self.in_axes, self.name, self.timings = body, in_axes, str(name), timings
@@ -141,26 +142,30 @@ def per_seed(fn: Callable, *, name: str, compile_seconds: Optional[dict] = None,
              devices=None):
     """The one place the agents compile a program: ``jax.jit(jax.vmap(fn, in_axes))`` (one seed
     per entry of the mapped axis; ``batched=False``: ``jax.jit(fn)``, for a program that maps
-    inside) as a :class:`Compiled`, its compile seconds in ``compile_seconds[name]``.
+    inside) as a :class:`Compiled`, its compile seconds in ``compile_seconds[name]``, or with a
+    :class:`~tdmpc2core.run.devices.SeedSharding` a :class:`ShardedSeeds`.
 
     Args:
       fn: the program of one seed (or the whole program with ``batched=False``).
       name: the program's name in ``compile_seconds`` (``"init"``, ``"chunk"``, ``"eval"``...).
       compile_seconds: the caller's timings dict (None: a private one, not reported).
       in_axes: ``jax.vmap``'s ``in_axes`` (0: every argument has the seed axis first; each
-        entry 0 or None with a :class:`~tdmpc2core.run.devices.SeedSharding`).
+        entry 0 or None with a :class:`~tdmpc2core.run.devices.SeedSharding`, which splits
+        the arguments mapped on axis 0 over its mesh; with ``batched=False``, used only for
+        that: which arguments carry the seed axis).
       donate_argnums, static_argnums: as ``jax.jit`` (static arguments only with
         ``batched=False``).
       devices: where the program runs (:mod:`tdmpc2core.run.devices`): None (JAX's default
         device; a multi-task :class:`~tdmpc2core.run.devices.DataParallel` program follows its
         arguments' placement, which the agent makes), or a
-        :class:`~tdmpc2core.run.devices.SeedSharding` (batched programs only): a
-        :class:`ShardedSeeds` that splits the seeds over the devices its mesh gives.
+        :class:`~tdmpc2core.run.devices.SeedSharding`: a :class:`ShardedSeeds` that splits
+        the seeds over the devices its mesh gives (a ``batched=False`` program must then run
+        on any number of seeds: each device gets its share).
     Returns:
       a :class:`Compiled` (or :class:`ShardedSeeds`) that compiles per input signature; the
       same program and numbers as calling the ``jax.jit`` function.
     Raises:
-      ValueError: ``static_argnums`` with ``batched=True``.
+      ValueError: ``static_argnums`` with ``batched=True`` or a SeedSharding.
       TypeError: ``devices`` that is not None or a placement of :mod:`tdmpc2core.run.devices`.
     """
     from .devices import DataParallel, SeedSharding
@@ -172,7 +177,9 @@ def per_seed(fn: Callable, *, name: str, compile_seconds: Optional[dict] = None,
         raise ValueError(f"per_seed({name!r}): static_argnums need batched=False (vmap maps every argument)")
     body = jax.vmap(fn, in_axes=in_axes) if batched else fn
     timings = {} if compile_seconds is None else compile_seconds
-    if isinstance(devices, SeedSharding) and batched:
+    if isinstance(devices, SeedSharding):
+        if static_argnums:
+            raise ValueError(f"per_seed({name!r}): static_argnums are not supported with a SeedSharding")
         axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,)
         if any(ax not in (0, None) for ax in axes):
             raise ValueError(f"per_seed({name!r}): a seed-sharded program maps arguments on axis 0 or not at all, "
