@@ -251,7 +251,7 @@ def update_stages(agent, batch) -> dict:
         g_sq = wm.kernels.global_sq_norm(g)
         coef = U.clip_coef(g_sq + (st.pi_grad_sq if cfg.stale_pi_grad_in_clip else 0.0), cfg.grad_clip_norm)
         g = jax.tree_util.tree_map(lambda x: x * coef, g)
-        wm_tx, _ = U.make_optimizers(cfg)
+        wm_tx, _ = U.make_optimizers(cfg, wm.kernels)
         upd, opt = wm_tx.update(g, st.wm_opt_state, wm_params)
         wm_params = optax.apply_updates(wm_params, upd)
         return st._replace(params=dict(st.params, **wm_params), wm_opt_state=opt), loss

@@ -482,6 +482,12 @@ def test_default_optimizers_are_the_reference_plain_adam_program():
                                     "rest": optax.flatten(optax.adam(3e-4, b1=0.9, b2=0.999, eps=1e-8))}, label)
     assert _program(wm_tx, p) == _program(ref_wm, p)
     assert _program(pi_tx, p["dynamics"]) == _program(optax.flatten(optax.adam(3e-4, eps=1e-5)), p["dynamics"])
+    # the reference kernels: the same Adam on each parameter array (Kernels.flat_optimizer)
+    wm_tx, pi_tx = make_optimizers(TDMPC2Config(kernels="reference"))
+    ref_wm = optax.multi_transform({"encoder": optax.adam(3e-4 * 0.3, b1=0.9, b2=0.999, eps=1e-8),
+                                    "rest": optax.adam(3e-4, b1=0.9, b2=0.999, eps=1e-8)}, label)
+    assert _program(wm_tx, p) == _program(ref_wm, p)
+    assert _program(pi_tx, p["dynamics"]) == _program(optax.adam(3e-4, eps=1e-5), p["dynamics"])
 
 
 @pytest.mark.parametrize("over,message", [
@@ -534,3 +540,69 @@ def test_optimizer_settings_are_recorded_readably_and_only_when_set():
                           "agent.weight_decay: checkpoint (absent), now 0.1"]
     other = config_record(TDMPC2Config(learning_rate=dict(SCHED, decay_steps=20)))
     assert compare_settings({"agent": other}, {"agent": rec})[0] == "agent.learning_rate.decay_steps: checkpoint 20, now 10"
+
+
+# ------------------------------------------------------------ the optimizer state's two layouts
+def test_optimizer_layouts_step_alike_and_checkpoints_read_into_each_other(tmp_path):
+    """The CPU kernels' flat Adam (one vector per parameter group, ``optax.flatten``) and the
+    reference kernels' per-parameter Adam (``Kernels.flat_optimizer``): three updates from the
+    same state give the same parameters to float32 rounding (the same elementwise arithmetic,
+    fused otherwise by XLA), and a
+    checkpoint of either layout restores into the other's template as that layout's state
+    (``checkpoint.regrouped_leaves``): what a run saved before the reference kernels' layout
+    changed resumes with the new one. A template that does not add up is still refused."""
+    from tdmpc2core.io import checkpoint as ck
+    from tdmpc2core.model.kernels import ReferenceKernels
+
+    class FlatReference(ReferenceKernels):  # the reference networks with the flat layout
+        flat_optimizer = True
+
+    wm_leaf = make_wm(kernels="reference", dropout=0.01)
+    wm_flat = make_wm(kernels="reference", dropout=0.01)
+    object.__setattr__(wm_flat, "kernels", FlatReference(wm_flat.cfg.matmul_precision))
+    assert not wm_leaf.kernels.flat_optimizer and wm_flat != wm_leaf
+    params = random_params(wm_leaf, 3)
+    states = {}
+    for name, wm in (("leaf", wm_leaf), ("flat", wm_flat)):
+        wm_tx, pi_tx = make_optimizers(wm.cfg, wm.kernels)
+        st = AgentState(params=params, target_qs=params["qs"], wm_opt_state=wm_tx.init(wm_subtrees(params)),
+                        pi_opt_state=pi_tx.init(params["pi"]), pi_scale=jnp.ones((), jnp.float32),
+                        pi_grad_sq=jnp.zeros((), jnp.float32), updates=jnp.zeros((), jnp.int32))
+        for i in range(3):
+            st, _ = jit_update(wm, st, random_batch(10 + i), wm.cfg.gamma, jax.random.PRNGKey(i))
+        states[name] = st
+    mu_flat = states["flat"].wm_opt_state.inner_states["rest"].inner_state[0].mu
+    mu_leaf = states["leaf"].wm_opt_state.inner_states["rest"].inner_state[0].mu
+    assert jnp.ndim(mu_flat) == 1 and isinstance(mu_leaf, dict)  # the two layouts really differ
+    # XLA fuses the two programs' elementwise steps differently: a few elements differ in the last bit
+    for a, b in zip(jax.tree_util.tree_leaves(states["flat"].params), jax.tree_util.tree_leaves(states["leaf"].params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+    # flat -> per-parameter -> flat: the same bits; the per-parameter arrays are the flat vectors' pieces
+    from jax.flatten_util import ravel_pytree
+
+    info = ck.save(tmp_path / "flat", 3, {"state": states["flat"]}, settings={})
+    got, _, _ = ck.restore(info.path, jax.eval_shape(lambda: {"state": states["leaf"]}))
+    leaf = got["state"]
+    for group in ("encoder", "rest"):
+        for k in ("mu", "nu"):
+            flat_v = getattr(states["flat"].wm_opt_state.inner_states[group].inner_state[0], k)
+            np.testing.assert_array_equal(ravel_pytree(getattr(leaf.wm_opt_state.inner_states[group].inner_state[0], k))[0],
+                                          np.asarray(flat_v))
+    np.testing.assert_array_equal(ravel_pytree(leaf.pi_opt_state[0].nu)[0], np.asarray(states["flat"].pi_opt_state[0].nu))
+    for a, b in zip(jax.tree_util.tree_leaves(leaf), jax.tree_util.tree_leaves(states["leaf"])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+    info = ck.save(tmp_path / "leaf", 3, {"state": leaf}, settings={})
+    back, _, _ = ck.restore(info.path, jax.eval_shape(lambda: {"state": states["flat"]}))
+    for a, b in zip(jax.tree_util.tree_leaves(back["state"]), jax.tree_util.tree_leaves(states["flat"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # the restored state runs on (the step of a run resumed with the other layout)
+    st, m = jit_update(wm_leaf, jax.tree_util.tree_map(jnp.asarray, leaf), random_batch(13), wm_leaf.cfg.gamma,
+                       jax.random.PRNGKey(3))
+    assert np.isfinite(float(m["consistency_loss"]))
+    # a flat vector that does not add up to the template's leaves is a mismatch, named
+    short = states["flat"]._replace(pi_opt_state=jax.tree_util.tree_map(
+        lambda x: x[:-1] if jnp.ndim(x) == 1 else x, states["flat"].pi_opt_state))
+    info = ck.save(tmp_path / "short", 3, {"state": short}, settings={})
+    with pytest.raises(ck.CheckpointMismatchError, match=r"pi_opt_state\[0\]\.mu\['.*: not in the checkpoint"):
+        ck.restore(info.path, jax.eval_shape(lambda: {"state": states["leaf"]}))

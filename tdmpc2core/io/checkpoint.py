@@ -427,6 +427,61 @@ def latest_checkpoint(directory) -> Optional[Path]:
     return None
 
 
+def _is_below(name: str, prefix: str) -> bool:
+    return len(name) > len(prefix) and name.startswith(prefix) and name[len(prefix)] in "[."
+
+
+def regrouped_leaves(stored: Mapping[str, Mapping], specs: Mapping[str, Mapping]) -> dict:
+    """How a template's leaves are read from a checkpoint that holds the same arrays grouped
+    otherwise: an optimizer state saved as one flat vector per parameter group (``optax.flatten``,
+    the CPU kernels' layout) restored into one array per parameter (the reference kernels'), or
+    the reverse (:func:`tdmpc2core.model.update.make_optimizers`, :attr:`tdmpc2core.model.kernels.Kernels.flat_optimizer`).
+
+    ``stored``: the manifest's ``{leaf path: {"shape", "dtype"}}`` in the saved (tree) order;
+    ``specs``: the template's. Returns ``{template path: (kind, [stored paths])}`` for the
+    template leaves not stored as such: ``("split", [P])`` when the checkpoint holds a leaf P,
+    shaped lead + [N], whose path is a prefix of theirs and whose N is the sum of their sizes
+    past the same lead (the template order is the concatenation order), ``("concat", [P/...])``
+    when the checkpoint holds leaves below the template path (concatenated in the saved order)
+    of the same dtype. Anything else is left out, to be reported as a mismatch by the caller.
+    """
+    out = {}
+    missing = [n for n in specs if n not in stored]
+    for p in [p for p in stored if p not in specs]:
+        below = [n for n in missing if _is_below(n, p)]
+        if not below:
+            continue
+        lead, dtype = list(stored[p]["shape"][:-1]), stored[p]["dtype"]
+        sizes = [int(np.prod(specs[n]["shape"][len(lead):], dtype=np.int64)) for n in below]
+        if all(specs[n]["shape"][:len(lead)] == lead and specs[n]["dtype"] == dtype for n in below) \
+                and stored[p]["shape"] and sum(sizes) == stored[p]["shape"][-1]:
+            off = 0
+            for n, k in zip(below, sizes):
+                out[n] = ("split", [p], off, k)
+                off += k
+    for n in missing:
+        if n in out:
+            continue
+        parts = [p for p in stored if _is_below(p, n)]
+        if not parts or not specs[n]["shape"]:
+            continue
+        lead = specs[n]["shape"][:-1]
+        ok = all(stored[p]["shape"][:len(lead)] == lead and stored[p]["dtype"] == specs[n]["dtype"] for p in parts)
+        if ok and sum(int(np.prod(stored[p]["shape"][len(lead):], dtype=np.int64)) for p in parts) \
+                == specs[n]["shape"][-1]:
+            out[n] = ("concat", parts)
+    return out
+
+
+def _regroup(arrays: Mapping[str, Any], how: tuple, spec: Mapping) -> np.ndarray:
+    """The template leaf ``spec`` from the stored ``arrays`` as :func:`regrouped_leaves` planned."""
+    if how[0] == "split":
+        _, (p,), off, k = how
+        return np.asarray(arrays[p])[..., off:off + k].reshape(tuple(spec["shape"]))
+    lead = tuple(spec["shape"][:-1])
+    return np.concatenate([np.asarray(arrays[p]).reshape(lead + (-1,)) for p in how[1]], axis=-1)
+
+
 def restore(path, template, *, settings: Optional[Mapping] = None, ignore: Iterable[str] = ()):
     """Read checkpoint ``path`` into the structure of ``template``.
 
@@ -458,15 +513,19 @@ def restore(path, template, *, settings: Optional[Mapping] = None, ignore: Itera
                 + "; ".join(diffs) + ")")
     names, specs, treedef = _template_specs(template)
     stored = manifest["leaves"]
+    regroup = regrouped_leaves(stored, specs)
     problems = []
     for n in names:
+        if n in regroup:
+            continue
         if n not in stored:
             problems.append(f"{n}: not in the checkpoint")
         elif ((stored[n]["shape"], stored[n]["dtype"], "key_impl" in stored[n])
               != (specs[n]["shape"], specs[n]["dtype"], specs[n]["key"])):
             problems.append(f"{n}: checkpoint {stored[n]['dtype']}{stored[n]['shape']}, "
                             f"expected {specs[n]['dtype']}{specs[n]['shape']}")
-    problems += [f"{n}: in the checkpoint only" for n in stored if n not in specs]
+    used = {m for how in regroup.values() for m in how[1]}
+    problems += [f"{n}: in the checkpoint only" for n in stored if n not in specs and n not in used]
     if problems:
         more = f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""
         raise CheckpointMismatchError(
@@ -480,7 +539,7 @@ def restore(path, template, *, settings: Optional[Mapping] = None, ignore: Itera
     arrays = payload.get("tree", {})
     leaves = []
     for n in names:
-        arr = np.asarray(arrays[n])
+        arr = _regroup(arrays, regroup[n], specs[n]) if n in regroup else np.asarray(arrays[n])
         if specs[n]["key"]:
             arr = jax.random.wrap_key_data(arr, impl=stored[n]["key_impl"])
         leaves.append(arr)

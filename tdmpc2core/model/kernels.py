@@ -60,6 +60,14 @@ class Kernels:
     """
 
     name: ClassVar[str] = ""
+    #: whether the optimizers run Adam on one concatenated vector per parameter group
+    #: (``optax.flatten``) rather than on each parameter array: the same elementwise arithmetic
+    #: (spec §5.3); a handful of ops instead of several per parameter, which XLA:CPU runs faster,
+    #: while a TPU pays for the concatenation and the slicing back (relayouts of its tiled
+    #: arrays: about 0.5 ms of a 2.7 ms update at model size 5, benchmarks/README.md
+    #: "Accelerator"). It sets the optimizer state's layout; :func:`tdmpc2core.io.checkpoint.restore`
+    #: reads a checkpoint of either layout into the other.
+    flat_optimizer: ClassVar[bool] = False
     matmul_precision: str = "highest"
 
     def __post_init__(self):
@@ -145,6 +153,7 @@ class CpuKernels(Kernels):
     speed); barriered squares for the clip norm."""
 
     name: ClassVar[str] = "cpu"
+    flat_optimizer: ClassVar[bool] = True
 
     def linear(self, x, kernel, bias, frozen_inputs: int = 0):
         return kernels_cpu.linear(x, kernel, bias, frozen_inputs, self.precision)

@@ -648,7 +648,7 @@ def agent_state(wm, weights: OfficialWeights):
         raise OfficialWeightsError(f"these weights ({weights.architecture.describe()}) do not fit the agent's "
                                    f"world model ({want.describe()})")
     params = jax.tree_util.tree_map(jnp.asarray, weights.params)
-    wm_tx, pi_tx = make_optimizers(wm.cfg)
+    wm_tx, pi_tx = make_optimizers(wm.cfg, wm.kernels)
     return AgentState(params=params, target_qs=jax.tree_util.tree_map(jnp.asarray, weights.target_qs),
                       wm_opt_state=wm_tx.init(wm_subtrees(params)), pi_opt_state=pi_tx.init(params["pi"]),
                       pi_scale=jnp.ones((), jnp.float32), pi_grad_sq=jnp.zeros((), jnp.float32),

@@ -130,9 +130,14 @@ def _adam(lr, eps: float, weight_decay: float):
     return optax.adam(lr, b1=0.9, b2=0.999, eps=eps)
 
 
-def make_optimizers(cfg):
+def make_optimizers(cfg, kernels=None):
     """(world-model Adam with the encoder at lr * enc_lr_scale, policy Adam with eps 1e-5)
     (spec §5.3).
+
+    ``kernels`` (a :class:`~tdmpc2core.model.kernels.Kernels`; None: those of ``cfg``) sets the
+    state's layout: one flat vector per parameter group when ``kernels.flat_optimizer`` (the CPU
+    kernels: ``optax.flatten``, faster on XLA:CPU), else one array per parameter (the reference
+    kernels: no concatenation, faster on a TPU). The arithmetic is the same elementwise.
 
     Gradient clipping is applied before these (:func:`clip_coef` scales the gradients in
     :func:`update`), exactly as PyTorch's clip_grad_norm_ (spec §5.3).
@@ -153,14 +158,18 @@ def make_optimizers(cfg):
         return {k: jax.tree_util.tree_map(lambda _: "encoder" if k == "encoder" else "rest", v)
                 for k, v in tree.items()}
 
+    from .kernels import of_config
+
     lr, wd = cfg.learning_rate, float(cfg.weight_decay)
     # optax.flatten runs Adam on one concatenated vector per group: elementwise the same
     # arithmetic as per-leaf Adam, with a handful of ops instead of several per leaf.
+    flat = (kernels if kernels is not None else of_config(cfg)).flat_optimizer
+    layout = optax.flatten if flat else (lambda tx: tx)
     wm = optax.multi_transform(
-        {"encoder": optax.flatten(_adam(scaled_learning_rate(lr, cfg.enc_lr_scale), 1e-8, wd)),
-         "rest": optax.flatten(_adam(lr, 1e-8, wd))},
+        {"encoder": layout(_adam(scaled_learning_rate(lr, cfg.enc_lr_scale), 1e-8, wd)),
+         "rest": layout(_adam(lr, 1e-8, wd))},
         label)
-    pi = optax.flatten(_adam(lr, cfg.pi_eps, wd))
+    pi = layout(_adam(lr, cfg.pi_eps, wd))
     return wm, pi
 
 
@@ -171,7 +180,7 @@ def clip_coef(sq_norm, max_norm: float):
 
 def init_agent_state(wm: WorldModel, key) -> AgentState:
     params = wm.init(key)
-    wm_tx, pi_tx = make_optimizers(wm.cfg)
+    wm_tx, pi_tx = make_optimizers(wm.cfg, wm.kernels)
     return AgentState(
         params=params,
         target_qs=jax.tree_util.tree_map(jnp.copy, params["qs"]),
@@ -298,7 +307,7 @@ def update(wm: WorldModel, state: AgentState, batch: Batch, gamma, key, masks=No
     ``pi_scale``, the running scale S after this update.
     """
     cfg = wm.cfg
-    wm_tx, pi_tx = make_optimizers(cfg)
+    wm_tx, pi_tx = make_optimizers(cfg, wm.kernels)
     k_td, k_drop, k_pi = jax.random.split(key, 3)
     params = state.params
     multitask = batch.task is not None
