@@ -78,7 +78,7 @@ def signal_safe_log(prefix: str) -> Callable[[str], None]:
 
     def write(msg: str) -> None:
         try:
-            os.write(2, f"{prefix} {msg}\n".encode("utf-8", "replace"))
+            os.write(2, (f"{prefix} {msg}\n" if prefix else f"{msg}\n").encode("utf-8", "replace"))
         except OSError:
             pass
 
