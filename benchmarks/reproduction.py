@@ -36,7 +36,9 @@ resume from), 3 killed at the budget (the work since the last checkpoint is lost
 The results file (``tdmpc2core/io/reproduction.py``): one row per (task, seed, evaluation point):
 task (the published name), seed, env_steps (simulator steps), agent_steps, eval_return (mean over
 the evaluation's episodes), eval_episodes, model_size, precision, device (the JAX device kind, from
-the run's run.json), commit (the run's, else ``--commit``). Rows are appended; a row the file
+the run's run.json), commit (the one the run recorded; for a run trained without git, which records
+none, ``--commit`` or the work tree's HEAD, only when the run's ``code_version`` in run.json equals
+this code's: otherwise the run is refused, its commit unknown). Rows are appended; a row the file
 already has is refused unless ``--overwrite``. The JSON beside it: the plan (every task of the
 configuration, its length in simulator steps, its seeds), per collected task the resolved
 settings (the spec the rule passes and the agent's full configuration from run.json) and every
@@ -45,8 +47,10 @@ call's record. On the accelerator machine, whose files come back only from ``$OU
 
 ``--reduced``: the CPU form of ``run`` (the test's): the same configuration with a tiny agent,
 600 agent steps, two seeds and 2 evaluation episodes, in a scratch folder (``--workdir``,
-default ``$TMPDIR/reproduction-reduced``), results to ``$TMPDIR/reproduction_reduced.parquet``
-unless ``--results``, its JSON marked ``"reduced": true``.
+default ``$TMPDIR/reproduction-reduced``, kept: a repeat finds the job finished and trains
+nothing), results to ``$TMPDIR/reproduction_reduced.parquet`` unless ``--results``, its JSON
+marked ``"reduced": true``; those two scratch files are deleted and written anew by each
+``--reduced`` run without ``--results`` (logged when they were there).
 """
 from __future__ import annotations
 
@@ -316,15 +320,24 @@ def collected_seeds(task: str, *files: Path) -> set:
 def collect_task(P, task: str, workdir: Path, results: Path, commit: str | None, overwrite: bool, meta: dict,
                  seeds=None) -> int:
     """Append the finished job(s) of ``task`` (``seeds``: those seeds' runs; default every seed)
-    to ``results``; returns the rows added. Raises FileNotFoundError when a seed's run.json is
-    missing (not finished)."""
+    to ``results``; returns the rows added. Each row names the commit its run recorded; a run
+    that recorded none (trained without git) gets ``commit`` (this code's) only when its
+    run.json's ``code_version`` is this code's (tdmpc2core.io.reproduction.run_commit). Raises
+    FileNotFoundError when a seed's run.json is missing (not finished), ValueError when a run's
+    commit cannot be told."""
     from tdmpc2core.io import reproduction as R
+    from tdmpc2core.pipeline.codeversion import code_version
 
     spec = P.tasks[task]
     published = spec.get("published") or task
     df, _ = _read(results)
     seeds = list(P.seeds if seeds is None else seeds)
-    new, runs = R.rows_from_runs(workdir / "results" / "single" / task, published, seeds, commit=commit)
+    new, runs = R.rows_from_runs(workdir / "results" / "single" / task, published, seeds, commit=commit,
+                                 code_version=code_version("train_single"))
+    other = sorted(set(new["commit"]) - {commit})
+    if other:
+        _log(f"{task}: the runs recorded the commit(s) {', '.join(other)} that trained them (this code is {commit}); "
+             "their rows name those")
     merged = R.append_rows(df, new, overwrite=overwrite, source=str(results))
     tasks = meta.setdefault("tasks", {})
     tasks[published] = _task_info(tasks.get(published), {
@@ -441,8 +454,12 @@ def run(args) -> int:
     results = Path(args.results) if args.results else (
         tmp / "reproduction_reduced.parquet" if args.reduced else RESULTS)
     if args.reduced and not args.results:
-        for p in (results, results.with_suffix(".json")):  # the reduced form's scratch files: each run anew
-            p.unlink(missing_ok=True)
+        old = [p for p in (results, results.with_suffix(".json")) if p.exists()]
+        if old:  # the reduced form's scratch files: each run anew (benchmarks/README.md, "Reproduction")
+            _log(f"--reduced: replacing the scratch results of the previous --reduced run ({', '.join(map(str, old))}); "
+                 "give --results FILE to keep a file")
+        for p in old:
+            p.unlink()
     commit = the_commit(args.commit, args.reduced)
     if args.budget_seconds <= args.stop_grace:
         raise SystemExit(f"error: --budget-seconds {args.budget_seconds} must exceed --stop-grace {args.stop_grace}")
@@ -484,7 +501,8 @@ def run(args) -> int:
             _log(f"{task} seeds {list(group)}: already in the results (collected in an earlier call)")
             continue
         if done:
-            _log(f"{task} seeds {list(group)}: finished earlier (every run.json is there): collecting")
+            _log(f"{task} seeds {list(group)}: nothing to train: the job finished earlier (every run.json is under "
+                 f"{workdir / RUNS / task}); collecting its rows")
             rc, outcome, wall = 0, "finished earlier", 0.0
         else:
             left = args.budget_seconds - (time.monotonic() - t_call)  # the call's budget, over its jobs
@@ -511,17 +529,25 @@ def run(args) -> int:
         record.update(projection(record))
         meta["calls"].append(record)
         _write(results, None, meta)
-        _log(f"{task} seeds {list(group)}: {outcome} after {wall:.0f} s; agent steps {record['agent_steps_from']} -> "
-             f"{record['agent_steps_to']} of {record['total_agent_steps']}"
-             + (f"; {record['agent_steps_per_s_training']} agent steps/s after compiling: the rest needs about "
-                f"{record['seconds_left_estimate']:.0f} s of training (+ compiling in each call)"
-                if record.get("seconds_left_estimate") and rc != 0 else ""))
+        if done:
+            pass  # nothing ran: no steps to report (said above)
+        elif record["agent_steps_to"] is None:  # the trainer left no attempt record (it failed before one)
+            _log(f"{task} seeds {list(group)}: {outcome} after {wall:.0f} s; no attempt recorded in {ckdir}")
+        else:
+            _log(f"{task} seeds {list(group)}: {outcome} after {wall:.0f} s; agent steps "
+                 f"{record['agent_steps_from']} -> {record['agent_steps_to']} of {record['total_agent_steps']}"
+                 + (f"; {record['agent_steps_per_s_training']} agent steps/s after compiling: the rest needs about "
+                    f"{record['seconds_left_estimate']:.0f} s of training (+ compiling in each call)"
+                    if record.get("seconds_left_estimate") and rc != 0 else ""))
         if rc != 0:
             return {"stopped at the budget": 0, "stopped on request": 0}.get(
                 outcome, 3 if outcome.startswith("killed") else 1)
         # each job's rows as soon as it has finished: a task of one job per seed spans calls and sessions
-        if not collect_task(P, task, workdir, results, commit, args.overwrite, meta, seeds=group):
-            return 1
+        try:
+            if not collect_task(P, task, workdir, results, commit, args.overwrite, meta, seeds=group):
+                return 1
+        except (FileNotFoundError, ValueError) as e:  # e.g. a run whose commit cannot be told: one line
+            raise SystemExit(f"error: {e}") from None
         have |= set(group)
     return 0
 

@@ -165,3 +165,158 @@ def test_train_single_stage_writes_the_stop_record_of_an_error(tmp_path, monkeyp
     assert rec["outcome"] == "failed: FloatingPointError" and rec["start_step"] == 0
     assert rec["stop"] == {"kind": "error", "signal": None, "step": 200, "total": 700, "unit": "agent steps",
                            "checkpoint": None, "reason": "FloatingPointError: non-finite update metrics at 200 agent steps"}
+
+
+# ------------------------------------------------------------------ a stop in the final phase
+# `tdmpc2 train-single` in a process of its own with a stand-in agent (no training, no JAX
+# program): its `train` returns a finished run at once, and the outputs' writes are the stage's
+# own. A SIGTERM (or SIGINT) is sent to the process at a chosen moment of the final phase:
+#   during: while seed 0's metrics.parquet is being written (the handler runs inside that write)
+#   end:    from `train` itself, after its last stop check (a signal as training ends)
+#   twice:  SIGINT, then SIGINT again, while seed 0's metrics.parquet is being written
+#   none:   no signal (the rerun)
+FINAL_PHASE_SCRIPT = r'''
+import json, os, signal, sys, types
+import numpy as np
+from tdmpc2core.agents import export, single_task
+from tdmpc2core.cli import main
+from tdmpc2core.io import atomic, dataset
+from tdmpc2core.stages import outputs
+
+mode, out, ck = sys.argv[1:4]
+SEEDS, STEPS = [0, 1], 700
+say = lambda msg: os.write(2, (msg + "\n").encode())
+
+def hist():
+    chunk = lambda steps: {"agent_steps": steps, "env_frames": steps, "updates": np.array([steps, steps]),
+                           "wall_time_s": 1.0, "agent_steps_per_s": 100.0,
+                           **{k: np.array([0.5, 0.25]) for k in outputs.TRAINING_METRICS + ("train_return",)}}
+    return {"eval_agent_steps": np.array([0, STEPS]), "eval_env_frames": np.array([0, STEPS]),
+            "eval_returns": np.ones((2, 2, 2)), "eval_lengths": np.full((2, 2, 2), 200),
+            "eval_return": np.ones((2, 2)), "chunks": [chunk(400), chunk(STEPS)], "wall_seconds": 7.0}
+
+class Agent:
+    episode_length, action_repeat, gamma, seed_steps, episodic, pixels, compile_seconds = 200, 1, 0.99, 400, False, False, {}
+    config = {"matmul_precision": "highest", "stand_in": True}
+    env = types.SimpleNamespace(env_params={}, effective_settings={})
+    spec = types.SimpleNamespace(sim_episode_length=200)
+    placement = types.SimpleNamespace(mesh_for=lambda n_seeds: None)
+
+    def __init__(self, *a, **k):
+        pass
+
+    def train(self, should_stop, checkpoint_dir, **kw):
+        assert not should_stop()
+        (checkpoint_dir / "step_000000000700").mkdir(parents=True, exist_ok=True)  # the final checkpoint's stand-in
+        if mode == "end":
+            os.kill(os.getpid(), signal.SIGTERM)  # after the last check: training returns all the same
+        return "state", hist()
+
+class Episodes:
+    num_episodes, num_transitions = 3, 600
+
+def save(episodes, path):
+    atomic.write_text(path, "stand-in episodes")
+    return 17
+
+real_write_table = outputs.write_table
+
+def write_table(path, output, columns):
+    path = str(path)
+    if os.path.basename(os.path.dirname(path)) == "seed0" and path.endswith("metrics.parquet"):
+        if mode == "during":
+            os.kill(os.getpid(), signal.SIGTERM)
+        elif mode == "twice":
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+    real_write_table(path, output, columns)
+    say("WROTE " + path)
+
+single_task.TDMPC2 = Agent
+export.export_episodes = lambda *a, **k: Episodes()
+dataset.save_dataset = save
+outputs.write_table = write_table
+sys.exit(main(["train-single", "--task", "pendulum", "--spec", json.dumps({"env_id": "Pendulum-v1", "agent_steps": STEPS, "eval_episodes": 2}),
+               "--seeds", "0", "1", "--outdir", out, "--checkpoint-dir", ck]))
+'''
+
+
+def _final_phase_stage(tmp_path, mode):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+               JAX_PLATFORMS="cpu")
+    res = subprocess.run([sys.executable, "-c", FINAL_PHASE_SCRIPT, mode, str(tmp_path / "out"), str(tmp_path / "ck")],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    return res.returncode, res.stderr
+
+
+def _outputs(tmp_path):
+    """The output files of the job (and any temporary file of an unfinished atomic write)."""
+    out = tmp_path / "out"
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) if out.exists() else []
+
+
+ALL_OUTPUTS = sorted(f"seed{s}/{f}" for s in (0, 1) for f in ("episodes.parquet", "eval.parquet", "metrics.parquet",
+                                                               "run.json"))
+
+
+def test_sigterm_in_the_final_phase_stops_after_the_write_under_way_and_the_rerun_writes_everything(tmp_path):
+    """A SIGTERM while train-single writes its outputs (training complete): logged at once, the
+    write under way finishes, nothing more is written, no run.json is left (nothing looks
+    complete), exit 143, the attempt says stopped (at 700/700, the final checkpoint named). The
+    same command run again writes every output, and its attempt is completed."""
+    import signal
+
+    rc, err = _final_phase_stage(tmp_path, "during")
+    assert rc == 128 + signal.SIGTERM, err[-3000:]
+    said = err.index("received SIGTERM during the final phase: finishing the atomic write under way, then exiting")
+    assert said < err.index("WROTE " + str(tmp_path / "out/seed0/metrics.parquet")), err  # at once, not after
+    assert "stopped by SIGTERM in the final phase, after 700/700 agent steps" in err
+    assert _outputs(tmp_path) == ["seed0/eval.parquet", "seed0/metrics.parquet"]  # complete files, no .tmp-*
+    (rec,) = attempts.read(tmp_path / "ck")
+    assert rec["outcome"] == "stopped by SIGTERM" and rec["end_step"] == 700
+    assert rec["stop"] == {"kind": "signal", "signal": "SIGTERM", "step": 700, "total": 700, "unit": "agent steps",
+                           "checkpoint": str(tmp_path / "ck/step_000000000700"),
+                           "reason": "in the final phase: the outputs were left to the rerun"}
+    assert not (tmp_path / "ck/outputs_written.json").exists()
+    from tdmpc2core.pipeline.stops import stopped_line  # the end-of-run hook's line for it
+
+    assert stopped_line("job", rec, None) == (
+        f"job: stopped at 700/700 agent steps (in the final phase: the outputs were left to the rerun), checkpoint "
+        f"{tmp_path / 'ck/step_000000000700'}; run the same snakemake command to resume from it.")
+
+    rc, err = _final_phase_stage(tmp_path, "none")
+    assert rc == 0, err[-3000:]
+    assert _outputs(tmp_path) == ALL_OUTPUTS
+    recs = attempts.read(tmp_path / "ck")
+    assert [r["outcome"] for r in recs] == ["stopped by SIGTERM", "completed"] and "stop" not in recs[1]
+    run = json.loads((tmp_path / "out/seed1/run.json").read_text())
+    assert [r["outcome"] for r in run["attempts"]] == ["stopped by SIGTERM", "completed"]
+    assert (tmp_path / "ck/outputs_written.json").exists()
+
+
+def test_sigterm_as_training_ends_is_a_stop_and_a_second_sigint_in_the_final_phase_ends_it_at_once(tmp_path):
+    """A SIGTERM after training's last stop check (train returns normally) stops the job before
+    any output (it was ignored: exit 0); a second SIGINT during the final phase raises at once,
+    the write it interrupted left undone, and the attempt records it."""
+    import signal
+
+    rc, err = _final_phase_stage(tmp_path, "end")
+    assert rc == 128 + signal.SIGTERM, err[-3000:]
+    assert "received SIGTERM as training ended: exiting (143) before the outputs are written" in err
+    assert _outputs(tmp_path) == []
+    (rec,) = attempts.read(tmp_path / "ck")
+    assert rec["outcome"] == "stopped by SIGTERM" and rec["stop"]["step"] == 700
+
+    rc, err = _final_phase_stage(tmp_path, "twice")
+    assert rc != 0 and "KeyboardInterrupt" in err, err[-3000:]
+    assert "received SIGINT during the final phase" in err and "stopped by a second SIGINT in the final phase" in err
+    assert _outputs(tmp_path) == ["seed0/eval.parquet"]  # metrics.parquet's write never started; no run.json
+    rec = attempts.read(tmp_path / "ck")[-1]
+    assert rec["outcome"] == "stopped by SIGINT" and rec["stop"]["signal"] == "SIGINT"
+    assert rec["stop"]["reason"].startswith("a second SIGINT in the final phase")

@@ -220,6 +220,8 @@ def opt(k, n=1):
 spec = json.loads(opt("--spec"))
 seeds = [int(s) for s in a[a.index("--seeds") + 1:a.index("--outdir")]]
 out, ck = Path(opt("--outdir")), Path(opt("--checkpoint-dir"))
+from tdmpc2core.pipeline.codeversion import code_version
+CODE_VERSION = code_version("train_single")  # trained without git (no commit): this code, as the real trainer records
 Path("stand_in_calls.jsonl").open("a").write(json.dumps({"argv": a, "MUJOCO_GL": os.environ.get("MUJOCO_GL"),
     "PJRT_NPROC": os.environ.get("PJRT_NPROC"), "cwd": os.getcwd()}) + "\n")
 state = ck / "state.json"
@@ -244,7 +246,7 @@ for i, s in enumerate(seeds):
                   "episode": [k for _ in evals for k in range(2)],
                   "return": [10.0 * s + e / 100 + k for e in evals for k in range(2)]}).to_parquet(d / "eval.parquet")
     (d / "run.json").write_text(json.dumps({"task": opt("--task"), "seed": s, "run_id": f"stand-in/{s}",
-        "agent_config": {"model_size": 1, "matmul_precision": "highest"},
+        "agent_config": {"model_size": 1, "matmul_precision": "highest"}, "code_version": CODE_VERSION,
         "provenance": {"git": {"commit": None}, "platform": {"device_kind": "stand-in"}}}))
 att.end("completed", end_step=total)
 '''
@@ -311,6 +313,85 @@ def test_runner_stops_at_its_budget_resumes_and_collects(tmp_path, monkeypatch, 
                    "--commit", "f" * 40]) == 1
     (call,) = json.loads(failed.with_suffix(".json").read_text())["calls"]
     assert call["outcome"] == "failed (exit 2)" and call["exit_code"] == 2 and not failed.exists()
+
+
+def _finished_runs(work: Path, task: str, seeds, **run_json) -> None:
+    """Finished runs of ``task`` under ``work`` (eval.parquet at 0 and 300 agent steps, run.json
+    with ``run_json``'s keys): a run folder a `run` call finds there (e.g. from an earlier code)."""
+    for s in seeds:
+        d = work / "results" / "single" / task / f"seed{s}"
+        d.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"agent_steps": [0, 0, 300, 300], "env_frames": [0, 0, 600, 600], "episode": [0, 1, 0, 1],
+                      "return": [1.0, 2.0, 3.0, 4.0]}).to_parquet(d / "eval.parquet")
+        (d / "run.json").write_text(json.dumps({"task": task, "seed": s, "agent_config": {"model_size": 1},
+                                                **run_json}))
+
+
+def test_collected_rows_name_the_commit_that_trained_the_run_never_an_unverified_one(tmp_path, capsys):
+    """A run folder found finished (a stale one, trained at another commit): its rows name the
+    commit its run.json recorded, not --commit / HEAD; a run that recorded none (trained without
+    git) gets --commit only when its code_version is this code's, and is refused otherwise (one
+    line naming both code versions); nothing is added then."""
+    from tdmpc2core.pipeline.codeversion import code_version
+
+    R = runner()
+    here = code_version("train_single")
+    task = R.REDUCED_TASK
+
+    def call(work, results):
+        return R.main(["run", "--reduced", "--workdir", str(work), "--results", str(results), "--commit", "f" * 40])
+
+    # recorded: the run's commit, whatever --commit says
+    _finished_runs(tmp_path / "w1", task, [0, 1], code_version="0" * 16,
+                   provenance={"git": {"commit": "a" * 40}, "platform": {"device_kind": "stand-in"}})
+    assert call(tmp_path / "w1", tmp_path / "r1.parquet") == 0
+    assert set(IO.read_results(tmp_path / "r1.parquet")["commit"]) == {"a" * 40}
+    assert f"the runs recorded the commit(s) {'a' * 40} that trained them (this code is {'f' * 40})" in \
+        capsys.readouterr().err
+    # none recorded, this code's version: --commit names it
+    _finished_runs(tmp_path / "w2", task, [0, 1], code_version=here, provenance={"git": {"commit": None}})
+    assert call(tmp_path / "w2", tmp_path / "r2.parquet") == 0
+    assert set(IO.read_results(tmp_path / "r2.parquet")["commit"]) == {"f" * 40}
+    # none recorded, another code version (or none): refused, no rows
+    for n, extra in ((3, {"code_version": "0" * 16}), (4, {})):
+        _finished_runs(tmp_path / f"w{n}", task, [0, 1], provenance={"git": {"commit": None}}, **extra)
+        results = tmp_path / f"r{n}.parquet"
+        with pytest.raises(SystemExit, match="no git commit recorded and it "
+                           + ("ran code version 0000000000000000, and the code here \\(commit f{40}\\) is code "
+                              f"version {here}" if extra else "records no code_version either")
+                           + ": the commit that trained it cannot be told"):
+            call(tmp_path / f"w{n}", results)
+        assert not results.exists()
+        with pytest.raises(SystemExit, match="cannot be told"):
+            R.main(["collect", "--reduced", "--workdir", str(tmp_path / f"w{n}"), "--results", str(results),
+                    "--commit", "f" * 40])
+
+
+def test_a_repeated_reduced_run_says_it_replaces_its_scratch_results_and_trains_nothing(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """`run --reduced` without --results writes $TMPDIR/reproduction_reduced.{parquet,json} anew
+    each time and keeps its runs in $TMPDIR/reproduction-reduced: a repeat says that it
+    replaces the scratch results, that nothing was trained (the job's run.json files are there)
+    and collects the same rows again (it said "finished earlier after 0 s; agent steps None -> None")."""
+    R = runner()
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text(STAND_IN)
+    monkeypatch.setattr(R, "TRAINER", [sys.executable, str(stand_in)])
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert R.main(["run", "--reduced", "--commit", "f" * 40]) == 0
+    first = capsys.readouterr().err
+    assert "agent steps 0 -> 600 of 600" in first and "replacing" not in first
+    assert R.main(["run", "--reduced", "--commit", "f" * 40]) == 0
+    err = capsys.readouterr().err
+    assert "None" not in err, err
+    assert (f"--reduced: replacing the scratch results of the previous --reduced run "
+            f"({tmp_path / 'reproduction_reduced.parquet'}, {tmp_path / 'reproduction_reduced.json'})") in err
+    assert (f"seeds [0, 1]: nothing to train: the job finished earlier (every run.json is under "
+            f"{tmp_path / 'reproduction-reduced/results/single/cartpole-swingup'}); collecting its rows") in err
+    assert len(IO.read_results(tmp_path / "reproduction_reduced.parquet")) == 6
+    (call,) = json.loads((tmp_path / "reproduction_reduced.json").read_text())["calls"]  # this run's call alone
+    assert call["outcome"] == "finished earlier"
+    assert len((tmp_path / "reproduction-reduced" / "stand_in_calls.jsonl").read_text().splitlines()) == 1
 
 
 def test_runner_runs_a_task_of_one_seed_per_job_within_one_budget(tmp_path, monkeypatch):

@@ -1172,8 +1172,12 @@ def test_real_dmcontrol_run_of_two_seeds_produces_report(tmp_path):
         assert "dm-control" in json.dumps(info)
     # the reproduction's results rows (benchmarks/reproduction.py, issue 45) from these real runs
     from tdmpc2core.io.reproduction import rows_from_runs
+    from tdmpc2core.pipeline.codeversion import code_version
 
-    rows, _ = rows_from_runs(wf / "results/single/cartpole-balance", "cartpole-balance", [0, 1], commit="a" * 40)
+    # the copy has no .git: no commit recorded; "a" * 40 names them as this code's (same code version)
+    rows, _ = rows_from_runs(wf / "results/single/cartpole-balance", "cartpole-balance", [0, 1], commit="a" * 40,
+                             code_version=code_version("train_single"))
+    assert set(rows["commit"]) == {"a" * 40}
     assert len(rows) == 6 and sorted(set(rows["env_steps"])) == [0, 600, 1200] and (rows["eval_episodes"] == 2).all()
     assert set(rows["device"]) == {"cpu"} and set(rows["precision"]) == {"highest"} and set(rows["model_size"]) == {1}
     ev = pd.read_parquet(wf / "results/single/cartpole-balance/seed1/eval.parquet")

@@ -15,7 +15,9 @@ A record: ``attempt`` (1, 2, ...), ``started_utc``, ``ended_utc``, ``wall_second
 ``start_step`` / ``end_step`` (in ``unit``; the step a session resumed from and reached),
 ``outcome``, ``pid`` and ``compile_seconds`` (per program: init, chunk, eval). A session killed without a word (SIGKILL, out of memory, a node
 failure) leaves its record ``running``; the next session marks it ``ended without a record
-(killed or crashed)``. A folder whose run had finished (its completion marker present) starts
+(killed or crashed)``. A training stage's session is written ``completed`` only once its
+outputs are all written (its run.json holds the record so, :func:`tdmpc2core.stages.resumable.final_phase`);
+a stop in that final phase records ``stopped by SIGTERM`` at the run's last step. A folder whose run had finished (its completion marker present) starts
 a new list: a forced rerun is a new run.
 
 A session that ends because it was stopped or failed also gets a ``stop`` record (issue 25,
@@ -27,7 +29,8 @@ completed session has none::
              "step": int | None, "total": int | None,  # where it stopped, the run's length (in "unit")
              "unit": "agent steps" | "updates",     # the record's unit
              "checkpoint": str | None,              # the checkpoint written on this stop
-             "reason": str | None}                  # why there is no checkpoint, or the error's one line
+             "reason": str | None}                  # why there is no checkpoint, the error's one line, or
+                                                    # that the stop came in the final phase (outputs left)
 
 :func:`stop_record` builds one (checked); ``Attempt.end(..., stop=...)`` checks it again.
 """
@@ -130,11 +133,15 @@ class Attempt:
             atomic.write_json(self.path, {"attempts": self._records})
 
     def end(self, outcome: str, end_step: Optional[int] = None, start_step: Optional[int] = None,
-            compile_seconds: Optional[dict] = None, stop: Optional[dict] = None) -> None:
+            compile_seconds: Optional[dict] = None, stop: Optional[dict] = None, write: bool = True) -> None:
         """Close this session's record: its outcome, the step it reached (and, if the caller
         learnt it only now, the step it resumed from), the seconds it spent tracing,
         lowering and compiling each program (``{program: seconds}``) and, for a session
         stopped or failed, its ``stop`` record (module docstring; issue 25 item 2).
+        ``write=False``: in memory only (:meth:`records`), until :meth:`save` or a later
+        ``end`` (a training stage's "completed", recorded in its run.json before the outputs
+        are all written: :func:`tdmpc2core.stages.resumable.final_phase`). A later ``end``
+        replaces the outcome (and drops a ``stop`` record when given none).
 
         Raises:
           ValueError: ``stop`` is not a valid stop record in this attempt's unit
@@ -154,6 +161,13 @@ class Attempt:
             r["start_step"] = int(start_step)
         if stop is not None:
             r["stop"] = stop
+        else:
+            r.pop("stop", None)
+        if write:
+            self._write()
+
+    def save(self) -> None:
+        """Write the records as they are (after ``end(..., write=False)``)."""
         self._write()
 
     def discard(self) -> None:

@@ -12,7 +12,10 @@ One Parquet file, one row per (task, seed, evaluation point) of ``tdmpc2 train-s
 * ``model_size``: the agent's model-size preset; ``precision``: the Dense layers' matmul
   precision (``"highest"``: full float32, as 5f6fade);
 * ``device``: the JAX device kind the run trained on (``"TPU v5 lite"``, ``"cpu"``);
-* ``commit``: the git commit of the code that trained it.
+* ``commit``: the git commit of the code that trained it: the one the run recorded (run.json's
+  ``provenance.git.commit``); for a run trained in a copy without git (none recorded), the
+  commit of the code at hand, only when the run's ``code_version`` is that code's
+  (:func:`run_commit`).
 
 Beside it, ``<name>.json`` (:func:`meta_path`): the plan (the configuration's tasks, their run
 length and seeds), the resolved settings of each collected task and the wall time of every call
@@ -114,25 +117,61 @@ def read_meta(path: str | os.PathLike) -> dict:
     return meta
 
 
+def run_commit(info: dict, run_json, commit: Optional[str] = None, code_version: Optional[str] = None) -> str:
+    """The commit a finished run's rows name (``info``: its run.json, read from ``run_json``).
+
+    The run's own record first: its provenance's git commit, whatever ``commit`` says (a run
+    directory trained by other code than the one at hand keeps its commit). A run that recorded
+    none was trained in a copy of the work tree without git (the accelerator machine); it gets
+    ``commit``, the commit of the code at hand (``--commit`` or the work tree's HEAD), only when
+    that is verifiably the code that trained it: the run's ``code_version`` (run.json; the hash
+    of the training stage and every module it imports, tdmpc2core.pipeline.codeversion) equals
+    ``code_version``, the code at hand's. Otherwise the rows could name a commit that never
+    trained them, so it is an error.
+
+    Raises:
+      ValueError: no commit recorded and none given, or the run's code version missing or
+        other than ``code_version`` (both named, with what to do).
+    """
+    recorded = ((info.get("provenance") or {}).get("git") or {}).get("commit")
+    if recorded:
+        return str(recorded)
+    if not commit:
+        raise ValueError(f"{run_json}: no git commit recorded (a copy of the work tree without git); "
+                         "give the commit that ran (--commit)")
+    ran = info.get("code_version")
+    if code_version is None or ran != code_version:
+        what = ("records no code_version either" if not ran
+                else f"ran code version {ran}, and the code here (commit {commit}) is "
+                     + (f"code version {code_version}" if code_version else "of no known code version"))
+        raise ValueError(f"{run_json}: no git commit recorded and it {what}: the commit that trained it cannot be "
+                         f"told, so its rows would be mislabelled {commit}. Collect it with the code that trained it "
+                         "(check out that commit; its code version then matches), or train it again (delete its "
+                         "folder under results/single and its checkpoint folder)")
+    return str(commit)
+
+
 def rows_from_runs(run_dir: str | os.PathLike, published: str, seeds: Sequence[int],
-                   commit: Optional[str] = None) -> tuple[pd.DataFrame, list[dict]]:
+                   commit: Optional[str] = None, code_version: Optional[str] = None) -> tuple[pd.DataFrame, list[dict]]:
     """The results rows of one finished ``tdmpc2 train-single`` job, and its seeds' run.json.
 
     ``run_dir``: the task's folder of the pipeline's runs (``results/single/<task>``), holding
     ``seed<S>/eval.parquet`` and ``seed<S>/run.json`` of each of ``seeds``; ``published``: the
-    task's published name (the ``task`` column); ``commit``: the code's commit when the runs'
-    provenance has none (a copy of the work tree without git), else it must agree with theirs.
+    task's published name (the ``task`` column); ``commit`` and ``code_version``: the commit and
+    the training stage's code version (``code_version("train_single")``) of the code at hand,
+    for a run that recorded no commit (:func:`run_commit`).
 
     Per seed and evaluation: ``eval_return`` the mean of the episodes' returns, ``eval_episodes``
     their number, ``env_steps`` the eval.parquet's ``env_frames``; ``model_size`` and
     ``precision`` (``matmul_precision``) from run.json's ``agent_config``, ``device`` its
-    provenance's JAX device kind (``"unknown"`` when not recorded), ``commit`` its provenance's.
+    provenance's JAX device kind (``"unknown"`` when not recorded), ``commit``
+    (:func:`run_commit`): the run's own, else ``commit`` when the code versions agree.
 
     Raises:
       FileNotFoundError: a seed's run.json (written last: the job has not finished) or
         eval.parquet is missing (the path named).
-      ValueError: no commit (neither recorded nor given), a given commit other than the
-        recorded one, or a run.json without ``agent_config`` (named).
+      ValueError: a run whose commit cannot be told (:func:`run_commit`), or a run.json
+        without ``agent_config`` (named).
     """
     frames, runs = [], []
     for seed in seeds:
@@ -144,14 +183,8 @@ def rows_from_runs(run_dir: str | os.PathLike, published: str, seeds: Sequence[i
         cfg = info.get("agent_config")
         if not isinstance(cfg, dict):
             raise ValueError(f"{run_json}: no agent_config")
+        the_commit = run_commit(info, run_json, commit, code_version)
         prov = info.get("provenance") or {}
-        recorded = (prov.get("git") or {}).get("commit")
-        if recorded and commit and recorded != commit:
-            raise ValueError(f"{run_json}: trained by commit {recorded}, not the given {commit}")
-        the_commit = recorded or commit
-        if not the_commit:
-            raise ValueError(f"{run_json}: no git commit recorded (a copy of the work tree without git); "
-                             "give the commit that ran (--commit)")
         device = (prov.get("platform") or {}).get("device_kind") or "unknown"
         ev = pd.read_parquet(d / "eval.parquet")
         g = ev.groupby(["agent_steps", "env_frames"], sort=True)["return"]
@@ -188,5 +221,5 @@ def append_rows(existing: Optional[pd.DataFrame], new: pd.DataFrame, overwrite: 
     return check_frame(pd.concat([keep, new], ignore_index=True), source)
 
 
-__all__ = ["COLUMNS", "KEY", "meta_path", "check_frame", "read_results", "read_meta", "rows_from_runs",
+__all__ = ["COLUMNS", "KEY", "meta_path", "check_frame", "read_results", "read_meta", "rows_from_runs", "run_commit",
            "append_rows"]

@@ -161,8 +161,9 @@ def stopped_line(job: str, record: Optional[dict], log: Optional[str]) -> Option
     if stop.get("kind") == "error":
         return (f"{job}: failed{_at(stop, record)}: {stop.get('reason') or 'an error'} ({see}); the same snakemake "
                 "command resumes it from its newest checkpoint, if any.")
-    if stop.get("checkpoint"):
-        return (f"{job}: stopped{_at(stop, record)}, checkpoint {stop['checkpoint']}; run the same snakemake "
+    if stop.get("checkpoint"):  # a reason beside a checkpoint: e.g. stopped in the final phase (outputs left)
+        why = f" ({stop['reason']})" if stop.get("reason") else ""
+        return (f"{job}: stopped{_at(stop, record)}{why}, checkpoint {stop['checkpoint']}; run the same snakemake "
                 "command to resume from it.")
     why = f" ({stop['reason']})" if stop.get("reason") else ""
     return (f"{job}: stopped{_at(stop, record)} without a checkpoint{why}; the same snakemake command resumes it "

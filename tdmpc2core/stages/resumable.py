@@ -13,6 +13,10 @@
 * :func:`train_session`: one session's training call under :class:`SignalStop`, closing the
   session's attempt record (:mod:`tdmpc2core.io.attempts`) with a ``stop`` record when a
   signal or an exception ends it (issue 25 item 2), and logging the ``stopped by`` line.
+* :func:`final_phase`: what follows a completed training call (videos, the outputs, run.json
+  last) under the same :class:`SignalStop`: a stop asked then is logged at once and acted on
+  once the atomic write under way is done (:meth:`SignalStop.boundary`); the session's record
+  says stopped, the outputs are left to the rerun (which resumes from the final checkpoint).
 
 Not a stage itself (``tdmpc2core/cli.py`` lists the stages).
 """
@@ -62,24 +66,64 @@ def library_log(prefix: str):
         lib_log.level, lib_log.propagate = old
 
 
+class FinalPhaseStop(Exception):
+    """Raised by :meth:`SignalStop.boundary` in the final phase once a stop was asked."""
+
+
+def signal_safe_log(prefix: str) -> Callable[[str], None]:
+    """A log for a signal handler: ``{prefix} message`` written to file descriptor 2 with one
+    ``os.write`` (no buffered stream, so no reentrant call into ``sys.stderr`` when the signal
+    lands in the middle of a ``print``)."""
+    import os
+
+    def write(msg: str) -> None:
+        try:
+            os.write(2, (f"{prefix} {msg}\n" if prefix else f"{msg}\n").encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+    return write
+
+
 class SignalStop:
     """Context manager: SIGTERM and SIGINT request a stop at the next chunk boundary.
 
     ``should_stop()`` is the hook for ``train(should_stop=...)``; it logs the signal once.
     ``exit_code`` is 128 + the signal number once one arrived.
+
+    After a completed training call, :meth:`enter_final_phase` (:func:`final_phase`) keeps
+    the handlers for the outputs: a signal is then logged at once from the handler (through
+    ``log_now``, :func:`signal_safe_log`) and acted on at the next :meth:`boundary` (between
+    two atomic writes). As in training, a second SIGINT raises ``KeyboardInterrupt``.
     """
 
-    def __init__(self, log: Callable[[str], None], has_checkpoints: bool):
+    def __init__(self, log: Callable[[str], None], has_checkpoints: bool,
+                 log_now: Optional[Callable[[str], None]] = None):
         self.log = log
+        self.log_now = log_now if log_now is not None else signal_safe_log("")
         self.has_checkpoints = has_checkpoints
         self.signum: Optional[int] = None
+        self.final = False  # in the final phase (enter_final_phase)
+        self.acted = False  # a boundary acted on the stop (FinalPhaseStop raised)
         self._logged = False
         self._old = {}
 
     def _handler(self, signum, frame):
         if self.signum is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: give up the checkpoint
-        self.signum = signum  # only a flag here: logging in a signal handler may re-enter I/O
+        self.signum = signum  # in training only a flag: logging in a signal handler may re-enter I/O
+        if self.final and not self._logged:
+            self._logged = True  # the final phase may be in one long call: say it now, through fd 2
+            self.log_now(self._final_line(during=True))
+
+    def _final_line(self, during: bool) -> str:
+        rest = ("the rerun resumes from the final checkpoint and writes them" if self.has_checkpoints
+                else "no --checkpoint-dir: the rerun trains anew")
+        if during:
+            return (f"received {self.name} during the final phase: finishing the atomic write under way, then "
+                    f"exiting ({self.exit_code}); the outputs not written yet are left to the rerun ({rest})")
+        return (f"received {self.name} as training ended: exiting ({self.exit_code}) before the outputs are "
+                f"written ({rest})")
 
     def should_stop(self) -> bool:
         if self.signum is not None and not self._logged:
@@ -88,6 +132,21 @@ class SignalStop:
                      + (", writing a checkpoint" if self.has_checkpoints
                         else " (no --checkpoint-dir: nothing is saved)"))
         return self.signum is not None
+
+    def enter_final_phase(self) -> None:
+        """Training completed: from now on a signal is logged at once and acted on at
+        :meth:`boundary`. A signal that arrived after training's last check is logged now."""
+        self.final = True
+        if self.signum is not None and not self._logged:
+            self._logged = True
+            self.log(self._final_line(during=False))
+
+    def boundary(self) -> None:
+        """Between two atomic writes of the final phase: raise :class:`FinalPhaseStop` once a
+        stop was asked."""
+        if self.signum is not None:
+            self.acted = True
+            raise FinalPhaseStop(self.name)
 
     @property
     def name(self) -> str:
@@ -101,9 +160,12 @@ class SignalStop:
         self._old = {s: signal.signal(s, self._handler) for s in STOP_SIGNALS}
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         for s, old in self._old.items():
             signal.signal(s, old)
+        if self.final and exc_type is None and self.signum is not None and not self.acted:
+            # after the final phase's last boundary: the outputs are complete, the run finished
+            self.log(f"received {self.name} once the outputs were complete: the run finished; nothing to stop")
         return False
 
 
@@ -291,7 +353,8 @@ def error_line(exc: BaseException) -> str:
 
 
 def train_session(train: Callable[..., Any], *, attempt, log: Callable[[str], None], ckdir: Optional[Path],
-                  total: int, steps: SessionSteps, compile_seconds: Callable[[], dict]):
+                  total: int, steps: SessionSteps, compile_seconds: Callable[[], dict],
+                  stop: Optional[SignalStop] = None):
     """Run one session's training call and close its attempt record unless it completed.
 
     Args:
@@ -303,6 +366,8 @@ def train_session(train: Callable[..., Any], *, attempt, log: Callable[[str], No
       total: the run's length in the attempt's unit.
       steps: the stage's progress tracker (:class:`SessionSteps`).
       compile_seconds: the seconds per compiled program so far (called once the call returns).
+      stop: the stage's :class:`SignalStop`, entered by the stage so that its handlers stay
+        for the final phase (:func:`final_phase`); None: one for this call alone.
 
     Returns:
       ``train``'s result (``(state, history)``) when it completed (the attempt is left open for
@@ -323,30 +388,95 @@ def train_session(train: Callable[..., Any], *, attempt, log: Callable[[str], No
         attempt.end(outcome, end_step=step, start_step=steps.start, compile_seconds=compile_seconds(),
                     stop=attempts.stop_record(unit=attempt.unit, step=step, total=total, **stop))
 
-    with SignalStop(log, ckdir is not None) as stop:
-        try:
-            return train(should_stop=stop.should_stop)
-        except TrainingInterrupted as exc:
-            if stop.signum is None:  # another process of the job was signalled: all stop together
-                stop.signum = signal.SIGTERM
-                log("another process of the job received a signal: stopping with it")
-            info = exc.checkpoint
-            where = (f"checkpoint {info.path} ({info.bytes / 1e6:.1f} MB, {info.seconds:.1f} s); "
-                     "rerun the same command to resume" if info is not None else "no checkpoint (no --checkpoint-dir)")
-            log(f"stopped by {stop.name} at {exc.step}/{total} {attempt.unit}: {where}")
-            close(f"stopped by {stop.name}", exc.step, kind="signal", signal=stop.name,
-                  checkpoint=None if info is None else str(info.path),
-                  reason="no --checkpoint-dir" if info is None else None)
-            return stop.exit_code
-        except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
-            attempt.discard()  # not a session of the run whose checkpoints the folder holds
-            log(f"error: {exc}")
-            log(mismatch_message(ckdir))
-            return 2
-        except KeyboardInterrupt:  # a second Ctrl-C: the checkpoint given up
-            close("stopped by SIGINT", steps.step, kind="signal", signal="SIGINT",
-                  reason="a second SIGINT: stopped without writing a checkpoint")
-            raise
-        except Exception as exc:
-            close(f"failed: {type(exc).__name__}", steps.step, kind="error", reason=error_line(exc))
-            raise
+    if stop is None:
+        with SignalStop(log, ckdir is not None) as own:
+            return train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=total, steps=steps,
+                                 compile_seconds=compile_seconds, stop=own)
+    try:
+        return train(should_stop=stop.should_stop)
+    except TrainingInterrupted as exc:
+        if stop.signum is None:  # another process of the job was signalled: all stop together
+            stop.signum = signal.SIGTERM
+            log("another process of the job received a signal: stopping with it")
+        info = exc.checkpoint
+        where = (f"checkpoint {info.path} ({info.bytes / 1e6:.1f} MB, {info.seconds:.1f} s); "
+                 "rerun the same command to resume" if info is not None else "no checkpoint (no --checkpoint-dir)")
+        log(f"stopped by {stop.name} at {exc.step}/{total} {attempt.unit}: {where}")
+        close(f"stopped by {stop.name}", exc.step, kind="signal", signal=stop.name,
+              checkpoint=None if info is None else str(info.path),
+              reason="no --checkpoint-dir" if info is None else None)
+        return stop.exit_code
+    except (checkpoint.CheckpointMismatchError, checkpoint.CorruptCheckpointError) as exc:
+        attempt.discard()  # not a session of the run whose checkpoints the folder holds
+        log(f"error: {exc}")
+        log(mismatch_message(ckdir))
+        return 2
+    except KeyboardInterrupt:  # a second Ctrl-C: the checkpoint given up
+        close("stopped by SIGINT", steps.step, kind="signal", signal="SIGINT",
+              reason="a second SIGINT: stopped without writing a checkpoint")
+        raise
+    except Exception as exc:
+        close(f"failed: {type(exc).__name__}", steps.step, kind="error", reason=error_line(exc))
+        raise
+
+
+def final_phase(write: Callable[[Callable[[], None]], None], *, stop: SignalStop, attempt,
+                log: Callable[[str], None], ckdir: Optional[Path], total: int,
+                discard: Callable[[], None]) -> int:
+    """A completed session's final phase (its videos, outputs and run.json) under the stage's
+    :class:`SignalStop`, so that a stop asked now is not lost nor fatal (docs/pipeline.md,
+    "Stopping").
+
+    ``write(boundary)`` writes the outputs, each atomically, calling ``boundary()`` before each
+    write; a stop asked before or during the phase (logged at once) is acted on at the next
+    call: the write under way finishes, ``discard()`` removes the job's completeness markers
+    (its run.json files; nothing partial may look complete), the attempt is closed with a
+    ``stop`` record (kind "signal", step = total: training was complete; ``checkpoint`` the
+    final checkpoint the rerun resumes from, None without ``ckdir``; ``reason`` says the
+    outputs were left to the rerun) and the exit code is 128 + the signal number. A second
+    SIGINT (``KeyboardInterrupt``) or an exception likewise discards the markers and closes the
+    attempt (kind "signal" / "error"), then propagates.
+
+    The caller has ended ``attempt`` as "completed" in memory (``write=False``: run.json
+    records it so); it is written to the folder's ``attempts.json`` only once ``write``
+    returned (a session killed during the phase stays "running": the next one calls it killed).
+
+    Returns:
+      0 when every output was written, else the stop's exit code.
+    """
+    from ..io import attempts, checkpoint
+
+    unit = attempt.unit
+    final = checkpoint.list_checkpoints(ckdir) if ckdir is not None else []
+    final_ck = str(final[-1]) if final else None
+
+    def close(outcome: str, **rec) -> None:
+        attempt.end(outcome, end_step=total, stop=attempts.stop_record(unit=unit, step=total, total=total,
+                                                                      checkpoint=final_ck, **rec))
+
+    stop.enter_final_phase()
+    try:
+        write(stop.boundary)
+        stop.boundary()  # a stop asked during the last write: the outputs are not yet marked complete
+    except FinalPhaseStop:
+        discard()
+        where = (f"the final checkpoint {final_ck} is kept; rerun the same command to write them from it"
+                 if final_ck is not None else "no checkpoint (no --checkpoint-dir): a rerun trains anew")
+        log(f"stopped by {stop.name} in the final phase, after {total}/{total} {unit} of training: the outputs "
+            f"are incomplete and not marked complete (no run.json); {where}")
+        close(f"stopped by {stop.name}", kind="signal", signal=stop.name,
+              reason="in the final phase: the outputs were left to the rerun"
+              + ("" if final_ck is not None else " (no --checkpoint-dir)"))
+        return stop.exit_code
+    except KeyboardInterrupt:  # a second Ctrl-C: at once, in the middle of a write (atomic: nothing half-written)
+        discard()
+        log("stopped by a second SIGINT in the final phase: the outputs are incomplete and not marked complete")
+        close("stopped by SIGINT", kind="signal", signal="SIGINT",
+              reason="a second SIGINT in the final phase: the outputs were left to the rerun")
+        raise
+    except Exception as exc:
+        discard()
+        close(f"failed: {type(exc).__name__}", kind="error", reason=error_line(exc))
+        raise
+    attempt.save()
+    return 0

@@ -15,7 +15,8 @@ the last normalized score.
 With ``--checkpoint-dir`` the job stops on SIGTERM/SIGINT at the next boundary between calls
 of the compiled program, writes a checkpoint and exits with 143/130 without outputs; the same
 command run again resumes, and its outputs equal an uninterrupted run's (wall-clock columns
-aside). Exit code 2: the checkpoint folder belongs to another run (settings named) or holds
+aside); a signal while the outputs are written (training complete) stops after the atomic write
+under way, with run.json removed and exit 143/130 (:func:`~tdmpc2core.stages.resumable.final_phase`). Exit code 2: the checkpoint folder belongs to another run (settings named) or holds
 only damaged checkpoints; 4: another process holds the checkpoint folder (its lock,
 :mod:`tdmpc2core.run.lock`); 5: a job of several processes whose jax.distributed join did not
 complete within ``--distributed-timeout`` (one line naming the coordinator and the timeout,
@@ -36,7 +37,7 @@ from typing import Optional
 from ..io.spec import MultiSpec
 from .resumable import (FOLDER_IN_USE, SignalStop, add_checkpoint_arguments, add_device_arguments,
                         add_logger_arguments, close_checkpoint_dir, close_loggers, hms, job_loggers, join_processes,
-                        library_log, open_checkpoint_dir, train_session)
+                        library_log, open_checkpoint_dir, final_phase, signal_safe_log, train_session)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool", required=True, help="pool name (folder name under results/multi)")
@@ -83,7 +84,7 @@ def run(args) -> int:
         try:
             # one writer per checkpoint folder (a resubmitted job while the first still runs)
             with exclusive_folder(args.checkpoint_dir):
-                return _run(args, spec, log)
+                return _run(args, spec, log, signal_safe_log(prefix))
         except FolderInUseError as exc:
             log(f"error: {exc}")
             return FOLDER_IN_USE
@@ -182,9 +183,10 @@ class _Progress:
         self.log(msg)
 
 
-def _run(args, spec: MultiSpec, log) -> int:
+def _run(args, spec: MultiSpec, log, log_now=None) -> int:
     """One session: train (or resume) the seeds on the pool, then write the job's outputs;
-    returns the exit code (module docstring)."""
+    returns the exit code (module docstring). ``log_now``: the log a signal handler may call
+    (:func:`~tdmpc2core.stages.resumable.signal_safe_log`)."""
     from ..io import attempts, provenance
     from ..run.compiled import per_program
 
@@ -218,34 +220,50 @@ def _run(args, spec: MultiSpec, log) -> int:
                            "spec": spec.record, "agent": agent.config})
     train = functools.partial(agent.train, **_train_arguments(args, spec), callback=prog.on_chunk,
                               progress=prog.on_progress, loggers=loggers)
-    try:
-        result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=updates, steps=prog,
-                               compile_seconds=lambda: per_program(agent.compile_seconds))
-    finally:
-        close_loggers(loggers, log)
-    if isinstance(result, int):
-        return result
-    state, hist = result
-    wall = time.perf_counter() - t_start
-    prov = provenance.collect(".", include_jax=True)
-    started_at = prog.start if prog.start is not None else updates
-    attempt.end("completed", end_step=updates, start_step=started_at,
-                compile_seconds=per_program(agent.compile_seconds))
-    videos = None
-    if getattr(args, "video", "off") == "last":
-        videos = write_task_videos(agent, state, seeds[0], eval_episodes, outdir / VIDEO_DIR, log)
-    final = _write_outputs(args, spec.record, seeds, outdir, dataset, agent, state, hist, eval_episodes, {
-        **({"videos": videos} if videos is not None else {}),
-        "wall_seconds": wall, "training_wall_seconds_all_sessions": hist["wall_seconds"],
-        "resumed_from_updates": started_at or None,
-        "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
-        "checkpoint_dir": str(ckdir) if ckdir is not None else None, "provenance": prov})
-    close_checkpoint_dir(ckdir, {"pool": args.pool, "model_size": args.model_size, "seeds": seeds,
-                                 "updates": updates, "outdir": str(outdir)})
-    log(f"done in {wall:.0f} s (compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in
-                                                     per_program(agent.compile_seconds).items()) + ")"
-        + ("" if final is None else
-           "; final normalized score " + " ".join("n/a" if x is None else f"{x:.1f}" for x in final["normalized_score"])))
+    # one SignalStop for training and the final phase (as train-single: docs/pipeline.md, "Stopping")
+    with SignalStop(log, ckdir is not None, log_now) as stop:
+        try:
+            result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=updates, steps=prog,
+                                   compile_seconds=lambda: per_program(agent.compile_seconds), stop=stop)
+        finally:
+            close_loggers(loggers, log)
+        if isinstance(result, int):
+            return result
+        state, hist = result
+        wall = time.perf_counter() - t_start
+        prov = provenance.collect(".", include_jax=True)
+        started_at = prog.start if prog.start is not None else updates
+        # "completed" in run.json's attempts; in attempts.json only once the outputs are written
+        attempt.end("completed", end_step=updates, start_step=started_at,
+                    compile_seconds=per_program(agent.compile_seconds), write=False)
+        result_final = {}
+
+        def write(boundary) -> None:
+            boundary()
+            videos = None
+            if getattr(args, "video", "off") == "last":
+                videos = write_task_videos(agent, state, seeds[0], eval_episodes, outdir / VIDEO_DIR, log)
+            result_final["final"] = _write_outputs(
+                args, spec.record, seeds, outdir, dataset, agent, state, hist, eval_episodes, {
+                    **({"videos": videos} if videos is not None else {}),
+                    "wall_seconds": wall, "training_wall_seconds_all_sessions": hist["wall_seconds"],
+                    "resumed_from_updates": started_at or None,
+                    "attempts": attempt.records(),  # every session of the run (tdmpc2core.io.attempts)
+                    "checkpoint_dir": str(ckdir) if ckdir is not None else None, "provenance": prov},
+                boundary)
+
+        rc = final_phase(write, stop=stop, attempt=attempt, log=log, ckdir=ckdir, total=updates,
+                         discard=lambda: (outdir / "run.json").unlink(missing_ok=True))
+        if rc:
+            return rc
+        final = result_final["final"]
+        close_checkpoint_dir(ckdir, {"pool": args.pool, "model_size": args.model_size, "seeds": seeds,
+                                     "updates": updates, "outdir": str(outdir)})
+        log(f"done in {wall:.0f} s (compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in
+                                                         per_program(agent.compile_seconds).items()) + ")"
+            + ("" if final is None else
+               "; final normalized score " + " ".join("n/a" if x is None else f"{x:.1f}"
+                                                      for x in final["normalized_score"])))
     return 0
 
 
@@ -319,21 +337,26 @@ def _follow(args, spec: MultiSpec, log) -> int:
 
 
 def _write_outputs(args, spec: dict, seeds: list, outdir: Path, dataset, agent, state, hist: dict,
-                   eval_episodes: int, session: dict) -> Optional[dict]:
-    """eval.parquet, metrics.parquet and, last, run.json (docs/artifacts.md, "Multi-task run");
-    ``session``: run.json's keys of this session (wall time, attempts, provenance, ...).
-    Returns run.json's ``final`` (None without an evaluation)."""
+                   eval_episodes: int, session: dict, boundary=lambda: None) -> Optional[dict]:
+    """eval.parquet, metrics.parquet and, last, run.json (docs/artifacts.md, "Multi-task run"),
+    each written atomically, ``boundary()`` before each (where a stop asked in the final phase
+    is acted on: :func:`~tdmpc2core.stages.resumable.final_phase`); ``session``: run.json's
+    keys of this session (wall time, attempts, provenance, ...). Returns run.json's ``final``
+    (None without an evaluation)."""
     from ..io import atomic
     from . import outputs
 
     names = agent.eval_task_names
     ranges = [agent.return_ranges[n] for n in names]
+    boundary()
     outputs.write_table(outdir / "eval.parquet", "multi_eval", outputs.multi_eval_columns(
         args.pool, args.model_size, names, seeds, hist, eval_episodes, ranges))
     # one row per seed and chunk of the schedule, including those of earlier sessions
+    boundary()
     outputs.write_table(outdir / "metrics.parquet", "multi_metrics",
                         outputs.multi_metrics_columns(args.pool, args.model_size, seeds, hist["chunks"]))
     run = _run_json(args, spec, seeds, dataset, agent, state, hist, session)
+    boundary()
     atomic.write_json(outdir / "run.json", run)
     return run["final"]
 

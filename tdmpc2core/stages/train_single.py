@@ -20,6 +20,11 @@ uninterrupted run (wall-clock columns aside). A second Ctrl-C gives up the check
 raises KeyboardInterrupt once the running call returns; SIGKILL stops at once). Once the
 outputs are written the folder keeps only the final checkpoint and an
 ``outputs_written.json`` marker: running the job again (a forced rerun) trains anew.
+A signal once training is complete (while the video and the outputs are written) is held the
+same way (:func:`~tdmpc2core.stages.resumable.final_phase`): logged at once, acted on once the
+atomic write under way is done; the job's run.json files are removed, the exit code is 143/130
+and the rerun resumes from the final checkpoint and writes every output (docs/pipeline.md,
+"Stopping in the final phase").
 Exit codes: 0 done, 2 the checkpoint folder belongs to another run (settings named) or
 holds only damaged checkpoints, 4 the checkpoint folder is in use by another process (its
 lock, :mod:`tdmpc2core.run.lock`; nothing read or written), 130/143 stopped by SIGINT/SIGTERM.
@@ -38,9 +43,9 @@ import time
 from pathlib import Path
 
 from ..io.spec import TaskSpec
-from .resumable import (FOLDER_IN_USE, add_checkpoint_arguments, add_device_arguments, add_logger_arguments,
-                        close_checkpoint_dir, close_loggers, hms, job_loggers, library_log, open_checkpoint_dir,
-                        train_session)
+from .resumable import (FOLDER_IN_USE, SignalStop, add_checkpoint_arguments, add_device_arguments,
+                        add_logger_arguments, close_checkpoint_dir, close_loggers, final_phase, hms, job_loggers,
+                        library_log, open_checkpoint_dir, signal_safe_log, train_session)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="task name (folder name under results/single)")
@@ -87,7 +92,7 @@ def run(args) -> int:
         try:
             # one writer per checkpoint folder (a resubmitted job while the first still runs)
             with exclusive_folder(args.checkpoint_dir):
-                return _run(args, spec, seeds, outdir, log)
+                return _run(args, spec, seeds, outdir, log, signal_safe_log(prefix))
         except FolderInUseError as exc:
             log(f"error: {exc}")
             return FOLDER_IN_USE
@@ -184,9 +189,10 @@ def effective_spec(spec, agent) -> dict:
     return {**record, "episode_length": int(agent.spec.sim_episode_length)}
 
 
-def _run(args, spec: TaskSpec, seeds: list, outdir: Path, log) -> int:
+def _run(args, spec: TaskSpec, seeds: list, outdir: Path, log, log_now=None) -> int:
     """One session: train (or resume) the seeds, then write every seed's outputs; returns the
-    exit code (module docstring)."""
+    exit code (module docstring). ``log_now``: the log a signal handler may call
+    (:func:`~tdmpc2core.stages.resumable.signal_safe_log`)."""
     from ..io import attempts, provenance
     from ..run.compiled import per_program
 
@@ -219,55 +225,75 @@ def _run(args, spec: TaskSpec, seeds: list, outdir: Path, log) -> int:
         progress=prog.on_progress, max_chunk_seconds=args.max_chunk_seconds, checkpoint_dir=ckdir,
         checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, loggers=loggers,
         progress_bar=False, on_evaluation=every)
-    try:
-        result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=n_timesteps, steps=prog,
-                               compile_seconds=lambda: per_program(agent.compile_seconds))
-    finally:
-        close_loggers(loggers, log)
-    if isinstance(result, int):
-        return result
-    state, hist = result
-    wall = time.perf_counter() - t_start
-    prov = provenance.collect(".", include_jax=True)
-    # agent steps this session started from (0: a fresh run; nothing ran: the run was already trained)
-    started_at = prog.start if prog.start is not None else n_timesteps
-    attempt.end("completed", end_step=n_timesteps, start_step=started_at,
-                compile_seconds=per_program(agent.compile_seconds))
-    session = {"wall": wall, "started_at": started_at, "attempts": attempt.records(), "ckdir": ckdir,
-               "provenance": prov, "eval_episodes": eval_episodes, "n_timesteps": n_timesteps,
-               "video": None}
-    if getattr(args, "video", "off") == "last":
-        session["video"] = write_last_video(agent, state, hist, seeds[0], eval_episodes,
-                                            outdir / f"seed{seeds[0]}" / VIDEO_FILE, log)
-    elif every is not None:
-        session["video"] = every.finish(state, hist, outdir / f"seed{seeds[0]}" / VIDEO_FILE)
-    if session["video"] is not None and session["video"].get("error"):
-        # the recording failed after training: the run's outputs are written all the same, with the
-        # failure in run.json; an empty video.mp4 stands for the video (the workflow's rule declares it)
-        from ..io import atomic
+    # one SignalStop for training and the final phase: a signal after training's last check, or
+    # while the outputs are written, is a stop (logged, exit 143/130, the attempt "stopped"), not
+    # ignored nor fatal (docs/pipeline.md, "Stopping")
+    with SignalStop(log, ckdir is not None, log_now) as stop:
+        try:
+            result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=n_timesteps, steps=prog,
+                                   compile_seconds=lambda: per_program(agent.compile_seconds), stop=stop)
+        finally:
+            close_loggers(loggers, log)
+        if isinstance(result, int):
+            return result
+        state, hist = result
+        wall = time.perf_counter() - t_start
+        prov = provenance.collect(".", include_jax=True)
+        # agent steps this session started from (0: a fresh run; nothing ran: the run was already trained)
+        started_at = prog.start if prog.start is not None else n_timesteps
+        # "completed" in run.json's attempts; in attempts.json only once the outputs are written
+        attempt.end("completed", end_step=n_timesteps, start_step=started_at,
+                    compile_seconds=per_program(agent.compile_seconds), write=False)
+        session = {"wall": wall, "started_at": started_at, "attempts": attempt.records(), "ckdir": ckdir,
+                   "provenance": prov, "eval_episodes": eval_episodes, "n_timesteps": n_timesteps,
+                   "video": None}
 
-        empty = outdir / f"seed{seeds[0]}" / VIDEO_FILE
-        empty.parent.mkdir(parents=True, exist_ok=True)
-        with atomic.atomic_path(empty) as tmp:
-            tmp.write_bytes(b"")
-        session["video"]["empty_file"] = VIDEO_FILE
-    for i, seed in enumerate(seeds):
-        _write_seed(args, spec, seeds, outdir, log, agent, state, hist, i, seed, session)
-    # the outputs are complete: keep only the final checkpoint (the trained agent) and mark the
-    # run finished, so that a forced rerun of this job trains anew instead of resuming
-    close_checkpoint_dir(ckdir, {"task": args.task, "seeds": seeds, "agent_steps": n_timesteps,
-                                 "outdir": str(outdir)})
-    log(f"done in {wall:.0f} s (compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in
-                                                     per_program(agent.compile_seconds).items())
-        + "); final eval return "
-        + (" ".join(f"{x:.1f}" for x in hist["eval_return"][-1]) if len(hist["eval_agent_steps"]) else "n/a"))
+        def write(boundary) -> None:
+            boundary()
+            if getattr(args, "video", "off") == "last":
+                session["video"] = write_last_video(agent, state, hist, seeds[0], eval_episodes,
+                                                    outdir / f"seed{seeds[0]}" / VIDEO_FILE, log)
+            elif every is not None:
+                session["video"] = every.finish(state, hist, outdir / f"seed{seeds[0]}" / VIDEO_FILE)
+            if session["video"] is not None and session["video"].get("error"):
+                # the recording failed after training: the run's outputs are written all the same, with
+                # the failure in run.json; an empty video.mp4 stands for the video (the workflow's rule
+                # declares it)
+                from ..io import atomic
+
+                empty = outdir / f"seed{seeds[0]}" / VIDEO_FILE
+                empty.parent.mkdir(parents=True, exist_ok=True)
+                with atomic.atomic_path(empty) as tmp:
+                    tmp.write_bytes(b"")
+                session["video"]["empty_file"] = VIDEO_FILE
+            for i, seed in enumerate(seeds):
+                _write_seed(args, spec, seeds, outdir, log, agent, state, hist, i, seed, session, boundary)
+
+        def discard() -> None:  # a stopped final phase: no seed of the job may look complete
+            for seed in seeds:
+                (outdir / f"seed{seed}" / "run.json").unlink(missing_ok=True)
+
+        rc = final_phase(write, stop=stop, attempt=attempt, log=log, ckdir=ckdir, total=n_timesteps,
+                         discard=discard)
+        if rc:
+            return rc
+        # the outputs are complete: keep only the final checkpoint (the trained agent) and mark the
+        # run finished, so that a forced rerun of this job trains anew instead of resuming
+        close_checkpoint_dir(ckdir, {"task": args.task, "seeds": seeds, "agent_steps": n_timesteps,
+                                     "outdir": str(outdir)})
+        log(f"done in {wall:.0f} s (compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in
+                                                         per_program(agent.compile_seconds).items())
+            + "); final eval return "
+            + (" ".join(f"{x:.1f}" for x in hist["eval_return"][-1]) if len(hist["eval_agent_steps"]) else "n/a"))
     return 0
 
 
 def _write_seed(args, spec: dict, seeds: list, outdir: Path, log, agent, state, hist: dict, i: int, seed: int,
-                session: dict) -> None:
+                session: dict, boundary=lambda: None) -> None:
     """Seed ``seed``'s outputs (position ``i`` in the job): eval.parquet, metrics.parquet,
-    episodes.parquet and, last, run.json (docs/artifacts.md)."""
+    episodes.parquet and, last, run.json (docs/artifacts.md), each written atomically;
+    ``boundary()`` before each (:func:`~tdmpc2core.stages.resumable.final_phase`: where a stop
+    asked in the final phase is acted on)."""
     from ..agents.export import export_episodes
     from ..io import atomic, provenance
     from ..io.dataset import save_dataset
@@ -278,9 +304,11 @@ def _write_seed(args, spec: dict, seeds: list, outdir: Path, log, agent, state, 
     runjson = d / "run.json"
     if runjson.exists():
         runjson.unlink()  # the marker of completeness goes first, comes back last
+    boundary()
     outputs.write_table(d / "eval.parquet", "single_eval",
                         outputs.single_eval_columns(args.task, seed, i, hist, session["eval_episodes"]))
     # one row per chunk of the schedule, including those of earlier sessions
+    boundary()
     outputs.write_table(d / "metrics.parquet", "single_metrics_episodic" if agent.episodic else "single_metrics",
                         outputs.single_metrics_columns(args.task, seed, i, hist["chunks"], agent.episodic))
     prov = session["provenance"]
@@ -292,12 +320,14 @@ def _write_seed(args, spec: dict, seeds: list, outdir: Path, log, agent, state, 
             "observations only)")
         episodes = None
     else:
+        boundary()
         episodes = export_episodes(agent, state, seed_index=i, name=args.task, seed=seed, run_id=rid,
                                    allow_evicted=bool(spec.get("allow_evicted", False)),
                                    provenance={"spec": spec, **prov})
         size = save_dataset(episodes, d / "episodes.parquet")
         log(f"seed {seed}: exported {episodes.num_episodes} episodes ({episodes.num_transitions} agent steps, "
             f"{size / 1e6:.1f} MB) to {d / 'episodes.parquet'}")
+    boundary()
     atomic.write_json(runjson, _run_json(args, spec, seeds, agent, hist, i, seed, episodes, session, rid))
 
 
