@@ -264,3 +264,35 @@ def test_precision_parity_compares_each_candidate_with_highest_per_task(tmp_path
     assert "| CheetahRun | default | 10000, 20000 | 5, 5 | +3.0" in (tmp_path / "pp.md").read_text()
     with pytest.raises(ValueError, match="no rows at the reference precision 'highest'"):
         pp.compare(df[df["precision"] != "highest"])
+
+
+def test_untrained_eval_torch_tie_order_selects_other_elites_than_ours():
+    """benchmarks/untrained_eval.py: on all-equal planner values (an untrained agent) the library's
+    mppi_update keeps the lowest indices (the policy trajectories first, deviation N10), and the
+    script's emulation of torch.topk's tie order keeps the indices torch returns (recorded from
+    torch 2.13 on the CPU: 320..383 of 512 for the paper's planner, none of the 24 policy
+    trajectories); on values that do not tie both keep the same elites."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import untrained_eval as ue
+
+    from tdmpc2core.model import planner
+    from tdmpc2core.model.config import TDMPC2Config
+
+    got = ue.elite_selection(512, 64)
+    assert sorted(got["jax"]) == list(range(64))
+    assert sorted(got["torch"]) == list(range(320, 384)) and got["torch"] == ue.TORCH_TIE_ORDER[(512, 64)]
+    assert not set(got["torch"]) & set(range(24))
+    small = ue.elite_selection(64, 8)
+    assert sorted(small["jax"]) == list(range(8)) and sorted(small["torch"]) == list(range(40, 48))
+    # distinct values: the same elites, in the same order, either way
+    cfg = TDMPC2Config(num_samples=64, num_elites=8, num_pi_trajs=0, horizon=1)
+    actions = jnp.arange(64, dtype=jnp.float32).reshape(1, 64, 1)
+    value = jnp.asarray(np.random.default_rng(0).permutation(64), jnp.float32)
+    ours = jax.jit(lambda a, v: planner.mppi_update(cfg, a, v))(actions, value)
+    emulated = jax.jit(lambda a, v: ue.torch_ties_update(planner.mppi_update, 64, 8)(cfg, a, v))(actions, value)
+    for a, b in zip(ours, emulated):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
