@@ -279,8 +279,12 @@ def measure_parts(agent, S: int, reps: int, repeats: int, only, profile=None) ->
             where = Path(profile) / f"{part.name}-{S}"
             with jax.profiler.trace(str(where)):
                 _block(compiled(carry, n))
-            (where / "program.hlo.txt").write_text(compiled.as_text())  # what the trace's op names are
+            hlo = compiled.as_text()
+            (where / "program.hlo.txt").write_text(hlo)  # what the trace's op names are
             top = trace_ops(where)
+            described = hlo_ops(hlo, [o["op"] for o in top.get("top", [])])
+            for o in top.get("top", []):
+                o.update(described.get(o["op"], {}))
         cost = _cost(jax.jit(part.single).lower(part.carry))
         cost_loop = _cost(compiled)  # the compiled loop: its body counted once (or per trip, by backend)
         out[part.name] = {"seconds_per_call": sec, "trace_lower_s": t1 - t0, "compile_s": t2 - t1,
@@ -483,6 +487,23 @@ def trace_ops(folder, top: int = 15) -> dict:
             for n, us in sorted(per_op.items(), key=lambda kv: -kv[1])[:top]]
     return {"source": source, "op_us_total": round(total, 3), "top": rows,
             "kinds": {k: round(v, 3) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])}}
+
+
+def hlo_ops(text: str, names) -> dict:
+    """What the compiled program ``text`` (``compiled.as_text()``) says of each op in ``names``:
+    ``{name: {"shape": its result type, "op_name": the JAX source op of its metadata (for a
+    fusion, its root's)}}``, so that a profile's ops can be read without the program at hand
+    (only the JSON comes back from the accelerator machine). Names not found are left out."""
+    import re
+
+    want, out = set(names), {}
+    for line in text.splitlines():
+        m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = (\S+(?: \S+)*?) [\w\-]+\(", line)
+        if not m or m.group(1) not in want:
+            continue
+        op_name = re.search(r'op_name="([^"]*)"', line)
+        out[m.group(1)] = {"shape": m.group(2)[:120], "op_name": op_name.group(1)[-200:] if op_name else None}
+    return out
 
 
 #: the update's stages as differences of its measured prefixes: (row, part, minus part)

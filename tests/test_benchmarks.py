@@ -162,6 +162,10 @@ def test_tick_parts_update_stages_and_device_trace(tmp_path):
         assert r[name]["seconds_per_call"] > 0 and p["source"].startswith("host") and p["op_us_total"] > 0
         hlo = (prof / f"{name}-2" / "program.hlo.txt").read_text()
         assert p["top"] and all(o["op"] in hlo and o["us"] >= 0 for o in p["top"])
+        # each top op described from the program (only the JSON comes back from the device)
+        described = [o for o in p["top"] if o.get("shape")]
+        assert len(described) >= len(p["top"]) // 2, p["top"]
+        assert any(o.get("op_name") for o in described)
         assert abs(sum(p["kinds"].values()) - p["op_us_total"]) < 1e-3 * p["op_us_total"] + 1e-6
     md = out.with_suffix(".md").read_text()
     assert "| TD targets | " in md and "| clip + Adam (world model) |  |" in md  # its minuend not measured
