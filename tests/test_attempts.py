@@ -293,6 +293,7 @@ def test_sigterm_in_the_final_phase_stops_after_the_write_under_way_and_the_reru
     rc, err = _final_phase_stage(tmp_path, "none")
     assert rc == 0, err[-3000:]
     assert _outputs(tmp_path) == ALL_OUTPUTS
+    assert "(nothing compiled); final eval return" in err  # not "(compiling: )"
     recs = attempts.read(tmp_path / "ck")
     assert [r["outcome"] for r in recs] == ["stopped by SIGTERM", "completed"] and "stop" not in recs[1]
     run = json.loads((tmp_path / "out/seed1/run.json").read_text())

@@ -198,9 +198,19 @@ def per_program(timings: dict) -> dict:
     return {k: float(r["trace_lower_s"] + r["compile_s"]) for k, r in timings.items()}
 
 
+def compiling_note(timings: dict) -> str:
+    """The log's words for ``timings``' programs: ``"compiling: chunk 90 s, eval 40 s"``, or
+    ``"nothing compiled"`` when this process compiled none (a run resumed at its end that only
+    writes its outputs)."""
+    parts = per_program(timings)
+    if not parts:
+        return "nothing compiled"
+    return "compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in parts.items())
+
+
 def total_seconds(timings: dict) -> float:
     """Trace, lower and compile seconds of every program in ``timings``."""
     return float(sum(r["trace_lower_s"] + r["compile_s"] for r in timings.values()))
 
 
-__all__ = ["Compiled", "ShardedSeeds", "per_seed", "per_program", "total_seconds"]
+__all__ = ["Compiled", "ShardedSeeds", "per_seed", "per_program", "compiling_note", "total_seconds"]

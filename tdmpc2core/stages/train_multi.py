@@ -188,7 +188,7 @@ def _run(args, spec: MultiSpec, log, log_now=None) -> int:
     returns the exit code (module docstring). ``log_now``: the log a signal handler may call
     (:func:`~tdmpc2core.stages.resumable.signal_safe_log`)."""
     from ..io import attempts, provenance
-    from ..run.compiled import per_program
+    from ..run.compiled import compiling_note, per_program
 
     seeds = list(args.seeds)
     outdir = Path(args.outdir)
@@ -259,8 +259,7 @@ def _run(args, spec: MultiSpec, log, log_now=None) -> int:
         final = result_final["final"]
         close_checkpoint_dir(ckdir, {"pool": args.pool, "model_size": args.model_size, "seeds": seeds,
                                      "updates": updates, "outdir": str(outdir)})
-        log(f"done in {wall:.0f} s (compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in
-                                                         per_program(agent.compile_seconds).items()) + ")"
+        log(f"done in {wall:.0f} s ({compiling_note(agent.compile_seconds)})"
             + ("" if final is None else
                "; final normalized score " + " ".join("n/a" if x is None else f"{x:.1f}"
                                                       for x in final["normalized_score"])))

@@ -194,7 +194,7 @@ def _run(args, spec: TaskSpec, seeds: list, outdir: Path, log, log_now=None) -> 
     exit code (module docstring). ``log_now``: the log a signal handler may call
     (:func:`~tdmpc2core.stages.resumable.signal_safe_log`)."""
     from ..io import attempts, provenance
-    from ..run.compiled import per_program
+    from ..run.compiled import compiling_note, per_program
 
     agent, n_timesteps = _make_agent(spec, seeds, log, getattr(args, "devices", None))
     eval_episodes = int(spec.eval_episodes or 10)
@@ -281,9 +281,7 @@ def _run(args, spec: TaskSpec, seeds: list, outdir: Path, log, log_now=None) -> 
         # run finished, so that a forced rerun of this job trains anew instead of resuming
         close_checkpoint_dir(ckdir, {"task": args.task, "seeds": seeds, "agent_steps": n_timesteps,
                                      "outdir": str(outdir)})
-        log(f"done in {wall:.0f} s (compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in
-                                                         per_program(agent.compile_seconds).items())
-            + "); final eval return "
+        log(f"done in {wall:.0f} s ({compiling_note(agent.compile_seconds)}); final eval return "
             + (" ".join(f"{x:.1f}" for x in hist["eval_return"][-1]) if len(hist["eval_agent_steps"]) else "n/a"))
     return 0
 
