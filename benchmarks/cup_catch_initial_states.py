@@ -273,14 +273,6 @@ def markdown(res: dict) -> str:
     return "\n".join(L)
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except Exception:  # noqa: BLE001
-        return "unknown"
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=300, help="extra episodes of ours, dm_control seeds, official episodes")
@@ -334,7 +326,9 @@ def main(argv=None) -> int:
                     f"non-catches' smallest |ball_x| with ball_z > {CATCH_Z}: "
                     f"{np.abs(q[~c & (q[:, 3] > CATCH_Z), 2]).min():.4f}; "
                     f"{len(every)} episodes)")
-    res = dict(meta=dict(date=date, device=f"{platform.machine()} cpu", commit=_commit(), jax=jax.__version__,
+    from tdmpc2core.io.provenance import short_commit
+
+    res = dict(meta=dict(date=date, device=f"{platform.machine()} cpu", commit=short_commit(ROOT), jax=jax.__version__,
                          dm_control=importlib.metadata.version("dm_control"), mujoco=mujoco.__version__,
                          n=args.n, wall_s=time.perf_counter() - t0),
                checks=checks, catch_region=catch_region, summary=summary, episodes=groups)

@@ -442,14 +442,6 @@ def _loadavg() -> str:
         return "n/a"
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except Exception:  # noqa: BLE001
-        return "unknown"
-
-
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", default=None, help="dm_control task (official name), default cup-catch")
@@ -500,11 +492,13 @@ def main(argv=None) -> int:
         if bad or agent.episode_length != 500 or agent.action_repeat != 2:
             raise ValueError(f"not the paper's planner / episode: {bad}, T={agent.episode_length}, "
                              f"repeat={agent.action_repeat}")
+    from tdmpc2core.io.provenance import short_commit
+
     res = dict(meta=dict(task=task, seeds=seeds, episodes=episodes, values=args.values, reduced=bool(args.reduced),
                          date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                          device=f"{jax.default_backend()} ({platform.processor() or platform.machine()}, "
                                 f"{os.cpu_count()} cores)",
-                         jax=jax.__version__, commit=_commit(), python=platform.python_version(),
+                         jax=jax.__version__, commit=short_commit(ROOT), python=platform.python_version(),
                          num_samples=cfg.num_samples, num_elites=cfg.num_elites, num_pi_trajs=cfg.num_pi_trajs,
                          iterations=cfg.iterations, horizon=cfg.horizon, model=dict(mlp_dim=cfg.mlp_dim,
                          latent_dim=cfg.latent_dim, enc_dim=cfg.enc_dim, num_q=cfg.num_q),

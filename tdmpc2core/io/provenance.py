@@ -65,6 +65,13 @@ def git_info(path: str | os.PathLike = ".") -> dict:
             "describe": git("describe", "--always", "--dirty")}
 
 
+def short_commit(path: str | os.PathLike = ".") -> str:
+    """The short commit of the git work tree containing ``path``, with ``-dirty`` when it has
+    changes (:func:`git_info`); ``"unknown"`` outside a git work tree or without git."""
+    info = git_info(path)
+    return "unknown" if info["commit"] is None else info["commit"][:7] + ("-dirty" if info["dirty"] else "")
+
+
 def platform_info(include_jax: bool = False) -> dict:
     """OS, Python, CPU count (usable by this process), and with ``include_jax`` the JAX
     backend, device kind and device count, and the default matmul precision."""

@@ -420,6 +420,28 @@ def train_session(train: Callable[..., Any], *, attempt, log: Callable[[str], No
         raise
 
 
+def completed_session(train: Callable[..., Any], *, attempt, log: Callable[[str], None], ckdir: Optional[Path],
+                      total: int, steps: SessionSteps, compile_seconds: Callable[[], dict], stop: SignalStop,
+                      loggers) -> Any:
+    """:func:`train_session` (same arguments), then the job's ``loggers`` closed however it
+    ended (:func:`close_loggers`). Returns its exit code when the session did not complete, else
+    ``(state, history, started_at)``: ``started_at`` the step this session started from
+    (``total`` when nothing ran: the run was already trained), and ``attempt`` ended
+    "completed" in memory only (``write=False``: run.json records it; attempts.json once the
+    outputs are written, :func:`final_phase`)."""
+    try:
+        result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=total, steps=steps,
+                               compile_seconds=compile_seconds, stop=stop)
+    finally:
+        close_loggers(loggers, log)
+    if isinstance(result, int):
+        return result
+    state, hist = result
+    started_at = steps.start if steps.start is not None else total
+    attempt.end("completed", end_step=total, start_step=started_at, compile_seconds=compile_seconds(), write=False)
+    return state, hist, started_at
+
+
 def final_phase(write: Callable[[Callable[[], None]], None], *, stop: SignalStop, attempt,
                 log: Callable[[str], None], ckdir: Optional[Path], total: int,
                 discard: Callable[[], None]) -> int:

@@ -36,8 +36,8 @@ from typing import Optional
 
 from ..io.spec import MultiSpec
 from .resumable import (FOLDER_IN_USE, SignalStop, add_checkpoint_arguments, add_device_arguments,
-                        add_logger_arguments, close_checkpoint_dir, close_loggers, hms, job_loggers, join_processes,
-                        library_log, open_checkpoint_dir, final_phase, signal_safe_log, train_session)
+                        add_logger_arguments, close_checkpoint_dir, completed_session, hms, job_loggers, join_processes,
+                        library_log, open_checkpoint_dir, final_phase, signal_safe_log)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool", required=True, help="pool name (folder name under results/multi)")
@@ -222,20 +222,14 @@ def _run(args, spec: MultiSpec, log, log_now=None) -> int:
                               progress=prog.on_progress, loggers=loggers)
     # one SignalStop for training and the final phase (as train-single: docs/pipeline.md, "Stopping")
     with SignalStop(log, ckdir is not None, log_now) as stop:
-        try:
-            result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=updates, steps=prog,
-                                   compile_seconds=lambda: per_program(agent.compile_seconds), stop=stop)
-        finally:
-            close_loggers(loggers, log)
+        result = completed_session(train, attempt=attempt, log=log, ckdir=ckdir, total=updates, steps=prog,
+                                   compile_seconds=lambda: per_program(agent.compile_seconds), stop=stop,
+                                   loggers=loggers)
         if isinstance(result, int):
             return result
-        state, hist = result
+        state, hist, started_at = result
         wall = time.perf_counter() - t_start
         prov = provenance.collect(".", include_jax=True)
-        started_at = prog.start if prog.start is not None else updates
-        # "completed" in run.json's attempts; in attempts.json only once the outputs are written
-        attempt.end("completed", end_step=updates, start_step=started_at,
-                    compile_seconds=per_program(agent.compile_seconds), write=False)
         result_final = {}
 
         def write(boundary) -> None:

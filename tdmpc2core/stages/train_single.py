@@ -44,8 +44,8 @@ from pathlib import Path
 
 from ..io.spec import TaskSpec
 from .resumable import (FOLDER_IN_USE, SignalStop, add_checkpoint_arguments, add_device_arguments,
-                        add_logger_arguments, close_checkpoint_dir, close_loggers, final_phase, hms, job_loggers,
-                        library_log, open_checkpoint_dir, signal_safe_log, train_session)
+                        add_logger_arguments, close_checkpoint_dir, completed_session, final_phase, hms, job_loggers,
+                        library_log, open_checkpoint_dir, signal_safe_log)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="task name (folder name under results/single)")
@@ -229,21 +229,15 @@ def _run(args, spec: TaskSpec, seeds: list, outdir: Path, log, log_now=None) -> 
     # while the outputs are written, is a stop (logged, exit 143/130, the attempt "stopped"), not
     # ignored nor fatal (docs/pipeline.md, "Stopping")
     with SignalStop(log, ckdir is not None, log_now) as stop:
-        try:
-            result = train_session(train, attempt=attempt, log=log, ckdir=ckdir, total=n_timesteps, steps=prog,
-                                   compile_seconds=lambda: per_program(agent.compile_seconds), stop=stop)
-        finally:
-            close_loggers(loggers, log)
+        # started_at: the agent steps this session started from (0: a fresh run)
+        result = completed_session(train, attempt=attempt, log=log, ckdir=ckdir, total=n_timesteps, steps=prog,
+                                   compile_seconds=lambda: per_program(agent.compile_seconds), stop=stop,
+                                   loggers=loggers)
         if isinstance(result, int):
             return result
-        state, hist = result
+        state, hist, started_at = result
         wall = time.perf_counter() - t_start
         prov = provenance.collect(".", include_jax=True)
-        # agent steps this session started from (0: a fresh run; nothing ran: the run was already trained)
-        started_at = prog.start if prog.start is not None else n_timesteps
-        # "completed" in run.json's attempts; in attempts.json only once the outputs are written
-        attempt.end("completed", end_step=n_timesteps, start_step=started_at,
-                    compile_seconds=per_program(agent.compile_seconds), write=False)
         session = {"wall": wall, "started_at": started_at, "attempts": attempt.records(), "ckdir": ckdir,
                    "provenance": prov, "eval_episodes": eval_episodes, "n_timesteps": n_timesteps,
                    "video": None}
