@@ -175,6 +175,7 @@ def test_train_single_stage_writes_the_stop_record_of_an_error(tmp_path, monkeyp
 #   end:    from `train` itself, after its last stop check (a signal as training ends)
 #   twice:  SIGINT, then SIGINT again, while seed 0's metrics.parquet is being written
 #   none:   no signal (the rerun)
+#   after:  SIGTERM once the stage returned (the process's last moments)
 FINAL_PHASE_SCRIPT = r'''
 import json, os, signal, sys, types
 import numpy as np
@@ -236,8 +237,15 @@ single_task.TDMPC2 = Agent
 export.export_episodes = lambda *a, **k: Episodes()
 dataset.save_dataset = save
 outputs.write_table = write_table
-sys.exit(main(["train-single", "--task", "pendulum", "--spec", json.dumps({"env_id": "Pendulum-v1", "agent_steps": STEPS, "eval_episodes": 2}),
-               "--seeds", "0", "1", "--outdir", out, "--checkpoint-dir", ck]))
+rc = main(["train-single", "--task", "pendulum", "--spec", json.dumps({"env_id": "Pendulum-v1", "agent_steps": STEPS, "eval_episodes": 2}),
+           "--seeds", "0", "1", "--outdir", out, "--checkpoint-dir", ck])
+if mode == "after":  # the stage has returned: a signal in the process's last moments
+    say("RETURNED " + str(rc))
+    os.kill(os.getpid(), signal.SIGTERM)
+    import time
+    time.sleep(2)
+    say("NOT STOPPED")
+sys.exit(rc)
 '''
 
 
@@ -321,3 +329,16 @@ def test_sigterm_as_training_ends_is_a_stop_and_a_second_sigint_in_the_final_pha
     rec = attempts.read(tmp_path / "ck")[-1]
     assert rec["outcome"] == "stopped by SIGINT" and rec["stop"]["signal"] == "SIGINT"
     assert rec["stop"]["reason"].startswith("a second SIGINT in the final phase")
+
+
+def test_sigterm_after_the_run_finished_exits_0_with_every_output_kept(tmp_path):
+    """A SIGTERM in a finished job's last moments (the stage returned, the process not yet
+    ended): one log line and exit 0, every output and the completed attempt kept. It used to kill
+    the process (exit -15), which Snakemake takes for a failed job: it deleted the outputs, and
+    the rerun found the finished checkpoint folder and trained anew from step 0."""
+    rc, err = _final_phase_stage(tmp_path, "after")
+    assert rc == 0, err[-3000:]
+    assert "RETURNED 0" in err and "NOT STOPPED" not in err, err[-3000:]
+    assert "received SIGTERM after the run finished (every output written): nothing to stop; exiting 0" in err
+    assert _outputs(tmp_path) == ALL_OUTPUTS
+    assert [r["outcome"] for r in attempts.read(tmp_path / "ck")] == ["completed"]

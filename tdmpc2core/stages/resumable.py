@@ -26,6 +26,7 @@ import argparse
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import time
@@ -161,12 +162,29 @@ class SignalStop:
         return self
 
     def __exit__(self, exc_type, *exc):
+        finished = self.final and exc_type is None and not self.acted
         for s, old in self._old.items():
-            signal.signal(s, old)
-        if self.final and exc_type is None and self.signum is not None and not self.acted:
+            # a finished run keeps a handler to the end of the process: a signal in the last
+            # moments (the stage returning, the interpreter shutting down) must not turn a complete
+            # job into one killed by it (exit -15 or 143), which a workflow would take for a
+            # failure and clean up
+            signal.signal(s, self._after_finish if finished else old)
+        if finished and self.signum is not None:
             # after the final phase's last boundary: the outputs are complete, the run finished
             self.log(f"received {self.name} once the outputs were complete: the run finished; nothing to stop")
         return False
+
+    def _after_finish(self, signum, frame):
+        """The handler of a finished run's last moments: log, then exit 0 at once (every output
+        is written and closed; nothing is left to stop)."""
+        self.log_now(f"received {signal.Signals(signum).name} after the run finished (every output written): "
+                     "nothing to stop; exiting 0")
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or broken stream: exiting all the same
+                pass
+        os._exit(0)
 
 
 def open_checkpoint_dir(ckdir: Optional[Path], log: Callable[[str], None]) -> None:
