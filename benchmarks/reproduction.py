@@ -317,6 +317,24 @@ def collected_seeds(task: str, *files: Path) -> set:
     return out
 
 
+def _clear_stale_scratch(workdir: Path) -> None:
+    """The reduced form's scratch work folder, removed when a run in it was trained by other code
+    (its run.json's ``code_version`` is not this code's): it runs outside the repository, so its
+    runs record no commit, and rows of other code could not be told apart (collect_task refuses
+    them). A folder of this code's runs is kept (a repeat trains nothing)."""
+    import shutil
+
+    from tdmpc2core.pipeline.codeversion import code_version
+
+    runs = sorted(workdir.glob("results/single/*/seed*/run.json")) if workdir.exists() else []
+    mine = code_version("train_single")
+    stale = [r for r in runs if json.loads(r.read_text()).get("code_version") != mine]
+    if stale:
+        _log(f"--reduced: the scratch folder {workdir} holds runs of other code ({stale[0]} and "
+             f"{len(stale) - 1} more): removed, trained anew")
+        shutil.rmtree(workdir)
+
+
 def collect_task(P, task: str, workdir: Path, results: Path, commit: str | None, overwrite: bool, meta: dict,
                  seeds=None) -> int:
     """Append the finished job(s) of ``task`` (``seeds``: those seeds' runs; default every seed)
@@ -450,6 +468,8 @@ def run(args) -> int:
         raise SystemExit(f"error: --task {task!r} is not a task of {config} (have: {sorted(P.tasks)})")
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     workdir = Path(args.workdir) if args.workdir else (tmp / "reproduction-reduced" if args.reduced else ROOT)
+    if args.reduced and not args.workdir:
+        _clear_stale_scratch(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     results = Path(args.results) if args.results else (
         tmp / "reproduction_reduced.parquet" if args.reduced else RESULTS)

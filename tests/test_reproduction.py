@@ -392,6 +392,15 @@ def test_a_repeated_reduced_run_says_it_replaces_its_scratch_results_and_trains_
     (call,) = json.loads((tmp_path / "reproduction_reduced.json").read_text())["calls"]  # this run's call alone
     assert call["outcome"] == "finished earlier"
     assert len((tmp_path / "reproduction-reduced" / "stand_in_calls.jsonl").read_text().splitlines()) == 1
+    # a scratch folder whose runs other code trained (no commit recorded outside the repository,
+    # so their rows could not be told apart): removed and trained anew, not refused
+    run_json = next((tmp_path / "reproduction-reduced").glob("results/single/*/seed0/run.json"))
+    run_json.write_text(json.dumps(dict(json.loads(run_json.read_text()), code_version="other code")))
+    assert R.main(["run", "--reduced", "--commit", "f" * 40]) == 0
+    err = capsys.readouterr().err
+    assert f"--reduced: the scratch folder {tmp_path / 'reproduction-reduced'} holds runs of other code" in err
+    assert "agent steps 0 -> 600 of 600" in err
+    assert len(IO.read_results(tmp_path / "reproduction_reduced.parquet")) == 6
 
 
 def test_runner_runs_a_task_of_one_seed_per_job_within_one_budget(tmp_path, monkeypatch):
