@@ -459,7 +459,9 @@ def trace_ops(folder, top: int = 15) -> dict:
         keep = (lambda e: (e["pid"], e["tid"]) in ops_lines) if ops_lines else (lambda e: e["pid"] in device)
         source = "device: " + ", ".join(sorted(procs[p] for p in device))
     else:
-        keep = lambda e: threads.get((e["pid"], e["tid"]), "").startswith("tf_XLA") and not e["name"].startswith("$")
+        # "end: <op>" events mark where XLA:CPU's asynchronous ops finish (not ops of the program)
+        keep = lambda e: (threads.get((e["pid"], e["tid"]), "").startswith("tf_XLA") and not e["name"].startswith("$")
+                          and not e["name"].startswith("end: "))
         source = "host: XLA executor threads"
     per_op, count = collections.defaultdict(float), collections.Counter()
     lines = collections.defaultdict(list)  # runtime functions (C++ names, "a::b") are not ops
