@@ -549,11 +549,10 @@ def run(args) -> int:
         record.update(projection(record))
         meta["calls"].append(record)
         _write(results, None, meta)
-        if done:
-            pass  # nothing ran: no steps to report (said above)
-        elif record["agent_steps_to"] is None:  # the trainer left no attempt record (it failed before one)
+        # a job found finished ran nothing: it has no steps to report (its line was logged above)
+        if not done and record["agent_steps_to"] is None:  # the trainer left no attempt record (it failed before one)
             _log(f"{task} seeds {list(group)}: {outcome} after {wall:.0f} s; no attempt recorded in {ckdir}")
-        else:
+        elif not done:
             _log(f"{task} seeds {list(group)}: {outcome} after {wall:.0f} s; agent steps "
                  f"{record['agent_steps_from']} -> {record['agent_steps_to']} of {record['total_agent_steps']}"
                  + (f"; {record['agent_steps_per_s_training']} agent steps/s after compiling: the rest needs about "
