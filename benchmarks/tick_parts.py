@@ -259,7 +259,9 @@ def update_stages(agent, batch) -> dict:
     return {"update_td": td_only, "update_wm_fwd": wm_fwd, "update_wm_grad": wm_grad, "update_wm_step": wm_step}
 
 
-def measure_parts(agent, S: int, reps: int, repeats: int, only, profile=None) -> dict:
+def measure_parts(agent, S: int, reps: int, repeats: int, only, profile=None, on_part=None) -> dict:
+    """Each part of ``only`` timed alone; ``on_part(results so far)`` after each one (the caller
+    writes them, so a call cut short by its time limit keeps the parts it finished)."""
     import jax
     import jax.numpy as jnp
 
@@ -294,6 +296,8 @@ def measure_parts(agent, S: int, reps: int, repeats: int, only, profile=None) ->
         if profile:
             out[part.name]["profile"] = {"dir": str(where), "calls_traced": 1, "reps_per_call": reps, **top}
         print("PARTIAL " + json.dumps({"seeds": S, "part": part.name, **out[part.name]}), flush=True)
+        if on_part is not None:
+            on_part(out)
     return out
 
 
@@ -542,6 +546,8 @@ def main(argv=None) -> int:
     ap.add_argument("--agent-json", default="{}", help="extra hyperparameters (JSON)")
     ap.add_argument("--reduced", action="store_true", help="the test suite's CPU form (seconds)")
     ap.add_argument("--out", default=None, help="JSON results (default benchmarks/runs/tick_parts-<date>.json)")
+    ap.add_argument("--commit", default=None,
+                    help="the code's commit, recorded in the results (default: this work tree's, when it is one)")
     args = ap.parse_args(argv)
     agent_kwargs = json.loads(args.agent_json)
     if args.reduced:
@@ -563,7 +569,10 @@ def main(argv=None) -> int:
     dev = jax.devices()[0]
     date = dt.date.today().isoformat()
     out = Path(args.out or ROOT / "benchmarks" / "runs" / f"tick_parts-{date}.json")
-    res = {"meta": {"date": date, "device": dev.device_kind, "backend": jax.default_backend(), "jax": jax.__version__,
+    from tdmpc2core.io.provenance import short_commit
+
+    res = {"meta": {"date": date, "commit": args.commit or short_commit(ROOT), "device": dev.device_kind,
+                    "backend": jax.default_backend(), "jax": jax.__version__,
                     "jaxlib": jaxlib.__version__, "env": args.env, "model_size": args.size,
                     "batch_size": agent.cfg.batch_size, "precision": args.precision,
                     "kernels": K.concrete(agent.cfg.kernels), "n_envs": agent.n_envs,
@@ -577,8 +586,8 @@ def main(argv=None) -> int:
         r = res["seeds"].setdefault(str(S), {})
         alone = [p for p in args.parts if p not in ("tick", "eval")]
         if alone:  # (none named: the parts are skipped, not all measured)
-            r.update(measure_parts(agent, S, args.reps, args.repeats, alone, profile=args.profile))
-            write(out, res)
+            r.update(measure_parts(agent, S, args.reps, args.repeats, alone, profile=args.profile,
+                                   on_part=lambda done: (r.update(done), write(out, res))))
         if "tick" in args.parts:
             r["tick"] = measure_tick(agent, S, args.ticks, args.repeats)
             write(out, res)

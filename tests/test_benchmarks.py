@@ -127,16 +127,22 @@ def test_peer_benchmark_in_process_runs_the_jax_peers_in_this_process(tmp_path, 
         peers.main(["--peers", "official", "--official", str(tmp_path), "--in-process"])
 
 
-def test_tick_parts_benchmark_times_parts_and_writes_its_table(tmp_path):
+def test_tick_parts_benchmark_times_parts_and_writes_its_table(tmp_path, monkeypatch):
     """benchmarks/tick_parts.py in its reduced CPU form, two cheap parts, two seeds vmapped: the
-    parts harness (fori_loop of repetitions, vmapped seeds), its cost analysis and tables."""
+    parts harness (fori_loop of repetitions, vmapped seeds), its cost analysis and tables; the
+    results written after each part (a device call cut short by its limit keeps what it measured)
+    with the code's commit."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import tick_parts
     out = tmp_path / "parts.json"
+    written, write = [], tick_parts.write
+    monkeypatch.setattr(tick_parts, "write", lambda o, res: (written.append(sorted(res["seeds"]["2"])), write(o, res)))
     assert tick_parts.main(["--reduced", "--seeds", "2", "--parts", "replay_write", "replay_sample",
-                            "--out", str(out)]) == 0
+                            "--out", str(out), "--commit", "abc1234"]) == 0
+    assert written[0] == ["replay_write"] and written[-1] == ["replay_sample", "replay_write"]
     data = json.loads(out.read_text())
     assert data["meta"]["backend"] == "cpu" and data["meta"]["precision"] == "highest"
+    assert data["meta"]["commit"] == "abc1234"
     assert set(data["seeds"]) == {"2"}
     for s in ("2",):
         assert set(data["seeds"][s]) == {"replay_write", "replay_sample"}
