@@ -167,6 +167,52 @@ def test_train_single_stage_writes_the_stop_record_of_an_error(tmp_path, monkeyp
                            "checkpoint": None, "reason": "FloatingPointError: non-finite update metrics at 200 agent steps"}
 
 
+def test_a_finished_run_of_another_job_in_the_checkpoint_folder_is_refused_and_kept(tmp_path, monkeypatch, capsys):
+    """A checkpoint folder holding another job's finished run (a mistyped ``--checkpoint-dir``):
+    the stage exits 5 before building anything, naming the differing keys, and the folder (that
+    job's trained agent, its marker, its attempts) is left as it was. The same job with other
+    settings is a forced rerun and may clear it (``check_finished_run`` passes)."""
+    import json
+
+    from tdmpc2core.agents import single_task
+    from tdmpc2core.cli import build_parser
+    from tdmpc2core.stages import resumable, train_multi, train_single
+
+    ck = tmp_path / "checkpoints/single/cheetah-run/seeds_0_1_2"
+    final = ck / "step_000000050000"
+    final.mkdir(parents=True)
+    (final / "state.msgpack").write_bytes(b"trained agent")
+    marker = {"task": "cheetah-run", "seeds": [0, 1, 2], "agent_steps": 50000,
+              "outdir": "results/single/cheetah-run", "final_checkpoint": str(final)}
+    (ck / resumable.COMPLETE_MARKER).write_text(json.dumps(marker))
+    before = sorted((p.relative_to(ck), p.read_bytes() if p.is_file() else None) for p in ck.rglob("*"))
+    monkeypatch.setattr(single_task, "TDMPC2", lambda *a, **k: pytest.fail("an agent was built"))
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args([
+        "train-single", "--task", "walker-run", "--spec", json.dumps({"env_id": "Pendulum-v1", "agent_steps": 700}),
+        "--seeds", "0", "1", "2", "--outdir", "results/single/walker-run", "--checkpoint-dir", str(ck)])
+    assert train_single.run(args) == resumable.OTHER_JOBS_FOLDER == 5
+    err = capsys.readouterr().err
+    assert f"the checkpoint folder {ck} holds the finished run of another job" in err
+    assert "task: 'cheetah-run' there, 'walker-run' here" in err and "seeds" not in err.split("another job")[1].split(")")[0]
+    assert "--checkpoint-dir" in err and not (tmp_path / "results").exists()
+    after = sorted((p.relative_to(ck), p.read_bytes() if p.is_file() else None) for p in ck.rglob("*"))
+    assert [x for x in after if x[0].name != ".lock"] == before  # (the folder's lock file: run.lock)
+    # the same job (task, seeds, output folder; the path spelt otherwise) with other settings: a forced rerun
+    resumable.check_finished_run(ck, {"task": "cheetah-run", "seeds": [0, 1, 2],
+                                      "outdir": str(tmp_path / "results/single/cheetah-run/")})
+    with pytest.raises(resumable.OtherJobsFolderError, match=r"seeds: \[0, 1, 2\] there, \[0\] here"):
+        resumable.check_finished_run(ck, {"task": "cheetah-run", "seeds": [0], "outdir": "results/single/cheetah-run"})
+    # train-multi's marker names its pool
+    (ck / resumable.COMPLETE_MARKER).write_text(json.dumps({"pool": "mt30", "seeds": [0], "outdir": "results/multi"}))
+    args = build_parser().parse_args([
+        "train-multi", "--pool", "mt80", "--model-size", "1", "--spec", json.dumps({"updates": 100}), "--seeds", "0",
+        "--dataset", "pool.parquet", "--outdir", "results/multi", "--checkpoint-dir", str(ck)])
+    monkeypatch.setattr(train_multi, "_make_agent", lambda *a, **k: pytest.fail("an agent was built"))
+    assert train_multi.run(args) == 5
+    assert "pool: 'mt30' there, 'mt80' here" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ a stop in the final phase
 # `tdmpc2 train-single` in a process of its own with a stand-in agent (no training, no JAX
 # program): its `train` returns a finished run at once, and the outputs' writes are the stage's

@@ -38,6 +38,9 @@ COMPLETE_MARKER = "outputs_written.json"
 #: exit code of a training stage whose checkpoint folder another process holds
 #: (tdmpc2core.run.lock): nothing was read or written
 FOLDER_IN_USE = 4
+#: exit code of a training stage pointed at a checkpoint folder whose finished run is another
+#: job's (:func:`check_finished_run`): nothing was read or written
+OTHER_JOBS_FOLDER = 5
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -187,9 +190,57 @@ class SignalStop:
         os._exit(0)
 
 
+class OtherJobsFolderError(ValueError):
+    """The checkpoint folder holds the finished run of another job (its task or pool, seeds or
+    output folder differ): clearing it, as a forced rerun does, would delete that job's trained
+    agent."""
+
+
+def _same(key: str, ours, theirs) -> bool:
+    if key != "outdir":
+        return ours == theirs
+    a, b = Path(str(ours)), Path(str(theirs))
+    return os.path.normpath(a) == os.path.normpath(b) or a.resolve() == b.resolve()
+
+
+def check_finished_run(ckdir: Optional[Path], job: dict) -> None:
+    """Before anything touches ``ckdir``: refuse it when it holds a finished run
+    (:data:`COMPLETE_MARKER`) of another job. ``job``: this job's identity, e.g. ``{"task",
+    "seeds", "outdir"}`` (train-single) or ``{"pool", "seeds", "outdir"}`` (train-multi); only
+    the keys the marker also records are compared. The same job with other settings (another
+    ``--spec``, more agent steps) is a forced rerun and may clear it (:func:`open_checkpoint_dir`);
+    another job's folder, e.g. a mistyped ``--checkpoint-dir``, would lose that job's trained agent.
+
+    Raises:
+      OtherJobsFolderError: naming the folder, each differing key with both values, and what to do.
+    """
+    import json
+
+    if ckdir is None:
+        return
+    marker = Path(ckdir) / COMPLETE_MARKER
+    if not marker.exists():
+        return
+    try:
+        theirs = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return  # an unreadable marker: no identity to protect (the folder is cleared as before)
+    if not isinstance(theirs, dict):
+        return
+    diffs = [f"{k}: {theirs[k]!r} there, {job[k]!r} here" for k in job
+             if k in theirs and not _same(k, job[k], theirs[k])]
+    if diffs:
+        raise OtherJobsFolderError(
+            f"the checkpoint folder {ckdir} holds the finished run of another job ({'; '.join(diffs)}); "
+            f"its final checkpoint is that job's trained agent and a run here would delete it. Give this "
+            "job its own folder (--checkpoint-dir / config key checkpoint_dir), or delete that one "
+            f"(rm -r {ckdir}) if its agent is no longer wanted")
+
+
 def open_checkpoint_dir(ckdir: Optional[Path], log: Callable[[str], None]) -> None:
     """Before training: a folder whose run finished (marker present) is cleared, so that a
-    forced rerun trains anew; otherwise say whether the job resumes."""
+    forced rerun trains anew; otherwise say whether the job resumes. Its caller checked first
+    that the finished run is this job's (:func:`check_finished_run`)."""
     from ..io import checkpoint
 
     if ckdir is None:

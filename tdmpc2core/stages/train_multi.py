@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..io.spec import MultiSpec
-from .resumable import (FOLDER_IN_USE, SignalStop, add_checkpoint_arguments, add_device_arguments,
+from .resumable import (FOLDER_IN_USE, OTHER_JOBS_FOLDER, OtherJobsFolderError, check_finished_run, SignalStop, add_checkpoint_arguments, add_device_arguments,
                         add_logger_arguments, close_checkpoint_dir, completed_session, hms, job_loggers, join_processes,
                         library_log, open_checkpoint_dir, final_phase, signal_safe_log)
 
@@ -88,6 +88,9 @@ def run(args) -> int:
         except FolderInUseError as exc:
             log(f"error: {exc}")
             return FOLDER_IN_USE
+        except OtherJobsFolderError as exc:
+            log(f"error: {exc}")
+            return OTHER_JOBS_FOLDER
 
 
 def _make_agent(args, spec: MultiSpec, log):
@@ -192,6 +195,10 @@ def _run(args, spec: MultiSpec, log, log_now=None) -> int:
 
     seeds = list(args.seeds)
     outdir = Path(args.outdir)
+    # another job's finished run in the checkpoint folder (a mistyped --checkpoint-dir): refused
+    # before anything is built or written, its trained agent kept
+    check_finished_run(Path(args.checkpoint_dir) if args.checkpoint_dir else None,
+                       {"pool": args.pool, "seeds": seeds, "outdir": str(outdir)})
     if (outdir / "run.json").exists():
         (outdir / "run.json").unlink()  # the marker of completeness goes first, comes back last
     for old in (outdir / VIDEO_DIR).glob("*.mp4"):  # nor a video of another run

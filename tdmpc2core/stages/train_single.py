@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from ..io.spec import TaskSpec
-from .resumable import (FOLDER_IN_USE, SignalStop, add_checkpoint_arguments, add_device_arguments,
+from .resumable import (FOLDER_IN_USE, OTHER_JOBS_FOLDER, OtherJobsFolderError, check_finished_run, SignalStop, add_checkpoint_arguments, add_device_arguments,
                         add_logger_arguments, close_checkpoint_dir, completed_session, final_phase, hms, job_loggers,
                         library_log, open_checkpoint_dir, signal_safe_log)
 
@@ -96,6 +96,9 @@ def run(args) -> int:
         except FolderInUseError as exc:
             log(f"error: {exc}")
             return FOLDER_IN_USE
+        except OtherJobsFolderError as exc:
+            log(f"error: {exc}")
+            return OTHER_JOBS_FOLDER
 
 
 class _Progress:
@@ -196,6 +199,10 @@ def _run(args, spec: TaskSpec, seeds: list, outdir: Path, log, log_now=None) -> 
     from ..io import attempts, provenance
     from ..run.compiled import compiling_note, per_program
 
+    # another job's finished run in the checkpoint folder (a mistyped --checkpoint-dir): refused
+    # before anything is built or written, its trained agent kept
+    check_finished_run(Path(args.checkpoint_dir) if args.checkpoint_dir else None,
+                       {"task": args.task, "seeds": seeds, "outdir": str(outdir)})
     agent, n_timesteps = _make_agent(spec, seeds, log, getattr(args, "devices", None))
     eval_episodes = int(spec.eval_episodes or 10)
     eval_every = spec.eval_every
