@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -253,8 +254,11 @@ def test_sigterm_then_rerun_equals_whole(whole, tmp_path):
     uninterrupted run's outputs; the folder keeps the final checkpoint, equal to it."""
     agent, w_state, w_hist = whole
     out, ckdir = tmp_path / "results/single/pendulum", tmp_path / "checkpoints/single/pendulum/seeds_0_1"
+    # with the traced programs kept (tdmpc2core.run.program_cache): the first process traces and
+    # stores them, the rerun loads them, and the outputs still equal the in-process run's (jax.jit)
+    env = dict(subprocess_env(), TDMPC2_PROGRAM_CACHE_DIR=str(tmp_path / "programs"))
     proc = subprocess.Popen(stage_cmd(out, ckdir), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            env=subprocess_env(), cwd=tmp_path)
+                            env=env, cwd=tmp_path)
     lines = []
     killer = threading.Timer(900, proc.kill)  # never hang the test run
     killer.start()
@@ -286,9 +290,11 @@ def test_sigterm_then_rerun_equals_whole(whole, tmp_path):
     payload = kept[-1] / ck.PAYLOAD
     payload.write_bytes(payload.read_bytes()[: payload.stat().st_size // 2])
 
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "programs").glob("*.jaxprog")) == ["chunk", "eval", "init"]
     res = subprocess.run(stage_cmd(out, ckdir), capture_output=True, text=True, timeout=900,
-                         env=subprocess_env(), cwd=tmp_path)
+                         env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-4000:]
+    assert "not traced, from the program cache: " in res.stderr, res.stderr[-4000:]
     assert "skipping checkpoint" in res.stderr and "truncated" in res.stderr, res.stderr[-4000:]
     assert f"resumed from {kept[0]}" in res.stderr
     assert "last eval return" in res.stderr and "left" in res.stderr
@@ -638,11 +644,15 @@ def test_train_multi_stage_sigterm_then_rerun_equals_a_fresh_run(mt_whole, tmp_p
     assert "resumed from" in err and "step_000000000030 at 30 updates" in err
     run = json.loads((tmp_path / "out/run.json").read_text())
     assert run["resumed_from_updates"] == 30
-    assert stage(tmp_path / "fresh") == 0  # the marker: starts over
+    # the same job forced to run again (the marker): starts over; its first outputs kept apart to compare
+    shutil.copytree(tmp_path / "out", tmp_path / "first")
+    assert stage(tmp_path / "elsewhere") == 5  # another job's output folder: refused, the agent kept
+    assert "holds the finished run of another job" in capsys.readouterr().err
+    assert stage(tmp_path / "out") == 0
     assert "starting over" in capsys.readouterr().err
-    assert json.loads((tmp_path / "fresh/run.json").read_text())["resumed_from_updates"] is None
+    assert json.loads((tmp_path / "out/run.json").read_text())["resumed_from_updates"] is None
     for name, wall in (("eval.parquet", []), ("metrics.parquet", ["wall_time_s", "updates_per_s"])):
-        a = pd.read_parquet(tmp_path / "out" / name).drop(columns=wall)
-        b = pd.read_parquet(tmp_path / "fresh" / name).drop(columns=wall)
+        a = pd.read_parquet(tmp_path / "first" / name).drop(columns=wall)
+        b = pd.read_parquet(tmp_path / "out" / name).drop(columns=wall)
         pd.testing.assert_frame_equal(a, b)
         assert len(a) > 0

@@ -404,7 +404,7 @@ def make_chunk_fn(agent, compile_seconds: Optional[dict] = None, devices=None) -
         return rs._replace(tick=jnp.full_like(rs.tick, start + n_ticks))
 
     return per_seed(chunk, name="chunk", compile_seconds=compile_seconds, in_axes=(0, None, None), batched=False,
-                    donate_argnums=(0,), devices=devices)
+                    donate_argnums=(0,), devices=devices, fingerprint=_fingerprint(agent, "chunk"))
 
 
 def make_eval_fn(agent, num_episodes: int, compile_seconds: Optional[dict] = None, devices=None) -> Compiled:
@@ -440,7 +440,15 @@ def make_eval_fn(agent, num_episodes: int, compile_seconds: Optional[dict] = Non
         fn = episodes_with_metrics(one_episode, num_episodes, functools.partial(eval_metrics_of, agent))
     else:
         fn = episodes_of_seed(one_episode, num_episodes)
-    return per_seed(fn, name="eval", compile_seconds=compile_seconds, devices=devices)
+    return per_seed(fn, name="eval", compile_seconds=compile_seconds, devices=devices,
+                    fingerprint=_fingerprint(agent, "eval", num_episodes=int(num_episodes)))
+
+
+def _fingerprint(agent, program: str, **settings):
+    """The agent's :meth:`~tdmpc2core.agents.single_task.TDMPC2.program_fingerprint` of
+    ``program`` (None for an agent without one: traced in every process)."""
+    fn = getattr(agent, "program_fingerprint", None)
+    return None if fn is None else fn(program, **settings)
 
 
 def eval_metrics_of(agent, ext, params, episodes) -> dict:

@@ -16,6 +16,8 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Callable, Optional, Sequence, Union
 
 import jax
@@ -169,6 +171,8 @@ class TDMPC2:
         self.max_nonfinite = int(max_nonfinite)
         self.n_envs = int(n_envs)
         obs = check_obs(hyperparameters.get("obs", "state"))
+        #: an env object given by the caller (its code is not the library's)
+        self._prebuilt_env = isinstance(env_id, Env)
         if isinstance(env_id, Env):  # a prebuilt environment (e.g. a custom task)
             self.env = env_id
             self.env_id = env_id.spec.env_id
@@ -240,6 +244,23 @@ class TDMPC2:
             d["env_params"] = env_params
         return d
 
+    def program_fingerprint(self, program: str, **settings) -> Optional[dict]:
+        """What this agent's compiled ``program`` (``"init"``, ``"chunk"``, ``"eval"``) closes
+        over, as JSON, for keeping it across processes (:mod:`tdmpc2core.run.program_cache`):
+        the resolved configuration (:attr:`config`), ``max_nonfinite`` and the program's own
+        ``settings``. None when user code reaches the program (extensions, a ``post_update``
+        hook, a callable hyperparameter such as a learning-rate schedule, a prebuilt env) or the
+        env is stepped on the host (a callback ``jax.export`` cannot store): traced in every
+        process then."""
+        if self.extensions is not None or self.post_update is not None or self._prebuilt_env:
+            return None
+        if getattr(self.env, "steps_on_host", False):
+            return None
+        if any(callable(getattr(self.cfg, f.name)) for f in dataclasses.fields(self.cfg)):
+            return None
+        return {"agent": type(self).__name__, "program": program, "config": self.config,
+                "max_nonfinite": self.max_nonfinite, **settings}
+
     # ---- state -----------------------------------------------------------------
     def init(self, seed: Union[int, Sequence[int]], run_agent_steps: int):
         """Initial run states, stacked over seeds on axis 0: the parameters and the run's key
@@ -261,7 +282,8 @@ class TDMPC2:
                 return rs
 
             fn = self._chunk_fns[("init", run_agent_steps)] = per_seed(
-                one, name="init", compile_seconds=self.compile_seconds, devices=self.placement)
+                one, name="init", compile_seconds=self.compile_seconds, devices=self.placement,
+                fingerprint=self.program_fingerprint("init", run_agent_steps=int(run_agent_steps)))
         state = fn(keys)
         self.env.raise_host_error("while the initial states were made")  # a host simulator's reset
         return state

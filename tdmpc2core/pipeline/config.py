@@ -180,6 +180,7 @@ class Pipeline:
         """The environment variables the training rule's shell exports for ``task``'s jobs
         (workflow/rules/train.smk): ``PJRT_NPROC`` and ``OMP_NUM_THREADS`` (the job's threads,
         lowered to ``cores`` as Snakemake lowers them to --cores), ``JAX_COMPILATION_CACHE_DIR``,
+        ``TDMPC2_PROGRAM_CACHE_DIR`` (its ``programs`` folder: :mod:`tdmpc2core.run.program_cache`),
         the cluster's JAX settings (:meth:`Cluster.jax_env`) and, for one thread, the XLA flag of
         single-threaded Eigen kernels (appended to ``XLA_FLAGS``: the returned value holds the flag
         alone)."""
@@ -187,7 +188,8 @@ class Pipeline:
         threads = self.cluster.job_threads(res)
         if cores is not None:
             threads = max(1, min(threads, int(cores)))
-        env = {"PJRT_NPROC": str(threads), "OMP_NUM_THREADS": str(threads), "JAX_COMPILATION_CACHE_DIR": self.jax_cache}
+        env = {"PJRT_NPROC": str(threads), "OMP_NUM_THREADS": str(threads), "JAX_COMPILATION_CACHE_DIR": self.jax_cache,
+               "TDMPC2_PROGRAM_CACHE_DIR": f"{self.jax_cache}/programs"}
         env.update(item.split("=", 1) for item in shlex.split(self.cluster.jax_env(res["gpu"])))
         if threads == 1:
             env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false"

@@ -36,10 +36,12 @@ SETTINGS = ("logger", "jax_env", "tdmpc2", "jax_cache", "checkpoints", "checkpoi
 
 #: every trainer's shell starts so: PJRT_NPROC sizes the thread pool of JAX's CPU client (XLA
 #: reads it before the core count), OMP_NUM_THREADS that of oneDNN/OpenMP kernels; with one
-#: thread, XLA's Eigen kernels run single-threaded as well; the compilation cache and the JAX
-#: environment (tdmpc2core.pipeline.cluster.Cluster.jax_env)
+#: thread, XLA's Eigen kernels run single-threaded as well; the compilation cache, the traced
+#: programs' cache in it (tdmpc2core.run.program_cache) and the JAX environment
+#: (tdmpc2core.pipeline.cluster.Cluster.jax_env)
 PREAMBLE = ("export PJRT_NPROC={threads} OMP_NUM_THREADS={threads} "
-            "JAX_COMPILATION_CACHE_DIR={resources.jax_cache:q} {resources.jax_env}; "
+            "JAX_COMPILATION_CACHE_DIR={resources.jax_cache:q} "
+            "TDMPC2_PROGRAM_CACHE_DIR={resources.jax_cache:q}/programs {resources.jax_env}; "
             'if [ {threads} -eq 1 ]; then export XLA_FLAGS="${{XLA_FLAGS:-}} --xla_cpu_multi_thread_eigen=false"; fi; ')
 #: a training job's log starts with where it ran (the GPUs its scheduler gave it)
 JOB_LINE = ('echo "job on $(hostname): CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES-unset}} '

@@ -51,9 +51,14 @@ class Compiled:
     #: the ``("seeds",)`` mesh the program was built for (:class:`ShardedSeeds`), None: one device
     mesh = None
 
-    def __init__(self, jitted: Callable, name: str, timings: dict, static_argnums: Sequence[int] = ()):
+    def __init__(self, jitted: Callable, name: str, timings: dict, static_argnums: Sequence[int] = (),
+                 fingerprint: Optional[dict] = None, donate_argnums: Sequence[int] = ()):
         self.jitted, self.name, self.timings = jitted, str(name), timings
         self.static_argnums = tuple(int(i) for i in static_argnums)
+        #: what the traced function closes over (JSON), given by its agent when the program may be
+        #: kept across processes (:mod:`tdmpc2core.run.program_cache`); None: traced in each process
+        self.fingerprint = fingerprint
+        self.donate_argnums = tuple(int(i) for i in donate_argnums)
         self._executables: dict = {}
 
     def __call__(self, *args):
@@ -64,16 +69,35 @@ class Compiled:
         key = (_signature(dynamic), static)
         exe = self._executables.get(key)
         if exe is None:
-            t0 = time.perf_counter()
-            lowered = self.jitted.lower(*args)
-            t1 = time.perf_counter()
-            exe = self._executables[key] = lowered.compile()
-            t2 = time.perf_counter()
             rec = self.timings.setdefault(self.name, {"trace_lower_s": 0.0, "compile_s": 0.0, "calls_compiled": 0})
-            rec["trace_lower_s"] += t1 - t0
-            rec["compile_s"] += t2 - t1
+            exe, trace_lower_s, compile_s = self._stored(args)
+            if exe is None:
+                t0 = time.perf_counter()
+                lowered = self.jitted.lower(*args)
+                t1 = time.perf_counter()
+                exe = lowered.compile()
+                trace_lower_s, compile_s = trace_lower_s + t1 - t0, compile_s + time.perf_counter() - t1
+            else:
+                rec["program_cache"] = exe.source
+            self._executables[key] = exe
+            rec["trace_lower_s"] += trace_lower_s
+            rec["compile_s"] += compile_s
             rec["calls_compiled"] += 1
         return exe(*dynamic)
+
+    def _stored(self, args) -> tuple:
+        """(program, trace_lower_s, compile_s) from the program cache (:mod:`.program_cache`)
+        when it is on and this program may use it (a fingerprint, one device, no static
+        arguments); (None, seconds spent, 0.0) otherwise."""
+        if self.fingerprint is None or self.static_argnums or self.mesh is not None:
+            return None, 0.0, 0.0
+        from . import program_cache
+
+        folder = program_cache.cache_dir()
+        if folder is None:
+            return None, 0.0, 0.0
+        return program_cache.load_or_store(folder, self.name, self.fingerprint, self.jitted, args,
+                                           self.donate_argnums)
 
     def lower(self, *args):
         """The jitted function's lowering (for inspection, e.g. the HLO or its cost analysis)."""
@@ -91,9 +115,11 @@ class ShardedSeeds:
     arguments split on their first axis and the others replicated, placed there before the
     call. Each device runs the same program on its seeds, without communication."""
 
-    def __init__(self, body: Callable, in_axes, name: str, timings: dict, donate_argnums, placement):
+    def __init__(self, body: Callable, in_axes, name: str, timings: dict, donate_argnums, placement,
+                 fingerprint: Optional[dict] = None):
         self.body, self.in_axes, self.name, self.timings = body, in_axes, str(name), timings
         self.donate_argnums, self.placement = tuple(donate_argnums), placement
+        self.fingerprint = fingerprint  # used by the one-device program only (Compiled._stored)
         self._programs: dict = {}
 
     def _axes(self, n_args: int) -> tuple:
@@ -118,7 +144,8 @@ class ShardedSeeds:
 
                 specs = tuple(P(SEED_AXIS) if ax == 0 else P() for ax in axes)
                 fn = jax.shard_map(self.body, mesh=mesh, in_specs=specs, out_specs=P(SEED_AXIS), check_vma=False)
-            prog = self._programs[key] = Compiled(jax.jit(fn, **kw), self.name, self.timings)
+            prog = self._programs[key] = Compiled(jax.jit(fn, **kw), self.name, self.timings,
+                                                  fingerprint=self.fingerprint, donate_argnums=self.donate_argnums)
             prog.mesh = mesh
         return prog
 
@@ -139,7 +166,7 @@ class ShardedSeeds:
 
 def per_seed(fn: Callable, *, name: str, compile_seconds: Optional[dict] = None, in_axes=0,
              donate_argnums: Sequence[int] = (), static_argnums: Sequence[int] = (), batched: bool = True,
-             devices=None):
+             devices=None, fingerprint: Optional[dict] = None):
     """The one place the agents compile a program: ``jax.jit(jax.vmap(fn, in_axes))`` (one seed
     per entry of the mapped axis; ``batched=False``: ``jax.jit(fn)``, for a program that maps
     inside) as a :class:`Compiled`, its compile seconds in ``compile_seconds[name]``, or with a
@@ -155,6 +182,11 @@ def per_seed(fn: Callable, *, name: str, compile_seconds: Optional[dict] = None,
         that: which arguments carry the seed axis).
       donate_argnums, static_argnums: as ``jax.jit`` (static arguments only with
         ``batched=False``).
+      fingerprint: what ``fn`` closes over, as JSON (the agent's resolved configuration, its env
+        and the program's own settings): the program may then be kept across processes when
+        :data:`tdmpc2core.run.program_cache.PROGRAM_CACHE_ENV` names a folder (one device
+        only). None (default): traced in every process. Give one only when it determines the
+        traced program completely (no user code).
       devices: where the program runs (:mod:`tdmpc2core.run.devices`): None (JAX's default
         device; a multi-task :class:`~tdmpc2core.run.devices.DataParallel` program follows its
         arguments' placement, which the agent makes), or a
@@ -184,13 +216,14 @@ def per_seed(fn: Callable, *, name: str, compile_seconds: Optional[dict] = None,
         if any(ax not in (0, None) for ax in axes):
             raise ValueError(f"per_seed({name!r}): a seed-sharded program maps arguments on axis 0 or not at all, "
                              f"got in_axes={in_axes!r}")
-        return ShardedSeeds(body, in_axes, name, timings, donate_argnums, devices)
+        return ShardedSeeds(body, in_axes, name, timings, donate_argnums, devices, fingerprint)
     kw = {}
     if donate_argnums:
         kw["donate_argnums"] = tuple(donate_argnums)
     if static_argnums:
         kw["static_argnums"] = tuple(static_argnums)
-    return Compiled(jax.jit(body, **kw), name, timings, static_argnums=static_argnums)
+    return Compiled(jax.jit(body, **kw), name, timings, static_argnums=static_argnums, fingerprint=fingerprint,
+                    donate_argnums=donate_argnums)
 
 
 def per_program(timings: dict) -> dict:
@@ -199,13 +232,16 @@ def per_program(timings: dict) -> dict:
 
 
 def compiling_note(timings: dict) -> str:
-    """The log's words for ``timings``' programs: ``"compiling: chunk 90 s, eval 40 s"``, or
+    """The log's words for ``timings``' programs: ``"compiling: chunk 90 s, eval 40 s"`` (and the
+    programs loaded from the program cache, :mod:`tdmpc2core.run.program_cache`, named), or
     ``"nothing compiled"`` when this process compiled none (a run resumed at its end that only
     writes its outputs)."""
     parts = per_program(timings)
     if not parts:
         return "nothing compiled"
-    return "compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in parts.items())
+    loaded = [k for k, r in timings.items() if r.get("program_cache") == "loaded"]
+    return ("compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in parts.items())
+            + (f"; not traced, from the program cache: {', '.join(loaded)}" if loaded else ""))
 
 
 def total_seconds(timings: dict) -> float:

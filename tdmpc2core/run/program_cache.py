@@ -1,0 +1,263 @@
+"""Traced programs kept across processes, so that a warm run neither traces nor compiles.
+
+JAX's persistent compilation cache (``JAX_COMPILATION_CACHE_DIR``) keeps XLA's executables, but
+every process still traces and lowers its programs before it can look one up: the training
+chunk of a size-5 agent on an MJX task traces in 12 s on a fast CPU host and 44 s on a TPU v5e
+host (benchmarks/results/accelerator/tick_parts.md), which a warm cache cannot save. With
+:data:`PROGRAM_CACHE_ENV` set to a folder, a program that its caller describes (a
+``fingerprint``: what the traced function closes over) is traced once, exported
+(``jax.export``: its StableHLO and the calling convention), and stored there; a later process
+whose key matches deserializes it instead of tracing, and its XLA compile then hits JAX's cache
+as usual (the executable compiled is the same in both processes: the stored module called
+through :meth:`jax.export.Exported.call`).
+
+**Correctness rests on the key.** A stored program is used only when everything that could make
+tracing give another program is the same (:func:`program_key`): the program's name and its
+caller's fingerprint (the agent's resolved configuration, its env and what else the program
+closes over), the arguments' tree structure, shapes, dtypes and weak types, the donated
+arguments, every source file of ``tdmpc2core`` (their SHA-256), the name and version of every
+installed Python distribution (JAX, jaxlib, Flax, Optax, MuJoCo, MJX, Playground, Brax, gymnax,
+...), every JAX configuration value that reaches tracing, the environment variables of JAX, XLA,
+MuJoCo and tdmpc2 (``JAX_*``, ``XLA_*``, ``MUJOCO_*``, ``TDMPC2_*``, ``TPU_*``, ``LIBTPU_*``), the
+backend and its devices. Programs whose meaning is not in those (user code: extensions, a
+callable hyperparameter, a prebuilt env object; an env stepped on the host through a callback,
+which ``jax.export`` cannot store) are given no fingerprint by their agent and traced as usual.
+The numbers are the ones the direct ``jax.jit`` gives (bit for bit on the CPU:
+``tests/test_program_cache.py``).
+
+**Files.** ``<folder>/<name>-<key>.jaxprog``: a pickle of the serialized export and the input
+and output tree structures (trust the folder as you trust the compilation cache: the file is
+unpickled), written atomically. A file that cannot be read or used is moved to
+``<folder>/quarantine/`` with one line on stderr, and the program traced and stored anew.
+Nothing is ever deleted otherwise: remove the folder to reclaim its space (a size-5 training
+chunk: a few MB).
+
+The workflow's jobs set it beside the JAX cache (``<jax_cache_dir>/programs``); outside the
+workflow set it yourself (``export TDMPC2_PROGRAM_CACHE_DIR=~/.cache/tdmpc2-programs``).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+#: the environment variable naming the folder (unset or empty: no program cache)
+PROGRAM_CACHE_ENV = "TDMPC2_PROGRAM_CACHE_DIR"
+#: the format of a stored program (part of the key)
+FORMAT = 1
+SUFFIX = ".jaxprog"
+QUARANTINE = "quarantine"
+#: environment variables that can change what is traced (their values are part of the key)
+ENV_PREFIXES = ("JAX_", "XLA_", "MUJOCO_", "TDMPC2_", "TPU_", "LIBTPU_")
+#: ... except these, which only say where caches live
+ENV_IGNORED = (PROGRAM_CACHE_ENV, "JAX_COMPILATION_CACHE_DIR")
+#: JAX configuration values that never reach a traced program (caches, logs, dumps, tracebacks)
+CONFIG_IGNORED = ("compilation_cache", "persistent_cache", "log", "dump", "pprint", "traceback",
+                  "explain_cache_misses", "source_url", "debug_info", "captured_constants_report",
+                  "captured_constants_warn")
+
+
+def cache_dir(environ=None) -> Optional[Path]:
+    """The program cache folder :data:`PROGRAM_CACHE_ENV` names, or None (unset or empty)."""
+    value = (os.environ if environ is None else environ).get(PROGRAM_CACHE_ENV, "").strip()
+    return Path(value).expanduser() if value else None
+
+
+@functools.lru_cache(maxsize=None)
+def code_digest() -> str:
+    """SHA-256 of every ``*.py`` file of the ``tdmpc2core`` package (relative path and bytes)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def distributions() -> tuple:
+    """``name==version`` of every installed Python distribution, sorted."""
+    from importlib import metadata
+
+    seen = set()
+    for dist in metadata.distributions():
+        name = (dist.metadata.get("Name") or "").lower().replace("_", "-")
+        if name:
+            seen.add(f"{name}=={dist.version}")
+    return tuple(sorted(seen))
+
+
+def jax_settings() -> dict:
+    """The JAX configuration values that reach tracing (their current, context-local values)."""
+    import jax
+
+    out = {}
+    for name in sorted(jax.config.values):
+        if any(part in name for part in CONFIG_IGNORED):
+            continue
+        try:
+            value = getattr(jax.config, name)
+        except AttributeError:
+            value = jax.config.values[name]
+        out[name] = repr(value)
+    return out
+
+
+def environment(environ=None) -> dict:
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES) and k not in ENV_IGNORED}
+
+
+def _avals(leaves) -> list:
+    import jax
+
+    out = []
+    for x in leaves:
+        aval = jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
+        out.append([list(getattr(aval, "shape", ())), str(getattr(aval, "dtype", type(x).__name__)),
+                    bool(getattr(aval, "weak_type", False))])
+    return out
+
+
+def program_key(name: str, fingerprint: dict, args: Sequence, donate_argnums: Sequence[int] = ()) -> str:
+    """The hex SHA-256 that names a stored program (module docstring, "Correctness rests on the
+    key"). ``fingerprint``: JSON-serialisable (it is dumped with sorted keys; a value JSON cannot
+    write raises TypeError)."""
+    import jax
+    import jaxlib
+
+    leaves, tree = jax.tree_util.tree_flatten(tuple(args))
+    devices = jax.devices()
+    parts = {
+        "format": FORMAT, "name": str(name), "fingerprint": fingerprint, "tree": str(tree),
+        "avals": _avals(leaves), "donate_argnums": sorted(int(i) for i in donate_argnums),
+        "code": code_digest(), "distributions": list(distributions()), "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__, "config": jax_settings(), "environment": environment(),
+        "backend": jax.default_backend(), "devices": [d.device_kind for d in devices],
+        "python": sys.version,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _say(line: str) -> None:
+    print(f"tdmpc2 program cache: {line}", file=sys.stderr, flush=True)
+
+
+def _quarantine(path: Path, why: str) -> None:
+    try:
+        dest = path.parent / QUARANTINE / path.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, dest)
+        _say(f"{path} could not be used ({why}); moved to {dest}, the program is traced anew")
+    except OSError as exc:
+        _say(f"{path} could not be used ({why}) nor moved aside ({exc}); the program is traced anew")
+
+
+class StoredProgram:
+    """A program exported once and compiled from its StableHLO: ``__call__(*args)`` takes and
+    returns the trees the traced function does. ``source``: ``"loaded"`` (from the folder) or
+    ``"stored"`` (traced in this process and written there)."""
+
+    def __init__(self, exported, in_tree, out_tree, donate_argnums, args, source: str):
+        import jax
+
+        self.in_tree, self.out_tree, self.source = in_tree, out_tree, source
+        donated = _donated_leaves(args, donate_argnums)
+        leaves = jax.tree_util.tree_leaves(tuple(args))
+        t0 = time.perf_counter()
+        lowered = jax.jit(exported.call, donate_argnums=donated).lower(*leaves)
+        t1 = time.perf_counter()
+        self.executable = lowered.compile()
+        self.lower_s, self.compile_s = t1 - t0, time.perf_counter() - t1
+
+    def __call__(self, *args):
+        import jax
+
+        leaves, tree = jax.tree_util.tree_flatten(tuple(args))
+        if tree != self.in_tree:
+            raise TypeError(f"stored program called with arguments of another structure: {tree} (stored: {self.in_tree})")
+        return jax.tree_util.tree_unflatten(self.out_tree, self.executable(*leaves))
+
+
+def _donated_leaves(args, donate_argnums) -> tuple:
+    import jax
+
+    out, start = [], 0
+    for i, a in enumerate(args):
+        n = len(jax.tree_util.tree_leaves(a))
+        if i in set(donate_argnums):
+            out.extend(range(start, start + n))
+        start += n
+    return tuple(out)
+
+
+def export_program(jitted: Callable, args: Sequence, donate_argnums: Sequence[int] = ()):
+    """(exported, in_tree, out_tree): ``jitted`` traced on ``args`` as one function of their flat
+    leaves, exported with ``jax.export``. Raises what tracing or exporting raises."""
+    import jax
+
+    leaves, in_tree = jax.tree_util.tree_flatten(tuple(args))
+    out_trees = []
+
+    def flat(*xs):
+        out = jitted(*jax.tree_util.tree_unflatten(in_tree, xs))
+        out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+        out_trees.append(out_tree)
+        return out_leaves
+
+    exported = jax.export.export(jax.jit(flat))(*leaves)
+    return exported, in_tree, out_trees[-1]
+
+
+def load_or_store(folder: Path, name: str, fingerprint: dict, jitted: Callable, args: Sequence,
+                  donate_argnums: Sequence[int] = ()) -> tuple:
+    """(program, trace_lower_s, compile_s): the :class:`StoredProgram` of ``jitted`` on ``args``
+    from ``folder`` when a file of its key is there, else traced, exported and written there.
+    Returns (None, seconds spent, 0.0) when the program cannot be exported (e.g. a host callback:
+    said in one line); the caller then compiles it as usual. A file that cannot be used is
+    quarantined (module docstring)."""
+    import jax
+
+    t0 = time.perf_counter()
+    key = program_key(name, fingerprint, args, donate_argnums)
+    path = Path(folder) / f"{name}-{key[:40]}{SUFFIX}"
+    if path.exists():
+        try:
+            with open(path, "rb") as f:
+                stored = pickle.load(f)
+            if stored.get("key") != key or stored.get("format") != FORMAT:
+                raise ValueError("its key or format is not this program's")
+            exported = jax.export.deserialize(bytearray(stored["exported"]))
+            prog = StoredProgram(exported, stored["in_tree"], stored["out_tree"], donate_argnums, args, "loaded")
+            return prog, time.perf_counter() - t0 - prog.compile_s, prog.compile_s
+        except Exception as exc:  # noqa: BLE001 - a damaged or foreign file: traced anew
+            _quarantine(path, f"{type(exc).__name__}: {exc}")
+    try:
+        exported, in_tree, out_tree = export_program(jitted, args, donate_argnums)
+        blob = exported.serialize()
+    except Exception as exc:  # noqa: BLE001 - e.g. a host callback: not storable, compiled as usual
+        _say(f"{name!r} cannot be stored ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+             "it is traced and compiled as usual")
+        return None, time.perf_counter() - t0, 0.0
+    record = {"format": FORMAT, "key": key, "name": name, "exported": bytes(blob), "in_tree": in_tree,
+              "out_tree": out_tree, "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(record, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError as exc:  # a read-only or full folder: the program is used all the same
+        _say(f"{path} could not be written ({exc}); the program is used without being stored")
+    prog = StoredProgram(exported, in_tree, out_tree, donate_argnums, args, "stored")
+    return prog, time.perf_counter() - t0 - prog.compile_s, prog.compile_s
+
+
+__all__ = ["PROGRAM_CACHE_ENV", "cache_dir", "program_key", "load_or_store", "export_program", "StoredProgram",
+           "code_digest", "distributions", "jax_settings", "environment"]

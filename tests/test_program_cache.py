@@ -1,0 +1,146 @@
+"""tdmpc2core.run.program_cache: traced programs kept across processes (jax.export), used only
+under a key that holds everything tracing depends on. The agent's real programs through the
+cache, across processes, are pinned bit for bit in tests/test_checkpoint.py
+(test_sigterm_then_rerun_equals_whole)."""
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tdmpc2core.run import program_cache as pc
+from tdmpc2core.run.compiled import compiling_note, per_seed
+
+
+class State(NamedTuple):
+    w: jax.Array
+    key: jax.Array
+    t: jax.Array
+
+
+def step(s: State, x, n):
+    def body(i, s):
+        k, sub = jax.random.split(s.key)
+        w = jnp.tanh(s.w @ s.w.T) @ s.w + 0.1 * jax.random.normal(sub, s.w.shape) + x
+        return State(w, k, s.t + 1)
+
+    return jax.lax.fori_loop(0, n, body, s)
+
+
+def make_state():
+    return State(jnp.arange(12.0).reshape(3, 4) / 12, jax.random.PRNGKey(3), jnp.int32(0))
+
+
+def program(timings, fingerprint):
+    return per_seed(step, name="toy", compile_seconds=timings, batched=False, donate_argnums=(0,),
+                    fingerprint=fingerprint)
+
+
+def leaves(tree):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+def test_a_program_is_stored_once_then_loaded_without_tracing_and_computes_the_same(tmp_path, monkeypatch):
+    monkeypatch.setenv(pc.PROGRAM_CACHE_ENV, str(tmp_path))
+    x, n = jnp.float32(0.5), jnp.int32(7)
+    want = leaves(jax.jit(step)(make_state(), x, n))
+    t1, t2, t3 = {}, {}, {}
+    got1 = leaves(program(t1, {"toy": 1})(make_state(), x, n))
+    files = sorted(tmp_path.glob("toy-*.jaxprog"))
+    assert len(files) == 1 and t1["toy"]["program_cache"] == "stored"
+    got2 = leaves(program(t2, {"toy": 1})(make_state(), x, n))  # a new program object: as a new process would
+    assert t2["toy"]["program_cache"] == "loaded" and sorted(tmp_path.glob("toy-*.jaxprog")) == files
+    for a, b, c in zip(want, got1, got2):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+    assert "not traced, from the program cache: toy" in compiling_note(t2)
+    assert "program cache" not in compiling_note(t1)
+    # another fingerprint (another configuration): another program, traced and stored
+    program(t3, {"toy": 2})(make_state(), x, n)
+    assert t3["toy"]["program_cache"] == "stored" and len(list(tmp_path.glob("toy-*.jaxprog"))) == 2
+    # no folder named, or no fingerprint: traced as usual, nothing written
+    monkeypatch.delenv(pc.PROGRAM_CACHE_ENV)
+    t4 = {}
+    program(t4, {"toy": 1})(make_state(), x, n)
+    assert "program_cache" not in t4["toy"]
+    monkeypatch.setenv(pc.PROGRAM_CACHE_ENV, str(tmp_path))
+    program(t4, None)(make_state(), x, n)
+    assert "program_cache" not in t4["toy"] and len(list(tmp_path.glob("toy-*.jaxprog"))) == 2
+
+
+def test_the_key_holds_what_tracing_depends_on(monkeypatch):
+    args = (make_state(), jnp.float32(0.5), jnp.int32(7))
+    base = pc.program_key("toy", {"a": 1}, args, (0,))
+    assert pc.program_key("toy", {"a": 1}, args, (0,)) == base
+    assert pc.program_key("toy", {"a": 2}, args, (0,)) != base  # the caller's fingerprint
+    assert pc.program_key("other", {"a": 1}, args, (0,)) != base  # the program's name
+    assert pc.program_key("toy", {"a": 1}, args, ()) != base  # the donated arguments
+    assert pc.program_key("toy", {"a": 1}, (make_state(), jnp.float64(0.5) if jax.config.jax_enable_x64
+                                            else 0.5, jnp.int32(7)), (0,)) != base  # a weak type
+    wider = State(jnp.zeros((3, 5)), jax.random.PRNGKey(3), jnp.int32(0))
+    assert pc.program_key("toy", {"a": 1}, (wider, jnp.float32(0.5), jnp.int32(7)), (0,)) != base  # a shape
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")  # the environment
+    assert pc.program_key("toy", {"a": 1}, args, (0,)) != base
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")  # where caches live: not part of it
+    assert pc.program_key("toy", {"a": 1}, args, (0,)) == base
+    with jax.default_matmul_precision("bfloat16"):  # a JAX setting, even a context-local one
+        assert pc.program_key("toy", {"a": 1}, args, (0,)) != base
+    monkeypatch.setattr(pc, "code_digest", lambda: "0" * 64)  # the library's source
+    assert pc.program_key("toy", {"a": 1}, args, (0,)) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(pc, "distributions", lambda: ("jax==0.0.1",))  # an installed package's version
+    assert pc.program_key("toy", {"a": 1}, args, (0,)) != base
+    with pytest.raises(TypeError):
+        pc.program_key("toy", {"a": object()}, args, (0,))  # a fingerprint JSON cannot hold
+
+
+def test_a_damaged_file_is_quarantined_and_the_program_traced_anew(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(pc.PROGRAM_CACHE_ENV, str(tmp_path))
+    x, n = jnp.float32(0.5), jnp.int32(3)
+    want = leaves(program({}, {"toy": 1})(make_state(), x, n))
+    (path,) = tmp_path.glob("toy-*.jaxprog")
+    path.write_bytes(path.read_bytes()[:100])  # cut short (a full disk)
+    t = {}
+    got = leaves(program(t, {"toy": 1})(make_state(), x, n))
+    err = capsys.readouterr().err
+    assert f"{path} could not be used" in err and "moved to" in err
+    assert (tmp_path / pc.QUARANTINE / path.name).exists() and path.exists()  # stored anew
+    assert t["toy"]["program_cache"] == "stored"
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_program_with_a_host_callback_is_compiled_as_usual(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(pc.PROGRAM_CACHE_ENV, str(tmp_path))
+
+    def host(x):
+        return jax.pure_callback(lambda v: np.asarray(v) * 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    t = {}
+    out = per_seed(host, name="host", compile_seconds=t, batched=False, fingerprint={"h": 1})(jnp.arange(3.0))
+    np.testing.assert_array_equal(np.asarray(out), [0.0, 2.0, 4.0])
+    assert "'host' cannot be stored" in capsys.readouterr().err
+    assert "program_cache" not in t["host"] and not list(tmp_path.glob("*.jaxprog"))
+
+
+def test_the_agent_fingerprints_its_programs_only_when_no_user_code_reaches_them():
+    from tdmpc2core import TDMPC2
+
+    small = dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16, num_elites=4,
+                 num_pi_trajs=2, iterations=1, batch_size=16, seed_steps=200)
+    agent = TDMPC2("Pendulum-v1", **small)
+    fp = agent.program_fingerprint("chunk")
+    assert fp["config"] == agent.config and fp["program"] == "chunk"
+    json.dumps(fp)  # JSON, as the key needs
+    assert agent.program_fingerprint("eval", num_episodes=3)["num_episodes"] == 3
+    assert TDMPC2("Pendulum-v1", **dict(small, horizon=4)).program_fingerprint("chunk") != fp
+    assert TDMPC2("Pendulum-v1", **small, post_update=lambda *a: None).program_fingerprint("chunk") is None
+    assert TDMPC2("Pendulum-v1", **dict(small, learning_rate=lambda count: 3e-4)).program_fingerprint("chunk") is None
+    assert TDMPC2(agent.env, **small).program_fingerprint("chunk") is None  # a prebuilt env object
+    agent.env.steps_on_host = True  # dm_control, Meta-World...: a host callback jax.export cannot store
+    assert agent.program_fingerprint("chunk") is None
