@@ -1,0 +1,100 @@
+"""Compiling in a cold and a warm job: the training stage (`tdmpc2 train-single`, the workflow's
+own command) run three times in new processes on one task, and each run's compile seconds per
+program (trace + lower + XLA compile, from its run.json) set side by side:
+
+  1. cold: empty caches (JAX's persistent compilation cache and the program cache,
+     tdmpc2core.run.program_cache, both on as in the workflow's jobs);
+  2. warm: the same job again (its checkpoint folder removed, so it trains anew) with both caches
+     filled by run 1: nothing traced, every executable loaded;
+  3. JAX cache only: the same job with the program cache off and JAX's cache filled by a run
+     without it (what a warm job did before the program cache): every program traced again.
+
+    python benchmarks/warm_start.py                                  # CheetahRun (MJX), size 5, paper planner
+    python benchmarks/warm_start.py --env Pendulum-v1 --model-size 1 # seconds, for a look
+    python benchmarks/warm_start.py --json out.json
+
+Run 3 needs its own cold run first (the program cache's executables are those of the exported
+program, a module other than ``jax.jit``'s), which is timed too and reported as "cold, JAX
+cache only". A short run (``--agent-steps``, default 600, all in the seed phase, and one
+evaluation episode at the end): the point is the compiling, not the training.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_stage(work: Path, env_id: str, agent: dict, agent_steps: int, jax_cache: Path, programs) -> dict:
+    """One `tdmpc2 train-single` process in ``work``; (wall seconds, compile seconds per program,
+    the log's last line)."""
+    out, ckdir = work / "out", work / "ck"
+    for p in (out, ckdir):
+        shutil.rmtree(p, ignore_errors=True)
+    spec = {"env_id": env_id, "agent_steps": agent_steps, "eval_every": agent_steps, "eval_episodes": 1,
+            "agent": agent}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION", "TDMPC2_PROGRAM"))}
+    env.update(JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    if programs is not None:
+        env["TDMPC2_PROGRAM_CACHE_DIR"] = str(programs)
+    cmd = [sys.executable, "-m", "tdmpc2core.cli", "train-single", "--task", "t", "--spec", json.dumps(spec),
+           "--seeds", "0", "--outdir", str(out), "--checkpoint-dir", str(ckdir), "--video", "off"]
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"the stage failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+    run = json.loads((out / "seed0" / "run.json").read_text())
+    compile_s = run["attempts"][-1]["compile_seconds"]
+    done = [ln for ln in res.stderr.splitlines() if " done in " in ln]
+    return {"wall_s": wall, "compile_s": compile_s, "compile_total_s": sum(compile_s.values()),
+            "log": done[-1].split("] ", 1)[-1] if done else None}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--env", default="CheetahRun")
+    ap.add_argument("--model-size", type=int, default=5)
+    ap.add_argument("--demo-planner", action="store_true", help="the demo's small planner instead of the paper's")
+    ap.add_argument("--agent-steps", type=int, default=600)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    agent = {"model_size": args.model_size, "seed_steps": max(args.agent_steps, 1000)}
+    if args.demo_planner:
+        agent.update(num_samples=64, num_elites=8, num_pi_trajs=4, iterations=2)
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="warm_start-") as tmp:
+        tmp = Path(tmp)
+        both, plain = tmp / "jax_cache", tmp / "jax_cache_plain"
+        rows["cold (both caches empty)"] = run_stage(tmp, args.env, agent, args.agent_steps, both, both / "programs")
+        rows["warm (both caches filled)"] = run_stage(tmp, args.env, agent, args.agent_steps, both, both / "programs")
+        rows["cold, JAX cache only"] = run_stage(tmp, args.env, agent, args.agent_steps, plain, None)
+        rows["warm, JAX cache only (before the program cache)"] = run_stage(tmp, args.env, agent, args.agent_steps,
+                                                                           plain, None)
+    from tdmpc2core.io.provenance import platform_info, short_commit
+
+    meta = {"env": args.env, "model_size": args.model_size, "planner": "demo" if args.demo_planner else "paper",
+            "agent_steps": args.agent_steps, "commit": short_commit(ROOT), "load_before": os.getloadavg(),
+            **platform_info(include_jax=True)}
+    print(f"{args.env}, model size {args.model_size}, {meta['planner']} planner; commit {meta['commit']}, "
+          f"load {meta['load_before'][0]:.1f} at the end")
+    print("| run | compile s (trace + lower + XLA) per program | total | wall s |")
+    print("|---|---|---|---|")
+    for name, r in rows.items():
+        per = ", ".join(f"{k} {v:.1f}" for k, v in r["compile_s"].items())
+        print(f"| {name} | {per} | {r['compile_total_s']:.1f} | {r['wall_s']:.0f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"meta": meta, "runs": rows}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
