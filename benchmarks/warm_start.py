@@ -65,34 +65,44 @@ def main(argv=None) -> int:
     ap.add_argument("--model-size", type=int, default=5)
     ap.add_argument("--demo-planner", action="store_true", help="the demo's small planner instead of the paper's")
     ap.add_argument("--agent-steps", type=int, default=600)
+    ap.add_argument("--skip-jax-only", action="store_true",
+                    help="runs 1 and 2 only (on an accelerator with ten minutes a call: the pair without the "
+                         "program cache compiles everything twice more)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     agent = {"model_size": args.model_size, "seed_steps": max(args.agent_steps, 1000)}
     if args.demo_planner:
         agent.update(num_samples=64, num_elites=8, num_pi_trajs=4, iterations=2)
+    from importlib import metadata
+
+    from tdmpc2core.io.provenance import platform_info, short_commit
+
+    # (JAX is not imported here: on an accelerator one process at a time may hold the device)
+    meta = {"env": args.env, "model_size": args.model_size, "planner": "demo" if args.demo_planner else "paper",
+            "agent_steps": args.agent_steps, "commit": short_commit(ROOT), "jax": metadata.version("jax"),
+            "load_at_start": os.getloadavg(), **platform_info()}
     rows = {}
+
+    def run(name, cache, programs):
+        rows[name] = run_stage(tmp, args.env, agent, args.agent_steps, cache, programs)
+        if args.json:  # after each run: a call cut short keeps what it measured
+            Path(args.json).write_text(json.dumps({"meta": meta, "runs": rows}, indent=1, default=str))
+
     with tempfile.TemporaryDirectory(prefix="warm_start-") as tmp:
         tmp = Path(tmp)
         both, plain = tmp / "jax_cache", tmp / "jax_cache_plain"
-        rows["cold (both caches empty)"] = run_stage(tmp, args.env, agent, args.agent_steps, both, both / "programs")
-        rows["warm (both caches filled)"] = run_stage(tmp, args.env, agent, args.agent_steps, both, both / "programs")
-        rows["cold, JAX cache only"] = run_stage(tmp, args.env, agent, args.agent_steps, plain, None)
-        rows["warm, JAX cache only (before the program cache)"] = run_stage(tmp, args.env, agent, args.agent_steps,
-                                                                           plain, None)
-    from tdmpc2core.io.provenance import platform_info, short_commit
-
-    meta = {"env": args.env, "model_size": args.model_size, "planner": "demo" if args.demo_planner else "paper",
-            "agent_steps": args.agent_steps, "commit": short_commit(ROOT), "load_before": os.getloadavg(),
-            **platform_info(include_jax=True)}
+        run("cold (both caches empty)", both, both / "programs")
+        run("warm (both caches filled)", both, both / "programs")
+        if not args.skip_jax_only:
+            run("cold, JAX cache only", plain, None)
+            run("warm, JAX cache only (before the program cache)", plain, None)
     print(f"{args.env}, model size {args.model_size}, {meta['planner']} planner; commit {meta['commit']}, "
-          f"load {meta['load_before'][0]:.1f} at the end")
+          f"load {meta['load_at_start'][0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     print("| run | compile s (trace + lower + XLA) per program | total | wall s |")
     print("|---|---|---|---|")
     for name, r in rows.items():
         per = ", ".join(f"{k} {v:.1f}" for k, v in r["compile_s"].items())
         print(f"| {name} | {per} | {r['compile_total_s']:.1f} | {r['wall_s']:.0f} |")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"meta": meta, "runs": rows}, indent=1, default=str))
     return 0
 
 
