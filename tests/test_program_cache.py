@@ -95,8 +95,56 @@ def test_the_key_holds_what_tracing_depends_on(monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(pc, "distributions", lambda: ("jax==0.0.1",))  # an installed package's version
     assert pc.program_key("toy", {"a": 1}, args, (0,)) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(pc, "package_files", lambda: (("gymnax", ["/elsewhere"], "0"),))  # an edited or shadowing copy
+    assert pc.program_key("toy", {"a": 1}, args, (0,)) != base
+    monkeypatch.undo()
+    monkeypatch.setenv("FLAX_FIX_RNG_SEPARATOR", "true")  # any library's variable (helper-12 found Flax's missing)
+    assert pc.program_key("toy", {"a": 1}, args, (0,)) != base
+    monkeypatch.undo()
+    import flax
+
+    before = flax.config.flax_fix_rng_separator
+    flax.config.update("flax_fix_rng_separator", not before)  # Flax's own settings
+    try:
+        assert pc.program_key("toy", {"a": 1}, args, (0,)) != base
+    finally:
+        flax.config.update("flax_fix_rng_separator", before)
+    monkeypatch.setenv("SLURM_JOB_ID", "123")  # a scheduler's: not part of it
+    assert pc.program_key("toy", {"a": 1}, args, (0,)) == base
+    assert pc.program_key("toy", {"a": np.int64(1)}, args, (0,)) == base  # NumPy scalars as their values
     with pytest.raises(TypeError):
         pc.program_key("toy", {"a": object()}, args, (0,))  # a fingerprint JSON cannot hold
+
+
+class Wrapped:  # as MJX wraps static NumPy arrays in its trees' node data (hashable by content)
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+    def __eq__(self, other):
+        return isinstance(other, Wrapped) and np.array_equal(self.array, other.array)
+
+    def __hash__(self):
+        return hash(self.array.tobytes())
+
+
+def test_the_tree_text_is_the_same_in_every_process_and_sees_wrapped_arrays():
+    """str(treedef) shows the address of such node data: MJX's trees never hit the cache
+    (helper-12); the key's text shows the arrays' contents instead."""
+    from jax.tree_util import register_pytree_node
+
+    class Node:
+        def __init__(self, x, static):
+            self.x, self.static = x, static
+
+    register_pytree_node(Node, lambda n: ((n.x,), Wrapped(n.static)), lambda aux, ch: Node(ch[0], aux.array))
+    a = jax.tree_util.tree_structure(Node(1.0, np.arange(3)))
+    b = jax.tree_util.tree_structure(Node(2.0, np.arange(3)))
+    c = jax.tree_util.tree_structure(Node(1.0, np.arange(3) + 1))
+    assert " at 0x" in str(a) and str(a) != str(b)  # the addresses differ
+    assert pc.tree_text(a) == pc.tree_text(b) and pc.tree_text(a) != pc.tree_text(c)
 
 
 def test_a_damaged_file_is_quarantined_and_the_program_traced_anew(tmp_path, monkeypatch, capsys):
@@ -113,6 +161,37 @@ def test_a_damaged_file_is_quarantined_and_the_program_traced_anew(tmp_path, mon
     assert t["toy"]["program_cache"] == "stored"
     for a, b in zip(want, got):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_file_whose_program_bytes_were_changed_is_not_used(tmp_path, monkeypatch, capsys):
+    """A file that still unpickles but whose program differs from what was written (helper-12:
+    a constant's bytes changed; it was loaded silently) is refused by its SHA-256."""
+    import pickle
+
+    monkeypatch.setenv(pc.PROGRAM_CACHE_ENV, str(tmp_path))
+    x, n = jnp.float32(0.5), jnp.int32(3)
+    want = leaves(program({}, {"toy": 1})(make_state(), x, n))
+    (path,) = tmp_path.glob("toy-*.jaxprog")
+    record = pickle.loads(path.read_bytes())
+    blob = bytearray(record["exported"])
+    blob[len(blob) // 2] ^= 1
+    record["exported"] = bytes(blob)
+    path.write_bytes(pickle.dumps(record))
+    t = {}
+    got = leaves(program(t, {"toy": 1})(make_state(), x, n))
+    assert "do not match their SHA-256" in capsys.readouterr().err and t["toy"]["program_cache"] == "stored"
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_folder_that_cannot_be_written_leaves_nothing_and_says_so(tmp_path, monkeypatch, capsys):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv(pc.PROGRAM_CACHE_ENV, str(blocked / "programs"))
+    t = {}
+    program(t, {"toy": 1})(make_state(), jnp.float32(0.5), jnp.int32(3))
+    assert "could not be written" in capsys.readouterr().err and t["toy"]["program_cache"] == "not stored"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
 def test_a_program_with_a_host_callback_is_compiled_as_usual(tmp_path, monkeypatch, capsys):
@@ -142,5 +221,15 @@ def test_the_agent_fingerprints_its_programs_only_when_no_user_code_reaches_them
     assert TDMPC2("Pendulum-v1", **small, post_update=lambda *a: None).program_fingerprint("chunk") is None
     assert TDMPC2("Pendulum-v1", **dict(small, learning_rate=lambda count: 3e-4)).program_fingerprint("chunk") is None
     assert TDMPC2(agent.env, **small).program_fingerprint("chunk") is None  # a prebuilt env object
+
+    class Mine(TDMPC2):  # a subclass: its code is not the library's (helper-12)
+        pass
+
+    assert Mine("Pendulum-v1", **small).program_fingerprint("chunk") is None
+    other = TDMPC2("Pendulum-v1", **small)
+    assert other.program_fingerprint("chunk") == fp
+    other.gamma = 0.5  # an attribute set after construction reaches the traced program
+    assert other.program_fingerprint("chunk") != fp
+    assert TDMPC2("Pendulum-v1", **dict(small, horizon=np.int64(3))).program_fingerprint("chunk") is not None
     agent.env.steps_on_host = True  # dm_control, Meta-World...: a host callback jax.export cannot store
     assert agent.program_fingerprint("chunk") is None

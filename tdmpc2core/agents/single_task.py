@@ -247,19 +247,30 @@ class TDMPC2:
     def program_fingerprint(self, program: str, **settings) -> Optional[dict]:
         """What this agent's compiled ``program`` (``"init"``, ``"chunk"``, ``"eval"``) closes
         over, as JSON, for keeping it across processes (:mod:`tdmpc2core.run.program_cache`):
-        the resolved configuration (:attr:`config`), ``max_nonfinite`` and the program's own
-        ``settings``. None when user code reaches the program (extensions, a ``post_update``
-        hook, a callable hyperparameter such as a learning-rate schedule, a prebuilt env) or the
-        env is stepped on the host (a callback ``jax.export`` cannot store): traced in every
-        process then."""
+        the resolved configuration (:attr:`config` and the config object's repr), the agent's
+        plain attributes (``gamma``, ``seed_steps``, ``max_nonfinite``..., also when set after
+        construction), its and its env's classes and the program's own ``settings``. None when
+        user code reaches the program (extensions, a ``post_update`` hook, a callable
+        hyperparameter such as a learning-rate schedule, a prebuilt env, a subclass of the agent
+        or an env or model class defined outside ``tdmpc2core``) or the env is stepped on the
+        host (a callback ``jax.export`` cannot store): traced in every process then. Not seen:
+        library functions replaced in memory (monkeypatching); unset the cache to do that."""
         if self.extensions is not None or self.post_update is not None or self._prebuilt_env:
             return None
         if getattr(self.env, "steps_on_host", False):
             return None
         if any(callable(getattr(self.cfg, f.name)) for f in dataclasses.fields(self.cfg)):
             return None
-        return {"agent": type(self).__name__, "program": program, "config": self.config,
-                "max_nonfinite": self.max_nonfinite, **settings}
+        for obj in (self, self.env, self.wm):  # a subclass (or env, model) outside the library: user code
+            if not type(obj).__module__.startswith("tdmpc2core."):
+                return None
+        # the instance's own plain attributes (gamma, seed_steps, ...: set after construction too)
+        # and the resolved configuration in full
+        plain = {k: v for k, v in sorted(vars(self).items())
+                 if isinstance(v, (bool, int, float, str, type(None))) and not k.startswith("__")}
+        return {"agent": f"{type(self).__module__}.{type(self).__qualname__}", "program": program,
+                "config": self.config, "cfg": repr(self.cfg), "attributes": plain,
+                "env": f"{type(self.env).__module__}.{type(self.env).__qualname__}", **settings}
 
     # ---- state -----------------------------------------------------------------
     def init(self, seed: Union[int, Sequence[int]], run_agent_steps: int):

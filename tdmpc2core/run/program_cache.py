@@ -42,6 +42,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import sys
 import time
 from pathlib import Path
@@ -53,10 +54,20 @@ PROGRAM_CACHE_ENV = "TDMPC2_PROGRAM_CACHE_DIR"
 FORMAT = 1
 SUFFIX = ".jaxprog"
 QUARANTINE = "quarantine"
-#: environment variables that can change what is traced (their values are part of the key)
-ENV_PREFIXES = ("JAX_", "XLA_", "MUJOCO_", "TDMPC2_", "TPU_", "LIBTPU_")
-#: ... except these, which only say where caches live
-ENV_IGNORED = (PROGRAM_CACHE_ENV, "JAX_COMPILATION_CACHE_DIR")
+#: environment variables left out of the key: every other one is in it (a variable a library reads
+#: while tracing, e.g. FLAX_*, must not be missed; one too many only costs a cache miss). These say
+#: where caches, shells and schedulers live, or size thread pools, none of which a traced program
+#: depends on
+ENV_IGNORED = (PROGRAM_CACHE_ENV, "JAX_COMPILATION_CACHE_DIR", "JAX_COMPILATION_CACHE_MAX_SIZE",
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLUMNS",
+               "LINES", "DISPLAY", "HOSTNAME", "PS1", "LS_COLORS", "MAIL", "TMPDIR", "TEMP", "TMP", "PJRT_NPROC",
+               "OMP_NUM_THREADS", "PYTEST_CURRENT_TEST", "WINDOWID", "SSH_AUTH_SOCK", "CUDA_VISIBLE_DEVICES")
+ENV_IGNORED_PREFIXES = ("SLURM_", "SNAKEMAKE", "PMI_", "OMPI_", "SSH_", "TMUX", "XDG_", "DBUS_", "PYTEST_XDIST",
+                        "TERM_", "GPG_", "KITTY_", "VSCODE_")
+#: packages whose installed files (path, size, modification time) are part of the key, besides
+#: their versions: an edited or shadowing copy of one changes what is traced without a new version
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "scipy", "chex", "mujoco", "mujoco_playground", "brax",
+            "gymnax", "gymnasium", "ml_collections", "etils", "dm_control")
 #: JAX configuration values that never reach a traced program (caches, logs, dumps, tracebacks)
 CONFIG_IGNORED = ("compilation_cache", "persistent_cache", "log", "dump", "pprint", "traceback",
                   "explain_cache_misses", "source_url", "debug_info", "captured_constants_report",
@@ -110,8 +121,108 @@ def jax_settings() -> dict:
 
 
 def environment(environ=None) -> dict:
+    """The environment variables in the key: all but :data:`ENV_IGNORED` and those starting
+    with :data:`ENV_IGNORED_PREFIXES`."""
     environ = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES) and k not in ENV_IGNORED}
+    return {k: v for k, v in sorted(environ.items())
+            if k not in ENV_IGNORED and not k.startswith(ENV_IGNORED_PREFIXES)}
+
+
+def library_settings() -> dict:
+    """Settings of the libraries the programs are built with that live outside JAX's config:
+    Flax's (``flax.config``; Flax imported if it is installed, so that the key does not depend on
+    what the process imported before)."""
+    import importlib
+    import importlib.util
+
+    out = {}
+    flax = importlib.import_module("flax") if importlib.util.find_spec("flax") is not None else None
+    values = getattr(getattr(flax, "config", None), "_values", None)
+    if isinstance(values, dict):
+        for name in sorted(values):
+            try:
+                out[f"flax.{name}"] = repr(getattr(flax.config, name))
+            except Exception:  # noqa: BLE001 - an option without a readable value
+                out[f"flax.{name}"] = repr(values[name])
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def package_files() -> tuple:
+    """For each of :data:`PACKAGES` that is importable: its folder and a digest of its files'
+    relative paths, sizes and modification times (an edited install, or a copy earlier on
+    ``sys.path``, gives another digest). About 50 ms for JAX's few thousand files."""
+    import importlib.util
+
+    out = []
+    for name in PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        locations = list(getattr(spec, "submodule_search_locations", None) or []) if spec else []
+        if spec is not None and not locations and spec.origin:
+            locations = [os.path.dirname(spec.origin)]
+        h = hashlib.sha256()
+        for loc in sorted(locations):
+            for folder, dirs, files in os.walk(loc):
+                dirs.sort()
+                for f in sorted(files):
+                    if f.endswith((".pyc", ".pyo")):
+                        continue
+                    try:
+                        st = os.stat(os.path.join(folder, f))
+                    except OSError:
+                        continue
+                    rel = os.path.relpath(os.path.join(folder, f), loc)
+                    h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        out.append((name, sorted(locations), h.hexdigest() if locations else None))
+    return tuple(out)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _stable(obj, depth: int = 0) -> str:
+    """A text of a pytree node's auxiliary data that is the same in every process for the same
+    data: NumPy arrays (also wrapped, as MJX wraps them) by shape, dtype and a hash of their
+    bytes, objects' memory addresses left out."""
+    import numpy as np
+
+    if depth > 20:
+        return "..."
+    if isinstance(obj, np.ndarray):
+        data = np.ascontiguousarray(obj)
+        return f"ndarray({obj.shape},{obj.dtype},{hashlib.sha256(data.tobytes()).hexdigest()[:16]})"
+    if isinstance(obj, (str, bytes, int, float, bool, type(None), np.generic)):
+        return repr(obj)
+    if isinstance(obj, type):
+        return f"{obj.__module__}.{obj.__qualname__}"
+    if isinstance(obj, (tuple, list)):
+        return type(obj).__name__ + "(" + ",".join(_stable(x, depth + 1) for x in obj) + ")"
+    if isinstance(obj, dict):
+        return "{" + ",".join(f"{_stable(k, depth + 1)}:{_stable(v, depth + 1)}" for k, v in obj.items()) + "}"
+    fields = {}
+    for cls in type(obj).__mro__:
+        for slot in getattr(cls, "__slots__", ()) if isinstance(getattr(cls, "__slots__", ()), (tuple, list)) else ():
+            if hasattr(obj, slot):
+                fields[slot] = getattr(obj, slot)
+    if hasattr(obj, "__dict__"):
+        fields.update(vars(obj))
+    if any(isinstance(v, np.ndarray) for v in fields.values()):
+        name = f"{type(obj).__module__}.{type(obj).__qualname__}"
+        return name + "{" + ",".join(f"{k}:{_stable(v, depth + 1)}" for k, v in sorted(fields.items())) + "}"
+    return _ADDRESS.sub(" at 0x", repr(obj))
+
+
+def tree_text(treedef) -> str:
+    """The tree structure as a text that is the same in every process for the same structure
+    (``str(treedef)`` shows the memory address of some nodes' data, e.g. MJX's)."""
+    if treedef.num_leaves == 1 and treedef.num_nodes == 1:
+        return "*"
+    typ, aux = treedef.node_data()
+    return (f"{typ.__module__}.{typ.__qualname__}[{_stable(aux)}]"
+            f"({','.join(tree_text(c) for c in treedef.children())})")
 
 
 def _avals(leaves) -> list:
@@ -134,15 +245,26 @@ def program_key(name: str, fingerprint: dict, args: Sequence, donate_argnums: Se
 
     leaves, tree = jax.tree_util.tree_flatten(tuple(args))
     devices = jax.devices()
+    libraries = library_settings()  # first: importing Flax sets JAX options of its own
     parts = {
-        "format": FORMAT, "name": str(name), "fingerprint": fingerprint, "tree": str(tree),
+        "format": FORMAT, "name": str(name), "fingerprint": fingerprint, "tree": tree_text(tree),
         "avals": _avals(leaves), "donate_argnums": sorted(int(i) for i in donate_argnums),
-        "code": code_digest(), "distributions": list(distributions()), "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__, "config": jax_settings(), "environment": environment(),
-        "backend": jax.default_backend(), "devices": [d.device_kind for d in devices],
-        "python": sys.version,
+        "code": code_digest(), "distributions": list(distributions()), "packages": list(package_files()),
+        "jax": jax.__version__, "jaxlib": jaxlib.__version__, "config": jax_settings(),
+        "libraries": libraries, "environment": environment(), "sys_path": list(sys.path),
+        "backend": jax.default_backend(), "devices": [d.device_kind for d in devices], "python": sys.version,
     }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=_json_default).encode()).hexdigest()
+
+
+def _json_default(obj):
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return {"ndarray": obj.tolist(), "dtype": str(obj.dtype)}
+    raise TypeError(f"a program fingerprint holds a {type(obj).__name__}, which the key cannot write")
 
 
 def _say(line: str) -> None:
@@ -161,8 +283,9 @@ def _quarantine(path: Path, why: str) -> None:
 
 class StoredProgram:
     """A program exported once and compiled from its StableHLO: ``__call__(*args)`` takes and
-    returns the trees the traced function does. ``source``: ``"loaded"`` (from the folder) or
-    ``"stored"`` (traced in this process and written there)."""
+    returns the trees the traced function does. ``source``: ``"loaded"`` (from the folder),
+    ``"stored"`` (traced in this process and written there) or ``"not stored"`` (traced here,
+    the write failed)."""
 
     def __init__(self, exported, in_tree, out_tree, donate_argnums, args, source: str):
         import jax
@@ -225,14 +348,20 @@ def load_or_store(folder: Path, name: str, fingerprint: dict, jitted: Callable, 
     import jax
 
     t0 = time.perf_counter()
-    key = program_key(name, fingerprint, args, donate_argnums)
+    try:
+        key = program_key(name, fingerprint, args, donate_argnums)
+    except TypeError as exc:  # e.g. an object in the fingerprint: not storable, compiled as usual
+        _say(f"{name!r} is not kept ({exc}); it is traced and compiled as usual")
+        return None, time.perf_counter() - t0, 0.0
     path = Path(folder) / f"{name}-{key[:40]}{SUFFIX}"
     if path.exists():
         try:
             with open(path, "rb") as f:
                 stored = pickle.load(f)
-            if stored.get("key") != key or stored.get("format") != FORMAT:
+            if not isinstance(stored, dict) or stored.get("key") != key or stored.get("format") != FORMAT:
                 raise ValueError("its key or format is not this program's")
+            if hashlib.sha256(stored["exported"]).hexdigest() != stored.get("exported_sha256"):
+                raise ValueError("its program's bytes do not match their SHA-256")
             exported = jax.export.deserialize(bytearray(stored["exported"]))
             prog = StoredProgram(exported, stored["in_tree"], stored["out_tree"], donate_argnums, args, "loaded")
             return prog, time.perf_counter() - t0 - prog.compile_s, prog.compile_s
@@ -245,17 +374,25 @@ def load_or_store(folder: Path, name: str, fingerprint: dict, jitted: Callable, 
         _say(f"{name!r} cannot be stored ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
              "it is traced and compiled as usual")
         return None, time.perf_counter() - t0, 0.0
-    record = {"format": FORMAT, "key": key, "name": name, "exported": bytes(blob), "in_tree": in_tree,
-              "out_tree": out_tree, "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    blob = bytes(blob)
+    record = {"format": FORMAT, "key": key, "name": name, "exported": blob,
+              "exported_sha256": hashlib.sha256(blob).hexdigest(), "in_tree": in_tree, "out_tree": out_tree,
+              "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    source = "stored"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
             pickle.dump(record, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
     except OSError as exc:  # a read-only or full folder: the program is used all the same
+        source = "not stored"
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
         _say(f"{path} could not be written ({exc}); the program is used without being stored")
-    prog = StoredProgram(exported, in_tree, out_tree, donate_argnums, args, "stored")
+    prog = StoredProgram(exported, in_tree, out_tree, donate_argnums, args, source)
     return prog, time.perf_counter() - t0 - prog.compile_s, prog.compile_s
 
 
