@@ -204,7 +204,8 @@ def _stable(obj, depth: int = 0) -> str:
         return "{" + ",".join(f"{_stable(k, depth + 1)}:{_stable(v, depth + 1)}" for k, v in obj.items()) + "}"
     fields = {}
     for cls in type(obj).__mro__:
-        for slot in getattr(cls, "__slots__", ()) if isinstance(getattr(cls, "__slots__", ()), (tuple, list)) else ():
+        slots = getattr(cls, "__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
             if hasattr(obj, slot):
                 fields[slot] = getattr(obj, slot)
     if hasattr(obj, "__dict__"):
@@ -320,7 +321,7 @@ def _donated_leaves(args, donate_argnums) -> tuple:
     return tuple(out)
 
 
-def export_program(jitted: Callable, args: Sequence, donate_argnums: Sequence[int] = ()):
+def export_program(jitted: Callable, args: Sequence):
     """(exported, in_tree, out_tree): ``jitted`` traced on ``args`` as one function of their flat
     leaves, exported with ``jax.export``. Raises what tracing or exporting raises."""
     import jax
@@ -368,7 +369,7 @@ def load_or_store(folder: Path, name: str, fingerprint: dict, jitted: Callable, 
         except Exception as exc:  # noqa: BLE001 - a damaged or foreign file: traced anew
             _quarantine(path, f"{type(exc).__name__}: {exc}")
     try:
-        exported, in_tree, out_tree = export_program(jitted, args, donate_argnums)
+        exported, in_tree, out_tree = export_program(jitted, args)
         blob = exported.serialize()
     except Exception as exc:  # noqa: BLE001 - e.g. a host callback: not storable, compiled as usual
         _say(f"{name!r} cannot be stored ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
