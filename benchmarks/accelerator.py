@@ -67,6 +67,8 @@ ACCEL = ROOT / ".accel"
 WHEELS = ("mujoco==3.17.0", "mujoco-mjx==3.17.0", "playground==0.2.0", "brax==0.14.2", "flax==0.12.8",
           "optax==0.2.8", "gymnax==1.0.1", "gymnasium==1.3.0", "mediapy==1.2.7", "trimesh==5.2.0",
           "jaxopt==0.8.5", "cloudpickle==3.1.3", "farama-notifications==0.0.6",
+          # jax.export serialization (the program cache): the machine's JAX comes without it
+          "flatbuffers==25.12.19",
           # dm_control (pruned: DMC_KEEP) and what its suite imports beyond the machine's packages
           "dm-control==1.0.50", "dm-env==1.6")
 #: what those and tdmpc2core import, from the machine's own index (names only, no dependencies:

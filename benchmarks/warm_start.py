@@ -55,8 +55,11 @@ def run_stage(work: Path, env_id: str, agent: dict, agent_steps: int, jax_cache:
     run = json.loads((out / "seed0" / "run.json").read_text())
     compile_s = run["attempts"][-1]["compile_seconds"]
     done = [ln for ln in res.stderr.splitlines() if " done in " in ln]
+    # what the program cache said (a program not stored or not loaded, and why): a warm job that
+    # compiles like a cold one is explained here
+    said = [ln for ln in res.stderr.splitlines() if "program cache" in ln]
     return {"wall_s": wall, "compile_s": compile_s, "compile_total_s": sum(compile_s.values()),
-            "log": done[-1].split("] ", 1)[-1] if done else None}
+            "log": done[-1].split("] ", 1)[-1] if done else None, "program_cache_said": said}
 
 
 def main(argv=None) -> int:

@@ -207,6 +207,41 @@ def test_a_program_with_a_host_callback_is_compiled_as_usual(tmp_path, monkeypat
     assert "program_cache" not in t["host"] and not list(tmp_path.glob("*.jaxprog"))
 
 
+def test_without_flatbuffers_the_cache_is_off_said_once_and_nothing_is_traced_for_export(tmp_path, monkeypatch,
+                                                                                          capsys):
+    # jax.export serializes with the optional package flatbuffers; the TPU machine's JAX came
+    # without it, and every program was traced twice (once for an export that could not be
+    # written) with a line per program. Now: one line per process, nothing exported
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flatbuffers" else real(name, *a))
+    monkeypatch.setattr(pc, "_SAID_MISSING", [])
+    pc.serialization_missing.cache_clear()
+    monkeypatch.setattr(pc, "export_program", lambda *a, **k: pytest.fail("exported without flatbuffers"))
+    monkeypatch.setenv(pc.PROGRAM_CACHE_ENV, str(tmp_path))
+    x, n = jnp.float32(0.5), jnp.int32(3)
+    want = leaves(jax.jit(step)(make_state(), x, n))
+    t1, t2 = {}, {}
+    got = leaves(program(t1, {"toy": 1})(make_state(), x, n))
+    program(t2, {"toy": 2})(make_state(), x, n)
+    pc.serialization_missing.cache_clear()
+    err = capsys.readouterr().err
+    assert err.count("tdmpc2 program cache: off in this process") == 1 and "pip install flatbuffers" in err
+    assert "program_cache" not in t1["toy"] and "program_cache" not in t2["toy"] and not list(tmp_path.iterdir())
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_flatbuffers_is_a_dependency_so_the_cache_works_where_tdmpc2core_is_installed():
+    import tomllib
+    from pathlib import Path
+
+    deps = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert any(d.split(">")[0].split("=")[0].strip() == "flatbuffers" for d in deps["dependencies"])
+    assert pc.serialization_missing() is None
+
+
 def test_the_agent_fingerprints_its_programs_only_when_no_user_code_reaches_them():
     from tdmpc2core import TDMPC2
 

@@ -268,6 +268,9 @@ def _json_default(obj):
     raise TypeError(f"a program fingerprint holds a {type(obj).__name__}, which the key cannot write")
 
 
+_SAID_MISSING: list = []  # serialization_missing() said once per process
+
+
 def _say(line: str) -> None:
     print(f"tdmpc2 program cache: {line}", file=sys.stderr, flush=True)
 
@@ -339,16 +342,36 @@ def export_program(jitted: Callable, args: Sequence):
     return exported, in_tree, out_trees[-1]
 
 
+@functools.lru_cache(maxsize=None)
+def serialization_missing() -> Optional[str]:
+    """Why :func:`jax.export` cannot serialize in this environment (its optional dependency
+    ``flatbuffers`` is not installed), or None. Said once per process by :func:`load_or_store`,
+    which then leaves every program to be traced as usual, before tracing anything for export."""
+    import importlib.util
+
+    if importlib.util.find_spec("flatbuffers") is None:
+        return ("jax.export needs the package 'flatbuffers' to serialize a program, and it is not installed "
+                "(pip install flatbuffers; tdmpc2core's dependencies name it)")
+    return None
+
+
 def load_or_store(folder: Path, name: str, fingerprint: dict, jitted: Callable, args: Sequence,
                   donate_argnums: Sequence[int] = ()) -> tuple:
     """(program, trace_lower_s, compile_s): the :class:`StoredProgram` of ``jitted`` on ``args``
     from ``folder`` when a file of its key is there, else traced, exported and written there.
     Returns (None, seconds spent, 0.0) when the program cannot be exported (e.g. a host callback:
-    said in one line); the caller then compiles it as usual. A file that cannot be used is
+    said in one line) or cannot be serialized here (:func:`serialization_missing`: said once per
+    process, nothing traced for export); the caller then compiles it as usual. A file that cannot be used is
     quarantined (module docstring)."""
     import jax
 
     t0 = time.perf_counter()
+    missing = serialization_missing()
+    if missing is not None:
+        if not _SAID_MISSING:
+            _SAID_MISSING.append(True)
+            _say(f"off in this process: {missing}; every program is traced and compiled as usual")
+        return None, 0.0, 0.0
     try:
         key = program_key(name, fingerprint, args, donate_argnums)
     except TypeError as exc:  # e.g. an object in the fingerprint: not storable, compiled as usual
