@@ -72,6 +72,32 @@ def test_a_program_is_stored_once_then_loaded_without_tracing_and_computes_the_s
     assert "program_cache" not in t4["toy"] and len(list(tmp_path.glob("toy-*.jaxprog"))) == 2
 
 
+def test_a_restored_state_compiles_the_program_a_fresh_one_did(monkeypatch):
+    """A fresh run calls a stored program with committed arrays (an init program's output), a
+    resumed one with uncommitted arrays (read from a checkpoint): both must lower to the same
+    module, else the resumed process misses the JAX compilation cache entry its first process
+    wrote (the training chunk compiled again: tests/test_checkpoint.py's rerun)."""
+    x, n = jnp.float32(0.5), jnp.int32(7)
+    fresh = jax.device_put(make_state(), jax.devices()[0])  # committed, as a program's outputs are
+    restored = jax.tree_util.tree_map(lambda a: jnp.asarray(np.asarray(a)), make_state())
+    assert all(a.committed for a in jax.tree_util.tree_leaves(fresh))
+    assert not any(a.committed for a in jax.tree_util.tree_leaves(restored))
+    texts = []
+    real = jax.stages.Lowered.compile
+
+    def keep_text(lowered, *a, **k):
+        texts.append(lowered.as_text())
+        return real(lowered, *a, **k)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", keep_text)
+    exported, in_tree, out_tree = pc.export_program(jax.jit(step), (fresh, x, n))
+    got = [leaves(pc.StoredProgram(exported, in_tree, out_tree, (0,), (s, x, n), "loaded")(s, x, n))
+           for s in (fresh, restored)]
+    assert len(texts) == 2 and texts[0] == texts[1]
+    for a, b in zip(*got):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_the_key_holds_what_tracing_depends_on(monkeypatch):
     args = (make_state(), jnp.float32(0.5), jnp.int32(7))
     base = pc.program_key("toy", {"a": 1}, args, (0,))

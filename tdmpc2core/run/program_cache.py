@@ -298,7 +298,7 @@ class StoredProgram:
         donated = _donated_leaves(args, donate_argnums)
         leaves = jax.tree_util.tree_leaves(tuple(args))
         t0 = time.perf_counter()
-        lowered = jax.jit(exported.call, donate_argnums=donated).lower(*leaves)
+        lowered = jax.jit(exported.call, donate_argnums=donated).lower(*_specs(leaves))
         t1 = time.perf_counter()
         self.executable = lowered.compile()
         self.lower_s, self.compile_s = t1 - t0, time.perf_counter() - t1
@@ -310,6 +310,23 @@ class StoredProgram:
         if tree != self.in_tree:
             raise TypeError(f"stored program called with arguments of another structure: {tree} (stored: {self.in_tree})")
         return jax.tree_util.tree_unflatten(self.out_tree, self.executable(*leaves))
+
+
+def _specs(leaves) -> list:
+    """The arguments' shapes, dtypes and weak types alone, to lower a program from: lowered from
+    the arrays themselves, a committed one (an init program's output: a fresh run) carries a
+    sharding annotation into the module that an uncommitted one (a state read from a checkpoint:
+    a resumed run) does not, so the two lower to different modules, and a resumed process missed
+    the JAX compilation cache entry its first process wrote and compiled the program again (the
+    training chunk: 18-37 s on a 2-core CPU). One device only (:class:`Compiled` uses the program
+    cache without a mesh), where the annotation changes nothing that is computed."""
+    import jax
+
+    out = []
+    for x in leaves:
+        aval = jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
+        out.append(jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=bool(getattr(aval, "weak_type", False))))
+    return out
 
 
 def _donated_leaves(args, donate_argnums) -> tuple:
