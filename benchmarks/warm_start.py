@@ -58,8 +58,12 @@ def run_stage(work: Path, env_id: str, agent: dict, agent_steps: int, jax_cache:
     # what the program cache said (a program not stored or not loaded, and why): a warm job that
     # compiles like a cold one is explained here
     said = [ln for ln in res.stderr.splitlines() if "program cache" in ln]
+    # per program: trace+lower and XLA seconds, where a loaded program's seconds went
+    # (program_cache_s) and what JAX reported (jax_events: its cache's hits and read time...)
+    detail = run.get("compile_detail", {})
     return {"wall_s": wall, "compile_s": compile_s, "compile_total_s": sum(compile_s.values()),
-            "log": done[-1].split("] ", 1)[-1] if done else None, "program_cache_said": said}
+            "log": done[-1].split("] ", 1)[-1] if done else None, "program_cache_said": said,
+            "compile_detail": detail}
 
 
 def main(argv=None) -> int:
@@ -106,6 +110,12 @@ def main(argv=None) -> int:
     for name, r in rows.items():
         per = ", ".join(f"{k} {v:.1f}" for k, v in r["compile_s"].items())
         print(f"| {name} | {per} | {r['compile_total_s']:.1f} | {r['wall_s']:.0f} |")
+    for name, r in rows.items():  # where the seconds went, program by program
+        for prog, d in r.get("compile_detail", {}).items():
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in d.get("program_cache_s", {}).items())
+            events = ", ".join(f"{k.rsplit('/', 1)[-1]} {v:.2f}" if isinstance(v, float) else f"{k.rsplit('/', 1)[-1]} {v}"
+                               for k, v in d.get("jax_events", {}).items())
+            print(f"{name}, {prog}: program cache [{parts}]; JAX [{events}]")
     return 0
 
 

@@ -59,6 +59,10 @@ def test_a_program_is_stored_once_then_loaded_without_tracing_and_computes_the_s
         np.testing.assert_array_equal(a, c)
     assert "not traced, from the program cache: toy" in compiling_note(t2)
     assert "program cache" not in compiling_note(t1)
+    # where each one's seconds went (a slow warm start on an accelerator says which step was slow)
+    assert set(t1["toy"]["program_cache_s"]) == {"key", "trace_export", "lower", "compile"}
+    assert set(t2["toy"]["program_cache_s"]) == {"key", "read", "deserialize", "lower", "compile"}
+    assert all(v >= 0 for t in (t1, t2) for v in t["toy"]["program_cache_s"].values())
     # another fingerprint (another configuration): another program, traced and stored
     program(t3, {"toy": 2})(make_state(), x, n)
     assert t3["toy"]["program_cache"] == "stored" and len(list(tmp_path.glob("toy-*.jaxprog"))) == 2
@@ -66,7 +70,12 @@ def test_a_program_is_stored_once_then_loaded_without_tracing_and_computes_the_s
     monkeypatch.delenv(pc.PROGRAM_CACHE_ENV)
     t4 = {}
     program(t4, {"toy": 1})(make_state(), x, n)
-    assert "program_cache" not in t4["toy"]
+    assert "program_cache" not in t4["toy"] and "program_cache_s" not in t4["toy"]
+    # what JAX reported while this program was traced and compiled, and nothing after
+    events = dict(t4["toy"]["jax_events"])
+    assert events["core/compile/jaxpr_trace_duration"] > 0
+    jax.jit(lambda v: v * 3.0)(jnp.arange(5.0)).block_until_ready()
+    assert t4["toy"]["jax_events"] == events
     monkeypatch.setenv(pc.PROGRAM_CACHE_ENV, str(tmp_path))
     program(t4, None)(make_state(), x, n)
     assert "program_cache" not in t4["toy"] and len(list(tmp_path.glob("toy-*.jaxprog"))) == 2

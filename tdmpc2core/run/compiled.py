@@ -10,8 +10,13 @@ executable directly. The numbers are the ones ``jit`` would compute (the same lo
 the same XLA compilation; the persistent compilation cache applies as usual).
 
 Timings go into a dict the caller owns, ``{program name: {"trace_lower_s", "compile_s",
-"calls_compiled"}}``, summed over signatures (an agent keeps one per process:
-``agent.compile_seconds``).
+"calls_compiled", "jax_events"}}``, summed over signatures (an agent keeps one per process:
+``agent.compile_seconds``). ``jax_events``: what JAX reported through :mod:`jax.monitoring`
+while the program was traced, lowered and compiled, summed per event (durations in seconds,
+counts as numbers; the leading ``/jax/`` dropped): e.g. ``compilation_cache/cache_hits`` and
+``compilation_cache/cache_retrieval_time_sec`` (the persistent cache's executable read and
+loaded), ``core/compile/backend_compile_duration`` (XLA compiling), so a slow warm start says
+which step was slow. Events another thread raises meanwhile are counted too.
 
 :func:`per_seed` is the one place the agents compile their programs: the training chunks,
 the evaluations, the initial states (``jax.jit(jax.vmap(fn))`` over the seed axis, or
@@ -20,6 +25,7 @@ the evaluations, the initial states (``jax.jit(jax.vmap(fn))`` over the seed axi
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable, Optional, Sequence
 
@@ -39,6 +45,30 @@ def compiling_seconds(timings: dict) -> float:
     """The seconds spent tracing, lowering and compiling in a timings dict (``{program:
     {"trace_lower_s", "compile_s", ...}}``, :class:`Compiled`), all programs together."""
     return float(sum(float(t.get("trace_lower_s", 0.0)) + float(t.get("compile_s", 0.0)) for t in timings.values()))
+
+
+@contextlib.contextmanager
+def jax_events(into: dict):
+    """Sum the events :mod:`jax.monitoring` reports inside the block into ``into`` (``{name:
+    seconds or count}``, the ``/jax/`` prefix dropped)."""
+    from jax import monitoring
+
+    def name(event: str) -> str:
+        return event[5:] if event.startswith("/jax/") else event
+
+    def duration(event, seconds, **_):
+        into[name(event)] = round(into.get(name(event), 0.0) + float(seconds), 6)
+
+    def count(event, **_):
+        into[name(event)] = into.get(name(event), 0) + 1
+
+    monitoring.register_event_duration_secs_listener(duration)
+    monitoring.register_event_listener(count)
+    try:
+        yield into
+    finally:
+        monitoring.unregister_event_duration_listener(duration)
+        monitoring.unregister_event_listener(count)
 
 
 class Compiled:
@@ -70,15 +100,19 @@ class Compiled:
         exe = self._executables.get(key)
         if exe is None:
             rec = self.timings.setdefault(self.name, {"trace_lower_s": 0.0, "compile_s": 0.0, "calls_compiled": 0})
-            exe, trace_lower_s, compile_s = self._stored(args)
-            if exe is None:
-                t0 = time.perf_counter()
-                lowered = self.jitted.lower(*args)
-                t1 = time.perf_counter()
-                exe = lowered.compile()
-                trace_lower_s, compile_s = trace_lower_s + t1 - t0, compile_s + time.perf_counter() - t1
-            else:
-                rec["program_cache"] = exe.source
+            with jax_events(rec.setdefault("jax_events", {})):
+                exe, trace_lower_s, compile_s = self._stored(args)
+                if exe is None:
+                    t0 = time.perf_counter()
+                    lowered = self.jitted.lower(*args)
+                    t1 = time.perf_counter()
+                    exe = lowered.compile()
+                    trace_lower_s, compile_s = trace_lower_s + t1 - t0, compile_s + time.perf_counter() - t1
+                else:
+                    rec["program_cache"] = exe.source
+                    for part, seconds in exe.seconds.items():  # where a loaded program's seconds went
+                        parts = rec.setdefault("program_cache_s", {})
+                        parts[part] = round(parts.get(part, 0.0) + seconds, 6)
             self._executables[key] = exe
             rec["trace_lower_s"] += trace_lower_s
             rec["compile_s"] += compile_s

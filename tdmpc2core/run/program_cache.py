@@ -289,9 +289,13 @@ class StoredProgram:
     """A program exported once and compiled from its StableHLO: ``__call__(*args)`` takes and
     returns the trees the traced function does. ``source``: ``"loaded"`` (from the folder),
     ``"stored"`` (traced in this process and written there) or ``"not stored"`` (traced here,
-    the write failed)."""
+    the write failed). ``seconds``: where the time to make it went (``key``, ``read``,
+    ``deserialize`` for a loaded one, ``trace_export`` for one traced here, then ``lower``: the
+    stored module called through :meth:`jax.export.Exported.call`, and ``compile``: XLA's, or
+    the persistent cache's executable read and loaded)."""
 
-    def __init__(self, exported, in_tree, out_tree, donate_argnums, args, source: str):
+    def __init__(self, exported, in_tree, out_tree, donate_argnums, args, source: str,
+                 seconds: Optional[dict] = None):
         import jax
 
         self.in_tree, self.out_tree, self.source = in_tree, out_tree, source
@@ -302,6 +306,7 @@ class StoredProgram:
         t1 = time.perf_counter()
         self.executable = lowered.compile()
         self.lower_s, self.compile_s = t1 - t0, time.perf_counter() - t1
+        self.seconds = {**(seconds or {}), "lower": self.lower_s, "compile": self.compile_s}
 
     def __call__(self, *args):
         import jax
@@ -394,23 +399,30 @@ def load_or_store(folder: Path, name: str, fingerprint: dict, jitted: Callable, 
     except TypeError as exc:  # e.g. an object in the fingerprint: not storable, compiled as usual
         _say(f"{name!r} is not kept ({exc}); it is traced and compiled as usual")
         return None, time.perf_counter() - t0, 0.0
+    seconds = {"key": time.perf_counter() - t0}
     path = Path(folder) / f"{name}-{key[:40]}{SUFFIX}"
     if path.exists():
         try:
+            t1 = time.perf_counter()
             with open(path, "rb") as f:
                 stored = pickle.load(f)
             if not isinstance(stored, dict) or stored.get("key") != key or stored.get("format") != FORMAT:
                 raise ValueError("its key or format is not this program's")
             if hashlib.sha256(stored["exported"]).hexdigest() != stored.get("exported_sha256"):
                 raise ValueError("its program's bytes do not match their SHA-256")
+            t2 = time.perf_counter()
             exported = jax.export.deserialize(bytearray(stored["exported"]))
-            prog = StoredProgram(exported, stored["in_tree"], stored["out_tree"], donate_argnums, args, "loaded")
+            t3 = time.perf_counter()
+            prog = StoredProgram(exported, stored["in_tree"], stored["out_tree"], donate_argnums, args, "loaded",
+                                 {**seconds, "read": t2 - t1, "deserialize": t3 - t2})
             return prog, time.perf_counter() - t0 - prog.compile_s, prog.compile_s
         except Exception as exc:  # noqa: BLE001 - a damaged or foreign file: traced anew
             _quarantine(path, f"{type(exc).__name__}: {exc}")
     try:
+        t1 = time.perf_counter()
         exported, in_tree, out_tree = export_program(jitted, args)
         blob = exported.serialize()
+        seconds["trace_export"] = time.perf_counter() - t1
     except Exception as exc:  # noqa: BLE001 - e.g. a host callback: not storable, compiled as usual
         _say(f"{name!r} cannot be stored ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
              "it is traced and compiled as usual")
@@ -433,7 +445,7 @@ def load_or_store(folder: Path, name: str, fingerprint: dict, jitted: Callable, 
         except OSError:
             pass
         _say(f"{path} could not be written ({exc}); the program is used without being stored")
-    prog = StoredProgram(exported, in_tree, out_tree, donate_argnums, args, source)
+    prog = StoredProgram(exported, in_tree, out_tree, donate_argnums, args, source, seconds)
     return prog, time.perf_counter() - t0 - prog.compile_s, prog.compile_s
 
 
