@@ -31,6 +31,7 @@ IMPORTS_INITIALIZED_A_BACKEND = xla_bridge.backends_are_initialized()
 
 from tdmpc2core import TDMPC2  # noqa: E402
 from tdmpc2core.agents.multitask import TDMPC2MultiTask  # noqa: E402
+from tdmpc2core.io import checkpoint as ck  # noqa: E402
 from tdmpc2core.run.devices import SEED_AXIS, local  # noqa: E402
 
 #: the tiny agent of the tests (tests/test_agent.py's TINY)
@@ -58,18 +59,35 @@ def compiled_text(program) -> str:
     return "\n".join(exe.as_text() for exe in program._executables.values())
 
 
+def placement(tree) -> list:
+    """Where each leaf lies: (committed, sharding)."""
+    return [(x.committed, x.sharding) for x in jax.tree_util.tree_leaves(tree)]
+
+
+def restored_placed_as_fresh(agents, path, seeds, total) -> list:
+    """For each agent: whether checkpoint ``path`` restored by it lies where its fresh initial
+    state lies (every leaf: the same sharding, committed alike)."""
+    return [placement(a.restore(path)[0]) == placement(a.init(seeds, total)) for a in agents]
+
+
 def max_abs(a, b) -> float:
     return max(float(np.nanmax(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0
                for x, y in zip(host(a), host(b)) if x.dtype.kind == "f")
 
 
-def seeds_checks() -> dict:
-    """4 seeds over 4 devices against the same seeds on one device."""
+def seeds_checks(ckdir: str) -> dict:
+    """4 seeds over 4 devices against the same seeds on one device; a checkpoint of the 4-device
+    run restored on 4 devices and on one."""
     out = {}
     one = TDMPC2("Pendulum-v1", seed_steps=SEED_STEPS, devices=1, **TINY)
     four = TDMPC2("Pendulum-v1", seed_steps=SEED_STEPS, **TINY)  # devices=None: all 4 (4 seeds divide)
     s1, _ = one.train(seed=SEEDS, n_timesteps=TICKS)
-    s4, _ = four.train(seed=SEEDS, n_timesteps=TICKS)
+    s4, h4 = four.train(seed=SEEDS, n_timesteps=TICKS)
+    # the 4-device run's state as a checkpoint, restored by the 4-device agent (split over its
+    # mesh, as its init program's outputs) and by the one-device agent (one device, uncommitted)
+    info = four.save_checkpoint(os.path.join(os.path.dirname(ckdir), "seeds_checkpoints"), s4, h4, seeds=SEEDS,
+                                total_timesteps=TICKS)
+    out["seed_restored_placed_as_fresh"] = restored_placed_as_fresh((four, one), info.path, SEEDS, TICKS)
     leaf = jax.tree_util.tree_leaves(s4.agent.params)[0]
     out["seed_sharding"] = str(leaf.sharding.spec)
     out["seed_mesh"] = dict(leaf.sharding.mesh.shape)
@@ -119,6 +137,9 @@ def multitask_checks(ckdir: str) -> dict:
     # stopped at MT_STOP by the 4-device run, resumed by the one-device agent from its checkpoint
     # (the agents' compiled programs reused)
     four.train(seed=MT_SEEDS, n_timesteps=MT_STOP, total_timesteps=MT_UPDATES, checkpoint_dir=ckdir)
+    # that checkpoint restored on 4 devices (replicated over the mesh, as a fresh state) and on one
+    out["mt_restored_placed_as_fresh"] = restored_placed_as_fresh((four, one), ck.latest_checkpoint(ckdir), MT_SEEDS,
+                                                                  MT_UPDATES)
     sr, _ = one.train(seed=MT_SEEDS, n_timesteps=MT_UPDATES, total_timesteps=MT_UPDATES, checkpoint_dir=ckdir)
     out["mt_resumed_params_max_abs"] = max_abs(s1.agent.params, sr.agent.params)
     out["mt_resumed_updates"] = int(host(sr.agent.updates)[0][0])
@@ -149,7 +170,7 @@ if __name__ == "__main__":
     res = {"imports_initialized_a_backend": IMPORTS_INITIALIZED_A_BACKEND, "devices": jax.device_count(),
            "seed_axis": SEED_AXIS}
     t0 = time.perf_counter()
-    res.update(seeds_checks())
+    res.update(seeds_checks(sys.argv[1]))
     t1 = time.perf_counter()
     res.update(multitask_checks(sys.argv[1]))
     res["seconds"] = [round(t1 - t0, 1), round(time.perf_counter() - t1, 1)]

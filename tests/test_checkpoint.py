@@ -372,6 +372,64 @@ def test_resume_false_refuses_a_folder_with_checkpoints(tiny_agent, saved_init):
         tiny_agent.train(seed=SEEDS, n_timesteps=STEPS, checkpoint_dir=saved_init, resume=False, **RUN)
 
 
+# ------------------------------------------------------------- where a restored state is placed
+RESTORE_PLACEMENT_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import jax, jax.numpy as jnp
+from jax import monitoring
+import test_checkpoint as tc
+from tdmpc2core import TDMPC2
+from tdmpc2core.io import checkpoint as ck
+programs = []  # one event per XLA program built, compiled or loaded from the persistent cache
+def built(event, duration, **_):
+    if event == "/jax/core/compile/backend_compile_duration":
+        programs.append(event)
+monitoring.register_event_duration_secs_listener(built)
+agent = TDMPC2("Pendulum-v1", n_envs=tc.N_ENVS, **tc.AGENT)
+before = len(programs)
+restored, _, _ = agent.restore(ck.latest_checkpoint(sys.argv[1]), seeds=tc.SEEDS, total_timesteps=tc.STEPS, **tc.RUN)
+restore_programs = len(programs) - before
+fresh = agent.init(tc.SEEDS, tc.STEPS)
+def placement(tree):
+    return [(x.committed, repr(x.sharding)) for x in jax.tree_util.tree_leaves(tree)]
+keys = jnp.stack([jax.random.PRNGKey(s) for s in tc.SEEDS])
+ev = tc.online_eval_program(agent)
+print("RESULT " + json.dumps({
+    "restore_programs": restore_programs,
+    "placement": [placement(restored) == placement(fresh), sorted(set(placement(restored)))],
+    "eval_module_same": ev.lower(restored.agent.params, keys).as_text() == ev.lower(fresh.agent.params, keys).as_text(),
+}))
+"""
+
+
+def online_eval_program(agent):
+    """The single-task agent's compiled evaluation program (as :meth:`TDMPC2.evaluate` builds it)."""
+    from tdmpc2core.agents import online
+
+    return online.make_eval_fn(agent, RUN["eval_episodes"], {}, agent.placement)
+
+
+def test_restored_state_is_placed_as_a_fresh_run_and_compiles_nothing(saved_init):
+    """A run resumed by a new process: reading the checkpoint builds no XLA program (it used to
+    stage every leaf through ``jnp.asarray``: 30 programs, one per shape and dtype of this state,
+    compiled or read from the JAX cache in every resumed process), and the state lies where a
+    fresh run's lies: one device, uncommitted, as the init program gives it. Committed, it
+    would lower the evaluation (and the training chunk) to another module than the fresh run's
+    (``sdy.sharding`` annotations), missing the fresh run's JAX cache entries: compiled again
+    (21 s for this tiny agent's chunk and evaluation on a 2-core CPU)."""
+    res = subprocess.run([sys.executable, "-c", RESTORE_PLACEMENT_SCRIPT, str(saved_init), str(Path(__file__).parent)],
+                         capture_output=True, text=True, timeout=600, env=subprocess_env(), cwd=saved_init)
+    line = [x for x in res.stdout.splitlines() if x.startswith("RESULT ")]
+    assert res.returncode == 0 and line, res.stderr[-4000:]
+    got = json.loads(line[0][len("RESULT "):])
+    assert got["restore_programs"] == 0
+    same, kinds = got["placement"]
+    assert same, kinds
+    assert len(kinds) == 1 and kinds[0][0] is False and kinds[0][1].startswith("SingleDeviceSharding("), kinds
+    assert got["eval_module_same"]
+
+
 # ------------------------------------------------------------- the format (no training)
 class FakeMultiTaskState(NamedTuple):
     """A pytree of the shape a multi-task agent's state would have (leading seed axis)."""

@@ -143,6 +143,9 @@ def test_seeds_split_over_four_devices_equal_one_device(four_devices):
     # default (devices=None): 4 seeds over the 4 devices, split on the seed axis; 1: one device
     assert r["seed_sharding"] == "P('seeds',)" and r["seed_mesh"] == {"seeds": 4}
     assert r["seed_single_sharding"] == "SingleDeviceSharding"
+    # the 4-device run's checkpoint restored where a fresh state lies: split over the 4-device
+    # agent's mesh; on one device (uncommitted) for the one-device agent
+    assert r["seed_restored_placed_as_fresh"] == [True, True]
     assert r["seed_ticks"] == [201, 201]
     # seeds are independent: no collective in the sharded program
     assert r["seed_collectives"] == []
@@ -159,6 +162,8 @@ def test_multitask_batch_split_over_four_devices_equals_one_device_and_resumes_o
     assert r["mt_params_max_abs"] <= TOL and r["mt_host_params_max_abs"] <= TOL
     # a checkpoint written by the 4-device run at 100 updates, resumed by a one-device agent
     assert r["mt_resumed_updates"] == 200 and r["mt_resumed_params_max_abs"] <= TOL
+    # restored where a fresh state lies: replicated over the 4-device agent's mesh; one device
+    assert r["mt_restored_placed_as_fresh"] == [True, True]
     assert "batch_size=10 does not divide evenly over 4 devices" in r["mt_batch_10_on_4"]
     assert r["mt_batch_10_default"] == 1
 

@@ -58,6 +58,15 @@ class OfflineProgram(RunProgram):
     def init_state(self, seeds, total_steps):
         return self.agent.init(seeds, total_steps)
 
+    def place(self, state):
+        """A restored state placed as :meth:`TDMPC2MultiTask.init` places a fresh one:
+        replicated on every device of the agent's ``("data",)`` mesh (:meth:`TDMPC2MultiTask.place`;
+        in a multi-process job each process builds its devices' copies from the checkpoint it
+        read), or the driver's default without a mesh (one device, uncommitted)."""
+        if self.agent.placement.mesh is None:
+            return super().place(state)
+        return self.agent.place(state)
+
     def state_tick(self, state) -> int:
         return int(to_host(state.agent.updates)[0])
 

@@ -88,6 +88,26 @@ class OnlineProgram(RunProgram):
     def init_state(self, seeds, total_steps):
         return self.agent.init(seeds, total_steps)
 
+    def place(self, state):
+        """A restored state placed as :meth:`TDMPC2.init` places a fresh one: with the
+        ``("seeds",)`` mesh the agent's :class:`~tdmpc2core.run.devices.SeedSharding` gives for
+        its seed count, every leaf split on its seed axis (``NamedSharding(mesh, P("seeds"))``,
+        the init program's ``shard_map`` outputs); without one, the driver's default (one
+        device, uncommitted). Left as it was: with the program cache
+        (:mod:`tdmpc2core.run.program_cache`) a fresh state comes out committed (a stored
+        program's outputs); the stored programs are lowered from shapes and dtypes alone, so
+        the difference reaches only a program outside that cache called with the restored
+        state before the first training call (an episode recorded at a resumed run's owed
+        evaluation)."""
+        mesh = self.agent.placement.mesh_for(int(np.shape(state.tick)[0]))
+        if mesh is None:
+            return super().place(state)
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        from ..run.devices import SEED_AXIS
+
+        return jax.device_put(state, NamedSharding(mesh, PartitionSpec(SEED_AXIS)))
+
     def state_tick(self, state) -> int:
         return state_tick(state)
 

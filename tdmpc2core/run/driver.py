@@ -311,7 +311,8 @@ class RunProgram:
     The methods: :meth:`init_state`, :meth:`state_tick`, :meth:`advance`, :meth:`evaluate`,
     :meth:`eval_fields` and :meth:`chunk_record` (required); the optional ones check or shape a
     run (:meth:`check_state`, :meth:`cuts`, :meth:`phase`, :meth:`start`, :meth:`after_call`,
-    :meth:`finish`) or derive values (:meth:`state_seeds`, :meth:`finalize`, :meth:`eval_log`).
+    :meth:`finish`), place a restored state (:meth:`place`) or derive values (:meth:`state_seeds`,
+    :meth:`finalize`, :meth:`eval_log`).
     """
 
     agent = None
@@ -369,6 +370,23 @@ class RunProgram:
     def phase(self, a: int, b: int) -> str:
         """The phase of the chunk [a, b)."""
         return self.phases[0]
+
+    def place(self, state):
+        """A state read from a checkpoint (numpy leaves, typed PRNG keys as JAX arrays; the
+        structure, shapes and dtypes of :meth:`init_state`'s) placed as :meth:`init_state`
+        places a fresh one: the same devices, shardings and commitment, so that a program
+        called with it lowers to the module a fresh run's call lowered to (one JAX cache entry
+        for both; a committed argument adds ``sdy.sharding`` annotations an uncommitted one
+        lacks, and the resumed process would compile its training chunk and evaluation again).
+
+        Default: JAX's default device, uncommitted (``jax.device_put`` without a device), as a
+        program compiled without a mesh gives its outputs from uncommitted inputs; nothing is
+        compiled (``jnp.asarray`` stages each numpy array through a compiled program, one per
+        shape and dtype of the state). A program whose fresh state lies on a mesh overrides it.
+        """
+        import jax
+
+        return jax.device_put(state)
 
     def start(self, state, run: Run) -> None:
         """Called once per ``train`` call before its first tick, with the state it starts from."""
@@ -632,7 +650,8 @@ def save_checkpoint(program: RunProgram, directory, state, history: Optional[dic
 
 def restore(program: RunProgram, path, *, seeds=None, total_steps: Optional[int] = None, eval_every=UNSET,
             eval_episodes: Optional[int] = None, **extra):
-    """Read checkpoint ``path`` (a ``step_*`` folder): (state, history, manifest).
+    """Read checkpoint ``path`` (a ``step_*`` folder): (state, history, manifest); the state
+    (leading seed axis) placed as a fresh run's (:meth:`RunProgram.place`).
 
     The run settings given (``seeds``, ``total_steps``, ``eval_every``, ``eval_episodes``,
     the program's own ``extra`` ones) are compared with the checkpoint's; those not given
@@ -646,7 +665,6 @@ def restore(program: RunProgram, path, *, seeds=None, total_steps: Optional[int]
         differing setting named with both values) or of another state layout.
     """
     import jax
-    import jax.numpy as jnp
 
     manifest = ck.read_manifest(path)
     stored = manifest.get("settings", {}).get("run", {})
@@ -667,8 +685,7 @@ def restore(program: RunProgram, path, *, seeds=None, total_steps: Optional[int]
             f"checkpoint {path} was made with other settings than this run's (" + "; ".join(diffs) + ")")
     template = {"state": jax.eval_shape(lambda: program.init_state(list(run.seeds), run.total_steps))}
     tree, host, manifest = ck.restore(path, template, settings=settings)
-    state = jax.tree_util.tree_map(jnp.asarray, tree["state"])
-    return state, history_from_arrays(program, host), manifest
+    return program.place(tree["state"]), history_from_arrays(program, host), manifest
 
 
 # ----------------------------------------------------------------------------- the run
