@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # stages, the CLI) must not start one (tests/test_devices.py asserts it on this value; this
 # process pays the JAX start-up that a process of its own for the check would pay again)
 import tdmpc2core, tdmpc2core.agents, tdmpc2core.cli, tdmpc2core.run.devices  # noqa: E401,E402
-import tdmpc2core.stages.train_multi, tdmpc2core.stages.train_single  # noqa: E401,E402
+import tdmpc2core.stages.train_multi, tdmpc2core.stages.train_single  # noqa: E401,E402,F401 (imported for the check)
 from jax._src import xla_bridge  # noqa: E402
 
 IMPORTS_INITIALIZED_A_BACKEND = xla_bridge.backends_are_initialized()

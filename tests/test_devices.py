@@ -255,7 +255,7 @@ def test_two_processes_stop_together_and_resume_in_one_within_tolerance(tmp_path
     res = subprocess.run(stage_args(tmp_path, out, ckdir, "--devices", "1"), capture_output=True, text=True,
                          timeout=600, env=env(), cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert f"resumed from" in res.stderr
+    assert "resumed from" in res.stderr
     run = json.loads((out / "run.json").read_text())
     assert run["devices"] == {"device_count": 1, "process_count": 1, "mesh": {}, "platform": "cpu"}
     assert run["resumed_from_updates"] == stop and [a["outcome"] for a in run["attempts"]] == [
