@@ -16,7 +16,8 @@ while the program was traced, lowered and compiled, summed per event (durations 
 counts as numbers; the leading ``/jax/`` dropped): e.g. ``compilation_cache/cache_hits`` and
 ``compilation_cache/cache_retrieval_time_sec`` (the persistent cache's executable read and
 loaded), ``core/compile/backend_compile_duration`` (XLA compiling), so a slow warm start says
-which step was slow. Events another thread raises meanwhile are counted too.
+which step was slow. Nested events overlap (a function jitted inside the program is traced
+inside its trace and counted in both), and events another thread raises meanwhile are counted too.
 
 :func:`per_seed` is the one place the agents compile their programs: the training chunks,
 the evaluations, the initial states (``jax.jit(jax.vmap(fn))`` over the seed axis, or
