@@ -68,8 +68,12 @@ def jax_events(into: dict):
     try:
         yield into
     finally:
-        monitoring.unregister_event_duration_listener(duration)
-        monitoring.unregister_event_listener(count)
+        for unregister, listener in ((monitoring.unregister_event_duration_listener, duration),
+                                     (monitoring.unregister_event_listener, count)):
+            try:
+                unregister(listener)
+            except (AssertionError, ValueError):  # already gone (code in the block cleared JAX's listeners)
+                pass
 
 
 class Compiled:
