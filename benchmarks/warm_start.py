@@ -113,8 +113,8 @@ def main(argv=None) -> int:
     for name, r in rows.items():  # where the seconds went, program by program
         for prog, d in r.get("compile_detail", {}).items():
             parts = ", ".join(f"{k} {v:.2f}" for k, v in d.get("program_cache_s", {}).items())
-            events = ", ".join(f"{k.rsplit('/', 1)[-1]} {v:.2f}" if isinstance(v, float) else f"{k.rsplit('/', 1)[-1]} {v}"
-                               for k, v in d.get("jax_events", {}).items())
+            # durations (float seconds) to two decimals, counts as they are; the event's last name
+            events = ", ".join(f"{k.rsplit('/', 1)[-1]} {round(v, 2)}" for k, v in d.get("jax_events", {}).items())
             print(f"{name}, {prog}: program cache [{parts}]; JAX [{events}]")
     return 0
 

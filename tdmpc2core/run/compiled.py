@@ -115,8 +115,8 @@ class Compiled:
                     trace_lower_s, compile_s = trace_lower_s + t1 - t0, compile_s + time.perf_counter() - t1
                 else:
                     rec["program_cache"] = exe.source
-                    for part, seconds in exe.seconds.items():  # where a loaded program's seconds went
-                        parts = rec.setdefault("program_cache_s", {})
+                    parts = rec.setdefault("program_cache_s", {})  # where its seconds went, by step
+                    for part, seconds in exe.seconds.items():
                         parts[part] = round(parts.get(part, 0.0) + seconds, 6)
             self._executables[key] = exe
             rec["trace_lower_s"] += trace_lower_s
