@@ -661,7 +661,10 @@ def analyze(args) -> int:
     lines = [f"# {stem}: the paper's numbers, reproduced", "", f"**{head['text']}.**", ""]
     lines += [f"- {r.task}: {r.verdict}"
               + (f" (outside at {', '.join(f'{s:,}' for s in r.outside)})" if r.outside else "")
-              + (f" (missing {', '.join(f'{s:,}' for s in r.missing)})" if r.missing else "")
+              + (f" (not judged yet at {', '.join(f'{s:,}' for s in r.missing)}: "
+                 + ("not every planned seed is in)" if any(
+                     n for n, t in zip(points["n_seeds"], points["task"]) if t == r.task) else "no evaluation)")
+                 if r.missing else "")
               for r in tasks.itertuples(index=False)]
     notes = RP.partial_notes(df, points, meta)
     if notes:

@@ -128,7 +128,7 @@ def test_verdicts_on_hand_computed_cases():
     assert tv.loc["cup-catch", "verdict"] == "incomplete"
     head = RP.headline(RP.point_table(df, plan))
     assert (head["inside"], head["evaluated"], head["planned"], head["missing"]) == (1, 2, 3, ["cup-catch"])
-    assert head["text"] == ("1 of 2 tasks inside at 100,000 simulator steps (1 more planned, not evaluated yet: "
+    assert head["text"] == ("1 of 2 tasks inside at 100,000 simulator steps (1 more planned, not judged yet: "
                             "cup-catch)")
     # just above the upper edge: outside; every point inside: inside
     up = rows({("walker-run", 0): [125.9, 125.9], ("walker-run", 100_000): [700.0, 700.0]})
@@ -425,6 +425,13 @@ def test_runner_runs_a_task_of_one_seed_per_job_within_one_budget(tmp_path, monk
     points = RP.point_table(IO.read_results(results), RP.plan_of(IO.read_results(results), meta),
                             seeds=RP.planned_seeds(meta))
     assert set(points["verdict"]) == {RP.MISSING} and set(points["n_seeds"]) == {1}  # one of two seeds: not judged
+    # ... but shown: its returns, and which seeds are in (Markdown and the report's table alike)
+    row = points.iloc[-1]
+    md = RP.points_markdown(points).splitlines()[-1]
+    assert f"{row['mean']:.1f} ({row['mean']:.1f})" in md and "missing (seeds 0 in; judged once every planned" in md
+    from tdmpc2core.report import html as H
+    page = H.reproduction_section({"points": points, "margin": RP.MARGIN})
+    assert "0: " in page and "missing (seeds 0 in; judged once every planned seed is)" in page
     # the next call (on another machine: a fresh results file, seed 0's rows in the committed one)
     monkeypatch.setattr(R, "committed_results", lambda reduced: results)  # stands for the committed file
     fresh = tmp_path / "out2" / "rp.parquet"
@@ -476,14 +483,14 @@ def test_report_section_renders_from_the_committed_fixture():
     assert tv == {"cheetah-run": "incomplete", "cup-catch": "inside", "pendulum-swingup": "incomplete",
                   "walker-run": "outside"}
     assert ctx["headline"]["text"] == ("2 of 3 tasks inside at 100,000 simulator steps (1 more planned, not "
-                                       "evaluated yet: pendulum-swingup)")
+                                       "judged yet: pendulum-swingup)")
     assert ctx["partial"][0] == "1 of 4 planned task(s) have no results yet: pendulum-swingup."
     assert "cheetah-run: no evaluation yet at 200,000 simulator steps." in ctx["partial"]
     assert [t for t, _, _ in ctx["figures"]] == ["cheetah-run", "cup-catch", "walker-run"]
     assert all(data[:8] == b"\x89PNG\r\n\x1a\n" for _, _, data in ctx["figures"])
     assert ctx["calls"] == {"cheetah-run": {"calls": 2, "wall_s": 840.0}}
     body = html.reproduction_section(ctx)
-    assert "<b>2 of 3 tasks inside at 100,000 simulator steps (1 more planned, not evaluated yet: " \
+    assert "<b>2 of 3 tasks inside at 100,000 simulator steps (1 more planned, not judged yet: " \
            "pendulum-swingup).</b>" in body
     assert "<b>A partial run</b>" in body and "A reduced run" not in body
     assert "<li>walker-run: <b>outside</b> (outside at 100,000 simulator steps)</li>" in body

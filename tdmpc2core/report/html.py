@@ -681,7 +681,8 @@ def reproduction_section(rp: Mapping) -> str:
            f"the published TD-MPC2 seeds (the official repository's per-seed curves) at every published point its runs "
            f"reach. The rule, stated in advance in docs/fidelity.md: at each published point, our mean over seeds is "
            f"<i>inside</i> when it lies in the published seeds' [min, max] widened by {num(margin, 0)} return points "
-           f"on each side, else <i>outside</i>; a point the run should reach without an evaluation of ours is "
+           f"on each side, else <i>outside</i>; a point the run should reach without an evaluation of ours, or "
+           f"without every planned seed's (their returns are shown, not judged), is "
            f"<i>missing</i>. A task is inside when all its points are. Steps are simulator steps (agent steps × 2).</p>"]
     if meta.get("reduced"):
         out.append('<p class="banner demo"><b>A reduced run</b> (<code>reproduction.py run --reduced</code>: a tiny '
@@ -700,18 +701,19 @@ def reproduction_section(rp: Mapping) -> str:
             if r.outside:
                 why = " (outside at " + ", ".join(f"{s:,}" for s in r.outside) + " simulator steps)"
             elif r.missing:
-                why = " (no evaluation yet at " + ", ".join(f"{s:,}" for s in r.missing) + ")"
+                why = " (not judged yet at " + ", ".join(f"{s:,}" for s in r.missing) + " simulator steps)"
             items.append(f"<li>{esc(r.task)}: <b>{esc(r.verdict)}</b>{esc(why)}</li>")
         out.append("<ul>" + "".join(items) + "</ul>")
     points = rp.get("points")
     if points is not None and not points.empty:
+        from .reproduction import verdict_words
         rows, cells = [], []
         for r in points.itertuples(index=False):
-            ours = "" if r.verdict == "missing" else (
+            ours = "" if not r.n_seeds else (
                 f"{num(r.mean)} (" + ", ".join(f"{s}: {num(v)}" for s, v in zip(r.seeds, r.seed_returns)) + ")")
             rows.append([esc(r.task), num(r.env_steps, 0), ours,
                          f"{num(r.pub_mean)} [{num(r.pub_min)}, {num(r.pub_max)}] ({r.pub_n})",
-                         f"[{num(r.band_low)}, {num(r.band_high)}]", f"<b>{esc(r.verdict)}</b>"])
+                         f"[{num(r.band_low)}, {num(r.band_high)}]", f"<b>{esc(verdict_words(r))}</b>"])
             cells.append([""] * 5 + [r.verdict if r.verdict in ("inside", "outside") else ""])
         out.append(html_table(["Task", "Simulator steps", "Ours: mean over seeds (seed: return)",
                                "Published: mean [min, max] (seeds)", f"Band (±{num(margin, 0)})", "Verdict"],

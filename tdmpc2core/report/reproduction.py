@@ -132,29 +132,31 @@ def task_verdicts(points: pd.DataFrame) -> pd.DataFrame:
 
 def headline(points: pd.DataFrame, env_steps: int = HEADLINE_ENV_STEPS) -> dict:
     """The overall count at ``env_steps`` simulator steps: ``inside`` (N), ``evaluated`` (M: tasks
-    with an evaluation of ours there), ``planned`` (tasks whose run should reach it),
-    ``missing`` (planned, not evaluated: task names), ``env_steps`` and ``text`` ("N of M tasks
-    inside at 100,000 simulator steps", with the missing ones named when there are any)."""
+    judged there: every planned seed evaluated), ``planned`` (tasks whose run should reach it),
+    ``missing`` (planned, not judged yet: no evaluation, or not every planned seed's; task
+    names), ``env_steps`` and ``text`` ("N of M tasks inside at 100,000 simulator steps", with the
+    missing ones named when there are any)."""
     at = points[points["env_steps"] == int(env_steps)]
     evaluated = at[at["verdict"] != MISSING]
     n, m = int((evaluated["verdict"] == INSIDE).sum()), int(len(evaluated))
     missing = sorted(at.loc[at["verdict"] == MISSING, "task"])
     text = f"{n} of {m} tasks inside at {int(env_steps):,} simulator steps"
     if missing:
-        text += f" ({len(missing)} more planned, not evaluated yet: {', '.join(missing)})"
+        text += f" ({len(missing)} more planned, not judged yet: {', '.join(missing)})"
     return dict(inside=n, evaluated=m, planned=int(len(at)), missing=missing, env_steps=int(env_steps), text=text)
 
 
 def partial_notes(df: pd.DataFrame, points: pd.DataFrame, meta: Optional[Mapping] = None) -> list[str]:
     """What the results file lacks against its plan, one sentence each: tasks of the plan with no
-    row, published points a task's run should reach without an evaluation, tasks with fewer seeds
-    than planned (the plan's ``seeds``). Empty when the run is complete."""
+    row, published points a task's run should reach without an evaluation of any seed, tasks with
+    fewer seeds than planned (the plan's ``seeds``; their points are not judged until all are in).
+    Empty when the run is complete."""
     notes = []
     plan = (meta or {}).get("plan") or {}
     absent = sorted(t for t in plan if t not in set(df["task"]))
     if absent:
         notes.append(f"{len(absent)} of {len(plan)} planned task(s) have no results yet: {', '.join(absent)}.")
-    for task, g in points[points["verdict"] == MISSING].groupby("task", sort=True):
+    for task, g in points[(points["verdict"] == MISSING) & (points["n_seeds"] == 0)].groupby("task", sort=True):
         if task in absent:
             continue
         steps = ", ".join(f"{int(s):,}" for s in g["env_steps"])
@@ -221,16 +223,27 @@ def plot_task(df: pd.DataFrame, task: str, path: str | os.PathLike, max_env_step
     plt.close(fig)
 
 
+def verdict_words(point) -> str:
+    """A point's verdict as the tables print it: the verdict, and for a point judged
+    :data:`MISSING` with some seeds in (a task whose seeds train in jobs of their own) which
+    seeds those are: "missing (seeds 0 in; judged once every planned seed is)". Their returns are
+    shown beside it; they are not judged."""
+    if point.verdict == MISSING and point.n_seeds:
+        return f"missing (seeds {', '.join(str(s) for s in point.seeds)} in; judged once every planned seed is)"
+    return str(point.verdict)
+
+
 def points_markdown(points: pd.DataFrame) -> str:
-    """The per-point table as Markdown (returns to 1 decimal)."""
+    """The per-point table as Markdown (returns to 1 decimal). A point with some of its planned
+    seeds in shows their returns and stays unjudged (:func:`verdict_words`)."""
     head = ("| task | simulator steps | ours: mean (seeds) | published: mean [min, max] (n) | band | verdict |\n"
             "|---|---|---|---|---|---|\n")
     lines = []
     for r in points.itertuples(index=False):
-        ours = "—" if r.verdict == MISSING else (
+        ours = "—" if not r.n_seeds else (
             f"{r.mean:.1f} (" + ", ".join(f"{v:.1f}" for v in r.seed_returns) + ")")
         lines.append(f"| {r.task} | {r.env_steps:,} | {ours} | {r.pub_mean:.1f} [{r.pub_min:.1f}, {r.pub_max:.1f}] "
-                     f"({r.pub_n}) | [{r.band_low:.1f}, {r.band_high:.1f}] | {r.verdict} |")
+                     f"({r.pub_n}) | [{r.band_low:.1f}, {r.band_high:.1f}] | {verdict_words(r)} |")
     return head + "\n".join(lines) + "\n"
 
 
