@@ -61,9 +61,13 @@ def run_stage(work: Path, env_id: str, agent: dict, agent_steps: int, jax_cache:
     # per program: trace+lower and XLA seconds, where a loaded program's seconds went
     # (program_cache_s) and what JAX reported (jax_events: its cache's hits and read time...)
     detail = run.get("compile_detail", {})
+    # JAX's persistent cache after the job: each entry's bytes (compressed executables; their
+    # load is the warm job's cache_retrieval_time_sec), largest first
+    entries = sorted(((p.name, p.stat().st_size) for p in Path(jax_cache).iterdir() if p.is_file()),
+                     key=lambda e: -e[1]) if Path(jax_cache).is_dir() else []
     return {"wall_s": wall, "compile_s": compile_s, "compile_total_s": sum(compile_s.values()),
             "log": done[-1].split("] ", 1)[-1] if done else None, "program_cache_said": said,
-            "compile_detail": detail}
+            "compile_detail": detail, "jax_cache_entries": dict(entries)}
 
 
 def main(argv=None) -> int:
@@ -115,7 +119,13 @@ def main(argv=None) -> int:
             parts = ", ".join(f"{k} {v:.2f}" for k, v in d.get("program_cache_s", {}).items())
             # durations (float seconds) to two decimals, counts as they are; the event's last name
             events = ", ".join(f"{k.rsplit('/', 1)[-1]} {round(v, 2)}" for k, v in d.get("jax_events", {}).items())
-            print(f"{name}, {prog}: program cache [{parts}]; JAX [{events}]")
+            sizes = ", ".join(f"{k} {v / 2**20:.2f}" for k, v in d.get("executable_bytes", {}).items())
+            print(f"{name}, {prog}: program cache [{parts}]; JAX [{events}]; executable MiB [{sizes}]")
+    for name, r in rows.items():
+        entries = r.get("jax_cache_entries") or {}
+        print(f"{name}: JAX's persistent cache after it, {len(entries)} entries, "
+              f"{sum(entries.values()) / 2**20:.1f} MiB; the largest: "
+              + ", ".join(f"{k[:48]} {v / 2**20:.2f} MiB" for k, v in list(entries.items())[:4]))
     return 0
 
 

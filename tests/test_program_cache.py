@@ -63,6 +63,10 @@ def test_a_program_is_stored_once_then_loaded_without_tracing_and_computes_the_s
     assert set(t1["toy"]["program_cache_s"]) == {"key", "trace_export", "lower", "compile"}
     assert set(t2["toy"]["program_cache_s"]) == {"key", "read", "deserialize", "lower", "compile"}
     assert all(v >= 0 for t in (t1, t2) for v in t["toy"]["program_cache_s"].values())
+    # XLA's sizes of the executable, stored and loaded alike: the arguments are the state's bytes
+    state_bytes = sum(a.nbytes for a in leaves((make_state(), x, n)))
+    assert t1["toy"]["executable_bytes"] == t2["toy"]["executable_bytes"]
+    assert t1["toy"]["executable_bytes"]["arguments"] == state_bytes
     # another fingerprint (another configuration): another program, traced and stored
     program(t3, {"toy": 2})(make_state(), x, n)
     assert t3["toy"]["program_cache"] == "stored" and len(list(tmp_path.glob("toy-*.jaxprog"))) == 2

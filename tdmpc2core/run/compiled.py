@@ -10,7 +10,7 @@ executable directly. The numbers are the ones ``jit`` would compute (the same lo
 the same XLA compilation; the persistent compilation cache applies as usual).
 
 Timings go into a dict the caller owns, ``{program name: {"trace_lower_s", "compile_s",
-"calls_compiled", "jax_events"}}``, summed over signatures (an agent keeps one per process:
+"calls_compiled", "jax_events", "executable_bytes"}}``, summed over signatures (an agent keeps one per process:
 ``agent.compile_seconds``). ``jax_events``: what JAX reported through :mod:`jax.monitoring`
 while the program was traced, lowered and compiled, summed per event (durations in seconds,
 counts as numbers; the leading ``/jax/`` dropped): e.g. ``compilation_cache/cache_hits`` and
@@ -18,6 +18,8 @@ counts as numbers; the leading ``/jax/`` dropped): e.g. ``compilation_cache/cach
 loaded), ``core/compile/backend_compile_duration`` (XLA compiling), so a slow warm start says
 which step was slow. Nested events overlap (a function jitted inside the program is traced
 inside its trace and counted in both), and events another thread raises meanwhile are counted too.
+``executable_bytes``: XLA's sizes of the compiled program (:func:`executable_bytes`: its machine
+code, arguments, outputs, temporaries), absent where the backend reports none.
 
 :func:`per_seed` is the one place the agents compile their programs: the training chunks,
 the evaluations, the initial states (``jax.jit(jax.vmap(fn))`` over the seed axis, or
@@ -76,6 +78,29 @@ def jax_events(into: dict):
                 pass
 
 
+#: :func:`executable_bytes`'s fields, from XLA's memory analysis of a compiled program
+_MEMORY_FIELDS = {"code": "generated_code_size_in_bytes", "arguments": "argument_size_in_bytes",
+                  "outputs": "output_size_in_bytes", "temporaries": "temp_size_in_bytes"}
+
+
+def executable_bytes(executable) -> dict:
+    """The sizes XLA reports for a compiled program (``jax.stages.Compiled``), in bytes:
+    ``code`` (the generated machine code: what a persistent cache's load has to read and
+    load), ``arguments``, ``outputs``, ``temporaries`` (device memory). {} where the backend
+    gives no memory analysis."""
+    try:
+        stats = executable.memory_analysis()
+    except Exception:  # noqa: BLE001 - a backend or runtime without one
+        return {}
+    stats = stats[0] if isinstance(stats, (list, tuple)) and stats else stats
+    out = {}
+    for field, attr in _MEMORY_FIELDS.items():
+        value = getattr(stats, attr, None)
+        if isinstance(value, (int, float)) and value >= 0:
+            out[field] = int(value)
+    return out
+
+
 class Compiled:
     """``jitted`` (a ``jax.jit`` function of positional arguments) compiled ahead of time per
     input signature, its trace+lower and compile seconds added to ``timings[name]``.
@@ -119,6 +144,8 @@ class Compiled:
                     for part, seconds in exe.seconds.items():
                         parts[part] = round(parts.get(part, 0.0) + seconds, 6)
             self._executables[key] = exe
+            for field, size in executable_bytes(getattr(exe, "executable", exe)).items():
+                rec.setdefault("executable_bytes", {})[field] = rec.get("executable_bytes", {}).get(field, 0) + size
             rec["trace_lower_s"] += trace_lower_s
             rec["compile_s"] += compile_s
             rec["calls_compiled"] += 1
