@@ -9,20 +9,35 @@ Programs (as a run compiles them): ``init`` (initial state), ``chunk`` (the trai
 ticks of act + env step + replay + updates, seeds vmapped), ``eval`` (evaluation episodes).
 Components, each compiled on its own at the shapes the chunk uses (one seed): ``update`` (one
 gradient update on a batch), ``plan`` (one MPPI call per env), ``env_step`` (one env step per
-env), ``eval_episode`` (one evaluation episode). A component's seconds are not a share of
-the chunk's (XLA compiles the whole program at once), but they say which part is large.
+env), ``env_reset`` (one env reset per env), ``eval_episode`` (one evaluation episode). A
+component's seconds are not a share of the chunk's (XLA compiles the whole program at once),
+but they say which part is large; so do the operation counts of each lowered program (``ops``:
+StableHLO operations, ``dots``, ``whiles``), which do not depend on the machine's load.
 Prints a table and, with ``--json``, writes the numbers to a file.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
+import re
 import sys
 import time
 
 DEMO = dict(model_size=1, enc_dim=128, mlp_dim=128, latent_dim=64, batch_size=64, num_samples=64, num_elites=8,
             num_pi_trajs=4, iterations=2)
+
+
+_OP = re.compile(r'= "?(stablehlo\.[a-z_]+)')
+
+
+def op_counts(lowered) -> dict:
+    """The lowered program's size: ``ops`` (StableHLO operations, every nested region's
+    counted: what XLA compiles and the executable holds code for), ``dots`` (its products),
+    ``whiles`` (its loops, each body counted once)."""
+    ops = collections.Counter(_OP.findall(lowered.as_text()))
+    return {"ops": int(sum(ops.values())), "dots": int(ops["stablehlo.dot_general"]), "whiles": int(ops["stablehlo.while"])}
 
 
 def timed(fn, *args):
@@ -31,7 +46,7 @@ def timed(fn, *args):
     t1 = time.perf_counter()
     lowered.compile()
     t2 = time.perf_counter()
-    return {"trace_lower_s": t1 - t0, "compile_s": t2 - t1}
+    return {"trace_lower_s": t1 - t0, "compile_s": t2 - t1, **op_counts(lowered)}
 
 
 def main(argv=None) -> int:
@@ -89,6 +104,8 @@ def main(argv=None) -> int:
     step_fn = jax.jit(jax.vmap(agent.env.step))
     out["components"]["env_step"] = timed(step_fn, one.env_state, jnp.zeros((n, agent.spec.action_dim)),
                                           jax.random.split(jax.random.PRNGKey(3), n))
+    reset_fn = jax.jit(jax.vmap(agent.env.reset))
+    out["components"]["env_reset"] = timed(reset_fn, jax.random.split(jax.random.PRNGKey(3), n))
     ev1 = jax.jit(lambda p, k: online.eval_episode(
         agent.env, lambda o, m, t0_, kk: plan(agent.wm, p, o, m, t0_, True, agent.gamma, kk),
         agent.episode_length, cfg.horizon, agent.spec.action_dim, k))
@@ -96,11 +113,12 @@ def main(argv=None) -> int:
 
     print(f"jax {jax.__version__}; {args.env}, seeds {args.seeds}, n_envs {n}; " +
           ", ".join(f"{k}={v}" for k, v in out["config"].items() if k not in ("env", "seeds", "n_envs")))
-    print(f"{'':24s} {'trace+lower s':>14s} {'compile s':>10s} {'total s':>8s}")
+    print(f"{'':24s} {'trace+lower s':>14s} {'compile s':>10s} {'total s':>8s} {'ops':>7s} {'dots':>5s} {'whiles':>6s}")
     for group in ("programs", "components"):
         for name, r in out[group].items():
             print(f"{group[:-1] + ' ' + name:24s} {r['trace_lower_s']:14.1f} {r['compile_s']:10.1f} "
-                  f"{r['trace_lower_s'] + r['compile_s']:8.1f}")
+                  f"{r['trace_lower_s'] + r['compile_s']:8.1f} {r.get('ops', ''):>7} {r.get('dots', ''):>5} "
+                  f"{r.get('whiles', ''):>6}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
