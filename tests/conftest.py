@@ -25,7 +25,13 @@ CI's 2-core CPU; most of its time is XLA compiling).
   (``gc.freeze``: moved out of the collector's sight, never freed), so later collections walk
   only what the file itself creates. What a finished file leaves alive is kept for good: its
   fixtures are torn down before the next file starts, so this is caches (JAX's, ours). The
-  terminal summary gives the seconds spent collecting.
+  youngest generation's threshold is raised from 700 to ``GC_THRESHOLD0`` (100,000 net
+  allocations), so that the collections that walk a file's live objects come about 140 times
+  less often: tests/test_episodic.py and tests/test_checkpoint.py in one process (two such
+  runs side by side, 2026-12-06, load about 3) spent 19.0 s collecting (47 full collections)
+  with 700 and 6.4 s (2 full) with 100,000, and ran 13.6 s faster (399 s -> 385 s). Garbage
+  cycles are freed later (within the next 100,000 allocations), never kept. The terminal
+  summary gives the seconds spent collecting.
 """
 from __future__ import annotations
 
@@ -145,6 +151,11 @@ def _gc_timer(phase: str, info: dict) -> None:
 
 _GC_START = [0.0]
 gc.callbacks.append(_gc_timer)
+# the youngest generation collected every 100,000 net allocations instead of 700: JAX's tracing
+# allocates millions of short-lived objects, and each 10th young collection promotes into the
+# older ones, whose collections walk all of the file's live objects (see the docstring)
+GC_THRESHOLD0 = 100_000
+gc.set_threshold(GC_THRESHOLD0, *gc.get_threshold()[1:])
 
 
 def pytest_sessionfinish(session):
