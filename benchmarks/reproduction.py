@@ -662,8 +662,8 @@ def analyze(args) -> int:
     lines += [f"- {r.task}: {r.verdict}"
               + (f" (outside at {', '.join(f'{s:,}' for s in r.outside)})" if r.outside else "")
               + (f" (not judged yet at {', '.join(f'{s:,}' for s in r.missing)}: "
-                 + ("not every planned seed is in)" if any(
-                     n for n, t in zip(points["n_seeds"], points["task"]) if t == r.task) else "no evaluation)")
+                 + ("not every planned seed is in)" if points.loc[points["task"] == r.task, "n_seeds"].any()
+                    else "no evaluation)")
                  if r.missing else "")
               for r in tasks.itertuples(index=False)]
     notes = RP.partial_notes(df, points, meta)

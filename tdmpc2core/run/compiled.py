@@ -145,7 +145,8 @@ class Compiled:
                         parts[part] = round(parts.get(part, 0.0) + seconds, 6)
             self._executables[key] = exe
             for field, size in executable_bytes(getattr(exe, "executable", exe)).items():
-                rec.setdefault("executable_bytes", {})[field] = rec.get("executable_bytes", {}).get(field, 0) + size
+                sizes = rec.setdefault("executable_bytes", {})  # absent where the backend gives none
+                sizes[field] = sizes.get(field, 0) + size
             rec["trace_lower_s"] += trace_lower_s
             rec["compile_s"] += compile_s
             rec["calls_compiled"] += 1
