@@ -224,9 +224,12 @@ def load_pipeline(config: str, reduced: bool = False, task: str | None = None):
                              f"{sorted(base['protocols'][proto]['tasks'])})")
         t = dict(base["protocols"][proto]["tasks"][task], **{k: v for k, v in REDUCED.items()},
                  expected=None)
+        tasks = {name: {"seed_groups": [[s] for s in REDUCED_SEEDS]}  # groups of the full seeds: one per job
+                 for name, ts in base["protocols"][proto]["tasks"].items() if ts.get("seed_groups") is not None}
+        tasks[task] = dict(t, **tasks.get(task, {}))
         overrides = {"seeds": REDUCED_SEEDS, "seeds_per_job": len(REDUCED_SEEDS), "threads_per_job": 1,
                      "checkpoint_every": 300, "video": "off",
-                     "protocols": {proto: {"tasks": {task: t}}}}
+                     "protocols": {proto: {"tasks": tasks}}}
     return resolve(load_workflow_config([config], root=ROOT, overrides=overrides))
 
 

@@ -78,6 +78,28 @@ def test_a_task_may_have_its_own_seeds_per_job():
                              overrides={"protocols": {"demo": {"tasks": {"pendulum": {"seeds_per_job": 0}}}}})
 
 
+def test_a_task_may_name_its_seed_groups():
+    """``seed_groups`` under a task names each of its jobs' seeds (a grouping ``seeds_per_job``
+    cannot give: seed 0 alone, 1 and 2 vmapped); it comes before the defaults' seeds_per_job;
+    groups that do not join into the top-level seeds, in order, are refused with the key named."""
+    three = "seeds: [0, 1, 2]\nseeds_per_job: 3\n"
+    p = resolve(merged(three + "protocols: {demo: {tasks: {cartpole-balance: {seed_groups: [[0], [1, 2]]}}}}"))
+    assert p.task_seed_groups("cartpole-balance") == [(0,), (1, 2)] and p.task_seed_groups("pendulum") == [(0, 1, 2)]
+    assert [(n, g) for n, g, _ in p.train_rules()] == [
+        ("train_single_seeds_0_1_2", (0, 1, 2)), ("train_single_seeds_0", (0,)), ("train_single_seeds_1_2", (1, 2))]
+    assert p.task_pattern(False, (1, 2)) == r"cartpole\-balance"
+    assert p.task_spec("cartpole-balance") == resolve(merged(three)).task_spec("cartpole-balance")
+    over = resolve(merged(three + "protocols: {demo: {defaults: {seeds_per_job: 1}, "
+                                  "tasks: {pendulum: {seed_groups: [[0, 1], [2]]}}}}"))
+    assert over.task_seed_groups("pendulum") == [(0, 1), (2,)] and over.task_seed_groups("cartpole-balance") == [
+        (0,), (1,), (2,)]
+    for bad in ("[[0], [2, 1]]", "[[0, 1]]", "[[0], [1], [1, 2]]", "[[0], []]"):
+        msg = refusal(three + f"protocols: {{demo: {{tasks: {{pendulum: {{seed_groups: {bad}}}}}}}}}")
+        assert msg.startswith("config: protocols.demo.tasks.pendulum.seed_groups: ") and "[0, 1, 2]" in msg, msg
+    msg = refusal(three + "protocols: {demo: {tasks: {pendulum: {seed_groups: [[0, 1, 2]], seeds_per_job: 1}}}}")
+    assert "seeds_per_job or seed_groups, not both" in msg
+
+
 def test_demo_resolves():
     p = resolve(merged())
     assert p.protocol_name == "demo" and list(p.tasks) == ["pendulum", "cartpole-balance"]

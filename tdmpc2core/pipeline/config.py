@@ -267,7 +267,11 @@ class Pipeline:
     def task_seed_groups(self, task: str) -> list[tuple]:
         """The seed groups of ``task``'s training jobs: ``seeds`` in groups of the task's
         ``seeds_per_job`` (its own or its protocol's defaults' key), else the top-level one's
-        (:attr:`seed_groups`)."""
+        (:attr:`seed_groups`); a task's ``seed_groups`` (explicit groups, checked at resolution
+        to hold every seed once, in order) come before both."""
+        given = self.tasks[task].get("seed_groups")
+        if given is not None:
+            return [tuple(int(x) for x in g) for g in given]
         n = self.tasks[task].get("seeds_per_job")
         return self.seed_groups if n is None else seed_groups(self.seeds, int(n))
 
@@ -371,6 +375,19 @@ def seed_groups(seeds, per_job: int) -> list[tuple]:
     """``seeds`` in groups of ``per_job`` (the last one shorter), in their order."""
     seeds = [int(x) for x in seeds]
     return [tuple(seeds[i:i + per_job]) for i in range(0, len(seeds), per_job)]
+
+
+def _check_seed_groups(proto: str, name: str, given, seeds: list) -> None:
+    """A task's explicit ``seed_groups``: non-empty lists of integers that, joined, are the
+    top-level ``seeds`` in their order (each seed in one job, no job twice). Raises ConfigError
+    naming the task's key, the value and what is accepted."""
+    where = f"protocols.{proto}.tasks.{name}.seed_groups"
+    ok = isinstance(given, list) and given and all(
+        isinstance(g, list) and g and all(isinstance(x, int) and not isinstance(x, bool) for x in g) for g in given)
+    if not ok or [x for g in given for x in g] != list(seeds):
+        raise ConfigError(
+            f"config: {where}: {given!r} is not accepted; give lists of seeds that, joined, are the "
+            f"top-level seeds {list(seeds)} in their order, e.g. {[[s] for s in seeds[:1]] + ([list(seeds[1:])] if seeds[1:] else [])}")
 
 
 def train_rule_name(group, pixels: bool = False) -> str:
@@ -729,6 +746,13 @@ def resolve(config: dict) -> Pipeline:
     if not tasks and not official_pools:
         raise ConfigError(f"config: protocols.{name}.tasks is empty; name at least one task (or official_pools)")
     seeds, per_job = [int(s) for s in config["seeds"]], int(config["seeds_per_job"])
+    for t, s in tasks.items():
+        if s.get("seed_groups") is not None:
+            if "seeds_per_job" in ((protocol.get("tasks") or {}).get(t) or {}) \
+                    and "seed_groups" in ((protocol.get("tasks") or {}).get(t) or {}):
+                raise ConfigError(f"config: protocols.{name}.tasks.{t}: give seeds_per_job or seed_groups, not both "
+                                  f"(seed_groups names each job's seeds; seeds_per_job groups them in order)")
+            _check_seed_groups(name, t, s["seed_groups"], seeds)
     task_T, task_cfg = {t: c[0] for t, c in checked.items()}, {t: c[1] for t, c in checked.items()}
     multitask = check_multitask(name, protocol.get("multitask"), tasks=tasks, task_T=task_T, task_cfg=task_cfg,
                                 pools=pools, official_pools=official_pools,
