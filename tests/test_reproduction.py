@@ -187,10 +187,10 @@ def test_runner_runs_the_rules_command_with_the_pipelines_settings():
     Pl = R.load_pipeline(CONFIG)
     jobs = _dry_run_jobs()
     assert set(jobs) == {(t, g) for t in Pl.tasks for g in Pl.task_seed_groups(t)} and Pl.seed_groups == [(0, 1, 2)]
-    # the two longer tasks: one job per seed (each fits one device session); the others: one job
+    # the two longer tasks: jobs of one or two seeds (each fits one device session); the others: one job
     assert {t for t in Pl.tasks if Pl.task_seed_groups(t) != [(0, 1, 2)]} == {"cheetah-run", "pendulum-swingup"}
     assert Pl.task_seed_groups("cheetah-run") == [(0,), (1, 2)] and Pl.task_seed_groups("pendulum-swingup") == [
-        (0,), (1,), (2,)]
+        (0, 1), (2,)]
     for (task, group), (exports, argv) in jobs.items():
         assert Pl.train_single_command(task, group, ["PYTHON", "-m", "tdmpc2core.cli"]) == argv, task
         assert Pl.train_single_env(task) == exports, task
@@ -330,9 +330,11 @@ def _finished_runs(work: Path, task: str, seeds, **run_json) -> None:
 
 def test_collected_rows_name_the_commit_that_trained_the_run_never_an_unverified_one(tmp_path, capsys):
     """A run folder found finished (a stale one, trained at another commit): its rows name the
-    commit its run.json recorded, not --commit / HEAD; a run that recorded none (trained without
-    git) gets --commit only when its code_version is this code's, and is refused otherwise (one
-    line naming both code versions); nothing is added then."""
+    commit its run.json recorded, not --commit / HEAD, when its work tree was clean; a run that
+    recorded none (trained without git), or one whose work tree had uncommitted changes (the
+    accelerator machine's copy: this commit's files over an older commit's git folder), gets
+    --commit only when its code_version is this code's, and is refused otherwise (one line
+    naming both code versions); nothing is added then."""
     from tdmpc2core.pipeline.codeversion import code_version
 
     R = runner()
@@ -342,9 +344,9 @@ def test_collected_rows_name_the_commit_that_trained_the_run_never_an_unverified
     def call(work, results):
         return R.main(["run", "--reduced", "--workdir", str(work), "--results", str(results), "--commit", "f" * 40])
 
-    # recorded: the run's commit, whatever --commit says
+    # recorded with a clean work tree: the run's commit, whatever --commit says
     _finished_runs(tmp_path / "w1", task, [0, 1], code_version="0" * 16,
-                   provenance={"git": {"commit": "a" * 40}, "platform": {"device_kind": "stand-in"}})
+                   provenance={"git": {"commit": "a" * 40, "dirty": False}, "platform": {"device_kind": "stand-in"}})
     assert call(tmp_path / "w1", tmp_path / "r1.parquet") == 0
     assert set(IO.read_results(tmp_path / "r1.parquet")["commit"]) == {"a" * 40}
     assert f"the runs recorded the commit(s) {'a' * 40} that trained them (this code is {'f' * 40})" in \
@@ -353,11 +355,23 @@ def test_collected_rows_name_the_commit_that_trained_the_run_never_an_unverified
     _finished_runs(tmp_path / "w2", task, [0, 1], code_version=here, provenance={"git": {"commit": None}})
     assert call(tmp_path / "w2", tmp_path / "r2.parquet") == 0
     assert set(IO.read_results(tmp_path / "r2.parquet")["commit"]) == {"f" * 40}
+    # recorded with changes in the work tree: not that commit's code; --commit when the code versions agree
+    _finished_runs(tmp_path / "w5", task, [0, 1], code_version=here, provenance={"git": {"commit": "a" * 40, "dirty": True}})
+    assert call(tmp_path / "w5", tmp_path / "r5.parquet") == 0
+    assert set(IO.read_results(tmp_path / "r5.parquet")["commit"]) == {"f" * 40}
+    for n, dirty in ((6, True), (7, None)):
+        _finished_runs(tmp_path / f"w{n}", task, [0, 1], code_version="0" * 16,
+                       provenance={"git": {"commit": "a" * 40, "dirty": dirty}})
+        with pytest.raises(SystemExit, match=f"its git commit a{{40}} recorded "
+                           + ("with uncommitted changes in the work tree" if dirty else "without knowing whether")
+                           + ".*, and it ran code version 0{16}.*cannot be told"):
+            call(tmp_path / f"w{n}", tmp_path / f"r{n}.parquet")
+        assert not (tmp_path / f"r{n}.parquet").exists()
     # none recorded, another code version (or none): refused, no rows
     for n, extra in ((3, {"code_version": "0" * 16}), (4, {})):
         _finished_runs(tmp_path / f"w{n}", task, [0, 1], provenance={"git": {"commit": None}}, **extra)
         results = tmp_path / f"r{n}.parquet"
-        with pytest.raises(SystemExit, match="no git commit recorded and it "
+        with pytest.raises(SystemExit, match="no git commit recorded \\(a copy of the work tree without git\\), and it "
                            + ("ran code version 0000000000000000, and the code here \\(commit f{40}\\) is code "
                               f"version {here}" if extra else "records no code_version either")
                            + ": the commit that trained it cannot be told"):

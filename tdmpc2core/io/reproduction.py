@@ -13,9 +13,10 @@ One Parquet file, one row per (task, seed, evaluation point) of ``tdmpc2 train-s
   precision (``"highest"``: full float32, as 5f6fade);
 * ``device``: the JAX device kind the run trained on (``"TPU v5 lite"``, ``"cpu"``);
 * ``commit``: the git commit of the code that trained it: the one the run recorded (run.json's
-  ``provenance.git.commit``); for a run trained in a copy without git (none recorded), the
-  commit of the code at hand, only when the run's ``code_version`` is that code's
-  (:func:`run_commit`).
+  ``provenance.git.commit``) when its work tree had no uncommitted change; for a run trained
+  in a copy without git (none recorded) or in a work tree with changes (``dirty``, or not
+  known to be clean), the commit of the code at hand, only when the run's ``code_version`` is
+  that code's (:func:`run_commit`).
 
 Beside it, ``<name>.json`` (:func:`meta_path`): the plan (the configuration's tasks, their run
 length and seeds), the resolved settings of each collected task and the wall time of every call
@@ -120,31 +121,37 @@ def read_meta(path: str | os.PathLike) -> dict:
 def run_commit(info: dict, run_json, commit: Optional[str] = None, code_version: Optional[str] = None) -> str:
     """The commit a finished run's rows name (``info``: its run.json, read from ``run_json``).
 
-    The run's own record first: its provenance's git commit, whatever ``commit`` says (a run
-    directory trained by other code than the one at hand keeps its commit). A run that recorded
-    none was trained in a copy of the work tree without git (the accelerator machine); it gets
-    ``commit``, the commit of the code at hand (``--commit`` or the work tree's HEAD), only when
-    that is verifiably the code that trained it: the run's ``code_version`` (run.json; the hash
-    of the training stage and every module it imports, tdmpc2core.pipeline.codeversion) equals
-    ``code_version``, the code at hand's. Otherwise the rows could name a commit that never
-    trained them, so it is an error.
+    The run's own record first: its provenance's git commit when its work tree was clean
+    (``dirty`` false), whatever ``commit`` says (a run directory trained by other code than the
+    one at hand keeps its commit). A run that recorded none was trained in a copy of the work
+    tree without git; one whose work tree had uncommitted changes (``dirty`` true, or not
+    recorded) ran code that commit does not hold (the accelerator machine's copy: the files of
+    the commit sent over a git folder of an older one). Either gets ``commit``, the commit of
+    the code at hand (``--commit`` or the work tree's HEAD), only when that is verifiably the
+    code that trained it: the run's ``code_version`` (run.json; the hash of the training stage
+    and every module it imports, tdmpc2core.pipeline.codeversion) equals ``code_version``, the
+    code at hand's. Otherwise the rows could name a commit that never trained them, so it is an
+    error.
 
     Raises:
-      ValueError: no commit recorded and none given, or the run's code version missing or
-        other than ``code_version`` (both named, with what to do).
+      ValueError: no clean commit recorded and none given, or the run's code version missing
+        or other than ``code_version`` (both named, with what to do).
     """
-    recorded = ((info.get("provenance") or {}).get("git") or {}).get("commit")
-    if recorded:
+    git = (info.get("provenance") or {}).get("git") or {}
+    recorded = git.get("commit")
+    if recorded and git.get("dirty") is False:
         return str(recorded)
+    why = (f"its git commit {recorded} recorded with uncommitted changes in the work tree" if recorded and git.get("dirty")
+           else f"its git commit {recorded} recorded without knowing whether the work tree had changes" if recorded
+           else "no git commit recorded (a copy of the work tree without git)")
     if not commit:
-        raise ValueError(f"{run_json}: no git commit recorded (a copy of the work tree without git); "
-                         "give the commit that ran (--commit)")
+        raise ValueError(f"{run_json}: {why}; give the commit that ran (--commit)")
     ran = info.get("code_version")
     if code_version is None or ran != code_version:
         what = ("records no code_version either" if not ran
                 else f"ran code version {ran}, and the code here (commit {commit}) is "
                      + (f"code version {code_version}" if code_version else "of no known code version"))
-        raise ValueError(f"{run_json}: no git commit recorded and it {what}: the commit that trained it cannot be "
+        raise ValueError(f"{run_json}: {why}, and it {what}: the commit that trained it cannot be "
                          f"told, so its rows would be mislabelled {commit}. Collect it with the code that trained it "
                          "(check out that commit; its code version then matches), or train it again (delete its "
                          "folder under results/single and its checkpoint folder)")
