@@ -488,7 +488,10 @@ TINY = dict(model_size=1, mlp_dim=32, latent_dim=16, enc_dim=32, num_samples=16,
 def test_two_seeds_train_evaluate_and_resume_exactly(tmp_path):
     """TDMPC2 on dm_control: 2 seeds x 2 envs, 300 agent steps (seed phase, burst, planning),
     evaluated; a run stopped at 200 steps and resumed from its checkpoint (the host
-    simulator scrambled in between) gives the same parameters and evaluations bit for bit."""
+    simulator scrambled in between) gives the same parameters and evaluations bit for bit. The
+    resume is a new agent's (as a new process's) with its programs compiled ahead in threads
+    (RunOptions.compile_ahead, on by default off a CPU): the training chunk and, beside it, the
+    evaluation, both with host callbacks into the one dm_control simulator."""
     from tdmpc2core import TDMPC2
 
     agent = TDMPC2("dmc:cartpole-balance", n_envs=2, action_repeat=2, episode_length=200, seed_steps=200,
@@ -510,8 +513,11 @@ def test_two_seeds_train_evaluate_and_resume_exactly(tmp_path):
     scratch.reset()
     for _ in range(37):
         scratch.step(np.ones(1))
-    resumed, hist2 = agent.train(seed=[0, 1], n_timesteps=300, eval_every=300, eval_episodes=2,
-                                 checkpoint_dir=ckpt)
+    fresh = TDMPC2("dmc:cartpole-balance", n_envs=2, action_repeat=2, episode_length=200, seed_steps=200, **TINY)
+    resumed, hist2 = fresh.train(seed=[0, 1], n_timesteps=300, eval_every=300, eval_episodes=2,
+                                 checkpoint_dir=ckpt, compile_ahead=True)
+    assert all(fresh.compile_seconds[p].get("ahead") for p in ("chunk", "eval")), fresh.compile_seconds
+    assert all(0 <= fresh.compile_seconds[p]["blocked_s"] for p in ("chunk", "eval"))
     for x, y in zip(jax.tree_util.tree_leaves((whole.agent, whole.env_state, whole.obs)),
                     jax.tree_util.tree_leaves((resumed.agent, resumed.env_state, resumed.obs))):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

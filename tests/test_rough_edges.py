@@ -319,7 +319,7 @@ def test_progress_right_after_a_resume_leaves_the_compiling_out_of_the_rate():
             time.sleep(0.002 * n_ticks)
             return {"tick": start_tick + n_ticks}
 
-        def compile_seconds(self):
+        def blocked_seconds(self):  # the seconds the run waited on compiling
             return self.compiled
 
         def chunk_record(self, state, record, chunk, run):

@@ -142,6 +142,23 @@ class OnlineProgram(RunProgram):
         state = self.agent._chunk()(state, jnp.int32(start_tick), jnp.int32(n_ticks))
         return jax.block_until_ready(state)
 
+    def compile_ahead(self, state, run: Run, chunks: bool, evaluates: bool):
+        """The training chunk (when the call runs one) and the evaluation (when it evaluates),
+        for the driver to compile beside the call (RunOptions.compile_ahead): their arguments'
+        specs taken now, from ``state``."""
+        import functools
+
+        from ..run.compiled import abstract
+
+        agent, out = self.agent, []
+        if chunks:
+            out.append(("chunk", functools.partial(agent._chunk().compile_ahead,
+                                                   *abstract((state, jnp.int32(0), jnp.int32(1))))))
+        if evaluates:
+            fn, args = agent._eval_call(state, run.eval_episodes, 0, run.seeds)
+            out.append(("eval", functools.partial(fn.compile_ahead, *abstract(args))))
+        return out
+
     def after_call(self, state, agent_steps):
         agent = self.agent
         # a host simulator's exception inside the call (its items gave NaN): the run stops with it

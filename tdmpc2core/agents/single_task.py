@@ -335,6 +335,22 @@ class TDMPC2:
         the same shape (at any step)}``; ``ext``: {``ext/<extension>/<metric>``: numpy float64
         [n_seeds]} ({} without extensions that have eval_metrics; one compiled program either
         way)."""
+        fn, args = self._eval_call(state, num_episodes, eval_index, seeds)
+        if len(args) == 2:
+            ret, length, succ = fn(*args)
+            ret = np.asarray(ret)
+            self.env.raise_host_error(f"in an evaluation (index {eval_index})")  # a host simulator's exception
+            return ret, np.asarray(length), success_dict(succ), {}
+        ret, length, succ, ext = fn(*args)
+        ret = np.asarray(ret)
+        self.env.raise_host_error(f"in an evaluation (index {eval_index})")
+        return (ret, np.asarray(length), success_dict(succ),
+                {k: np.asarray(v, np.float64) for k, v in ext.items()})
+
+    def _eval_call(self, state, num_episodes: int, eval_index: int, seeds):
+        """(the compiled evaluation of ``num_episodes`` episodes, its arguments): the
+        parameters, the seeds' evaluation keys and, with extensions that have eval_metrics,
+        their states."""
         fn = self._eval_fns.get(num_episodes)
         if fn is None:
             fn = self._eval_fns[num_episodes] = online.make_eval_fn(self, num_episodes, self.compile_seconds,
@@ -343,15 +359,8 @@ class TDMPC2:
         seeds = list(range(n_seeds)) if seeds is None else list(seeds)
         keys = jnp.stack([eval_key(s, eval_index) for s in seeds])
         if self.extensions is None or not self.extensions.has("eval_metrics"):
-            ret, length, succ = fn(state.agent.params, keys)
-            ret = np.asarray(ret)
-            self.env.raise_host_error(f"in an evaluation (index {eval_index})")  # a host simulator's exception
-            return ret, np.asarray(length), success_dict(succ), {}
-        ret, length, succ, ext = fn(state.agent.params, keys, state.ext)
-        ret = np.asarray(ret)
-        self.env.raise_host_error(f"in an evaluation (index {eval_index})")
-        return (ret, np.asarray(length), success_dict(succ),
-                {k: np.asarray(v, np.float64) for k, v in ext.items()})
+            return fn, (state.agent.params, keys)
+        return fn, (state.agent.params, keys, state.ext)
 
     def record_episode(self, state, seed_index: int = 0, *, seed: Optional[int] = None, eval_index: int = 0,
                        eval_episodes: int = 10, key=None, width: int = 192, height: int = 192,

@@ -29,6 +29,7 @@ the evaluations, the initial states (``jax.jit(jax.vmap(fn))`` over the seed axi
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from typing import Callable, Optional, Sequence
 
@@ -44,6 +45,26 @@ def _signature(args) -> tuple:
     return tree, tuple(sig)
 
 
+def blocked_seconds(timings: dict) -> float:
+    """The seconds the callers' threads spent on compiling, all programs of a timings dict
+    together: compiling a program at its first call, or waiting there for its compile ahead
+    (:meth:`Compiled.compile_ahead`) to end. Without compiling ahead, the compiling seconds
+    (:func:`compiling_seconds`) measured around the same calls."""
+    return float(sum(float(t.get("blocked_s", 0.0)) for t in timings.values()))
+
+
+def abstract(args):
+    """``args`` (a tree of arrays) as :class:`jax.ShapeDtypeStruct` leaves: shape, dtype and
+    weak type, no placement (as a one-device program lowers from a resumed state's arrays;
+    :func:`tdmpc2core.run.program_cache._specs`). What :meth:`Compiled.compile_ahead` takes, so
+    that the arrays may be donated or deleted while it compiles in another thread."""
+    def spec(x):
+        aval = jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
+        return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=bool(getattr(aval, "weak_type", False)))
+
+    return jax.tree_util.tree_map(spec, args)
+
+
 def compiling_seconds(timings: dict) -> float:
     """The seconds spent tracing, lowering and compiling in a timings dict (``{program:
     {"trace_lower_s", "compile_s", ...}}``, :class:`Compiled`), all programs together."""
@@ -53,17 +74,23 @@ def compiling_seconds(timings: dict) -> float:
 @contextlib.contextmanager
 def jax_events(into: dict):
     """Sum the events :mod:`jax.monitoring` reports inside the block into ``into`` (``{name:
-    seconds or count}``, the ``/jax/`` prefix dropped)."""
+    seconds or count}``, the ``/jax/`` prefix dropped), those of this thread only (JAX reports
+    an event in the thread that caused it; another program may be compiled ahead beside it,
+    :meth:`Compiled.compile_ahead`)."""
     from jax import monitoring
+
+    me = threading.get_ident()
 
     def name(event: str) -> str:
         return event[5:] if event.startswith("/jax/") else event
 
     def duration(event, seconds, **_):
-        into[name(event)] = round(into.get(name(event), 0.0) + float(seconds), 6)
+        if threading.get_ident() == me:
+            into[name(event)] = round(into.get(name(event), 0.0) + float(seconds), 6)
 
     def count(event, **_):
-        into[name(event)] = into.get(name(event), 0) + 1
+        if threading.get_ident() == me:
+            into[name(event)] = into.get(name(event), 0) + 1
 
     monitoring.register_event_duration_secs_listener(duration)
     monitoring.register_event_listener(count)
@@ -120,37 +147,70 @@ class Compiled:
         self.fingerprint = fingerprint
         self.donate_argnums = tuple(int(i) for i in donate_argnums)
         self._executables: dict = {}
+        self._lock = threading.Lock()  # one compile of this program at a time (its compile ahead, its call)
+
+    def _key(self, args) -> tuple:
+        static = tuple(args[i] for i in self.static_argnums)
+        dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
+        return (_signature(dynamic), static), dynamic
 
     def __call__(self, *args):
         if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(args)):
             return self.jitted(*args)  # inside another trace (eval_shape, an outer jit): no executable
-        static = tuple(args[i] for i in self.static_argnums)
-        dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
-        key = (_signature(dynamic), static)
+        key, dynamic = self._key(args)
         exe = self._executables.get(key)
         if exe is None:
-            rec = self.timings.setdefault(self.name, {"trace_lower_s": 0.0, "compile_s": 0.0, "calls_compiled": 0})
-            with jax_events(rec.setdefault("jax_events", {})):
-                exe, trace_lower_s, compile_s = self._stored(args)
+            t0 = time.perf_counter()
+            with self._lock:  # a compile ahead of this program in another thread: wait for it
+                exe = self._executables.get(key)
                 if exe is None:
-                    t0 = time.perf_counter()
-                    lowered = self.jitted.lower(*args)
-                    t1 = time.perf_counter()
-                    exe = lowered.compile()
-                    trace_lower_s, compile_s = trace_lower_s + t1 - t0, compile_s + time.perf_counter() - t1
-                else:
-                    rec["program_cache"] = exe.source
-                    parts = rec.setdefault("program_cache_s", {})  # where its seconds went, by step
-                    for part, seconds in exe.seconds.items():
-                        parts[part] = round(parts.get(part, 0.0) + seconds, 6)
-            self._executables[key] = exe
-            for field, size in executable_bytes(getattr(exe, "executable", exe)).items():
-                sizes = rec.setdefault("executable_bytes", {})  # absent where the backend gives none
-                sizes[field] = sizes.get(field, 0) + size
-            rec["trace_lower_s"] += trace_lower_s
-            rec["compile_s"] += compile_s
-            rec["calls_compiled"] += 1
+                    exe = self._compile(args, key, ahead=False)
+            rec = self.timings[self.name]
+            rec["blocked_s"] = rec.get("blocked_s", 0.0) + time.perf_counter() - t0
         return exe(*dynamic)
+
+    def compile_ahead(self, *args) -> bool:
+        """Compile the program for arguments like ``args`` (arrays or, to let the caller's
+        thread go on with the arrays, their :func:`abstract` specs) before its first call,
+        e.g. in another thread while the caller compiles or runs something else; the call then
+        finds it compiled (or waits for this compile to end). The same program: its seconds go
+        into ``timings[name]`` as a call's would, with ``ahead``: True. Returns False when it
+        was compiled already."""
+        key, _ = self._key(args)
+        with self._lock:
+            if key in self._executables:
+                return False
+            self._compile(args, key, ahead=True)
+        return True
+
+    def _compile(self, args, key, ahead: bool):
+        """Compile for ``args`` (the lock held): from the program cache or traced, lowered and
+        compiled; recorded in ``timings[name]``; the executable stored under ``key``."""
+        rec = self.timings.setdefault(self.name, {"trace_lower_s": 0.0, "compile_s": 0.0, "calls_compiled": 0})
+        rec.setdefault("blocked_s", 0.0)  # the calls' waiting: 0 for one compiled ahead that was done in time
+        with jax_events(rec.setdefault("jax_events", {})):
+            exe, trace_lower_s, compile_s = self._stored(args)
+            if exe is None:
+                t0 = time.perf_counter()
+                lowered = self.jitted.lower(*args)
+                t1 = time.perf_counter()
+                exe = lowered.compile()
+                trace_lower_s, compile_s = trace_lower_s + t1 - t0, compile_s + time.perf_counter() - t1
+            else:
+                rec["program_cache"] = exe.source
+                parts = rec.setdefault("program_cache_s", {})  # where its seconds went, by step
+                for part, seconds in exe.seconds.items():
+                    parts[part] = round(parts.get(part, 0.0) + seconds, 6)
+        self._executables[key] = exe
+        for field, size in executable_bytes(getattr(exe, "executable", exe)).items():
+            sizes = rec.setdefault("executable_bytes", {})  # absent where the backend gives none
+            sizes[field] = sizes.get(field, 0) + size
+        rec["trace_lower_s"] += trace_lower_s
+        rec["compile_s"] += compile_s
+        rec["calls_compiled"] += 1
+        if ahead:
+            rec["ahead"] = True
+        return exe
 
     def _stored(self, args) -> tuple:
         """(program, trace_lower_s, compile_s) from the program cache (:mod:`.program_cache`)
@@ -226,6 +286,13 @@ class ShardedSeeds:
             split, whole = NamedSharding(prog.mesh, P(SEED_AXIS)), NamedSharding(prog.mesh, P())
             args = tuple(jax.device_put(a, split if ax == 0 else whole) for a, ax in zip(args, self._axes(len(args))))
         return prog(*args)
+
+    def compile_ahead(self, *args) -> bool:
+        """:meth:`Compiled.compile_ahead` of the program for ``args`` when it runs on one device
+        (no mesh for their seed count); False otherwise (a seed-split program's arguments are
+        placed on its mesh at the call: compiled then)."""
+        prog = self.program(*args)
+        return False if prog.mesh is not None else prog.compile_ahead(*args)
 
     def lower(self, *args):
         return self.program(*args).lower(*args)

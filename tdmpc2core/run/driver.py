@@ -32,6 +32,7 @@ import logging
 import math
 import numbers
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -112,6 +113,16 @@ class RunOptions:
         episodes], ...). The training stage's ``--video every`` records an episode there
         (:meth:`tdmpc2core.TDMPC2.record_episode`). It must not change the state; what it
         returns is ignored.
+      compile_ahead: compile the call's programs that the agent names
+        (:meth:`RunProgram.compile_ahead`: the single-task agent's training chunk and
+        evaluation) each in a thread of its own as soon as the call's state exists, instead of
+        one after the other at their first calls: a fresh run's chunk compiles while its first
+        evaluation compiles and runs, a resumed run's evaluation while it trains. The same
+        programs and numbers; a call that needs a program still compiling waits for it (its
+        ``compile_detail`` records ``ahead`` and the seconds it waited, ``blocked_s``), and a
+        process that exits (a stop) waits for a compile under way. None (default): on unless
+        JAX's default backend is the CPU, where the compiling and the computing share the
+        host's cores and little would be gained.
     """
 
     checkpoint_dir: Any = None
@@ -124,6 +135,7 @@ class RunOptions:
     loggers: tuple = ()
     progress_bar: Optional[bool] = None
     on_evaluation: Optional[Callable[[Any, int, dict], None]] = None
+    compile_ahead: Optional[bool] = None
 
     def __post_init__(self):
         object.__setattr__(self, "loggers", tuple(self.loggers or ()))
@@ -294,8 +306,9 @@ class RunProgram:
 
     Data, set by the subclass (class attributes or in ``__init__``):
 
-    * ``agent``: the agent (its ``compile_seconds``, the compiling seconds so far, is read
-      between calls: a call's share is taken out of its rate);
+    * ``agent``: the agent (its ``compile_seconds``, the compiling seconds so far with the
+      seconds the run waited on them, ``blocked_s``, is read between calls: a call's share of
+      waiting is taken out of its rate);
     * ``unit`` (words, for messages) and ``unit_key`` (the key of the run's position in
       records, progress and checkpoint metadata); ``steps_per_tick``; ``phases`` (the chunk
       phases, in the order a run meets them);
@@ -420,6 +433,21 @@ class RunProgram:
         from .compiled import compiling_seconds
 
         return 0.0 if self.agent is None else compiling_seconds(self.agent.compile_seconds)
+
+    def blocked_seconds(self) -> float:
+        """Seconds the run's thread has spent compiling the agent's programs, or waiting for
+        their compiles ahead (:func:`tdmpc2core.run.compiled.blocked_seconds`): what a call's
+        rate leaves out. 0.0 without an agent."""
+        from .compiled import blocked_seconds
+
+        return 0.0 if self.agent is None else blocked_seconds(self.agent.compile_seconds)
+
+    def compile_ahead(self, state, run: Run, chunks: bool, evaluates: bool) -> list:
+        """[(program name, a function that compiles it)] for the driver to run in threads of
+        their own before the call needs them (:attr:`RunOptions.compile_ahead`): their
+        arguments' specs taken from ``state`` now, so the call may go on with it. ``chunks``:
+        the call runs the training program; ``evaluates``: it evaluates. Default: none."""
+        return []
 
     def attach_eval(self, record: dict, evaluation: dict) -> None:
         """Copy into a chunk record what it shows of the evaluation that ended it (``attached``)."""
@@ -750,6 +778,7 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
     call = _start_call(program, seeds, n_steps, eval_every, eval_episodes, state, history, total_steps, extra,
                        options)
     call.program.start(call.state, call.run)
+    _compile_ahead(call)
     call.open_bar()
     try:
         if call.eval_at_start:
@@ -767,6 +796,38 @@ def train(program: RunProgram, seeds: Optional[Sequence[int]], n_steps: int, *, 
     history = finalize_history(program, call.hist, call.n_seeds, call.run.eval_episodes)
     program.finish(call.state, history, call.end_tick, call.run)
     return call.state, history
+
+
+def compile_ahead_on(options: RunOptions) -> bool:
+    """Whether a call compiles its programs ahead (:attr:`RunOptions.compile_ahead`; None: not
+    on JAX's CPU backend)."""
+    if options.compile_ahead is not None:
+        return bool(options.compile_ahead)
+    import jax
+
+    return jax.default_backend() != "cpu"
+
+
+def _compile_ahead(call: "_Call") -> list:
+    """Start the call's compiles ahead, each in a thread of its own; returns the threads. A
+    compile that fails there is logged and left to the program's first call (which compiles it
+    and raises what it raises)."""
+    if not compile_ahead_on(call.opts):
+        return []
+    evaluates = bool(call.eval_at_start or call.eval_owed or any(c.evaluate_after for c in call.chunks))
+    threads = []
+    for name, compile_it in call.program.compile_ahead(call.state, call.run, bool(call.chunks), evaluates):
+        def work(name=name, compile_it=compile_it):
+            try:
+                compile_it()
+            except Exception as e:  # noqa: BLE001 - the first call compiles it again and raises
+                _log.info("compiling %s ahead failed (%s: %s); it compiles at its first call", name,
+                          type(e).__name__, e)
+
+        t = threading.Thread(target=work, name=f"compile-ahead-{name}")
+        t.start()
+        threads.append(t)
+    return threads
 
 
 def _resume(program: RunProgram, seeds, n_steps, eval_every, eval_episodes, total_steps, extra, opts: RunOptions):
@@ -1037,11 +1098,11 @@ class _Call:
                 stop_at = min(b, -(-((tick * n) // self.every + 1) * self.every // n))
             # every process of a multi-process job calls the program with process 0's count
             k = devices.agree(self.sizer.ticks(chunk.phase, stop_at - tick))
-            c0 = self.program.compile_seconds()
+            c0 = self.program.blocked_seconds()
             t0 = time.perf_counter()
             self.state = self.program.advance(self.state, tick, k)
             dt = time.perf_counter() - t0
-            compiled = min(max(self.program.compile_seconds() - c0, 0.0), dt)
+            compiled = min(max(self.program.blocked_seconds() - c0, 0.0), dt)
             self.sizer.record(chunk.phase, k, dt)
             seconds += dt
             tick += k
