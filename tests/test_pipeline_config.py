@@ -93,9 +93,12 @@ def test_a_task_may_name_its_seed_groups():
                                   "tasks: {pendulum: {seed_groups: [[0, 1], [2]]}}}}"))
     assert over.task_seed_groups("pendulum") == [(0, 1), (2,)] and over.task_seed_groups("cartpole-balance") == [
         (0,), (1,), (2,)]
-    for bad in ("[[0], [2, 1]]", "[[0, 1]]", "[[0], [1], [1, 2]]", "[[0], []]"):
+    for bad, why in (("[[0], [2, 1]]", "(out of order)"), ("[[0, 1]]", "(seed(s) [2] are in no group)"),
+                     ("[[0], [1], [1, 2]]", "(seed(s) [1] are in more than one group)"), ("[[0], []]", ""),
+                     ("[[0], [1, 2, 3]]", "(seed(s) [3] are not among the top-level seeds)")):
         msg = refusal(three + f"protocols: {{demo: {{tasks: {{pendulum: {{seed_groups: {bad}}}}}}}}}")
         assert msg.startswith("config: protocols.demo.tasks.pendulum.seed_groups: ") and "[0, 1, 2]" in msg, msg
+        assert why in msg, msg
     msg = refusal(three + "protocols: {demo: {tasks: {pendulum: {seed_groups: [[0, 1, 2]], seeds_per_job: 1}}}}")
     assert "seeds_per_job or seed_groups, not both" in msg
 
@@ -415,6 +418,15 @@ def test_schema_error_lines(tmp_path):
     line = config_error_line(_schema_error(merged(seeds=["0"])), SCHEMA, [demo], {"seeds": ["0"]})
     assert line == ("config: seeds.0 (set by --config): '0' is not of type 'integer'; --config passes list "
                     "items as strings: set this list in a file given with --configfile")
+    # a key set to null: the file that sets it so is named (not the file it overrides)
+    nulls = tmp_path / "nulls.yaml"
+    nulls.write_text("seeds_per_job: null\n")
+    line = config_error_line(_schema_error(merged(nulls.read_text())), SCHEMA, [demo, str(nulls)])
+    assert line == f"config: seeds_per_job (set in {nulls}): None is not of type 'integer'", line
+    # seed_groups written as a string: the hint is a list of lists
+    text = "protocols: {demo: {tasks: {pendulum: {seed_groups: '0,1'}}}}\n"
+    line = config_error_line(_schema_error(merged(text)), SCHEMA, [demo])
+    assert line.endswith("; write a list of lists of seeds, e.g. [[0,1]]"), line
 
 
 def test_optimizer_settings_in_the_configuration():

@@ -137,6 +137,11 @@ def test_verdicts_on_hand_computed_cases():
     ok = rows({("walker-run", 0): [125.8], ("walker-run", 100_000): [859.1]})
     assert list(RP.task_verdicts(RP.point_table(ok, {"walker-run": 100_000}))["verdict"]) == ["inside"]
     assert RP.headline(RP.point_table(ok))["text"] == "1 of 1 tasks inside at 100,000 simulator steps"
+    # no run reaches the headline's point (the reduced CPU form): said so, not "0 of 0 tasks inside"
+    short = rows({("walker-run", 0): [20.0]})
+    assert RP.headline(RP.point_table(short, {"walker-run": 1_200}))["text"] == (
+        "no task's run reaches 100,000 simulator steps, the headline's point: each task is judged at the "
+        "published points its run reaches")
     # the plan defaults to each task's last evaluation
     assert RP.plan_of(df) == {"cheetah-run": 100_000, "cup-catch": 0, "walker-run": 100_000}
 

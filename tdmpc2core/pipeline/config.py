@@ -385,8 +385,17 @@ def _check_seed_groups(proto: str, name: str, given, seeds: list) -> None:
     ok = isinstance(given, list) and given and all(
         isinstance(g, list) and g and all(isinstance(x, int) and not isinstance(x, bool) for x in g) for g in given)
     if not ok or [x for g in given for x in g] != list(seeds):
+        why = ""
+        if ok:
+            joined = [x for g in given for x in g]
+            extra = sorted({x for x in joined if x not in seeds})
+            missing = [s for s in seeds if s not in joined]
+            twice = sorted({x for x in joined if joined.count(x) > 1})
+            why = (f" (seed(s) {extra} are not among the top-level seeds)" if extra
+                   else f" (seed(s) {missing} are in no group)" if missing
+                   else f" (seed(s) {twice} are in more than one group)" if twice else " (out of order)")
         raise ConfigError(
-            f"config: {where}: {given!r} is not accepted; give lists of seeds that, joined, are the "
+            f"config: {where}: {given!r} is not accepted{why}; give lists of seeds that, joined, are the "
             f"top-level seeds {list(seeds)} in their order, e.g. {[[s] for s in seeds[:1]] + ([list(seeds[1:])] if seeds[1:] else [])}")
 
 

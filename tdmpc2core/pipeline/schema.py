@@ -46,11 +46,14 @@ def _accepted_keys(node, root) -> set:
     return keys
 
 
-def _sets(node, path: list) -> bool:
+def _sets(node, path: list, null: bool = False) -> bool:
     """Whether the configuration tree ``node`` (dicts and lists) sets the key path ``path``
-    (list items by their index) to something other than null."""
-    for part in path:
+    (list items by their index) to something other than null (``null``: or to null itself,
+    for an error about a null value)."""
+    for i, part in enumerate(path):
         if isinstance(node, dict):
+            if null and i == len(path) - 1 and part in node:
+                return True
             node = node.get(part)
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
@@ -61,9 +64,9 @@ def _sets(node, path: list) -> bool:
     return True
 
 
-def _files_setting(path: list, configfiles: list) -> list:
-    """The config files in which the key path ``path`` is set, the one that wins first
-    (``configfiles``: lowest priority first)."""
+def _files_setting(path: list, configfiles: list, null: bool = False) -> list:
+    """The config files in which the key path ``path`` is set (``null``: set to null counts),
+    the one that wins first (``configfiles``: lowest priority first)."""
     found = []
     for fp in reversed(configfiles):
         try:
@@ -71,7 +74,7 @@ def _files_setting(path: list, configfiles: list) -> list:
                 node = yaml.safe_load(fh)
         except (OSError, yaml.YAMLError):
             continue
-        if _sets(node, path):
+        if _sets(node, path, null):
             rel = os.path.relpath(fp)
             found.append(rel if not rel.startswith("..") else str(fp))
     return found
@@ -103,7 +106,8 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
     over every file, so a key they set is said to be set by --config)."""
     path = [str(p) for p in err.absolute_path]
     where = ".".join(path) or "the top level"
-    cli = bool(path) and _sets(overrides or {}, path)
+    null = err.instance is None  # a key set to null: the file that sets it so
+    cli = bool(path) and _sets(overrides or {}, path, null)
     if err.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(err.instance, dict):
         accepted = _accepted_keys(err.schema, schema)
         unknown = [k for k in err.instance if k not in accepted]
@@ -118,7 +122,7 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
         hint = f"; did you mean {close[0]!r}?" if close else f"; accepted there: {', '.join(sorted(accepted))}"
         more = f" (and {len(unknown) - 1} more unknown key(s))" if len(unknown) > 1 else ""
         return f"config: unknown key {key!r} in {where}{src}{hint}{more}"
-    files = _files_setting(path, configfiles) if path and not cli else []
+    files = _files_setting(path, configfiles, null) if path and not cli else []
     src = " (set by --config)" if cli else f" (set in {files[0]})" if files else ""
     if err.validator == "enum" and isinstance(err.instance, list):
         return (f"config: {where}{src}: takes one value, not a list ({err.instance!r}); accepted: "
@@ -139,7 +143,8 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
         hint = f"; write it as a block: logger: {{kind: {err.instance}}}"
     elif (err.validator == "type" and "array" in _as_list(err.validator_value) and isinstance(err.instance, str)
           and not _is_number_text(err.instance)):
-        hint = f"; write a list: [{err.instance}]"
+        hint = (f"; write a list of lists of seeds, e.g. [[{err.instance}]]" if path and path[-1] == "seed_groups"
+                else f"; write a list: [{err.instance}]")
     elif err.validator == "type" and isinstance(err.instance, str) and _is_number_text(err.instance):
         if isinstance(yaml.safe_load(err.instance), (int, float)):  # a number the user quoted
             hint = f" (a quoted number is a string: write {err.instance} without quotes)"

@@ -141,6 +141,9 @@ def headline(points: pd.DataFrame, env_steps: int = HEADLINE_ENV_STEPS) -> dict:
     n, m = int((evaluated["verdict"] == INSIDE).sum()), int(len(evaluated))
     missing = sorted(at.loc[at["verdict"] == MISSING, "task"])
     text = f"{n} of {m} tasks inside at {int(env_steps):,} simulator steps"
+    if not len(at):  # e.g. the reduced CPU form: its runs end long before the headline's point
+        text = (f"no task's run reaches {int(env_steps):,} simulator steps, the headline's point: each task is "
+                "judged at the published points its run reaches")
     if missing:
         text += f" ({len(missing)} more planned, not judged yet: {', '.join(missing)})"
     return dict(inside=n, evaluated=m, planned=int(len(at)), missing=missing, env_steps=int(env_steps), text=text)
@@ -195,7 +198,8 @@ def plot_task(df: pd.DataFrame, task: str, path: str | os.PathLike, max_env_step
     ax.fill_between(pub["env_steps"], pub["band_low"], pub["band_high"], color="#1f77b4", alpha=0.12, lw=0,
                     label=f"published [min, max] ± {margin:g}")
     ax.errorbar(pub["env_steps"], pub["pub_mean"],
-                yerr=[pub["pub_mean"] - pub["pub_min"], pub["pub_max"] - pub["pub_mean"]],
+                yerr=np.stack([(pub["pub_mean"] - pub["pub_min"]).to_numpy(float),
+                               (pub["pub_max"] - pub["pub_mean"]).to_numpy(float)]),
                 color="#1f77b4", lw=1.5, capsize=4, marker="o", ms=4,
                 label=f"published seeds (n={int(pub['pub_n'].max()) if len(pub) else 0}): each, mean, [min, max]")
     # each published seed's return: with three seeds the middle one is 3 x mean - min - max
