@@ -518,6 +518,10 @@ def test_two_seeds_train_evaluate_and_resume_exactly(tmp_path):
                                  checkpoint_dir=ckpt, compile_ahead=True)
     assert all(fresh.compile_seconds[p].get("ahead") for p in ("chunk", "eval")), fresh.compile_seconds
     assert all(0 <= fresh.compile_seconds[p]["blocked_s"] for p in ("chunk", "eval"))
+    from tdmpc2core.run.compiled import compiling_note
+
+    assert re.search(r"; compiled ahead: (chunk, eval|eval, chunk), the run waiting \d+ s of it$",
+                     compiling_note(fresh.compile_seconds)), compiling_note(fresh.compile_seconds)
     for x, y in zip(jax.tree_util.tree_leaves((whole.agent, whole.env_state, whole.obs)),
                     jax.tree_util.tree_leaves((resumed.agent, resumed.env_state, resumed.obs))):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

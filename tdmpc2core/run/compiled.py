@@ -369,13 +369,18 @@ def compiling_note(timings: dict) -> str:
     """The log's words for ``timings``' programs: ``"compiling: chunk 90 s, eval 40 s"`` (and the
     programs loaded from the program cache, :mod:`tdmpc2core.run.program_cache`, named), or
     ``"nothing compiled"`` when this process compiled none (a run resumed at its end that only
-    writes its outputs)."""
+    writes its outputs). Programs compiled ahead (:meth:`Compiled.compile_ahead`) are named,
+    with the seconds the run waited on compiling (:func:`blocked_seconds`): ``"compiling: chunk
+    90 s, eval 40 s; compiled ahead: chunk, eval, the run waiting 95 s of it"``."""
     parts = per_program(timings)
     if not parts:
         return "nothing compiled"
     loaded = [k for k, r in timings.items() if r.get("program_cache") == "loaded"]
+    ahead = [k for k, r in timings.items() if r.get("ahead")]
     return ("compiling: " + ", ".join(f"{k} {v:.0f} s" for k, v in parts.items())
-            + (f"; not traced, from the program cache: {', '.join(loaded)}" if loaded else ""))
+            + (f"; not traced, from the program cache: {', '.join(loaded)}" if loaded else "")
+            + (f"; compiled ahead: {', '.join(ahead)}, the run waiting {blocked_seconds(timings):.0f} s of it"
+               if ahead else ""))
 
 
 def total_seconds(timings: dict) -> float:
