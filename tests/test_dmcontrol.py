@@ -489,15 +489,21 @@ def test_two_seeds_train_evaluate_and_resume_exactly(tmp_path):
     """TDMPC2 on dm_control: 2 seeds x 2 envs, 300 agent steps (seed phase, burst, planning),
     evaluated; a run stopped at 200 steps and resumed from its checkpoint (the host
     simulator scrambled in between) gives the same parameters and evaluations bit for bit. The
-    resume is a new agent's (as a new process's) with its programs compiled ahead in threads
-    (RunOptions.compile_ahead, on by default off a CPU): the training chunk and, beside it, the
-    evaluation, both with host callbacks into the one dm_control simulator."""
+    whole run compiles its programs ahead in threads (RunOptions.compile_ahead, on by default
+    off a CPU): the training chunk beside the first evaluation, both with host callbacks into
+    the one dm_control simulator (programs compiled ahead equal those compiled at their call:
+    tests/test_program_cache.py)."""
     from tdmpc2core import TDMPC2
 
     agent = TDMPC2("dmc:cartpole-balance", n_envs=2, action_repeat=2, episode_length=200, seed_steps=200,
                    **TINY)
     assert agent.episode_length == 100 and agent.config["suite"] == "dmcontrol"
-    whole, hist = agent.train(seed=[0, 1], n_timesteps=300, eval_every=300, eval_episodes=2)
+    whole, hist = agent.train(seed=[0, 1], n_timesteps=300, eval_every=300, eval_episodes=2, compile_ahead=True)
+    assert all(agent.compile_seconds[p].get("ahead") for p in ("chunk", "eval")), agent.compile_seconds
+    from tdmpc2core.run.compiled import compiling_note
+
+    assert re.search(r"; compiled ahead: (chunk, eval|eval, chunk), the run waiting \d+ s of it$",
+                     compiling_note(agent.compile_seconds)), compiling_note(agent.compile_seconds)
     assert np.asarray(whole.agent.updates).tolist() == [298, 298]   # burst of 200, then 2 per tick
     assert int(np.asarray(whole.nonfinite).max()) == 0
     assert hist["eval_returns"].shape == (2, 2, 2)
@@ -513,15 +519,8 @@ def test_two_seeds_train_evaluate_and_resume_exactly(tmp_path):
     scratch.reset()
     for _ in range(37):
         scratch.step(np.ones(1))
-    fresh = TDMPC2("dmc:cartpole-balance", n_envs=2, action_repeat=2, episode_length=200, seed_steps=200, **TINY)
-    resumed, hist2 = fresh.train(seed=[0, 1], n_timesteps=300, eval_every=300, eval_episodes=2,
-                                 checkpoint_dir=ckpt, compile_ahead=True)
-    assert all(fresh.compile_seconds[p].get("ahead") for p in ("chunk", "eval")), fresh.compile_seconds
-    assert all(0 <= fresh.compile_seconds[p]["blocked_s"] for p in ("chunk", "eval"))
-    from tdmpc2core.run.compiled import compiling_note
-
-    assert re.search(r"; compiled ahead: (chunk, eval|eval, chunk), the run waiting \d+ s of it$",
-                     compiling_note(fresh.compile_seconds)), compiling_note(fresh.compile_seconds)
+    resumed, hist2 = agent.train(seed=[0, 1], n_timesteps=300, eval_every=300, eval_episodes=2,
+                                 checkpoint_dir=ckpt)
     for x, y in zip(jax.tree_util.tree_leaves((whole.agent, whole.env_state, whole.obs)),
                     jax.tree_util.tree_leaves((resumed.agent, resumed.env_state, resumed.obs))):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -307,3 +307,35 @@ def test_the_agent_fingerprints_its_programs_only_when_no_user_code_reaches_them
     assert TDMPC2("Pendulum-v1", **dict(small, horizon=np.int64(3))).program_fingerprint("chunk") is not None
     agent.env.steps_on_host = True  # dm_control, Meta-World...: a host callback jax.export cannot store
     assert agent.program_fingerprint("chunk") is None
+
+
+def test_a_program_compiled_ahead_in_a_thread_equals_one_compiled_at_its_call():
+    """Compiled.compile_ahead from shape specs (compiled.abstract) in another thread: the call
+    finds it compiled (or waits for it) and gives the same numbers bit for bit as the program
+    compiled at its call from the arrays; its record says ``ahead`` and the call's wait
+    (``blocked_s``)."""
+    import threading
+
+    import numpy as np
+
+    from tdmpc2core.run.compiled import abstract, blocked_seconds
+
+    def fn(w, x, key):  # products, a loop and random numbers: what the agents' programs hold
+        def body(c, _):
+            return jnp.tanh(c @ w) + 0.1 * jax.random.normal(key, c.shape), None
+        return jax.lax.scan(body, x, None, length=5)[0].sum(axis=0)
+
+    w = jax.random.normal(jax.random.PRNGKey(0), (3, 16, 16))
+    x = jax.random.normal(jax.random.PRNGKey(1), (3, 8, 16))
+    keys = jax.random.split(jax.random.PRNGKey(2), 3)
+    t_now, t_ahead = {}, {}
+    now = per_seed(fn, name="toy", compile_seconds=t_now)(w, x, keys)
+    prog = per_seed(fn, name="toy", compile_seconds=t_ahead)
+    th = threading.Thread(target=prog.compile_ahead, args=abstract((w, x, keys)))
+    th.start()
+    ahead = prog(w, x, keys)  # waits for the compile under way, or finds it done
+    th.join()
+    np.testing.assert_array_equal(np.asarray(now), np.asarray(ahead))
+    assert t_ahead["toy"]["ahead"] is True and t_ahead["toy"]["calls_compiled"] == 1 and "ahead" not in t_now["toy"]
+    assert blocked_seconds(t_ahead) >= 0.0 and blocked_seconds(t_now) > 0.0
+    assert prog.compile_ahead(*abstract((w, x, keys))) is False  # compiled already
