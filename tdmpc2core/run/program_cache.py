@@ -324,14 +324,11 @@ def _specs(leaves) -> list:
     a resumed run) does not, so the two lower to different modules, and a resumed process missed
     the JAX compilation cache entry its first process wrote and compiled the program again (the
     training chunk: 18-37 s on a 2-core CPU). One device only (:class:`Compiled` uses the program
-    cache without a mesh), where the annotation changes nothing that is computed."""
-    import jax
+    cache without a mesh), where the annotation changes nothing that is computed
+    (:func:`tdmpc2core.run.compiled.abstract`, of each leaf)."""
+    from .compiled import abstract
 
-    out = []
-    for x in leaves:
-        aval = jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
-        out.append(jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=bool(getattr(aval, "weak_type", False))))
-    return out
+    return list(abstract(list(leaves)))
 
 
 def _donated_leaves(args, donate_argnums) -> tuple:
