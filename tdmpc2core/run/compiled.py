@@ -35,6 +35,9 @@ from typing import Callable, Optional, Sequence
 
 import jax
 
+from .program_cache import abstract  # noqa: F401  (re-exported: compile_ahead's argument specs)
+
+
 def _signature(args) -> tuple:
     leaves, tree = jax.tree_util.tree_flatten(args)
     sig = []
@@ -51,18 +54,6 @@ def blocked_seconds(timings: dict) -> float:
     (:meth:`Compiled.compile_ahead`) to end. Without compiling ahead, the compiling seconds
     (:func:`compiling_seconds`) measured around the same calls."""
     return float(sum(float(t.get("blocked_s", 0.0)) for t in timings.values()))
-
-
-def abstract(args):
-    """``args`` (a tree of arrays) as :class:`jax.ShapeDtypeStruct` leaves: shape, dtype and
-    weak type, no placement (as a one-device program lowers from a resumed state's arrays;
-    :func:`tdmpc2core.run.program_cache._specs`). What :meth:`Compiled.compile_ahead` takes, so
-    that the arrays may be donated or deleted while it compiles in another thread."""
-    def spec(x):
-        aval = jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
-        return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=bool(getattr(aval, "weak_type", False)))
-
-    return jax.tree_util.tree_map(spec, args)
 
 
 def compiling_seconds(timings: dict) -> float:
@@ -171,7 +162,7 @@ class Compiled:
 
     def compile_ahead(self, *args) -> bool:
         """Compile the program for arguments like ``args`` (arrays or, to let the caller's
-        thread go on with the arrays, their :func:`abstract` specs) before its first call,
+        thread go on with the arrays, their :func:`tdmpc2core.run.program_cache.abstract` specs) before its first call,
         e.g. in another thread while the caller compiles or runs something else; the call then
         finds it compiled (or waits for this compile to end). The same program: its seconds go
         into ``timings[name]`` as a call's would, with ``ahead``: True. Returns False when it

@@ -302,7 +302,7 @@ class StoredProgram:
         donated = _donated_leaves(args, donate_argnums)
         leaves = jax.tree_util.tree_leaves(tuple(args))
         t0 = time.perf_counter()
-        lowered = jax.jit(exported.call, donate_argnums=donated).lower(*_specs(leaves))
+        lowered = jax.jit(exported.call, donate_argnums=donated).lower(*abstract(leaves))
         t1 = time.perf_counter()
         self.executable = lowered.compile()
         self.lower_s, self.compile_s = t1 - t0, time.perf_counter() - t1
@@ -317,18 +317,24 @@ class StoredProgram:
         return jax.tree_util.tree_unflatten(self.out_tree, self.executable(*leaves))
 
 
-def _specs(leaves) -> list:
-    """The arguments' shapes, dtypes and weak types alone, to lower a program from: lowered from
-    the arrays themselves, a committed one (an init program's output: a fresh run) carries a
-    sharding annotation into the module that an uncommitted one (a state read from a checkpoint:
-    a resumed run) does not, so the two lower to different modules, and a resumed process missed
-    the JAX compilation cache entry its first process wrote and compiled the program again (the
-    training chunk: 18-37 s on a 2-core CPU). One device only (:class:`Compiled` uses the program
-    cache without a mesh), where the annotation changes nothing that is computed
-    (:func:`tdmpc2core.run.compiled.abstract`, of each leaf)."""
-    from .compiled import abstract
+def abstract(args):
+    """``args`` (a tree of arrays) as :class:`jax.ShapeDtypeStruct` leaves: shape, dtype and
+    weak type, no placement. A one-device program lowers from these, not from the arrays: a
+    committed array (an init program's output: a fresh run) carries a sharding annotation into
+    the module that an uncommitted one (a state read from a checkpoint: a resumed run) does not,
+    so the two lowered to different modules, and a resumed process missed the JAX compilation
+    cache entry its first process wrote and compiled the program again (the training chunk:
+    18-37 s on a 2-core CPU). One device only (:class:`tdmpc2core.run.compiled.Compiled` uses the
+    program cache without a mesh), where the annotation changes nothing that is computed. Also
+    what :meth:`tdmpc2core.run.compiled.Compiled.compile_ahead` takes, so that the arrays may be
+    donated or deleted while it compiles in another thread."""
+    import jax
 
-    return list(abstract(list(leaves)))
+    def spec(x):
+        aval = jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
+        return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=bool(getattr(aval, "weak_type", False)))
+
+    return jax.tree_util.tree_map(spec, args)
 
 
 def _donated_leaves(args, donate_argnums) -> tuple:
