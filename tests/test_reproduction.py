@@ -195,7 +195,7 @@ def test_runner_runs_the_rules_command_with_the_pipelines_settings():
     # the two longer tasks: jobs of one or two seeds (each fits one device session); the others: one job
     assert {t for t in Pl.tasks if Pl.task_seed_groups(t) != [(0, 1, 2)]} == {"cheetah-run", "pendulum-swingup"}
     assert Pl.task_seed_groups("cheetah-run") == [(0,), (1, 2)] and Pl.task_seed_groups("pendulum-swingup") == [
-        (0, 1), (2,)]
+        (0,), (1, 2)]
     for (task, group), (exports, argv) in jobs.items():
         assert Pl.train_single_command(task, group, ["PYTHON", "-m", "tdmpc2core.cli"]) == argv, task
         assert Pl.train_single_env(task) == exports, task
