@@ -339,3 +339,46 @@ def test_a_program_compiled_ahead_in_a_thread_equals_one_compiled_at_its_call():
     assert t_ahead["toy"]["ahead"] is True and t_ahead["toy"]["calls_compiled"] == 1 and "ahead" not in t_now["toy"]
     assert blocked_seconds(t_ahead) >= 0.0 and blocked_seconds(t_now) > 0.0
     assert prog.compile_ahead(*abstract((w, x, keys))) is False  # compiled already
+
+
+def test_programs_compiled_ahead_side_by_side_are_traced_one_at_a_time(tmp_path, monkeypatch):
+    """program_cache.TRACING: two programs compiled ahead in threads of their own (one through
+    the program cache, one traced as usual) are traced one after the other, not interleaved
+    under Python's lock; both compile, and compute what they did alone."""
+    import threading
+    import time
+
+    from tdmpc2core.run.compiled import abstract
+
+    spans, both_tracing = [], threading.Barrier(2)
+
+    def slow_trace(tag):
+        def fn(w, x, key):
+            t0 = time.perf_counter()
+            try:  # traced side by side, the two meet here at once; one at a time, the first waits
+                both_tracing.wait(timeout=1.5)  # out its 1.5 s and the second finds it broken
+            except threading.BrokenBarrierError:
+                pass
+            out = jnp.tanh(x @ w) + 0.1 * jax.random.normal(key, x.shape)
+            spans.append((tag, t0, time.perf_counter()))
+            return out.sum(axis=0)
+        return fn
+
+    monkeypatch.setenv(pc.PROGRAM_CACHE_ENV, str(tmp_path / "programs"))
+    w = jax.random.normal(jax.random.PRNGKey(0), (2, 8, 8))
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
+    keys = jax.random.split(jax.random.PRNGKey(2), 2)
+    pc.program_key("warm-up", {}, (w,))  # the key's one-time hashing of the installation, before the threads
+    timings = {}
+    stored = per_seed(slow_trace("stored"), name="a", compile_seconds=timings, fingerprint={"toy": "a"})
+    plain = per_seed(slow_trace("plain"), name="b", compile_seconds=timings)
+    threads = [threading.Thread(target=p.compile_ahead, args=abstract((w, x, keys))) for p in (stored, plain)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(tag for tag, *_ in spans) == ["plain", "stored"], spans
+    (_, a0, a1), (_, b0, b1) = sorted(spans, key=lambda s: s[1])
+    assert a1 <= b0, f"tracing interleaved: {spans}"
+    assert timings["a"]["ahead"] and timings["b"]["ahead"] and timings["a"]["program_cache"] == "stored"
+    np.testing.assert_array_equal(np.asarray(stored(w, x, keys)), np.asarray(plain(w, x, keys)))

@@ -35,6 +35,7 @@ from typing import Callable, Optional, Sequence
 
 import jax
 
+from . import program_cache
 from .program_cache import abstract  # noqa: F401  (re-exported: compile_ahead's argument specs)
 
 
@@ -183,7 +184,8 @@ class Compiled:
             exe, trace_lower_s, compile_s = self._stored(args)
             if exe is None:
                 t0 = time.perf_counter()
-                lowered = self.jitted.lower(*args)
+                with program_cache.TRACING:  # one program traced at a time; XLA's compiles overlap
+                    lowered = self.jitted.lower(*args)
                 t1 = time.perf_counter()
                 exe = lowered.compile()
                 trace_lower_s, compile_s = trace_lower_s + t1 - t0, compile_s + time.perf_counter() - t1
@@ -209,8 +211,6 @@ class Compiled:
         arguments); (None, seconds spent, 0.0) otherwise."""
         if self.fingerprint is None or self.static_argnums or self.mesh is not None:
             return None, 0.0, 0.0
-        from . import program_cache
-
         folder = program_cache.cache_dir()
         if folder is None:
             return None, 0.0, 0.0

@@ -44,6 +44,7 @@ import os
 import pickle
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -64,6 +65,13 @@ ENV_IGNORED = (PROGRAM_CACHE_ENV, "JAX_COMPILATION_CACHE_DIR", "JAX_COMPILATION_
                "OMP_NUM_THREADS", "PYTEST_CURRENT_TEST", "WINDOWID", "SSH_AUTH_SOCK", "CUDA_VISIBLE_DEVICES")
 ENV_IGNORED_PREFIXES = ("SLURM_", "SNAKEMAKE", "PMI_", "OMPI_", "SSH_", "TMUX", "XDG_", "DBUS_", "PYTEST_XDIST",
                         "TERM_", "GPG_", "KITTY_", "VSCODE_")
+#: held while a program is traced or lowered (Python's work; XLA's compile runs outside it): one
+#: program at a time per process. Tracing holds Python's lock, so two programs compiled side by
+#: side (:meth:`tdmpc2core.run.compiled.Compiled.compile_ahead`) traced together each took longer
+#: than both one after the other (on a TPU v5e host the chunk's 18 s became 127 s beside the
+#: evaluation's; benchmarks/README.md, "Compiling ahead"); in turn, the first is traced at full
+#: speed and its XLA compile overlaps the second's tracing. Reentrant: tracing may nest.
+TRACING = threading.RLock()
 #: packages whose installed files (path, size, modification time) are part of the key, besides
 #: their versions: an edited or shadowing copy of one changes what is traced without a new version
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "scipy", "chex", "mujoco", "mujoco_playground", "brax",
@@ -302,7 +310,8 @@ class StoredProgram:
         donated = _donated_leaves(args, donate_argnums)
         leaves = jax.tree_util.tree_leaves(tuple(args))
         t0 = time.perf_counter()
-        lowered = jax.jit(exported.call, donate_argnums=donated).lower(*abstract(leaves))
+        with TRACING:
+            lowered = jax.jit(exported.call, donate_argnums=donated).lower(*abstract(leaves))
         t1 = time.perf_counter()
         self.executable = lowered.compile()
         self.lower_s, self.compile_s = t1 - t0, time.perf_counter() - t1
@@ -423,8 +432,9 @@ def load_or_store(folder: Path, name: str, fingerprint: dict, jitted: Callable, 
             _quarantine(path, f"{type(exc).__name__}: {exc}")
     try:
         t1 = time.perf_counter()
-        exported, in_tree, out_tree = export_program(jitted, args)
-        blob = exported.serialize()
+        with TRACING:
+            exported, in_tree, out_tree = export_program(jitted, args)
+            blob = exported.serialize()
         seconds["trace_export"] = time.perf_counter() - t1
     except Exception as exc:  # noqa: BLE001 - e.g. a host callback: not storable, compiled as usual
         _say(f"{name!r} cannot be stored ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
