@@ -50,3 +50,27 @@ def test_reacher_recorder_refuses_what_is_not_the_reference_checkout(tmp_path):
     res = run(tool, "--official", tmp_path / "co", "--commit", "abcdef0", "--out", out)
     assert res.returncode != 0 and "the checkout is at abcdef0; the fixture is recorded from 5f6fade" in res.stderr
     assert not out.parent.exists()
+
+
+def test_suite_compile_profile_sums_each_process_by_file_program_and_test(tmp_path):
+    """tools/suite_compile_profile.py's summary of the per-process event files: totals, the
+    processes by XLA compile seconds, and compile seconds by test file, program and (test,
+    program)."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("suite_compile_profile", ROOT / "tools" / "suite_compile_profile.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    a, b = "tests/test_a.py::test_one", "tests/test_b.py::test_two"
+    (tmp_path / "1.json").write_text(json.dumps({"argv": ["-c"], "wall_s": 10.0, "events": [
+        ["trace", 1.0, "jit(chunk)", a], ["compile", 4.0, "jit(chunk)", a], ["compile", 2.0, "jit(one)", a]]}))
+    (tmp_path / "2.json").write_text(json.dumps({"argv": ["cli.py", "train-single"], "wall_s": 5.0, "events": [
+        ["compile", 3.0, "jit(chunk)", b], ["lower", 0.5, "jit(chunk)", b], ["compile", 1.0, "jit(f)", ""]]}))
+    s = tool.summarize(tmp_path)
+    assert s["processes"] == 2 and s["seconds"] == {"trace": 1.0, "lower": 0.5, "compile": 10.0}
+    assert [p["compile"] for p in s["top_processes"]] == [6.0, 4.0] and s["top_processes"][1]["test"] == b
+    assert s["compile_by_file"] == [("tests/test_a.py", 6.0), ("tests/test_b.py", 3.0), ("(no test)", 1.0)]
+    assert s["compile_by_program"] == [("jit(chunk)", 7.0, 2), ("jit(one)", 2.0, 1), ("jit(f)", 1.0, 1)]
+    assert s["compile_by_test_and_program"][:2] == [(a, "jit(chunk)", 4.0), (b, "jit(chunk)", 3.0)]
+    assert (("(no test)", "jit(f)", 1.0)) in s["compile_by_test_and_program"]

@@ -67,8 +67,9 @@ if _DIR:
 
 def summarize(folder: Path, top: int = 25) -> dict:
     """The events of every process in ``folder``: totals, processes by compile seconds, compile
-    seconds by test file and by program name."""
-    totals, by_file, by_program, count = (collections.Counter() for _ in range(4))
+    seconds by test file, by program name, and by (test, program): which tests compile the
+    costliest programs."""
+    totals, by_file, by_program, count, by_test_program = (collections.Counter() for _ in range(5))
     processes = []
     for path in sorted(folder.glob("*.json")):
         rec = json.loads(path.read_text())
@@ -80,6 +81,7 @@ def summarize(folder: Path, top: int = 25) -> dict:
                 by_file[test.split("::")[0] or "(no test)"] += seconds
                 by_program[program] += seconds
                 count[program] += 1
+                by_test_program[(test or "(no test)", program)] += seconds
             tests[test] += seconds
         totals.update(own)
         processes.append({"argv": " ".join(rec["argv"])[:120], "wall_s": round(rec["wall_s"], 1),
@@ -89,7 +91,8 @@ def summarize(folder: Path, top: int = 25) -> dict:
     return {"processes": len(processes), "seconds": {k: round(totals[k], 1) for k in EVENTS.values()},
             "top_processes": processes[:top],
             "compile_by_file": [(f, round(s, 1)) for f, s in by_file.most_common(top)],
-            "compile_by_program": [(p, round(s, 1), count[p]) for p, s in by_program.most_common(top)]}
+            "compile_by_program": [(p, round(s, 1), count[p]) for p, s in by_program.most_common(top)],
+            "compile_by_test_and_program": [(tp[0], tp[1], round(s, 1)) for tp, s in by_test_program.most_common(2 * top)]}
 
 
 def main(argv=None) -> int:
@@ -120,6 +123,9 @@ def main(argv=None) -> int:
     print("XLA compile seconds by program (compiles):")
     for p, sec, n in summary["compile_by_program"]:
         print(f"  {sec:7.1f}  {n:4d}  {p}")
+    print("XLA compile seconds by test and program:")
+    for test, prog, sec in summary["compile_by_test_and_program"]:
+        print(f"  {sec:7.1f}  {prog[:24]:24s}  {test[:100]}")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1))
     return rc
