@@ -355,8 +355,10 @@ def test_programs_compiled_ahead_side_by_side_are_traced_one_at_a_time(tmp_path,
     def slow_trace(tag):
         def fn(w, x, key):
             t0 = time.perf_counter()
-            try:  # traced side by side, the two meet here at once; one at a time, the first waits
-                both_tracing.wait(timeout=1.5)  # out its 1.5 s and the second finds it broken
+            # side by side, both tracings meet here at once; one at a time, the first waits out
+            # the 1.5 s alone and the second finds the barrier broken
+            try:
+                both_tracing.wait(timeout=1.5)
             except threading.BrokenBarrierError:
                 pass
             out = jnp.tanh(x @ w) + 0.1 * jax.random.normal(key, x.shape)
@@ -378,7 +380,7 @@ def test_programs_compiled_ahead_side_by_side_are_traced_one_at_a_time(tmp_path,
     for th in threads:
         th.join()
     assert sorted(tag for tag, *_ in spans) == ["plain", "stored"], spans
-    (_, a0, a1), (_, b0, b1) = sorted(spans, key=lambda s: s[1])
-    assert a1 <= b0, f"tracing interleaved: {spans}"
+    first, second = sorted(spans, key=lambda s: s[1])  # (tag, start, end) by start
+    assert first[2] <= second[1], f"tracing interleaved: {spans}"
     assert timings["a"]["ahead"] and timings["b"]["ahead"] and timings["a"]["program_cache"] == "stored"
     np.testing.assert_array_equal(np.asarray(stored(w, x, keys)), np.asarray(plain(w, x, keys)))
