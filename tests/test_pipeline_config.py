@@ -409,6 +409,10 @@ def test_schema_error_lines(tmp_path):
     line = config_error_line(_schema_error(merged(text)), SCHEMA, [demo])
     assert line == ("config: protocols.demo.tasks.pendulum.published: 'cartpol-balance' is not accepted; "
                     "did you mean 'cartpole-balance'?")
+    # an enum's values are listed as YAML writes them (video's unquoted off is YAML's false)
+    line = config_error_line(_schema_error(merged(video="sometimes")), SCHEMA, [demo], {"video": "sometimes"})
+    assert line == ("config: video (set by --config): 'sometimes' is not accepted; accepted: off, last, every, "
+                    "false")
     line = config_error_line(_schema_error(merged(rerun_on_code_change="yes")), SCHEMA, [demo])
     assert line == "config: rerun_on_code_change (set in config.yaml): 'yes' is not of type 'boolean'"
     # a value --config sets is said to come from --config, though config.yaml sets the key too

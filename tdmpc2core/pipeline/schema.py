@@ -7,6 +7,7 @@ accepted key or value. Plain Python (jsonschema, yaml); docs/pipeline.md, "Confi
 from __future__ import annotations
 
 import difflib
+import json
 import os
 
 import jsonschema
@@ -98,6 +99,12 @@ def _inner_error(err: jsonschema.ValidationError, schema: dict):
     return best
 
 
+def _yaml_values(values) -> str:
+    """An enum's values as a user writes them in YAML (``off, last, every, false``), not as
+    Python's list repr (which shows YAML's false as ``False``)."""
+    return ", ".join(json.dumps(v) if isinstance(v, bool) or v is None else str(v) for v in values)
+
+
 def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles: list, overrides=None) -> str:
     """One line for a jsonschema ValidationError of the configuration: an unknown key with the
     file that sets it and the closest accepted key, a value outside an enum with the closest
@@ -133,7 +140,7 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
     if err.validator == "enum":
         close = difflib.get_close_matches(str(err.instance), [str(v) for v in err.validator_value], n=1)
         return f"config: {where}{src}: {err.instance!r} is not accepted" + (
-            f"; did you mean {close[0]!r}?" if close else f"; accepted: {err.validator_value}")
+            f"; did you mean {close[0]!r}?" if close else f"; accepted: {_yaml_values(err.validator_value)}")
     hint = ""
     if cli and err.validator == "type" and isinstance(err.instance, str) and path[-1].isdigit():
         hint = "; --config passes list items as strings: set this list in a file given with --configfile"
