@@ -73,7 +73,11 @@ def _refuse_unknown_flags(parser: argparse.ArgumentParser, argv) -> None:
 
     stages = parser._subparsers._group_actions[0].choices
     stage = next((a for a in argv if a in stages), None)
-    if stage is None:
+    if stage is None:  # no stage: a flag before it is not one of tdmpc2's own (-h only)
+        unknown = [a for a in argv if a.startswith("-") and a not in ("-h", "--help")]
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)} (flags go after the stage; "
+                         f"stages: {', '.join(stages)})")
         return
     sub = stages[stage]
     rest = argv[argv.index(stage) + 1:]

@@ -226,6 +226,12 @@ def test_a_misspelled_or_abbreviated_flag_is_named_by_the_stage(capsys):
         cli.main(["evaluate-official", "--chekpoint=x.pt"])
     assert "tdmpc2 evaluate-official: error: unrecognized arguments: --chekpoint=x.pt (did you mean " \
         "--checkpoint?)" in capsys.readouterr().err
+    # a flag with no stage: named as unrecognized (not only "STAGE is required"), the stages listed
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--bogus"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "tdmpc2: error: unrecognized arguments: --bogus (flags go after the stage; " \
+        "stages: train-single, " in err
 
 
 def test_an_unset_jax_matmul_precision_is_said_in_words_beside_the_dense_layers_precision():
