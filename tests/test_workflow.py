@@ -445,7 +445,7 @@ def test_unknown_config_keys_are_refused(tmp_path):
     assert "multitask.agent.model_size" in refusal(wf, "mt2.yaml")
     (wf / "mt3.yaml").write_text("protocols:\n  demo:\n    multitask: {model_sizes: [7]}\n")
     assert ("config: protocols.demo.multitask.model_sizes.0 (set in mt3.yaml): 7 is not accepted; accepted: "
-            "[1, 5, 19, 48, 317]") in refusal(wf, "mt3.yaml")
+            "1, 5, 19, 48, 317") in refusal(wf, "mt3.yaml")
     (wf / "mt4.yaml").write_text("protocols:\n  demo:\n    multitask: {expected: {demo: {walker: {mean_min: 1}}}}\n")
     assert "task(s) ['walker'] are not in pool 'demo'" in refusal(wf, "mt4.yaml")
 

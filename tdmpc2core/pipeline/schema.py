@@ -133,7 +133,7 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
     src = " (set by --config)" if cli else f" (set in {files[0]})" if files else ""
     if err.validator == "enum" and isinstance(err.instance, list):
         return (f"config: {where}{src}: takes one value, not a list ({err.instance!r}); accepted: "
-                f"{err.validator_value}")
+                f"{_yaml_values(err.validator_value)}")
     if err.validator == "type" and isinstance(err.instance, list) and tuple(path) in REGISTERED_VALUES:
         return (f"config: {where}{src}: takes one value, not a list ({err.instance!r}); accepted: "
                 f"{REGISTERED_VALUES[tuple(path)]()}")
