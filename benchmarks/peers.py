@@ -77,6 +77,10 @@ SHARED_KEYS = ("enc_dim", "mlp_dim", "latent_dim", "num_enc_layers", "num_q", "s
 def git_commit(path, sub="."):
     """HEAD of the git work tree holding ``path``, "+dirty" if tracked files under ``sub`` differ."""
     try:
+        top = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        if Path(top).resolve() != Path(path).resolve() and sub == ".":
+            return None  # a plain copy inside another repository (e.g. a `git archive` beside ours)
         out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
                              check=True)
         dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "--", sub],
@@ -129,6 +133,7 @@ class Ours(_JaxTimed):
         import jax
         import jax.numpy as jnp
         import tdmpc2core
+        jax.config.update("jax_default_matmul_precision", opts.get("precision", "highest"))
         sys.path.insert(0, str(ROOT / "benchmarks"))
         import speed  # noqa: F401 (its fixed batch)
         self.jax, self.jnp, self.speed = jax, jnp, speed
@@ -137,7 +142,8 @@ class Ours(_JaxTimed):
         src = Path(tdmpc2core.__file__).resolve().parents[1]
         self.info = {"tdmpc2core_file": tdmpc2core.__file__, "tdmpc2core_commit": git_commit(src, "tdmpc2core"),
                      "jax": jax.__version__, "backend": jax.default_backend(),
-                     "device": jax.devices()[0].device_kind}
+                     "device": jax.devices()[0].device_kind,
+                     "jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
 
     def setup(self, size, spec, overrides, n_updates):
         jax, jnp = self.jax, self.jnp
@@ -316,11 +322,14 @@ class TdmpcJax(_JaxTimed):
         import jax
         import optax
         import tdmpc2_jax
+        # their Dense layers take JAX's default precision: the same products as ours
+        jax.config.update("jax_default_matmul_precision", opts.get("precision", "highest"))
         self.jax, self.tj = jax, tdmpc2_jax
         self.sizes = {}
         self.info = {"checkout": str(root), "commit": git_commit(root), "jax": jax.__version__,
                      "flax": flax.__version__, "optax": optax.__version__, "python": sys.executable,
-                     "tdmpc2_jax_file": tdmpc2_jax.__file__}
+                     "tdmpc2_jax_file": tdmpc2_jax.__file__,
+                     "jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
 
     def build(self, cfg, gamma, key):
         """Their TDMPC2 at the official architecture (spec §3: hidden width mlp_dim, SimNorm
@@ -529,11 +538,11 @@ class InProcess:
 
 
 # =================================================================== the harness
-def size_spec(size, batch, horizon, tiny):
+def size_spec(size, batch, horizon, tiny, precision="highest"):
     """The resolved config (dict of tdmpc2core.model.config.TDMPC2Config) every peer gets."""
     import dataclasses
     from tdmpc2core.model.config import TDMPC2Config, resolve_config
-    overrides = dict(batch_size=batch, horizon=horizon)
+    overrides = dict(batch_size=batch, horizon=horizon, matmul_precision=precision)
     overrides.update(TINY if tiny else {})
     cfg = resolve_config(TDMPC2Config(model_size=size, **overrides), episode_length=EPISODE_LENGTH,
                          action_dim=ACTION_DIM)
@@ -550,6 +559,9 @@ def run(args) -> dict:
     if args.in_process and "official" in peers:
         raise SystemExit("error: --in-process runs the JAX peers (ours, tdmpc2-jax) in one process; leave official "
                          "out of --peers")
+    if "official" in peers and args.precision != "highest":
+        raise SystemExit(f"error: --precision {args.precision} with the official peer: its fp32 PyTorch on the CPU "
+                         "has no such setting; time it at highest, or leave official out of --peers")
     for p in peers[1:]:
         path = getattr(args, p.replace("-", "_"))
         if not path:
@@ -572,9 +584,10 @@ def run(args) -> dict:
     bad = [s for s in args.sizes if s not in (1, 5, 19, 48, 317)]
     if bad:
         raise SystemExit(f"error: --sizes {bad[0]}: not a model-size preset; accepted: 1 5 19 48 317")
-    opts = {"official": args.official, "tdmpc2_jax": args.tdmpc2_jax, "torch_threads": args.torch_threads}
+    opts = {"official": args.official, "tdmpc2_jax": args.tdmpc2_jax, "torch_threads": args.torch_threads,
+            "precision": args.precision}
     pythons = {"ours": sys.executable, "official": sys.executable, "tdmpc2-jax": args.tdmpc2_jax_python}
-    specs = {s: size_spec(s, args.batch, args.horizon, args.tiny) for s in args.sizes}
+    specs = {s: size_spec(s, args.batch, args.horizon, args.tiny, args.precision) for s in args.sizes}
     n_updates = {s: args.n_updates or (2 if args.tiny else 10 if s == 1 else 4) for s in args.sizes}
     load_start, t_start = uptime(), time.time()
     print(f"start: {load_start}", flush=True)
@@ -583,6 +596,9 @@ def run(args) -> dict:
     # passive waiting, measured here (load 6-9: 0.3-0.6 against 2.6-3.4 updates/s at size 1)
     env = {"official": {} if args.omp_wait_policy == "default" else {"OMP_WAIT_POLICY": args.omp_wait_policy}}
     if args.in_process:
+        import jax
+        # the peers set JAX's default precision in this process: put the caller's back after
+        precision_before = jax.config.jax_default_matmul_precision
         workers = {p: InProcess(p, opts) for p in peers}
     else:
         workers = {p: Worker(p, pythons[p], opts, env.get(p)) for p in peers}
@@ -620,6 +636,8 @@ def run(args) -> dict:
     finally:
         for w in workers.values():
             w.close()
+        if args.in_process:
+            jax.config.update("jax_default_matmul_precision", precision_before)
     load_end = uptime()
     print(f"end: {load_end}", flush=True)
 
@@ -662,6 +680,7 @@ def run(args) -> dict:
                  "uptime_start": load_start, "uptime_end": load_end, "cpu_count": os.cpu_count(),
                  "rounds": args.rounds, "sizes": args.sizes, "tiny": args.tiny, "env": ENV_ID,
                  "in_process": bool(args.in_process), "device": _device_kind(),
+                 "matmul_precision": args.precision,
                  "obs_dim": OBS_DIM, "action_dim": ACTION_DIM, "plan_calls_per_block": args.plan_calls,
                  "configs": {s: specs[s][1] for s in args.sizes}, "peers": info,
                  "timed_call": {p: TIMED[p] for p in peers}},
@@ -678,7 +697,8 @@ def _device_kind() -> str:
 def markdown(out) -> str:
     m = out["meta"]
     peak = out["matmul_peak_gflop_per_s"]
-    lines = [f"Interleaved, {m['rounds']} rounds, {m['date_utc']} UTC, {m['cpu_count']} CPUs; "
+    lines = [f"Interleaved, {m['rounds']} rounds, {m['date_utc']} UTC, {m['cpu_count']} CPUs, "
+             f"{m.get('device', '')}, matmul precision {m.get('matmul_precision', 'highest')}; "
              f"start `{m['uptime_start']}`, end `{m['uptime_end']}`", "",
              "| peer | size | params | updates/s median (min-max) | GFLOP/s (share of peak) | plan ms median (min-max) |",
              "|---|---|---|---|---|---|"]
@@ -762,6 +782,10 @@ def main(argv=None):
     ap.add_argument("--in-process", action="store_true",
                     help="run the JAX peers (ours, tdmpc2-jax) in this one process, on its device, instead of a "
                          "worker each (an accelerator one process at a time may hold, e.g. a TPU chip)")
+    ap.add_argument("--precision", choices=["highest", "high", "default"], default="highest",
+                    help="matmul precision of the JAX peers' products (ours: the matmul_precision field; both: "
+                         "jax_default_matmul_precision); highest is full float32, the paper-era code's "
+                         "(default); on a TPU high is three bf16 passes, default one")
     ap.add_argument("--tiny", action="store_true", help="tiny widths, batch 8, small planner (a test of the harness)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
