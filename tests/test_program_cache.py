@@ -384,3 +384,48 @@ def test_programs_compiled_ahead_side_by_side_are_traced_one_at_a_time(tmp_path,
     assert first[2] <= second[1], f"tracing interleaved: {spans}"
     assert timings["a"]["ahead"] and timings["b"]["ahead"] and timings["a"]["program_cache"] == "stored"
     np.testing.assert_array_equal(np.asarray(stored(w, x, keys)), np.asarray(plain(w, x, keys)))
+
+
+def test_compiles_started_together_are_traced_in_the_order_listed():
+    """compiled.start_compiles: the second job's thread starts only once the first has taken the
+    trace lock, so the first listed traces first even when it is slower to get there (a race
+    before: on a TPU host the evaluation won it and the training chunk, the longer compile,
+    waited); a job that raises goes to on_error; a job that never takes the lock (it ends, or
+    was compiled already) does not hold up the next."""
+    import time
+
+    from tdmpc2core.run import compiled
+
+    order, errors = [], []
+
+    def slow_to_start():
+        time.sleep(0.3)  # e.g. the program cache's first key, before its tracing
+        with pc.TRACING:
+            order.append("chunk")
+
+    def quick():
+        with pc.TRACING:
+            order.append("eval")
+
+    def boom():
+        raise RuntimeError("no compile")
+
+    threads = compiled.start_compiles([("chunk", slow_to_start), ("eval", quick), ("bad", boom),
+                                       ("done already", lambda: None), ("last", quick)],
+                                      lambda name, e: errors.append((name, str(e))))
+    for t in threads:
+        t.join()
+    assert order == ["chunk", "eval", "eval"]
+    assert errors == [("bad", "no compile")]
+    assert [t.name for t in threads] == ["compile-ahead-chunk", "compile-ahead-eval", "compile-ahead-bad",
+                                         "compile-ahead-done already", "compile-ahead-last"]
+    # a thread that neither takes the lock nor ends is waited for at most the given seconds
+    import threading
+    hold = threading.Event()
+    t = threading.Thread(target=hold.wait)
+    t.start()
+    t0 = time.perf_counter()
+    assert pc.TRACING.wait_taken_by(t, 0.2) is False and time.perf_counter() - t0 < 2.0
+    hold.set()
+    t.join()
+    assert pc.TRACING.wait_taken_by(t, 0.2) is True

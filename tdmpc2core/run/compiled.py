@@ -57,6 +57,36 @@ def blocked_seconds(timings: dict) -> float:
     return float(sum(float(t.get("blocked_s", 0.0)) for t in timings.values()))
 
 
+#: how long :func:`start_compiles` waits for one compile's thread to begin tracing before it
+#: starts the next anyway (seconds; normally it waits milliseconds)
+TRACE_ORDER_WAIT_S = 30.0
+
+
+def start_compiles(jobs: Sequence[tuple], on_error: Callable[[str, Exception], None]) -> list:
+    """Start each ``(name, compile_fn)`` of ``jobs`` in a thread of its own (named
+    ``compile-ahead-<name>``) and return the threads. Each thread is started once the one
+    before it has taken :data:`tdmpc2core.run.program_cache.TRACING` (or ended, or
+    :data:`TRACE_ORDER_WAIT_S` passed), so the programs are traced in the order of ``jobs``
+    and each one's XLA compile overlaps the next one's tracing: list the longest compile first.
+    Without this, which thread traced first was a race; on a TPU v5e host the evaluation won it
+    and the training chunk, the longer XLA compile, waited for the evaluation's tracing
+    (benchmarks/README.md, "Compiling ahead"). A ``compile_fn`` that raises is given to
+    ``on_error(name, exception)`` in its thread."""
+    threads = []
+    for name, compile_fn in jobs:
+        def work(name=name, compile_fn=compile_fn):
+            try:
+                compile_fn()
+            except Exception as e:  # noqa: BLE001 - the caller's on_error decides
+                on_error(name, e)
+
+        t = threading.Thread(target=work, name=f"compile-ahead-{name}")
+        t.start()
+        threads.append(t)
+        program_cache.TRACING.wait_taken_by(t, TRACE_ORDER_WAIT_S)
+    return threads
+
+
 def compiling_seconds(timings: dict) -> float:
     """The seconds spent tracing, lowering and compiling in a timings dict (``{program:
     {"trace_lower_s", "compile_s", ...}}``, :class:`Compiled`), all programs together."""

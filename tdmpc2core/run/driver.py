@@ -32,7 +32,6 @@ import logging
 import math
 import numbers
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -446,7 +445,9 @@ class RunProgram:
         """[(program name, a function that compiles it)] for the driver to run in threads of
         their own before the call needs them (:attr:`RunOptions.compile_ahead`): their
         arguments' specs taken from ``state`` now, so the call may go on with it. ``chunks``:
-        the call runs the training program; ``evaluates``: it evaluates. Default: none."""
+        the call runs the training program; ``evaluates``: it evaluates. They are traced in
+        this order (:func:`tdmpc2core.run.compiled.start_compiles`): the longest XLA compile
+        first. Default: none."""
         return []
 
     def attach_eval(self, record: dict, evaluation: dict) -> None:
@@ -815,19 +816,13 @@ def _compile_ahead(call: "_Call") -> list:
     if not compile_ahead_on(call.opts):
         return []
     evaluates = bool(call.eval_at_start or call.eval_owed or any(c.evaluate_after for c in call.chunks))
-    threads = []
-    for name, compile_it in call.program.compile_ahead(call.state, call.run, bool(call.chunks), evaluates):
-        def work(name=name, compile_it=compile_it):
-            try:
-                compile_it()
-            except Exception as e:  # noqa: BLE001 - the first call compiles it again and raises
-                _log.info("compiling %s ahead failed (%s: %s); it compiles at its first call", name,
-                          type(e).__name__, e)
+    from .compiled import start_compiles
 
-        t = threading.Thread(target=work, name=f"compile-ahead-{name}")
-        t.start()
-        threads.append(t)
-    return threads
+    def failed(name, e):  # the first call compiles it again and raises
+        _log.info("compiling %s ahead failed (%s: %s); it compiles at its first call", name, type(e).__name__, e)
+
+    # traced in the order the program names them (the single-task agent: its chunk first)
+    return start_compiles(call.program.compile_ahead(call.state, call.run, bool(call.chunks), evaluates), failed)
 
 
 def _resume(program: RunProgram, seeds, n_steps, eval_every, eval_episodes, total_steps, extra, opts: RunOptions):

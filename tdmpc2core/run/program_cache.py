@@ -65,13 +65,50 @@ ENV_IGNORED = (PROGRAM_CACHE_ENV, "JAX_COMPILATION_CACHE_DIR", "JAX_COMPILATION_
                "OMP_NUM_THREADS", "PYTEST_CURRENT_TEST", "WINDOWID", "SSH_AUTH_SOCK", "CUDA_VISIBLE_DEVICES")
 ENV_IGNORED_PREFIXES = ("SLURM_", "SNAKEMAKE", "PMI_", "OMPI_", "SSH_", "TMUX", "XDG_", "DBUS_", "PYTEST_XDIST",
                         "TERM_", "GPG_", "KITTY_", "VSCODE_")
+class TraceLock:
+    """A reentrant lock that remembers which threads have held it, so that a caller starting
+    threads can wait until one has begun (:meth:`wait_taken_by`) before starting the next, and
+    the threads trace in the order they were started (:func:`tdmpc2core.run.compiled.start_compiles`).
+    Used as ``with TRACING:``."""
+
+    def __init__(self):
+        import weakref
+
+        self._lock = threading.RLock()
+        self._held_by = weakref.WeakSet()  # threads that have held it (a new thread is a new object)
+        self._changed = threading.Condition()
+
+    def __enter__(self):
+        self._lock.acquire()
+        with self._changed:
+            self._held_by.add(threading.current_thread())
+            self._changed.notify_all()
+        return self
+
+    def __exit__(self, *exc):
+        self._lock.release()
+        return False
+
+    def wait_taken_by(self, thread: threading.Thread, timeout: float) -> bool:
+        """Wait until ``thread`` has held the lock or has ended, at most ``timeout`` seconds;
+        True if it has, False on the timeout."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while thread not in self._held_by and thread.is_alive():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, 0.05))  # polled too: a thread's end notifies nobody
+        return True
+
+
 #: held while a program is traced or lowered (Python's work; XLA's compile runs outside it): one
 #: program at a time per process. Tracing holds Python's lock, so two programs compiled side by
 #: side (:meth:`tdmpc2core.run.compiled.Compiled.compile_ahead`) traced together each took longer
 #: than both one after the other (on a TPU v5e host the chunk's 18 s became 127 s beside the
 #: evaluation's; benchmarks/README.md, "Compiling ahead"); in turn, the first is traced at full
 #: speed and its XLA compile overlaps the second's tracing. Reentrant: tracing may nest.
-TRACING = threading.RLock()
+TRACING = TraceLock()
 #: packages whose installed files (path, size, modification time) are part of the key, besides
 #: their versions: an edited or shadowing copy of one changes what is traced without a new version
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "scipy", "chex", "mujoco", "mujoco_playground", "brax",
