@@ -65,6 +65,8 @@ ENV_IGNORED = (PROGRAM_CACHE_ENV, "JAX_COMPILATION_CACHE_DIR", "JAX_COMPILATION_
                "OMP_NUM_THREADS", "PYTEST_CURRENT_TEST", "WINDOWID", "SSH_AUTH_SOCK", "CUDA_VISIBLE_DEVICES")
 ENV_IGNORED_PREFIXES = ("SLURM_", "SNAKEMAKE", "PMI_", "OMPI_", "SSH_", "TMUX", "XDG_", "DBUS_", "PYTEST_XDIST",
                         "TERM_", "GPG_", "KITTY_", "VSCODE_")
+
+
 class TraceLock:
     """A reentrant lock that remembers which threads have held it, so that a caller starting
     threads can wait until one has begun (:meth:`wait_taken_by`) before starting the next, and
