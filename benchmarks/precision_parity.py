@@ -6,6 +6,13 @@
     python benchmarks/precision_parity.py analyze --results runs/pp.parquet [more.parquet ...]
     python benchmarks/precision_parity.py run --reduced --precision high --out /tmp/pp.parquet   # seconds, CPU
 
+On the borrowed TPU (benchmarks/README.md, "Accelerator"), one call per (task, precision) part,
+the checkpoints kept on the machine between calls (it stays warm between calls back to back):
+``python3 benchmarks/accelerator.py run --timeout 560 -- python benchmarks/precision_parity.py run
+--task CheetahRun --precision highest --budget-seconds 500 --workdir /tmp/pp-work --out
+'$OUT/pp.parquet'``; the same command again continues it; the rows come back in the call that
+finishes.
+
 The question (issue 43): the Dense layers' ``matmul_precision`` (``highest``: full float32, the
 paper-era code's; ``high``: three bf16 passes on a TPU, TF32 on a GPU; ``default``: one bf16
 pass on a TPU) changes every product of the networks. A faster precision may be used for the
@@ -91,6 +98,7 @@ def run(args) -> int:
         _, hist = agent.train(seed=list(args.seeds), n_timesteps=args.steps, eval_every=args.eval_every,
                               eval_episodes=args.eval_episodes, checkpoint_dir=str(work),
                               checkpoint_every=args.eval_every,
+                              max_chunk_seconds=args.max_chunk_seconds if deadline else None,
                               should_stop=(lambda: time.time() > deadline) if deadline else None)
     except TrainingInterrupted:
         log.update(stopped=True, wall_s=time.time() - t0)
@@ -182,9 +190,12 @@ def main(argv=None) -> int:
     r.add_argument("--eval-every", type=int, default=DEFAULTS["eval_every"])
     r.add_argument("--eval-episodes", type=int, default=DEFAULTS["eval_episodes"])
     r.add_argument("--budget-seconds", type=float, default=None, help="stop cleanly (checkpoint) after this long")
+    r.add_argument("--max-chunk-seconds", type=float, default=30.0,
+                   help="with --budget-seconds: the longest call of the training program between two looks at the "
+                        "budget (default 30; an evaluation is not split)")
     r.add_argument("--out", required=True, help="the results Parquet file (rows appended)")
     r.add_argument("--workdir", help="checkpoints (default OUT.work/TASK-PRECISION)")
-    r.add_argument("--reduced", action="store_true", help="a tiny CPU form (the test's)")
+    r.add_argument("--reduced", action="store_true", help="a tiny CPU form (seconds)")
     a = sub.add_parser("analyze", help="candidate precisions against highest, per task")
     a.add_argument("--results", nargs="+", required=True)
     a.add_argument("--summary", help="write the Markdown table here too")
