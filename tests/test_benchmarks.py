@@ -121,14 +121,20 @@ def test_peer_benchmark_in_process_runs_the_jax_peers_in_this_process(tmp_path, 
     before = jax.config.jax_default_matmul_precision
     assert peers.main(["--peers", "none", "--in-process", "--tiny", "--rounds", "1", "--sizes", "1", "--horizon", "1",
                        "--plan-calls", "1", "--matmul-shapes", "64x64x64", "--matmul-seconds", "0.01",
-                       "--precision", "high", "--json", str(out)]) == 0
+                       "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["meta"]["in_process"] is True and data["meta"]["device"].startswith("cpu (cpu), jax ")
     assert data["results"]["ours"]["1"]["updates_per_s"]["median"] > 0
-    # the precision reached ours (its config field and JAX's default) and was put back after
-    assert data["meta"]["matmul_precision"] == "high" and data["meta"]["configs"]["1"]["matmul_precision"] == "high"
-    assert data["meta"]["peers"]["ours"]["jax_default_matmul_precision"] == "high"
+    # --precision (highest by default) reaches ours' config field and JAX's default, put back after
+    assert data["meta"]["matmul_precision"] == "highest" and data["meta"]["configs"]["1"]["matmul_precision"] == "highest"
+    assert data["meta"]["peers"]["ours"]["jax_default_matmul_precision"] == "highest"
     assert jax.config.jax_default_matmul_precision == before
+    # another precision, without compiling at it: the config every peer gets, and JAX's default
+    assert peers.size_spec(1, 8, 1, True, "high")[1]["matmul_precision"] == "high"
+    try:
+        assert peers.Ours({"precision": "high"}).info["jax_default_matmul_precision"] == "high"
+    finally:
+        jax.config.update("jax_default_matmul_precision", before)
     with pytest.raises(SystemExit, match="--in-process runs the JAX peers"):
         peers.main(["--peers", "official", "--official", str(tmp_path), "--in-process"])
     with pytest.raises(SystemExit, match="--precision high with the official peer"):
