@@ -342,19 +342,26 @@ class StoredProgram:
     the persistent cache's executable read and loaded)."""
 
     def __init__(self, exported, in_tree, out_tree, donate_argnums, args, source: str,
-                 seconds: Optional[dict] = None):
-        import jax
-
+                 seconds: Optional[dict] = None, lowered=None, lower_s: float = 0.0):
         self.in_tree, self.out_tree, self.source = in_tree, out_tree, source
-        donated = _donated_leaves(args, donate_argnums)
-        leaves = jax.tree_util.tree_leaves(tuple(args))
         t0 = time.perf_counter()
-        with TRACING:
-            lowered = jax.jit(exported.call, donate_argnums=donated).lower(*abstract(leaves))
+        if lowered is None:  # else lowered by the caller (:func:`load_or_store`, under its hold of TRACING)
+            lowered = self.lower(exported, donate_argnums, args)
         t1 = time.perf_counter()
         self.executable = lowered.compile()
-        self.lower_s, self.compile_s = t1 - t0, time.perf_counter() - t1
+        self.lower_s, self.compile_s = lower_s + t1 - t0, time.perf_counter() - t1
         self.seconds = {**(seconds or {}), "lower": self.lower_s, "compile": self.compile_s}
+
+    @staticmethod
+    def lower(exported, donate_argnums, args):
+        """The stored module called through :meth:`jax.export.Exported.call`, lowered for
+        ``args`` (under :data:`TRACING`; reentrant, so a caller may already hold it)."""
+        import jax
+
+        donated = _donated_leaves(args, donate_argnums)
+        leaves = jax.tree_util.tree_leaves(tuple(args))
+        with TRACING:
+            return jax.jit(exported.call, donate_argnums=donated).lower(*abstract(leaves))
 
     def __call__(self, *args):
         import jax
@@ -469,16 +476,22 @@ def load_or_store(folder: Path, name: str, fingerprint: dict, jitted: Callable, 
             return prog, time.perf_counter() - t0 - prog.compile_s, prog.compile_s
         except Exception as exc:  # noqa: BLE001 - a damaged or foreign file: traced anew
             _quarantine(path, f"{type(exc).__name__}: {exc}")
-    try:
-        t1 = time.perf_counter()
-        with TRACING:
+    # traced, exported and lowered in one hold of TRACING: a program compiled ahead beside this one
+    # (compiled.start_compiles) traces after this one's lowering, so this one's XLA compile starts
+    # first (lowering in a second hold, it waited for the other one's whole tracing)
+    with TRACING:
+        try:
+            t1 = time.perf_counter()
             exported, in_tree, out_tree = export_program(jitted, args)
             blob = exported.serialize()
-        seconds["trace_export"] = time.perf_counter() - t1
-    except Exception as exc:  # noqa: BLE001 - e.g. a host callback: not storable, compiled as usual
-        _say(f"{name!r} cannot be stored ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
-             "it is traced and compiled as usual")
-        return None, time.perf_counter() - t0, 0.0
+            seconds["trace_export"] = time.perf_counter() - t1
+        except Exception as exc:  # noqa: BLE001 - e.g. a host callback: not storable, compiled as usual
+            _say(f"{name!r} cannot be stored ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+                 "it is traced and compiled as usual")
+            return None, time.perf_counter() - t0, 0.0
+        t2 = time.perf_counter()
+        lowered = StoredProgram.lower(exported, donate_argnums, args)
+        lower_s = time.perf_counter() - t2
     blob = bytes(blob)
     record = {"format": FORMAT, "key": key, "name": name, "exported": blob,
               "exported_sha256": hashlib.sha256(blob).hexdigest(), "in_tree": in_tree, "out_tree": out_tree,
@@ -497,7 +510,8 @@ def load_or_store(folder: Path, name: str, fingerprint: dict, jitted: Callable, 
         except OSError:
             pass
         _say(f"{path} could not be written ({exc}); the program is used without being stored")
-    prog = StoredProgram(exported, in_tree, out_tree, donate_argnums, args, source, seconds)
+    prog = StoredProgram(exported, in_tree, out_tree, donate_argnums, args, source, seconds, lowered=lowered,
+                         lower_s=lower_s)
     return prog, time.perf_counter() - t0 - prog.compile_s, prog.compile_s
 
 
