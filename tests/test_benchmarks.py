@@ -2,6 +2,7 @@
 (benchmarks/peers.py) without its peers, so neither can rot."""
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -288,6 +289,26 @@ def test_precision_parity_compares_each_candidate_with_highest_per_task(tmp_path
     assert "| CheetahRun | default | 10000, 20000 | 5, 5 | +3.0" in (tmp_path / "pp.md").read_text()
     with pytest.raises(ValueError, match="no rows at the reference precision 'highest'"):
         pp.compare(df[df["precision"] != "highest"])
+
+
+def test_precision_parity_resumed_calls_share_a_program_cache(tmp_path, monkeypatch):
+    """benchmarks/precision_parity.py points the program cache at the run's checkpoint folder
+    (so a call resuming the run loads the programs the first call traced: checked on this CPU,
+    2026-12-07, `--reduced` stopped and resumed: chunk and eval "loaded"), unless the environment
+    names a cache already or ``--program-cache ''`` asks for none."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import precision_parity as pp
+    from tdmpc2core.run.program_cache import PROGRAM_CACHE_ENV
+
+    monkeypatch.delenv(PROGRAM_CACHE_ENV, raising=False)
+    pp._use_program_cache(None, tmp_path / "CheetahRun-default")
+    assert os.environ[PROGRAM_CACHE_ENV] == str(tmp_path / "CheetahRun-default" / "programs")
+    monkeypatch.setenv(PROGRAM_CACHE_ENV, "/elsewhere")
+    pp._use_program_cache(None, tmp_path / "x")
+    assert os.environ[PROGRAM_CACHE_ENV] == "/elsewhere"
+    monkeypatch.delenv(PROGRAM_CACHE_ENV)
+    pp._use_program_cache("", tmp_path / "x")
+    assert PROGRAM_CACHE_ENV not in os.environ
 
 
 def test_untrained_eval_torch_tie_order_selects_other_elites_than_ours():
