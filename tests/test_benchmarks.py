@@ -68,7 +68,14 @@ def test_peer_benchmark_ours_alone_runs_interleaved_and_writes_its_table(tmp_pat
     cmd = [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--peers", "none", "--tiny", "--rounds", "2",
            "--sizes", "1", "--horizon", "1", "--plan-calls", "1", "--matmul-shapes", "64x64x64", "128x64x32",
            "--matmul-seconds", "0.01", "--json", str(out)]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    # its worker process keeps ours' programs in the session's compilation cache (tests/conftest.py),
+    # where test_peer_benchmark_in_process_runs_the_jax_peers_in_this_process (the same size, widths,
+    # horizon and precision in this process) loads them instead of compiling them again
+    env = dict(os.environ)
+    if os.environ.get("TDMPC2_TEST_JAX_CACHE"):
+        env.update(JAX_COMPILATION_CACHE_DIR=os.environ["TDMPC2_TEST_JAX_CACHE"],
+                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     data = json.loads(out.read_text())
     meta = data["meta"]
