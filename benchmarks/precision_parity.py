@@ -97,7 +97,10 @@ def run(args) -> int:
     _use_program_cache(args.program_cache, work)
     deadline = time.time() + args.budget_seconds if args.budget_seconds else None
     t0 = time.time()
-    log = {"task": task, "precision": precision, "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    from peers import git_commit
+
+    log = {"task": task, "precision": precision, "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+           "tdmpc2core_commit": git_commit(ROOT)}
     try:
         _, hist = agent.train(seed=list(args.seeds), n_timesteps=args.steps, eval_every=args.eval_every,
                               eval_episodes=args.eval_episodes, checkpoint_dir=str(work),
@@ -171,6 +174,25 @@ def compare(df, reference: str = REFERENCE):
     return out
 
 
+def overall(results, tasks=DEFAULTS["tasks"]) -> dict:
+    """The stated verdict per candidate precision (docs/fidelity.md): "learns alike" only when
+    "equivalent" on every task of ``tasks``; "not shown alike" as soon as one task is
+    "inconclusive" or "different"; else "open" (a task not compared yet). ``results``: the
+    rows of :func:`compare`. Returns {precision: (verdict, tasks compared, tasks missing)}."""
+    out = {}
+    for cand in sorted({r["precision"] for r in results}):
+        got = {r["task"]: r["verdict"] for r in results if r["precision"] == cand}
+        missing = [t for t in tasks if t not in got]
+        if any(v != "equivalent" for v in got.values()):
+            verdict = "not shown alike"
+        elif missing:
+            verdict = "open"
+        else:
+            verdict = "learns alike"
+        out[cand] = (verdict, sorted(got), missing)
+    return out
+
+
 def analyze(args) -> int:
     import pandas as pd
 
@@ -181,14 +203,24 @@ def analyze(args) -> int:
     key = ["precision", "task", "seed", "agent_step"]
     if df.duplicated(key).any():
         raise SystemExit(f"a (precision, task, seed, agent_step) row occurs twice in {args.results}")
+    with_ref = {t for t, g in df.groupby("task") if REFERENCE in set(g["precision"])}
+    awaiting = sorted(set(df["task"]) - with_ref)
+    results = compare(df[df["task"].isin(with_ref)])
     lines = [f"Candidate precision - {REFERENCE} (margin +-{lp.MARGIN:.0f}, alpha {lp.ALPHA}, a seed's score its "
              f"mean over the last {lp.LAST_POINTS} evaluation points)", "",
              "| task | precision | points (agent steps) | seeds (candidate, highest) | difference [90% CI] | "
              "p TOST | p diff | verdict |", "|---|---|---|---|---|---|---|---|"]
-    for r in compare(df):
+    for r in results:
         lines.append(f"| {r['task']} | {r['precision']} | {', '.join(map(str, r['steps']))} | {r['n'][0]}, {r['n'][1]} "
                      f"| {r['diff']:+.1f} [{r['ci90'][0]:.1f}, {r['ci90'][1]:.1f}] | {r['p_tost']:.3g} | "
                      f"{r['p_diff']:.3g} | {r['verdict']} |")
+    if awaiting:
+        lines += ["", "Not compared yet (no rows at " + REFERENCE + "): " + ", ".join(
+            f"{t} ({', '.join(sorted(set(df[df['task'] == t]['precision'])))})" for t in awaiting)]
+    lines += ["", f"Overall (a candidate learns alike only if equivalent on all of {', '.join(DEFAULTS['tasks'])}):"]
+    for cand, (verdict, got, missing) in overall(results).items():
+        lines.append(f"- {cand}: {verdict} (compared on {', '.join(got) or 'none'}"
+                     + (f"; not yet on {', '.join(missing)})" if missing else ")"))
     text = "\n".join(lines) + "\n"
     print(text)
     if args.summary:
