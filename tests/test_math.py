@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tdmpc2core.model import math as tm
-from tdmpc2core.model.kernels_cpu import bernoulli_mask
+from tdmpc2core.model.kernels_cpu import bernoulli_mask, unrolled_threefry_key
 
 VMIN, VMAX, NB = -10.0, 10.0, 101  # spec §1.1: bin size 0.2 in symlog units
 
@@ -266,6 +266,32 @@ def test_bernoulli_mask_is_jax_random_bernoulli_bit_for_bit(p):
     keys = jax.random.split(jax.random.PRNGKey(3), 3)  # vmapped over keys, as the Q ensemble draws them
     np.testing.assert_array_equal(jax.vmap(lambda k: bernoulli_mask(k, p, (2, 50)))(keys),
                                   jax.vmap(lambda k: jax.random.bernoulli(k, p, (2, 50)))(keys))
+
+
+def test_unrolled_threefry_key_draws_jax_randoms_bits_bit_for_bit():
+    # the planner's evaluation-mode draws (kernels.draw_key): every jax.random function the
+    # planner uses, given the wrapped key or keys split from it, equals the same call on the raw
+    # key, bit for bit, jitted and vmapped, without JAX's rolled threefry loop in the program
+    def draws(k):
+        k1, k2, k3, k4 = jax.random.split(k, 4)
+        return (jax.random.normal(k1, (3, 4, 2)), jax.random.uniform(k2, (5,), minval=-1.0, maxval=1.0),
+                jax.random.categorical(k3, jnp.log(jnp.arange(1.0, 9.0))), jax.random.choice(k4, 5, (2,), replace=False),
+                jax.random.key_data(jax.random.split(k4, 3)) if jnp.issubdtype(k4.dtype, jax.dtypes.prng_key)
+                else jax.random.split(k4, 3), jax.random.randint(k2, (6,), 0, 9))
+
+    want, got = jax.jit(draws), jax.jit(lambda k: draws(unrolled_threefry_key(k)))
+    for seed in range(3):
+        k = jax.random.fold_in(jax.random.PRNGKey(seed), 5)
+        for w, g in zip(want(k), got(k)):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    keys = jax.random.split(jax.random.PRNGKey(7), 4)  # vmapped, as the planner's keys are
+    for w, g in zip(jax.jit(jax.vmap(draws))(keys), jax.jit(jax.vmap(lambda k: draws(unrolled_threefry_key(k))))(keys)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    assert "threefry2x32" not in str(jax.make_jaxpr(lambda k: jax.random.normal(unrolled_threefry_key(k), (3,)))(k))
+    kt = jax.random.key(0)  # a typed key, and 64-bit mode: returned as they are
+    assert unrolled_threefry_key(kt) is kt
+    with jax.enable_x64(True):
+        assert unrolled_threefry_key(k) is k
 
 
 def test_bernoulli_mask_integer_threshold_equals_the_float_comparison_for_every_mantissa():

@@ -183,3 +183,21 @@ def test_iterations_plus_two_for_large_action_dims(A, expected):
     # applied once: resolving an already resolved config for A >= 20 is the caller's job,
     # but the user value is never modified in place
     assert TDMPC2Config().iterations == 6
+
+
+def test_eval_mode_plan_draws_the_same_numbers_with_the_cpu_kernels_faster_generator(monkeypatch):
+    # kernels.draw_key (CPU kernels: the policy trajectories' and the elite's draws from the
+    # unrolled threefry generator, which XLA:CPU compiles faster) changes no number of a plan
+    from tdmpc2core.model import kernels as K
+    wm = make_wm(kernels="cpu", num_samples=32, num_elites=4, num_pi_trajs=4)
+    p = random_params(wm, 3)
+    n = 5
+    rng = np.random.default_rng(0)
+    args = (p, jnp.asarray(rng.standard_normal((n, OBS)), jnp.float32),
+            jnp.asarray(rng.uniform(-1, 1, (n, H, ACT)), jnp.float32), jnp.asarray([True, False, False, True, False]),
+            jax.random.split(jax.random.PRNGKey(11), n))
+    got = plan_many(wm, True)(*args)
+    monkeypatch.setattr(K.CpuKernels, "draw_key", lambda self, key: key)
+    want = plan_many(wm, True)(*args)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

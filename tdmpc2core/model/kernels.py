@@ -103,6 +103,12 @@ class Kernels:
         clip_grad_norm_'s total norm, spec §5.3)."""
         raise NotImplementedError
 
+    def draw_key(self, key):
+        """The key a program draws from: ``key`` itself, or (CPU kernels) the same key whose
+        jax.random draws give the same bits from a generator XLA:CPU compiles faster
+        (:func:`~tdmpc2core.model.kernels_cpu.unrolled_threefry_key`)."""
+        return key
+
 
 @dataclasses.dataclass(frozen=True)
 class ReferenceKernels(Kernels):
@@ -169,6 +175,9 @@ class CpuKernels(Kernels):
 
     def global_sq_norm(self, tree):
         return kernels_cpu.global_sq_norm(tree)
+
+    def draw_key(self, key):
+        return kernels_cpu.unrolled_threefry_key(key)
 
 
 #: the concrete kernel choices, by name

@@ -10,6 +10,8 @@ goes"). Chosen by ``kernels="cpu"`` (the default on a CPU backend; docs/fidelity
 - :func:`bernoulli_mask`: jax.random.bernoulli's dropout mask bit for bit (spec §3.3) without
   JAX's rolled CPU loop.
 - :func:`global_sq_norm`: clip_grad_norm_'s squared total norm (spec §5.3) with barriered squares.
+- :func:`unrolled_threefry_key`: a key whose jax.random draws are the default generator's bits
+  exactly, from the threefry rounds written out (one kernel per draw instead of JAX's CPU loop).
 
 Every value equals the reference to float32 rounding (the masks bit for bit); the gradients too
 (tests/test_networks.py, tests/test_math.py). On a GPU these are unmeasured: the optimization
@@ -232,6 +234,55 @@ def bernoulli_mask(key, p: float, shape):
     lo = jax.lax.iota(jnp.uint32, _pymath.prod(shape)).reshape(shape) if shape else jnp.zeros((), jnp.uint32)
     b1, b2 = _threefry2x32(data[0], data[1], jnp.zeros_like(lo), lo)
     return ((b1 ^ b2) >> jnp.uint32(9)) // jnp.uint32(threshold) == jnp.uint32(0)
+
+
+def _unrolled_split(key, shape):
+    """threefry2x32's partitionable split (``split(key, shape)``'s key data [*shape, 2]) with the
+    rounds unrolled: the words of the flat indices i, stacked (jax's ``_threefry_split_foldlike``)."""
+    lo = jax.lax.iota(jnp.uint32, _pymath.prod(shape)).reshape(shape)
+    b1, b2 = _threefry2x32(key[0], key[1], jnp.zeros_like(lo), lo)
+    return jnp.stack([b1, b2], axis=b1.ndim)
+
+
+def _unrolled_bits(key, bit_width, shape):
+    """threefry2x32's partitionable 32-bit random bits (the two words of the flat indices i,
+    xor-ed) with the rounds unrolled; other widths from jax's own threefry."""
+    from jax.extend.random import threefry_prng_impl
+    if bit_width != 32:
+        return threefry_prng_impl.random_bits(key, bit_width, shape)
+    lo = jax.lax.iota(jnp.uint32, _pymath.prod(shape)).reshape(shape) if shape else jnp.zeros((), jnp.uint32)
+    b1, b2 = _threefry2x32(key[0], key[1], jnp.zeros_like(lo), lo)
+    return b1 ^ b2
+
+
+_UNROLLED_IMPL = None
+
+
+def _unrolled_impl():
+    global _UNROLLED_IMPL
+    if _UNROLLED_IMPL is None:
+        from jax.extend.random import define_prng_impl, threefry_prng_impl
+        _UNROLLED_IMPL = define_prng_impl(key_shape=(2,), seed=threefry_prng_impl.seed, split=_unrolled_split,
+                                          random_bits=_unrolled_bits, fold_in=threefry_prng_impl.fold_in,
+                                          name="threefry2x32_unrolled", tag="fru")
+    return _UNROLLED_IMPL
+
+
+def unrolled_threefry_key(key):
+    """``key`` (a raw uint32[..., 2] threefry key) as a typed key whose draws are jax.random's,
+    bit for bit, with threefry2x32's 20 rounds unrolled (:func:`_threefry2x32`) instead of JAX's
+    CPU lowering, a 5-step while loop of its own for every draw's shape: XLA:CPU compiles
+    each of those loops into several kernels, the unrolled rounds into one elementwise kernel
+    (benchmarks/README.md, "The test suite's time"). Every jax.random function given the typed
+    key (or keys split from it) draws its bits through it and turns them into numbers as it
+    always does. Under the same conditions as :func:`bernoulli_mask`'s fast path (the default
+    threefry generator, ``jax_threefry_partitionable`` on, no 64-bit mode); otherwise, and for a
+    key that is already typed, ``key`` is returned unchanged."""
+    if (not jax.config.jax_threefry_partitionable or jax.config.jax_enable_x64
+            or jax.config.jax_default_prng_impl != "threefry2x32"
+            or jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or key.dtype != jnp.uint32 or key.shape[-1:] != (2,)):
+        return key
+    return jax.random.wrap_key_data(key, impl=_unrolled_impl())
 
 
 def global_sq_norm(tree):

@@ -133,6 +133,11 @@ def plan(wm: WorldModel, params, obs, prev_mean, t0, eval_mode: bool, gamma, key
     N, P, E = cfg.num_samples, cfg.num_pi_trajs, cfg.num_elites
     if draws is None:
         k_pi, k_loop, k_elite, k_noise = jax.random.split(key, 4)
+        if eval_mode:
+            # the policy trajectories' and the elite's draws: the same bits from a generator
+            # XLA:CPU compiles faster (kernels.draw_key; measured on the evaluation program, where
+            # it shortens the compile; the iterations' draws stay JAX's, which ran faster there)
+            k_pi, k_elite = wm.kernels.draw_key(k_pi), wm.kernels.draw_key(k_elite)
     shifts = None if draws is None or draws.shifts is None else jnp.reshape(jnp.asarray(draws.shifts), (1, 2))
     k_aug = pixels.aug_key(key) if wm.rgb and shifts is None else None
     z = wm.encode(params, obs[None], e, key=k_aug, shifts=shifts)  # [1, L]
