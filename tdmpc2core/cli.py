@@ -104,12 +104,19 @@ def main(argv=None) -> int:
     # a job with the compilation cache on: damaged entries repaired, the SIGILL line explained
     jax_cache.install_if_enabled()
     try:
-        return int(mod.run(args) or 0)
+        rc = int(mod.run(args) or 0)
+        sys.stdout.flush()  # inside the try: a closed pipe raises here, not at the interpreter's exit
+        return rc
     except (ValueError, FileNotFoundError) as e:  # bad input: one line (TDMPC2_TRACEBACK=1: the traceback)
         if os.environ.get("TDMPC2_TRACEBACK"):
             raise
         print(f"tdmpc2 {args.stage}: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader of stdout went away (`tdmpc2 envs | head`): stop quietly
+        # Python's documented way: point stdout at devnull so the exit's flush raises nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
 
 
 if __name__ == "__main__":

@@ -126,6 +126,16 @@ def test_tdmpc2_envs_prints_every_id_and_is_in_the_help(capsys):
     assert "unknown suite 'nope'" in capsys.readouterr().err
 
 
+def test_tdmpc2_envs_into_a_reader_that_stops_early_ends_without_a_traceback():
+    # `tdmpc2 envs | head -2`: the reader closes the pipe; the command stops quietly (exit 141,
+    # as a shell reports SIGPIPE), no BrokenPipeError traceback on stderr. The reader here is
+    # `true`, gone before Python has started, so the first write always meets a closed pipe
+    cmd = f"{sys.executable} -m tdmpc2core.cli envs | true; exit ${{PIPESTATUS[0]}}"
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
+    assert r.returncode == 141
+
+
 # ------------------------------------------------------------------ 3, 4. the compilation cache
 # a stage-like process: the cache set up as `tdmpc2` sets it up for a job, then one program
 PROGRAM = '''
