@@ -152,11 +152,13 @@ def _append_log(out: Path, entry: dict) -> None:
 
 
 def compare(df, reference: str = REFERENCE):
-    """Per (task, candidate precision): the TOST of candidate - ``reference`` on the seeds'
-    scores (tdmpc2core/report/learning_parity.py: ``seed_scores``, ``welch_tost``, ``verdict``
-    at its MARGIN, ALPHA and LAST_POINTS). Returns a list of dicts (task, precision, n,
-    diff, ci90, p_tost, p_diff, verdict, steps). Raises ValueError when a task lacks the
-    reference."""
+    """Per (task, candidate precision): the TOST of candidate - ``reference`` on the scores of
+    the seeds run at both (docs/fidelity.md: the same seeds at both precisions;
+    tdmpc2core/report/learning_parity.py: ``seed_scores``, ``welch_tost``, ``verdict`` at its
+    MARGIN, ALPHA and LAST_POINTS). Returns a list of dicts (task, precision, n, diff, ci90,
+    p_tost, p_diff, verdict, steps, unpaired: {precision: seeds run at that precision alone,
+    left out until the other has them}). Raises ValueError when a task lacks the reference or
+    when a candidate shares no seed with it."""
     from tdmpc2core.report import learning_parity as lp
 
     out = []
@@ -164,13 +166,21 @@ def compare(df, reference: str = REFERENCE):
         if reference not in set(g["precision"]):
             raise ValueError(f"task {task!r}: no rows at the reference precision {reference!r}")
         for cand in sorted(set(g["precision"]) - {reference}):
-            pair = g[g["precision"].isin([reference, cand])].rename(columns={"precision": "implementation"})
+            seeds = {p: set(g[g["precision"] == p]["seed"].astype(int)) for p in (cand, reference)}
+            both = seeds[cand] & seeds[reference]
+            if not both:
+                raise ValueError(f"task {task!r}: {cand} (seeds {sorted(seeds[cand])}) and {reference} (seeds "
+                                 f"{sorted(seeds[reference])}) share no seed")
+            unpaired = {p: sorted(v - both) for p, v in seeds.items() if v - both}
+            pair = g[g["precision"].isin([reference, cand]) & g["seed"].astype(int).isin(both)]
+            pair = pair.rename(columns={"precision": "implementation"})
             scores = lp.seed_scores(pair)
             a = scores[scores["implementation"] == cand]["score"].to_numpy()
             b = scores[scores["implementation"] == reference]["score"].to_numpy()
             t = lp.welch_tost(a, b)
             out.append(dict(task=task, precision=cand, n=t["n"], diff=t["diff"], ci90=t["ci90"], p_tost=t["p_tost"],
-                            p_diff=t["p_diff"], verdict=lp.verdict(t), steps=tuple(scores["steps"].iloc[0])))
+                            p_diff=t["p_diff"], verdict=lp.verdict(t), steps=tuple(scores["steps"].iloc[0]),
+                            unpaired=unpaired))
     return out
 
 
@@ -214,6 +224,11 @@ def analyze(args) -> int:
         lines.append(f"| {r['task']} | {r['precision']} | {', '.join(map(str, r['steps']))} | {r['n'][0]}, {r['n'][1]} "
                      f"| {r['diff']:+.1f} [{r['ci90'][0]:.1f}, {r['ci90'][1]:.1f}] | {r['p_tost']:.3g} | "
                      f"{r['p_diff']:.3g} | {r['verdict']} |")
+    unpaired = [f"{r['task']}, {r['precision']} against {REFERENCE}: seeds {', '.join(map(str, v))} only at {p}"
+                for r in results for p, v in r["unpaired"].items()]
+    if unpaired:
+        lines += ["", "Left out until both precisions have them (a comparison takes the seeds run at both): "
+                  + "; ".join(unpaired)]
     if awaiting:
         lines += ["", "Not compared yet (no rows at " + REFERENCE + "): " + ", ".join(
             f"{t} ({', '.join(sorted(set(df[df['task'] == t]['precision'])))})" for t in awaiting)]

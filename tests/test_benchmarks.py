@@ -310,6 +310,17 @@ def test_precision_parity_compares_each_candidate_with_highest_per_task(tmp_path
     text = (tmp_path / "pp.md").read_text()
     assert "Not compared yet (no rows at highest): FingerSpin (default)" in text
     assert "- default: open (compared on CheetahRun; not yet on FingerSpin, CartpoleSwingup)" in text
+    # the same seeds at both precisions: seeds run at one alone wait for the other, and are named
+    extra = df[(df["precision"] == "default") & (df["seed"] < 3)].assign(seed=lambda d: d["seed"] + 5,
+                                                                          episode_return=-1000.0)
+    res = {r["precision"]: r for r in pp.compare(pd.concat([df, extra], ignore_index=True))}
+    assert res["default"]["n"] == (5, 5) and res["default"]["verdict"] == "equivalent"
+    assert res["default"]["unpaired"] == {"default": [5, 6, 7]} and res["high"]["unpaired"] == {}
+    pd.concat([df, extra], ignore_index=True).to_parquet(path)
+    assert pp.main(["analyze", "--results", str(path), "--summary", str(tmp_path / "pp.md")]) == 0
+    assert "CheetahRun, default against highest: seeds 5, 6, 7 only at default" in (tmp_path / "pp.md").read_text()
+    with pytest.raises(ValueError, match=r"default \(seeds \[5, 6, 7\]\) and highest \(seeds \[0, 1, 2, 3, 4\]\) share no"):
+        pp.compare(pd.concat([df[df["precision"] == "highest"], extra], ignore_index=True))
 
 
 def test_precision_parity_resumed_calls_share_a_program_cache(tmp_path, monkeypatch):
