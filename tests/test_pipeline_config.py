@@ -168,6 +168,11 @@ REFUSALS = [
      "unknown agent setting 'num_sampels' in protocols.demo.defaults.agent; did you mean 'num_samples'?"),
     ("protocols: {demo: {tasks: {pendulum: {agent: {model_size: 3}}}}}",
      "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): model_size=3 is not a preset; accepted: [1, 5"),
+    # a setting the defaults give every task: reported at the task, and where it was written
+    ("protocols: {demo: {defaults: {agent: {model_size: 3}}}}",
+     "model_size=3 is not a preset; accepted: [1, 5, 19, 48, 317] (set at protocols.demo.defaults.agent.model_size)"),
+    ("protocols: {demo: {tasks: {pendulum: {agent: {horizon: 0}}}}}",
+     "horizon=0 must be >= 1 (set at protocols.demo.tasks.pendulum.agent.horizon)"),
     ("protocols: {demo: {tasks: {pendulum: {env_id: Pendulum-v2}}}}",
      "env_id 'Pendulum-v2': unknown env id 'Pendulum-v2'. Did you mean"),
     ("protocols: {demo: {tasks: {pendulum: {agent: {learning_rate: {kind: cosin}}}}}}",

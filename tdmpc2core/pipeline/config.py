@@ -468,6 +468,21 @@ def _check_env_params(proto: str, protocol: dict, name: str, t: dict) -> dict:
     return params
 
 
+def _agent_key_source(proto: str, protocol: dict, name: str, err: Exception) -> str:
+    """Where the agent setting an error names first (its message starts ``key=value``) was
+    written: " (set at protocols.P.tasks.N.agent.KEY)" or "(... defaults.agent.KEY)"; "" when
+    the message names no key or the key came from neither block (the preset's own value)."""
+    m = re.match(r"(\w+)=", str(err))
+    if not m:
+        return ""
+    key = m.group(1)
+    for block, path in ((((protocol.get("tasks") or {}).get(name) or {}).get("agent"), f"tasks.{name}.agent"),
+                        ((protocol.get("defaults") or {}).get("agent"), "defaults.agent")):
+        if isinstance(block, dict) and key in block:
+            return f" (set at protocols.{proto}.{path}.{key})"
+    return ""
+
+
 def _check_task(proto: str, protocol: dict, name: str, t: dict):
     """What the training job would refuse at its start, refused now by the same code
     (tdmpc2core.model.config.validate_config, tdmpc2core.envs): every agent setting, the env id,
@@ -509,7 +524,8 @@ def _check_task(proto: str, protocol: dict, name: str, t: dict):
     try:
         cfg = library_config.validate_config(library_config.TDMPC2Config(**t["agent"]), episode_length=T, n_envs=n)
     except (ValueError, TypeError) as e:
-        raise ConfigError(f"config: {where}.agent (T = {T} agent steps): {e}") from None
+        raise ConfigError(f"config: {where}.agent (T = {T} agent steps): {e}{_agent_key_source(proto, protocol, name, e)}") \
+            from None
     first = library_config.first_update_agent_steps(cfg.seed_steps, n)
     if int(t["agent_steps"]) < first:
         raise ConfigError(
