@@ -177,7 +177,8 @@ REFUSALS = [
      "env_id 'Pendulum-v2': unknown env id 'Pendulum-v2'. Did you mean"),
     ("protocols: {demo: {tasks: {pendulum: {agent: {learning_rate: {kind: cosin}}}}}}",
      "protocols.demo.tasks.pendulum.agent (T = 200 agent steps): learning_rate.kind='cosin' is not a schedule; "
-     "accepted: ['constant', 'cosine', 'linear', 'warmup_cosine']"),
+     "accepted: ['constant', 'cosine', 'linear', 'warmup_cosine'] (or a plain float) (set at "
+     "protocols.demo.tasks.pendulum.agent.learning_rate)"),
     ("protocols: {demo: {defaults: {agent: {learning_rate: {kind: linear, init_value: 1.0e-3, end_value: 0.0}}}}}",
      "learning_rate: the 'linear' schedule needs ['transition_steps']"),
     ("protocols: {demo: {tasks: {pendulum: {agent: {learning_rate: 3e-4}}}}}",

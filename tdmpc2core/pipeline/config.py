@@ -469,10 +469,11 @@ def _check_env_params(proto: str, protocol: dict, name: str, t: dict) -> dict:
 
 
 def _agent_key_source(proto: str, protocol: dict, name: str, err: Exception) -> str:
-    """Where the agent setting an error names first (its message starts ``key=value``) was
-    written: " (set at protocols.P.tasks.N.agent.KEY)" or "(... defaults.agent.KEY)"; "" when
-    the message names no key or the key came from neither block (the preset's own value)."""
-    m = re.match(r"(\w+)=", str(err))
+    """Where the agent setting an error names first (its message starts ``key=value`` or
+    ``key.field=value``) was written: " (set at protocols.P.tasks.N.agent.KEY)" or
+    " (set at protocols.P.defaults.agent.KEY)"; "" when the message names no key or the key
+    came from neither block (the preset's own value)."""
+    m = re.match(r"(\w+)(?:\.\w+)*=", str(err))  # "horizon=0 ...", "learning_rate.kind='cosin' ..."
     if not m:
         return ""
     key = m.group(1)
