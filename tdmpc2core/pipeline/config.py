@@ -525,8 +525,8 @@ def _check_task(proto: str, protocol: dict, name: str, t: dict):
     try:
         cfg = library_config.validate_config(library_config.TDMPC2Config(**t["agent"]), episode_length=T, n_envs=n)
     except (ValueError, TypeError) as e:
-        raise ConfigError(f"config: {where}.agent (T = {T} agent steps): {e}{_agent_key_source(proto, protocol, name, e)}") \
-            from None
+        src = _agent_key_source(proto, protocol, name, e)
+        raise ConfigError(f"config: {where}.agent (T = {T} agent steps): {e}{src}") from None
     first = library_config.first_update_agent_steps(cfg.seed_steps, n)
     if int(t["agent_steps"]) < first:
         raise ConfigError(
