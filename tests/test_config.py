@@ -38,7 +38,12 @@ def test_validate_config_refuses_what_the_job_refuses():
                         (dict(iterations=0), "iterations=0 must be >= 1"),
                         (dict(num_pi_trajs=-1), "num_pi_trajs=-1 must be >= 0"),
                         (dict(dropout=1.0), r"dropout=1.0 must be in \[0, 1\)"),
-                        (dict(dropout=-0.2), r"dropout=-0.2 must be in \[0, 1\)")):
+                        (dict(dropout=-0.2), r"dropout=-0.2 must be in \[0, 1\)"),
+                        # a count that is not an integer (it would fail later as an array shape)
+                        (dict(horizon=2.5), "horizon=2.5 must be an integer"),
+                        (dict(horizon=True), "horizon=True must be an integer"),
+                        (dict(num_elites="8"), "num_elites='8' must be an integer"),
+                        (dict(latent_dim=64.0), "latent_dim=64.0 must be an integer")):
         with pytest.raises(ValueError, match=needle):
             validate_config(TDMPC2Config(**{**DEMO, **bad}), episode_length=T)
         with pytest.raises(ValueError, match=needle):  # the job's path: the same check

@@ -411,6 +411,7 @@ def resolve_config(cfg: TDMPC2Config, *, episode_length: int, action_dim: int,
     check_kernel_fields(cfg.kernels, cfg.matmul_precision)
     if cfg.model_size not in MODEL_SIZES:
         raise ValueError(f"model_size={cfg.model_size!r} is not a preset; accepted: {sorted(MODEL_SIZES)}")
+    check_integer_fields(cfg)
     if isinstance(cfg.num_bins, bool) or not isinstance(cfg.num_bins, int) or cfg.num_bins < 2:
         # the official two_hot / two_hot_inv special-case 0 (plain regression) and 1 (symlog
         # regression): not implemented here (docs/deviations.md F2)
@@ -484,6 +485,24 @@ def check_updates_per_tick(cfg, n_envs: int) -> int:
             + (f"{lo / n:g}" if lo == hi else f"{lo / n:g} or {hi / n:g}")
             + (f", or n_envs={round(1 / ups)} for {ups:g}" if ups < 1 and abs(1 / ups - round(1 / ups)) < 1e-9 else ""))
     return int(round(x))
+
+
+def check_integer_fields(cfg: TDMPC2Config) -> None:
+    """Every count of the configuration (the fields typed ``int``, or ``Optional[int]`` when
+    set: horizon, batch_size, num_samples, widths, ...) is an integer (a Python or NumPy int,
+    not a bool): a float such as horizon=2.5 would otherwise pass the range checks and fail
+    later as an array shape.
+
+    Raises:
+      ValueError: naming the field and its value."""
+    for f in dataclasses.fields(cfg):
+        if f.name == "num_bins" or f.type not in ("int", "Optional[int]"):
+            continue  # num_bins: its own message (resolve_config)
+        v = getattr(cfg, f.name)
+        if v is None and f.type == "Optional[int]":
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ValueError(f"{f.name}={v!r} must be an integer")
 
 
 def validate_config(cfg: TDMPC2Config, *, episode_length: int, n_envs: int = 1) -> TDMPC2Config:
