@@ -208,14 +208,26 @@ def analyze(args) -> int:
 
     from tdmpc2core.report import learning_parity as lp
 
-    frames = [_read(Path(p)) for p in args.results]
+    frames = []
+    for p in args.results:
+        if not Path(p).is_file():
+            raise SystemExit(f"analyze: {p}: no such file (the results Parquet files that `run --out` wrote)")
+        try:
+            frames.append(_read(Path(p)))
+        except (ValueError, OSError) as e:  # pyarrow's ArrowInvalid is a ValueError
+            raise SystemExit(f"analyze: {p}: not a readable precision-parity results file: {e}") from None
     df = pd.concat(frames, ignore_index=True)
+    if df.empty:
+        raise SystemExit(f"analyze: no rows in {args.results}")
     key = ["precision", "task", "seed", "agent_step"]
     if df.duplicated(key).any():
         raise SystemExit(f"a (precision, task, seed, agent_step) row occurs twice in {args.results}")
     with_ref = {t for t, g in df.groupby("task") if REFERENCE in set(g["precision"])}
     awaiting = sorted(set(df["task"]) - with_ref)
-    results = compare(df[df["task"].isin(with_ref)])
+    try:
+        results = compare(df[df["task"].isin(with_ref)])
+    except ValueError as e:
+        raise SystemExit(f"analyze: {e}") from None
     lines = [f"Candidate precision - {REFERENCE} (margin +-{lp.MARGIN:.0f}, alpha {lp.ALPHA}, a seed's score its "
              f"mean over the last {lp.LAST_POINTS} evaluation points)", "",
              "| task | precision | points (agent steps) | seeds (candidate, highest) | difference [90% CI] | "

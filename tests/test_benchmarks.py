@@ -321,6 +321,18 @@ def test_precision_parity_compares_each_candidate_with_highest_per_task(tmp_path
     assert "CheetahRun, default against highest: seeds 5, 6, 7 only at default" in (tmp_path / "pp.md").read_text()
     with pytest.raises(ValueError, match=r"default \(seeds \[5, 6, 7\]\) and highest \(seeds \[0, 1, 2, 3, 4\]\) share no"):
         pp.compare(pd.concat([df[df["precision"] == "highest"], extra], ignore_index=True))
+    # bad input: one line naming the file, not an empty table with exit 0 or a traceback
+    with pytest.raises(SystemExit, match="nowhere.parquet: no such file"):
+        pp.main(["analyze", "--results", str(tmp_path / "nowhere.parquet")])
+    (tmp_path / "text.parquet").write_text("not parquet\n")
+    with pytest.raises(SystemExit, match="text.parquet: not a readable precision-parity results file"):
+        pp.main(["analyze", "--results", str(tmp_path / "text.parquet")])
+    df.iloc[:0].to_parquet(tmp_path / "empty.parquet")
+    with pytest.raises(SystemExit, match="analyze: no rows in"):
+        pp.main(["analyze", "--results", str(tmp_path / "empty.parquet")])
+    pd.concat([df[df["precision"] == "highest"], extra], ignore_index=True).to_parquet(path)
+    with pytest.raises(SystemExit, match="analyze: task 'CheetahRun': default .* share no seed"):
+        pp.main(["analyze", "--results", str(path)])
 
 
 def test_precision_parity_resumed_calls_share_a_program_cache(tmp_path, monkeypatch):
