@@ -423,6 +423,9 @@ def test_schema_error_lines(tmp_path):
     line = config_error_line(_schema_error(merged(video="sometimes")), SCHEMA, [demo], {"video": "sometimes"})
     assert line == ("config: video (set by --config): 'sometimes' is not accepted; accepted: off, last, every, "
                     "false")
+    line = config_error_line(_schema_error(merged(video=True)), SCHEMA, [demo], {"video": True})
+    assert line == ("config: video (set by --config): True is not accepted (YAML reads an unquoted on, yes or "
+                    "true as true); accepted: off, last, every, false")
     line = config_error_line(_schema_error(merged(rerun_on_code_change="yes")), SCHEMA, [demo])
     assert line == "config: rerun_on_code_change (set in config.yaml): 'yes' is not of type 'boolean'"
     # a value --config sets is said to come from --config, though config.yaml sets the key too
@@ -560,6 +563,26 @@ def test_code_changes_name_the_finished_jobs(tmp_path, monkeypatch):
     assert codeversion.code_changes(jobs, rerun=True)[0].endswith("rerun (rerun_on_code_change: true)")
     assert codeversion.code_changes({"x": ("tables", ["missing/run.json"])}, rerun=False) == []
     assert codeversion.recorded_code_version("r2/run.json") is None
+
+
+def test_switching_to_every_video_names_the_finished_jobs_without_them(tmp_path, monkeypatch):
+    """`video: every` after jobs finished with `last`: nothing reruns (the videos/ folder is not
+    a declared output), so the load names those jobs and what to delete to have the videos."""
+    monkeypatch.chdir(tmp_path)
+    runs = {"pendulum": {"video": {"file": "video.mp4"}},  # ran with last
+            "cartpole-balance": {"video": {"file": "video.mp4", "every": ["videos/agent_steps_000000000.mp4"]}}}
+    for task, rec in runs.items():
+        (tmp_path / f"results/single/{task}/seed0").mkdir(parents=True)
+        (tmp_path / f"results/single/{task}/seed0/run.json").write_text(json.dumps(rec))
+    every = resolve(merged(video="every"))
+    assert every.jobs_without_every_videos() == [
+        "video: every: 1 finished training job(s) recorded no video per evaluation: results/single/pendulum/seed0/"
+        f"run.json (checkpoints {every.checkpoints}/single/pendulum/seeds_0_1/); kept, since those videos are "
+        "recorded as training evaluates: to have them, delete such a job's run.json and its checkpoint folder, "
+        "then run again (it trains anew)"]
+    assert resolve(merged(video="last")).jobs_without_every_videos() == []
+    (tmp_path / "results/single/pendulum/seed0/run.json").write_text("{not json")  # a job being rewritten
+    assert every.jobs_without_every_videos() == []
 
 
 # --------------------------------------------------------------------------- cluster

@@ -901,9 +901,10 @@ def run(args):
     state = ck / "state.json"
     step = json.loads(state.read_text())["step"] if state.exists() else 0
     resumed = step > 0
-    log(f"resumed from {state} at {step} agent steps" if resumed else "training starts")
-    att = attempts.begin(ck, unit="agent steps", start_step=step)
+    # the handlers first: the test signals once this line is in the log
     with SignalStop(log, True) as stop:
+        log(f"resumed from {state} at {step} agent steps" if resumed else "training starts")
+        att = attempts.begin(ck, unit="agent steps", start_step=step)
         while step < CHUNKS:
             if not resumed:
                 time.sleep(args.max_chunk_seconds)
@@ -929,6 +930,27 @@ def run(args):
 '''
 
 
+def _hung_run_report(smk: subprocess.Popen, logs, t0: float) -> str:
+    """What a snakemake run that did not end after a stop signal was doing: its processes, the
+    jobs' logs, and every thread's stack (its faulthandler, on SIGUSR1); then the run is killed."""
+    import psutil
+
+    lines = [f"snakemake did not end {time.time() - t0:.0f} s after the signal; its processes:"]
+    with contextlib.suppress(psutil.Error):
+        for p in [psutil.Process(smk.pid), *psutil.Process(smk.pid).children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                lines.append(f"  {p.pid} {p.status()} {' '.join(p.cmdline())[:300]}")
+    for log in logs:
+        lines.append(f"--- {log.name} ({log.parent.name}):\n" + (log.read_text()[-2000:] if log.exists() else "(none)"))
+    with contextlib.suppress(OSError):
+        os.kill(smk.pid, signal.SIGUSR1)
+    time.sleep(2)
+    with contextlib.suppress(OSError):
+        os.killpg(smk.pid, signal.SIGKILL)
+    lines.append("--- snakemake's output and stacks:\n" + smk.communicate()[0][-12000:])
+    return "\n".join(lines)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_to_snakemake_alone_stops_training_with_a_checkpoint(tmp_path, sig):
     """A supervisor, a notebook or `kill` signals the snakemake process alone (not its process
@@ -938,8 +960,11 @@ def test_signal_to_snakemake_alone_stops_training_with_a_checkpoint(tmp_path, si
     shutil.copytree(ROOT / "tdmpc2core", wf / "tdmpc2core", ignore=shutil.ignore_patterns("__pycache__"))
     (wf / "tdmpc2core" / "stages" / "train_single.py").write_text(STOPPABLE_TRAINER)
     (wf / "s.yaml").write_text("seeds_per_job: 1\nmax_chunk_seconds: 0.2\n")
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile=s.yaml",
-           "results/single/pendulum/seed0/run.json", "results/single/cartpole-balance/seed0/run.json"]
+    args = ["--cores", "2", "--configfile=s.yaml",
+            "results/single/pendulum/seed0/run.json", "results/single/cartpole-balance/seed0/run.json"]
+    # snakemake with faulthandler on SIGUSR1: a run that does not end says where it waits
+    cmd = [sys.executable, "-c", "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, "
+           "all_threads=True); from snakemake.cli import main; sys.argv[0] = 'snakemake'; main()", *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
     logs = [wf / f"logs/train_single/{t}/seeds_0.log" for t in ("pendulum", "cartpole-balance")]
     # a session of its own, so that only the snakemake process is signalled
@@ -951,7 +976,11 @@ def test_signal_to_snakemake_alone_stops_training_with_a_checkpoint(tmp_path, si
         time.sleep(0.1)
     t0 = time.time()
     os.kill(smk.pid, sig)  # the snakemake process alone
-    out = smk.communicate(timeout=120)[0]
+    try:
+        out = smk.communicate(timeout=120)[0]
+    except subprocess.TimeoutExpired:
+        pytest.fail(_hung_run_report(smk, logs, t0))
+    cmd = [sys.executable, "-m", "snakemake", *args]
     # 600 chunks of 0.2 s were left: they stopped at the next boundary instead
     assert time.time() - t0 < 20, out[-4000:]
     assert smk.returncode != 0

@@ -359,6 +359,35 @@ class Pipeline:
         out["official_eval"] = ("evaluate_official", [f"{OFFICIAL}/{n}/run.json" for n in self.official.checkpoints])
         return out
 
+    def jobs_without_every_videos(self) -> list[str]:
+        """With ``video: every``: one line naming the finished training jobs whose run.json
+        records no video per evaluation (run with ``off`` or ``last``; its ``video`` entry has
+        no ``every``). Such jobs are kept: the per-evaluation videos are recorded as training
+        evaluates (docs/pipeline.md, "Evaluation videos"), and the ``videos/`` folder is not a
+        declared output, so switching ``last`` to ``every`` reruns nothing. [] otherwise."""
+        if self.video != "every":
+            return []
+        import json
+
+        jobs = []
+        for t in self.tasks:
+            for g in self.task_seed_groups(t):
+                run_json = f"{RUNS}/{t}/seed{g[0]}/run.json"
+                try:
+                    with open(run_json, encoding="utf-8") as fh:
+                        video = json.load(fh).get("video")
+                except (OSError, ValueError, AttributeError):
+                    continue  # not finished (or unreadable): the job runs with video: every
+                if not (isinstance(video, dict) and "every" in video):
+                    jobs.append((t, g))
+        if not jobs:
+            return []
+        named = ", ".join(f"{RUNS}/{t}/seed{g[0]}/run.json (checkpoints {self.checkpoints}/single/{t}/{seed_tag(g)}/)"
+                          for t, g in jobs[:3]) + (", ..." if len(jobs) > 3 else "")
+        return [f"video: every: {len(jobs)} finished training job(s) recorded no video per evaluation: {named}; "
+                "kept, since those videos are recorded as training evaluates: to have them, delete such a job's "
+                "run.json and its checkpoint folder, then run again (it trains anew)"]
+
     def _kind_tasks(self, pixels: bool) -> list[str]:
         return self.pixel_tasks if pixels else self.dataset_tasks
 

@@ -138,6 +138,9 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
         return (f"config: {where}{src}: takes one value, not a list ({err.instance!r}); accepted: "
                 f"{REGISTERED_VALUES[tuple(path)]()}")
     if err.validator == "enum":
+        if err.instance is True and False in err.validator_value:  # an unquoted on / yes / true
+            return (f"config: {where}{src}: True is not accepted (YAML reads an unquoted on, yes or true as "
+                    f"true); accepted: {_yaml_values(err.validator_value)}")
         close = difflib.get_close_matches(str(err.instance), [str(v) for v in err.validator_value], n=1)
         return f"config: {where}{src}: {err.instance!r} is not accepted" + (
             f"; did you mean {close[0]!r}?" if close else f"; accepted: {_yaml_values(err.validator_value)}")

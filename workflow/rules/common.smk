@@ -24,10 +24,12 @@ try:
     P = resolve(config)
 except ConfigError as _e:
     raise WorkflowError(str(_e)) from None
-# official pools still downloading; which finished jobs ran other code than now (codeversion.py)
+# official pools still downloading; which finished jobs ran other code than now (codeversion.py);
+# with video: every, which finished jobs have no video per evaluation
 for _line in [
     *P.notes,
     *codeversion.code_changes(P.run_records(), rerun=P.rerun_on_code_change),
+    *P.jobs_without_every_videos(),
 ]:
     print(_line, file=sys.stderr)
 
