@@ -213,7 +213,10 @@ REFUSALS = [
     ("protocols: {demo: {multitask: {batch_size: 30409}}}",
      "multitask (pool demo, model size 1): batch_size=30409 exceeds the 30408 distinct training slices"),
     ("protocols: {demo: {multitask: {agent: {num_elites: 100}}}}",
-     "multitask (pool demo, model size 1): num_elites=100 exceeds num_samples=64"),
+     "multitask (pool demo, model size 1): num_elites=100 exceeds num_samples=64 (set at "
+     "protocols.demo.multitask.agent.num_elites)"),
+    ("protocols: {demo: {multitask: {agent: {horizon: 2.5}}}}",
+     "multitask (pool demo, model size 1): horizon=2.5 must be an integer (set at protocols.demo.multitask.agent.horizon)"),
     ("protocols: {demo: {multitask: {agent: {num_sample: 1}}}}",
      "unknown agent setting 'num_sample' in protocols.demo.multitask.agent; did you mean 'num_samples'?"),
     ("protocols: {demo: {multitask: {return_ranges: {pendulum: [0, -1]}}}}",
@@ -423,9 +426,39 @@ def test_schema_error_lines(tmp_path):
     line = config_error_line(_schema_error(merged(video="sometimes")), SCHEMA, [demo], {"video": "sometimes"})
     assert line == ("config: video (set by --config): 'sometimes' is not accepted; accepted: off, last, every, "
                     "false")
-    line = config_error_line(_schema_error(merged(video=True)), SCHEMA, [demo], {"video": True})
-    assert line == ("config: video (set by --config): True is not accepted (YAML reads an unquoted on, yes or "
+    line = config_error_line(_schema_error(merged(video=True)), SCHEMA, [demo])
+    assert line == ("config: video (set in config.yaml): True is not accepted (YAML reads an unquoted on, yes or "
                     "true as true); accepted: off, last, every, false")
+    assert config_error_line(_schema_error(merged(video=True)), SCHEMA, [demo], {"video": True}).endswith(
+        "True is not accepted (--config reads True as true); accepted: off, last, every, false")
+    # --config video=false is the text 'false' (not YAML's false, which means off)
+    line = config_error_line(_schema_error(merged(video="false")), SCHEMA, [demo], {"video": "false"})
+    assert line == ("config: video (set by --config): the text 'false' is not accepted (--config passes it as "
+                    "text, not YAML's false); accepted: off, last, every")
+    line = config_error_line(_schema_error(merged(video="EVERY")), SCHEMA, [demo], {"video": "EVERY"})
+    assert line.endswith("'EVERY' is not accepted; did you mean 'every'?")
+    line = config_error_line(_schema_error(merged(video=1)), SCHEMA, [demo], {"video": 1})
+    assert line == "config: video (set by --config): 1 is not of type 'string', 'boolean'; accepted: off, last, every, false"
+    assert config_error_line(_schema_error(merged(seeds=0)), SCHEMA, [demo], {"seeds": 0}).endswith(
+        "0 is not of type 'array'; write a list: [0]")
+    line = config_error_line(_schema_error(merged("protocols: {demo: {defaults: {eval_every: '1e3'}}}")), SCHEMA, [demo])
+    assert line.endswith("'1e3' is not of type 'integer' (YAML reads 1e3 as a string: write 1000)")
+    # a protocol's or a task's key written at the top level: where it belongs
+    top = tmp_path / "top.yaml"
+    top.write_text("tasks: {pendulum: {agent: {horizon: 3}}}\n")
+    line = config_error_line(_schema_error(merged(top.read_text())), SCHEMA, [demo, str(top)])
+    assert line.startswith("config: unknown key 'tasks' in the top level (set in ") and line.endswith(
+        "top.yaml); tasks is a protocol's key: write it under protocols.demo.tasks (the protocol `protocol` names)")
+    line = config_error_line(_schema_error(merged(eval_every=1000)), SCHEMA, [demo], {"eval_every": 1000})
+    assert line.endswith("eval_every is a task's setting: write it under protocols.demo.defaults.eval_every "
+                         "(every task) or protocols.demo.tasks.<task>.eval_every")
+    # a task name misspelt in an override file reads as a new task without its env_id
+    typo_task = tmp_path / "task.yaml"
+    typo_task.write_text("protocols: {demo: {tasks: {pendulm: {agent_steps: 3000}}}}\n")
+    line = config_error_line(_schema_error(merged(typo_task.read_text())), SCHEMA, [demo, str(typo_task)])
+    assert line.startswith("config: protocols.demo.tasks.pendulm (set in ") and line.endswith(
+        "task.yaml): 'env_id' is a required property; did you mean the task 'pendulum'? (a task named anew "
+        "needs its env_id)")
     line = config_error_line(_schema_error(merged(rerun_on_code_change="yes")), SCHEMA, [demo])
     assert line == "config: rerun_on_code_change (set in config.yaml): 'yes' is not of type 'boolean'"
     # a value --config sets is said to come from --config, though config.yaml sets the key too
@@ -579,7 +612,8 @@ def test_switching_to_every_video_names_the_finished_jobs_without_them(tmp_path,
         "video: every: 1 finished training job(s) recorded no video per evaluation: results/single/pendulum/seed0/"
         f"run.json (checkpoints {every.checkpoints}/single/pendulum/seeds_0_1/); kept, since those videos are "
         "recorded as training evaluates: to have them, delete such a job's run.json and its checkpoint folder, "
-        "then run again (it trains anew)"]
+        "then run again: it trains anew, and what is built on its outputs (its pool, the multi-task model) is made "
+        "again too"]
     assert resolve(merged(video="last")).jobs_without_every_videos() == []
     (tmp_path / "results/single/pendulum/seed0/run.json").write_text("{not json")  # a job being rewritten
     assert every.jobs_without_every_videos() == []

@@ -386,7 +386,8 @@ class Pipeline:
                           for t, g in jobs[:3]) + (", ..." if len(jobs) > 3 else "")
         return [f"video: every: {len(jobs)} finished training job(s) recorded no video per evaluation: {named}; "
                 "kept, since those videos are recorded as training evaluates: to have them, delete such a job's "
-                "run.json and its checkpoint folder, then run again (it trains anew)"]
+                "run.json and its checkpoint folder, then run again: it trains anew, and what is built on its outputs (its pool, the multi-task "
+                "model) is made again too"]
 
     def _kind_tasks(self, pixels: bool) -> list[str]:
         return self.pixel_tasks if pixels else self.dataset_tasks

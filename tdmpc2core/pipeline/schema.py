@@ -81,6 +81,23 @@ def _files_setting(path: list, configfiles: list, null: bool = False) -> list:
     return found
 
 
+def _keys_beside(path: list, configfiles: list) -> list:
+    """The keys the config files set beside the last key of ``path`` (its siblings: the task
+    names of a protocol for ``protocols.P.tasks.NAME``), in file order, without repeats."""
+    names: list = []
+    for fp in configfiles:
+        try:
+            with open(fp) as fh:
+                node = yaml.safe_load(fh)
+        except (OSError, yaml.YAMLError):
+            continue
+        for key in path[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            names += [str(k) for k in node if str(k) != path[-1] and str(k) not in names]
+    return names
+
+
 def _inner_error(err: jsonschema.ValidationError, schema: dict):
     """The error under an unevaluatedProperties error whose keys are all accepted: a value one of
     the node's allOf schemas refused (e.g. ``agent.weight_decay: -1`` in a task), which left
@@ -127,6 +144,15 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
         src = f" (set in {files[0]})" if files else " (set by --config)"
         close = difflib.get_close_matches(str(key), sorted(accepted), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; accepted there: {', '.join(sorted(accepted))}"
+        defs = schema.get("$defs", {})
+        if not path and {"protocol", "settings"} <= set(defs):  # a protocol's or a task's key at the top level
+            name = err.instance.get("protocol")
+            proto = f"protocols.{name if isinstance(name, str) else '<protocol>'}"
+            if key in _accepted_keys(defs["protocol"], schema):  # tasks:, multitask:, ...
+                hint = f"; {key} is a protocol's key: write it under {proto}.{key} (the protocol `protocol` names)"
+            elif key in _accepted_keys(defs["settings"], schema):  # eval_every:, agent:, ...
+                hint = (f"; {key} is a task's setting: write it under {proto}.defaults.{key} (every task) or "
+                        f"{proto}.tasks.<task>.{key}")
         more = f" (and {len(unknown) - 1} more unknown key(s))" if len(unknown) > 1 else ""
         return f"config: unknown key {key!r} in {where}{src}{hint}{more}"
     files = _files_setting(path, configfiles, null) if path and not cli else []
@@ -138,12 +164,19 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
         return (f"config: {where}{src}: takes one value, not a list ({err.instance!r}); accepted: "
                 f"{REGISTERED_VALUES[tuple(path)]()}")
     if err.validator == "enum":
-        if err.instance is True and False in err.validator_value:  # an unquoted on / yes / true
-            return (f"config: {where}{src}: True is not accepted (YAML reads an unquoted on, yes or true as "
-                    f"true); accepted: {_yaml_values(err.validator_value)}")
-        close = difflib.get_close_matches(str(err.instance), [str(v) for v in err.validator_value], n=1)
+        values = list(err.validator_value)
+        if err.instance is True and False in values:  # an unquoted on / yes / true
+            how = "--config reads True as true" if cli else "YAML reads an unquoted on, yes or true as true"
+            return f"config: {where}{src}: True is not accepted ({how}); accepted: {_yaml_values(values)}"
+        read = _yaml_read(err.instance) if isinstance(err.instance, str) else None
+        if isinstance(read, bool) and any(v is read for v in values):  # --config video=false, or a quoted 'false'
+            how = "--config passes it as text" if cli else "quoted, it is text"
+            return (f"config: {where}{src}: the text {err.instance!r} is not accepted ({how}, not YAML's "
+                    f"{json.dumps(read)}); accepted: {', '.join(v for v in values if isinstance(v, str))}")
+        spelled = {_yaml_values([v]).lower(): _yaml_values([v]) for v in values}  # as YAML writes them
+        close = difflib.get_close_matches(str(err.instance).lower(), list(spelled), n=1)
         return f"config: {where}{src}: {err.instance!r} is not accepted" + (
-            f"; did you mean {close[0]!r}?" if close else f"; accepted: {_yaml_values(err.validator_value)}")
+            f"; did you mean {spelled[close[0]]!r}?" if close else f"; accepted: {_yaml_values(values)}")
     hint = ""
     if cli and err.validator == "type" and isinstance(err.instance, str) and path[-1].isdigit():
         hint = "; --config passes list items as strings: set this list in a file given with --configfile"
@@ -151,17 +184,35 @@ def config_error_line(err: jsonschema.ValidationError, schema: dict, configfiles
         hint = "; extensions is a setting of the task (or of defaults or the multitask block), beside agent, not in it"
     elif err.validator == "type" and path and path[-1] == "logger" and isinstance(err.instance, str):
         hint = f"; write it as a block: logger: {{kind: {err.instance}}}"
-    elif (err.validator == "type" and "array" in _as_list(err.validator_value) and isinstance(err.instance, str)
-          and not _is_number_text(err.instance)):
+    elif (err.validator == "type" and "array" in _as_list(err.validator_value)
+          and (isinstance(err.instance, (int, float)) and not isinstance(err.instance, bool)
+               or isinstance(err.instance, str) and not _is_number_text(err.instance))):
         hint = (f"; write a list of lists of seeds, e.g. [[{err.instance}]]" if path and path[-1] == "seed_groups"
                 else f"; write a list: [{err.instance}]")
     elif err.validator == "type" and isinstance(err.instance, str) and _is_number_text(err.instance):
         if isinstance(yaml.safe_load(err.instance), (int, float)):  # a number the user quoted
             hint = f" (a quoted number is a string: write {err.instance} without quotes)"
+        elif _as_list(err.validator_value) == ["integer"] and float(err.instance).is_integer():
+            hint = f" (YAML reads {err.instance} as a string: write {int(float(err.instance))})"
         else:
             hint = (f" (YAML reads {err.instance} as a string: write it with a decimal point and a signed "
                     f"exponent, e.g. 3.0e-4)")
+    elif (err.validator == "required" and len(path) == 4 and path[0] == "protocols" and path[2] == "tasks"
+          and "'env_id'" in err.message):  # a task name misspelt in an override file: a new task, without env_id
+        close = difflib.get_close_matches(path[3], _keys_beside(path, configfiles), n=1)
+        hint = (f"; did you mean the task {close[0]!r}? (a task named anew needs its env_id)" if close
+                else " (a task named anew needs its env_id)")
+    elif err.validator == "type" and "enum" in err.schema:  # video: 1, video: null
+        hint = f"; accepted: {_yaml_values(err.schema['enum'])}"
     return f"config: {where}{src}: {err.message}{hint}"
+
+
+def _yaml_read(text: str):
+    """``text`` as YAML reads it (``"false"`` -> False); the text itself when YAML cannot."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
 
 
 def _as_list(value) -> list:
