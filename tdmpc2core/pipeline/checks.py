@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 
 from tdmpc2core.model import config as library_config
 
-__all__ = ["ConfigError", "AGENT_KEYS", "unknown_agent_keys", "check_extensions", "check_expected"]
+__all__ = ["ConfigError", "AGENT_KEYS", "unknown_agent_keys", "agent_key_written_at", "check_extensions",
+           "check_expected"]
 
 #: the agent settings the library accepts (the fields of tdmpc2core.model.config.TDMPC2Config)
 AGENT_KEYS = sorted(f.name for f in dataclasses.fields(library_config.TDMPC2Config))
@@ -34,6 +36,22 @@ def unknown_agent_keys(where: str, agent: dict, accepted: list, defaults_where: 
         f"config: unknown agent setting {key!r} in {where}"
         + (f"; did you mean {close[0]!r}?" if close else f"; accepted: {', '.join(accepted)}")
         + (f" (and {len(unknown) - 1} more unknown agent setting(s): {unknown[1:]})" if len(unknown) > 1 else ""))
+
+
+def agent_key_written_at(err: Exception, blocks) -> str:
+    """Where the agent setting a refusal names first was written: the library's messages start
+    ``key=value`` or ``key.field=value`` ("horizon=0 ...", "learning_rate.kind='cosin' ...").
+    ``blocks``: (the block as given, its config path) in the order they win. Returns
+    " (set at PATH.KEY)" for the first block that sets the key; "" when the message names no key
+    or no block sets it (a preset's own value)."""
+    m = re.match(r"(\w+)(?:\.\w+)*=", str(err))
+    if not m:
+        return ""
+    key = m.group(1)
+    for block, path in blocks:
+        if isinstance(block, dict) and key in block:
+            return f" (set at {path}.{key})"
+    return ""
 
 
 def check_extensions(where: str, names) -> None:

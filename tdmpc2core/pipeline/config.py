@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import difflib
 import glob
+import json
 import os
 import re
 import shlex
@@ -29,7 +30,8 @@ from tdmpc2core.io.loggers import logger_kinds
 from tdmpc2core.io.spec import MultiSpec, TaskSpec
 from tdmpc2core.model import config as library_config
 from tdmpc2core.pipeline.checks import (AGENT_KEYS, ConfigError, check_expected as _check_expected,  # noqa: F401
-                                        check_extensions, unknown_agent_keys as _unknown_agent_keys)
+                                        agent_key_written_at, check_extensions,
+                                        unknown_agent_keys as _unknown_agent_keys)
 from tdmpc2core.pipeline.cluster import Cluster, cluster_from_config
 from tdmpc2core.pipeline.multitask import Multitask, check_multitask  # noqa: F401 (Multitask: the type of Pipeline.multitask)
 
@@ -367,8 +369,6 @@ class Pipeline:
         declared output, so switching ``last`` to ``every`` reruns nothing. [] otherwise."""
         if self.video != "every":
             return []
-        import json
-
         jobs = []
         for t in self.tasks:
             for g in self.task_seed_groups(t):
@@ -386,8 +386,8 @@ class Pipeline:
                           for t, g in jobs[:3]) + (", ..." if len(jobs) > 3 else "")
         return [f"video: every: {len(jobs)} finished training job(s) recorded no video per evaluation: {named}; "
                 "kept, since those videos are recorded as training evaluates: to have them, delete such a job's "
-                "run.json and its checkpoint folder, then run again: it trains anew, and what is built on its outputs (its pool, the multi-task "
-                "model) is made again too"]
+                "run.json and its checkpoint folder, then run again: it trains anew, and what is built on its "
+                "outputs (its pool, the multi-task model) is made again too"]
 
     def _kind_tasks(self, pixels: bool) -> list[str]:
         return self.pixel_tasks if pixels else self.dataset_tasks
@@ -499,19 +499,12 @@ def _check_env_params(proto: str, protocol: dict, name: str, t: dict) -> dict:
 
 
 def _agent_key_source(proto: str, protocol: dict, name: str, err: Exception) -> str:
-    """Where the agent setting an error names first (its message starts ``key=value`` or
-    ``key.field=value``) was written: " (set at protocols.P.tasks.N.agent.KEY)" or
-    " (set at protocols.P.defaults.agent.KEY)"; "" when the message names no key or the key
-    came from neither block (the preset's own value)."""
-    m = re.match(r"(\w+)(?:\.\w+)*=", str(err))  # "horizon=0 ...", "learning_rate.kind='cosin' ..."
-    if not m:
-        return ""
-    key = m.group(1)
-    for block, path in ((((protocol.get("tasks") or {}).get(name) or {}).get("agent"), f"tasks.{name}.agent"),
-                        ((protocol.get("defaults") or {}).get("agent"), "defaults.agent")):
-        if isinstance(block, dict) and key in block:
-            return f" (set at protocols.{proto}.{path}.{key})"
-    return ""
+    """Where the agent setting an error names was written: " (set at
+    protocols.P.tasks.N.agent.KEY)" or " (set at protocols.P.defaults.agent.KEY)"; "" when the
+    message names no key or the key came from neither block (the preset's own value)."""
+    return agent_key_written_at(err, [
+        (((protocol.get("tasks") or {}).get(name) or {}).get("agent"), f"protocols.{proto}.tasks.{name}.agent"),
+        ((protocol.get("defaults") or {}).get("agent"), f"protocols.{proto}.defaults.agent")])
 
 
 def _check_task(proto: str, protocol: dict, name: str, t: dict):

@@ -10,11 +10,11 @@ slices (from the episodes each pooled run's replay will export). Raises ConfigEr
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from tdmpc2core.io import official_data as library_official
 from tdmpc2core.model import config as library_config
-from tdmpc2core.pipeline.checks import AGENT_KEYS, ConfigError, check_expected, check_extensions, unknown_agent_keys
+from tdmpc2core.pipeline.checks import (AGENT_KEYS, ConfigError, agent_key_written_at, check_expected, check_extensions,
+                                        unknown_agent_keys)
 
 __all__ = ["Multitask", "check_multitask"]
 
@@ -62,18 +62,8 @@ def _mt_config(where: str, agent: dict, size: int, batch_size: int, T: int):
         library_config.check_offline_config(cfg)
         return library_config.resolve_config(cfg, episode_length=T, action_dim=0)
     except (ValueError, TypeError) as e:
-        raise ConfigError(f"config: {where}: {e}{_written_at(where, agent, e)}") from None
-
-
-def _written_at(where: str, agent: dict, err: Exception) -> str:
-    """Where the multi-task agent setting an error names first (its message starts ``key=value``)
-    was written: " (set at protocols.P.multitask.agent.KEY)", or ``multitask.batch_size``;
-    "" when it names none of them (a preset's own value)."""
-    m = re.match(r"(\w+)(?:\.\w+)*=", str(err))
-    block = where.split(" (")[0]  # protocols.P.multitask
-    if m and m.group(1) in agent:
-        return f" (set at {block}.agent.{m.group(1)})"
-    return f" (set at {block}.batch_size)" if m and m.group(1) == "batch_size" else ""
+        block = where.split(" (")[0]  # protocols.P.multitask
+        raise ConfigError(f"config: {where}: {e}{agent_key_written_at(e, [(agent, f'{block}.agent')])}") from None
 
 
 def _check_pool_batches(proto: str, pool: str, agent: dict, sizes: list, batch_size: int, *, tasks, task_T,

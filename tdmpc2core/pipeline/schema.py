@@ -65,16 +65,21 @@ def _sets(node, path: list, null: bool = False) -> bool:
     return True
 
 
+def _read_files(configfiles):
+    """(path, its YAML) of each config file that can be read, in the order given."""
+    for fp in configfiles:
+        try:
+            with open(fp) as fh:
+                yield fp, yaml.safe_load(fh)
+        except (OSError, yaml.YAMLError):
+            continue
+
+
 def _files_setting(path: list, configfiles: list, null: bool = False) -> list:
     """The config files in which the key path ``path`` is set (``null``: set to null counts),
     the one that wins first (``configfiles``: lowest priority first)."""
     found = []
-    for fp in reversed(configfiles):
-        try:
-            with open(fp) as fh:
-                node = yaml.safe_load(fh)
-        except (OSError, yaml.YAMLError):
-            continue
+    for fp, node in _read_files(reversed(configfiles)):
         if _sets(node, path, null):
             rel = os.path.relpath(fp)
             found.append(rel if not rel.startswith("..") else str(fp))
@@ -85,12 +90,7 @@ def _keys_beside(path: list, configfiles: list) -> list:
     """The keys the config files set beside the last key of ``path`` (its siblings: the task
     names of a protocol for ``protocols.P.tasks.NAME``), in file order, without repeats."""
     names: list = []
-    for fp in configfiles:
-        try:
-            with open(fp) as fh:
-                node = yaml.safe_load(fh)
-        except (OSError, yaml.YAMLError):
-            continue
+    for _, node in _read_files(configfiles):
         for key in path[:-1]:
             node = node.get(key) if isinstance(node, dict) else None
         if isinstance(node, dict):
