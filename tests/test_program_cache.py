@@ -5,6 +5,7 @@ cache, across processes, are pinned bit for bit in tests/test_checkpoint.py
 from __future__ import annotations
 
 import json
+import time
 from typing import NamedTuple
 
 import jax
@@ -333,6 +334,8 @@ def test_a_program_compiled_ahead_in_a_thread_equals_one_compiled_at_its_call():
     prog = per_seed(fn, name="toy", compile_seconds=t_ahead)
     th = threading.Thread(target=prog.compile_ahead, args=abstract((w, x, keys)))
     th.start()
+    while "toy" not in t_ahead and th.is_alive():  # the thread holds the program's lock: its compile began
+        time.sleep(0.001)
     ahead = prog(w, x, keys)  # waits for the compile under way, or finds it done
     th.join()
     np.testing.assert_array_equal(np.asarray(now), np.asarray(ahead))
